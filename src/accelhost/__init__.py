@@ -1,0 +1,67 @@
+"""accelhost: host-side toolkit for accelerator inference servers.
+
+The worker-side import must stay cheap (no CLI, no table rendering, no metrics): names are
+resolved lazily on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from accelhost.errors import (
+    AccelhostError,
+    ApplyError,
+    HostError,
+    ParseError,
+    PlanError,
+    SnapshotError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AccelhostError",
+    "ApplyError",
+    "HostError",
+    "ParseError",
+    "Plan",
+    "PlanError",
+    "SnapshotError",
+    "Topology",
+    "__version__",
+    "bind_current_process",
+    "live_host",
+    "load_snapshot",
+    "plan",
+    "read_topology",
+]
+
+_LAZY = {
+    "load_snapshot": ("accelhost.host.snapshot", "load_snapshot"),
+    "live_host": ("accelhost.api", "live_host"),
+    "plan": ("accelhost.api", "plan"),
+    "read_topology": ("accelhost.readers", "read_topology"),
+    "bind_current_process": ("accelhost.apply.worker", "bind_current_process"),
+    "Plan": ("accelhost.plans", "Plan"),
+    "Topology": ("accelhost.topology", "Topology"),
+}
+
+if TYPE_CHECKING:
+    from accelhost.api import live_host, plan
+    from accelhost.apply.worker import bind_current_process
+    from accelhost.host.snapshot import load_snapshot
+    from accelhost.plans import Plan
+    from accelhost.readers import read_topology
+    from accelhost.topology import Topology
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'accelhost' has no attribute {name!r}") from None
+    import importlib
+
+    value = getattr(importlib.import_module(module_name), attr)
+    globals()[name] = value
+    return value

@@ -1,0 +1,1 @@
+"""The command-line shell: parses arguments, calls the library, renders results."""

@@ -1,0 +1,86 @@
+"""`accelhost` entry point: a thin dispatcher over one module per command.
+
+Only the module of the command being run is imported, so `accelhost plan` does not pay for
+the pipeline or the supervisor. Each module exposes `register(subparsers)`, which adds its
+parser(s) with `set_defaults(func=handler)`; a handler takes the parsed arguments and
+returns the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from accelhost.errors import AccelhostError, PlanError
+
+# command name -> module that registers it (one module may register several commands)
+COMMANDS: dict[str, str] = {
+    "topo": "accelhost.cli.topo",
+    "plan": "accelhost.cli.plan",
+    "snapshot": "accelhost.cli.snapshot",
+    "bind": "accelhost.cli.bind",
+    "exec": "accelhost.cli.bind",
+    "verify": "accelhost.cli.bind",
+    "unbind": "accelhost.cli.bind",
+    "doctor": "accelhost.cli.hygiene",
+    "clean": "accelhost.cli.hygiene",
+    "watch": "accelhost.cli.hygiene",
+    "run": "accelhost.cli.run",
+    "bench": "accelhost.cli.bench",
+}
+
+DESCRIPTION = (
+    "Host-side toolkit for accelerator inference servers: place workers on the right CPUs, "
+    "keep hosts clean, feed devices."
+)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    from accelhost import __version__
+
+    parser = argparse.ArgumentParser(prog="accelhost", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"accelhost {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    modules = [COMMANDS[only]] if only in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
+    for name in modules:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # a command not built yet: leave it out of the parser
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    first = next((a for a in args_list if not a.startswith("-")), None)
+    parser = build_parser(first if first in COMMANDS else None)
+    args = parser.parse_args(args_list)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    try:
+        status = func(args)
+    except PlanError as exc:
+        print(f"accelhost: cannot plan: {exc.reason}", file=sys.stderr)
+        return 1
+    except AccelhostError as exc:
+        print(f"accelhost: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("accelhost: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `accelhost plan | head`: the reader went away; say nothing more.
+        sys.stderr.close()
+        return 0
+    return int(status or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

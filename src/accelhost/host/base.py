@@ -1,0 +1,72 @@
+"""The small interface shared by live, snapshot and recording hosts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a command printed on standard output (with `LC_ALL=C`) and its exit status."""
+
+    stdout: str
+    rc: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+
+def command_key(argv: Sequence[str]) -> str:
+    """The snapshot key of a command: its argv joined with single spaces."""
+    return " ".join(argv)
+
+
+@runtime_checkable
+class Host(Protocol):
+    """One machine, live or recorded. Every reader above this door sees only these calls.
+
+    Absent things are `None`, never exceptions: a command that is not installed, a file or
+    directory that does not exist, an unset variable.
+    """
+
+    @property
+    def machine(self) -> str:
+        """What `platform.machine()` says (`aarch64`, `x86_64`, ...)."""
+        ...
+
+    @property
+    def device_type(self) -> str | None:
+        """An explicit accelerator family recorded with the host (snapshots), else None."""
+        ...
+
+    @property
+    def is_live(self) -> bool:
+        """True for this machine; False for a recording being replayed."""
+        ...
+
+    def run(self, argv: Sequence[str]) -> CommandResult | None:
+        """Run a command; None when it is not installed."""
+        ...
+
+    def run_many(self, argvs: Sequence[Sequence[str]]) -> list[CommandResult | None]:
+        """Run independent commands; a live host runs them concurrently."""
+        ...
+
+    def read_file(self, path: str) -> str | None:
+        """Whole text of a file; None when it does not exist or cannot be read."""
+        ...
+
+    def list_dir(self, path: str) -> list[str] | None:
+        """Sorted entry names of a directory; None when it does not exist."""
+        ...
+
+    def read_link(self, path: str) -> str | None:
+        """Target of a symbolic link (e.g. /proc/PID/fd/N); None when absent."""
+        ...
+
+    def getenv(self, name: str) -> str | None:
+        """An environment variable of the host's process; None when unset."""
+        ...

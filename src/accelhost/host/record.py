@@ -1,0 +1,109 @@
+"""Recording: wrap a host and write down every answer, to replay it elsewhere."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from accelhost.host.base import CommandResult, Host, command_key
+from accelhost.host.snapshot import SNAPSHOT_FORMAT
+
+# A filter trims what is stored for a command to what the readers actually use.
+CommandFilter = Callable[[str], str]
+
+
+class RecordingHost:
+    """A host that answers from `inner` and keeps every answer for `to_snapshot()`.
+
+    Absent answers are not stored: in a snapshot, absence already means "not there".
+    """
+
+    def __init__(
+        self, inner: Host, command_filters: Mapping[str, CommandFilter] | None = None
+    ) -> None:
+        self.inner = inner
+        self._filters = dict(command_filters or {})
+        self._lock = threading.Lock()
+        self.env: dict[str, str] = {}
+        self.files: dict[str, str] = {}
+        self.dirs: dict[str, list[str]] = {}
+        self.links: dict[str, str] = {}
+        self.commands: dict[str, CommandResult] = {}
+
+    @property
+    def machine(self) -> str:
+        return self.inner.machine
+
+    @property
+    def device_type(self) -> str | None:
+        return self.inner.device_type
+
+    @property
+    def is_live(self) -> bool:
+        return self.inner.is_live
+
+    def _keep_command(self, argv: Sequence[str], result: CommandResult | None) -> None:
+        if result is None:
+            return
+        key = command_key(argv)
+        keep = self._filters.get(key)
+        stored = CommandResult(keep(result.stdout), result.rc) if keep else result
+        with self._lock:
+            self.commands[key] = stored
+
+    def run(self, argv: Sequence[str]) -> CommandResult | None:
+        result = self.inner.run(argv)
+        self._keep_command(argv, result)
+        return result
+
+    def run_many(self, argvs: Sequence[Sequence[str]]) -> list[CommandResult | None]:
+        results = self.inner.run_many(argvs)
+        for argv, result in zip(argvs, results):
+            self._keep_command(argv, result)
+        return results
+
+    def read_file(self, path: str) -> str | None:
+        text = self.inner.read_file(path)
+        if text is not None:
+            with self._lock:
+                self.files[path] = text
+        return text
+
+    def list_dir(self, path: str) -> list[str] | None:
+        names = self.inner.list_dir(path)
+        if names is not None:
+            with self._lock:
+                self.dirs[path] = list(names)
+        return names
+
+    def read_link(self, path: str) -> str | None:
+        target = self.inner.read_link(path)
+        if target is not None:
+            with self._lock:
+                self.links[path] = target
+        return target
+
+    def getenv(self, name: str) -> str | None:
+        value = self.inner.getenv(name)
+        if value is not None:
+            with self._lock:
+                self.env[name] = value
+        return value
+
+    def to_snapshot(self, device_type: str | None = None) -> dict[str, Any]:
+        """The snapshot dictionary of everything read so far (format accelhost-snapshot/1)."""
+        commands: dict[str, Any] = {
+            key: (res.stdout if res.rc == 0 else {"stdout": res.stdout, "rc": res.rc})
+            for key, res in sorted(self.commands.items())
+        }
+        data: dict[str, Any] = {"format": SNAPSHOT_FORMAT, "machine": self.machine}
+        if device_type:
+            data["device_type"] = device_type
+        data["env"] = dict(sorted(self.env.items()))
+        data["files"] = dict(sorted(self.files.items()))
+        data["dirs"] = dict(sorted(self.dirs.items()))
+        if self.links:
+            data["links"] = dict(sorted(self.links.items()))
+        data["commands"] = commands
+        return data

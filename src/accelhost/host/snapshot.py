@@ -1,0 +1,145 @@
+"""The snapshot host: one recorded machine in one JSON file (format accelhost-snapshot/1).
+
+Replay is exact: nothing falls back to the live machine. A malformed file is refused with
+one `SnapshotError` naming the file and the problem.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from accelhost.errors import SnapshotError
+from accelhost.host.base import CommandResult, command_key
+
+SNAPSHOT_FORMAT = "accelhost-snapshot/1"
+EXAMPLE_PREFIX = "example:"
+
+
+class SnapshotHost:
+    """Answers the host calls from a recorded snapshot dictionary."""
+
+    def __init__(self, data: Mapping[str, Any], source: str = "<snapshot>") -> None:
+        _validate(data, source)
+        self.source = source
+        self._machine: str = data.get("machine", "unknown")
+        self._device_type: str | None = data.get("device_type")
+        self._env: dict[str, str] = dict(data.get("env", {}))
+        self._files: dict[str, str] = dict(data.get("files", {}))
+        self._dirs: dict[str, list[str]] = {k: list(v) for k, v in data.get("dirs", {}).items()}
+        self._links: dict[str, str] = dict(data.get("links", {}))
+        self._commands: dict[str, CommandResult] = {}
+        for key, value in data.get("commands", {}).items():
+            if isinstance(value, str):
+                self._commands[key] = CommandResult(value, 0)
+            else:
+                self._commands[key] = CommandResult(value.get("stdout", ""), value.get("rc", 0))
+
+    @property
+    def machine(self) -> str:
+        return self._machine
+
+    @property
+    def device_type(self) -> str | None:
+        return self._device_type
+
+    @property
+    def is_live(self) -> bool:
+        return False
+
+    def run(self, argv: Sequence[str]) -> CommandResult | None:
+        return self._commands.get(command_key(argv))
+
+    def run_many(self, argvs: Sequence[Sequence[str]]) -> list[CommandResult | None]:
+        return [self.run(a) for a in argvs]
+
+    def read_file(self, path: str) -> str | None:
+        return self._files.get(path)
+
+    def list_dir(self, path: str) -> list[str] | None:
+        return self._dirs.get(path)
+
+    def read_link(self, path: str) -> str | None:
+        return self._links.get(path)
+
+    def getenv(self, name: str) -> str | None:
+        return self._env.get(name)
+
+
+def example_names() -> list[str]:
+    """Names of the recorded hosts bundled with the package (`example:NAME`)."""
+    root = resources.files("accelhost") / "data" / "examples"
+    return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".json"))
+
+
+def load_snapshot(path: str | Path) -> SnapshotHost:
+    """Load a snapshot file, or a bundled example given as `example:NAME`."""
+    text_path = str(path)
+    if text_path.startswith(EXAMPLE_PREFIX):
+        name = text_path[len(EXAMPLE_PREFIX) :]
+        resource = resources.files("accelhost") / "data" / "examples" / f"{name}.json"
+        if not resource.is_file():
+            raise SnapshotError(
+                f"{text_path}: no such bundled example (have: {', '.join(example_names())})"
+            )
+        raw = resource.read_text(encoding="utf-8")
+    else:
+        try:
+            raw = Path(text_path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise SnapshotError(f"{text_path}: no such file") from None
+        except IsADirectoryError:
+            raise SnapshotError(f"{text_path}: is a directory, not a snapshot file") from None
+        except UnicodeDecodeError:
+            raise SnapshotError(f"{text_path}: not UTF-8 text") from None
+        except OSError as exc:
+            raise SnapshotError(f"{text_path}: cannot read: {exc.strerror}") from None
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise SnapshotError(
+            f"{text_path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        ) from None
+    return SnapshotHost(data, source=text_path)
+
+
+def _validate(data: Any, source: str) -> None:
+    def fail(problem: str) -> None:
+        raise SnapshotError(f"{source}: {problem}")
+
+    if not isinstance(data, dict):
+        fail("a snapshot is a JSON object")
+    fmt = data.get("format")
+    if fmt != SNAPSHOT_FORMAT:
+        fail(f"unsupported format {fmt!r} (expected {SNAPSHOT_FORMAT!r})")
+    for key in ("machine", "device_type"):
+        if key in data and data[key] is not None and not isinstance(data[key], str):
+            fail(f"'{key}' must be a string")
+    for key in ("env", "files", "links"):
+        section = data.get(key, {})
+        if not isinstance(section, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in section.items()
+        ):
+            fail(f"'{key}' must map strings to strings")
+    dirs = data.get("dirs", {})
+    if not isinstance(dirs, dict) or not all(
+        isinstance(v, list) and all(isinstance(e, str) for e in v) for v in dirs.values()
+    ):
+        fail("'dirs' must map paths to lists of names")
+    commands = data.get("commands", {})
+    if not isinstance(commands, dict):
+        fail("'commands' must be an object")
+    for key, value in commands.items():
+        if isinstance(value, str):
+            continue
+        if (
+            isinstance(value, dict)
+            and isinstance(value.get("stdout", ""), str)
+            and isinstance(value.get("rc", 0), int)
+            and not isinstance(value.get("rc", 0), bool)
+        ):
+            continue
+        fail(f"command {key!r} must be its output text or {{'stdout': str, 'rc': int}}")

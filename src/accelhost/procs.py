@@ -1,0 +1,145 @@
+"""Processes as /proc shows them, read through the host door (live or snapshot).
+
+Shared by the doctor, the cleaner and the supervisor: one reader, one `ProcessInfo`.
+Processes vanish while being read; a vanished process is simply absent (None).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from accelhost.errors import ParseError
+from accelhost.host.base import Host
+from accelhost.parsers.procstat import parse_proc_stat
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    pid: int
+    ppid: int
+    pgid: int
+    sid: int
+    state: str
+    comm: str
+    cmdline: tuple[str, ...]
+    start_ticks: int
+
+    @property
+    def command(self) -> str:
+        """The full command line (process titles like `VLLM::EngineCore` included)."""
+        return " ".join(self.cmdline) if self.cmdline else f"[{self.comm}]"
+
+    @property
+    def is_kernel_thread(self) -> bool:
+        return not self.cmdline and (self.ppid == 2 or self.pid == 2)
+
+    @property
+    def is_zombie(self) -> bool:
+        return self.state == "Z"
+
+    @property
+    def is_uninterruptible(self) -> bool:
+        return self.state == "D"
+
+
+def list_pids(host: Host) -> list[int]:
+    """Every process id under /proc, ascending."""
+    names = host.list_dir("/proc") or []
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+def read_process(host: Host, pid: int) -> ProcessInfo | None:
+    """One process, or None when it is gone (or its stat cannot be read)."""
+    stat_text = host.read_file(f"/proc/{pid}/stat")
+    if not stat_text:
+        return None
+    try:
+        stat = parse_proc_stat(stat_text, f"/proc/{pid}/stat")
+    except ParseError:
+        return None
+    raw = host.read_file(f"/proc/{pid}/cmdline") or ""
+    cmdline = tuple(a for a in raw.split("\0") if a) if raw else ()
+    # Programs that rewrite their title (setproctitle) often leave one space-joined arg.
+    return ProcessInfo(
+        pid=stat.pid,
+        ppid=stat.ppid,
+        pgid=stat.pgid,
+        sid=stat.sid,
+        state=stat.state,
+        comm=stat.comm,
+        cmdline=cmdline,
+        start_ticks=stat.start_ticks,
+    )
+
+
+def scan_processes(host: Host, pids: Iterable[int] | None = None) -> dict[int, ProcessInfo]:
+    """pid -> ProcessInfo for every live process (or the given pids that still live)."""
+    out: dict[int, ProcessInfo] = {}
+    for pid in list_pids(host) if pids is None else pids:
+        info = read_process(host, pid)
+        if info is not None:
+            out[pid] = info
+    return out
+
+
+def children_map(procs: Mapping[int, ProcessInfo]) -> dict[int, list[int]]:
+    """ppid -> [child pids], ascending."""
+    kids: dict[int, list[int]] = {}
+    for pid in sorted(procs):
+        kids.setdefault(procs[pid].ppid, []).append(pid)
+    return kids
+
+
+def descendants(procs: Mapping[int, ProcessInfo], root: int) -> list[int]:
+    """Every descendant of `root` through parent links, breadth first (root excluded)."""
+    kids = children_map(procs)
+    out: list[int] = []
+    seen = {root}
+    frontier = [root]
+    while frontier:
+        nxt = []
+        for pid in frontier:
+            for child in kids.get(pid, ()):
+                if child not in seen:
+                    seen.add(child)
+                    out.append(child)
+                    nxt.append(child)
+        frontier = nxt
+    return out
+
+
+def ancestors(procs: Mapping[int, ProcessInfo], pid: int) -> list[int]:
+    """The chain of parents of `pid` up to PID 1 (or as far as /proc shows), nearest first."""
+    out: list[int] = []
+    seen = {pid}
+    cur = procs.get(pid)
+    while cur is not None and cur.ppid > 0 and cur.ppid not in seen:
+        out.append(cur.ppid)
+        seen.add(cur.ppid)
+        cur = procs.get(cur.ppid)
+    return out
+
+
+def open_fd_targets(host: Host, pid: int) -> list[str]:
+    """What the process's file descriptors point at (`/dev/davinci0`, `socket:[..]`, ...)."""
+    fds = host.list_dir(f"/proc/{pid}/fd")
+    if not fds:
+        return []
+    targets = []
+    for fd in fds:
+        target = host.read_link(f"/proc/{pid}/fd/{fd}")
+        if target is not None:
+            targets.append(target)
+    return targets
+
+
+def thread_ids(host: Host, pid: int) -> list[int]:
+    """Thread ids of a process, ascending (empty when it is gone)."""
+    names = host.list_dir(f"/proc/{pid}/task") or []
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+def thread_name(host: Host, pid: int, tid: int) -> str | None:
+    text = host.read_file(f"/proc/{pid}/task/{tid}/comm")
+    return None if text is None else text.rstrip("\n")
