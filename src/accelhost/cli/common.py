@@ -36,9 +36,33 @@ def host_from_args(args: argparse.Namespace) -> Host:
     return LiveHost()
 
 
+def dumps_json(data: Any, indent: int = 2) -> str:
+    """JSON with objects indented and lists of plain values on one line.
+
+    A 640-CPU plan stays readable (`"pool": [0, 1, 2, ...]`) and diffable per device.
+    """
+
+    def fmt(value: Any, depth: int) -> str:
+        pad = " " * (indent * (depth + 1))
+        end = " " * (indent * depth)
+        if isinstance(value, dict):
+            if not value:
+                return "{}"
+            items = [f"{pad}{json.dumps(str(k))}: {fmt(v, depth + 1)}" for k, v in value.items()]
+            return "{\n" + ",\n".join(items) + "\n" + end + "}"
+        if isinstance(value, (list, tuple)):
+            if all(not isinstance(v, (dict, list, tuple)) for v in value):
+                return "[" + ", ".join(json.dumps(v) for v in value) + "]"
+            items = [pad + fmt(v, depth + 1) for v in value]
+            return "[\n" + ",\n".join(items) + "\n" + end + "]"
+        return json.dumps(value)
+
+    return fmt(data, 0)
+
+
 def print_json(data: Any, out: TextIO | None = None) -> None:
     stream = out or sys.stdout
-    json.dump(data, stream, indent=2)
+    stream.write(dumps_json(data))
     stream.write("\n")
 
 

@@ -83,20 +83,20 @@ def load_snapshot(path: str | Path) -> SnapshotHost:
         resource = resources.files("accelhost") / "data" / "examples" / f"{name}.json"
         if not resource.is_file():
             raise SnapshotError(
-                f"{text_path}: no such bundled example (have: {', '.join(example_names())})"
+                f"snapshot {text_path}: no such bundled example (have: {', '.join(example_names())})"
             )
         raw = resource.read_text(encoding="utf-8")
     else:
         try:
             raw = Path(text_path).read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise SnapshotError(f"{text_path}: no such file") from None
+            raise SnapshotError(f"snapshot {text_path}: no such file") from None
         except IsADirectoryError:
-            raise SnapshotError(f"{text_path}: is a directory, not a snapshot file") from None
+            raise SnapshotError(f"snapshot {text_path}: is a directory, not a snapshot file") from None
         except UnicodeDecodeError:
-            raise SnapshotError(f"{text_path}: not UTF-8 text") from None
+            raise SnapshotError(f"snapshot {text_path}: not UTF-8 text") from None
         except OSError as exc:
-            raise SnapshotError(f"{text_path}: cannot read: {exc.strerror}") from None
+            raise SnapshotError(f"snapshot {text_path}: cannot read: {exc.strerror}") from None
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
@@ -108,7 +108,7 @@ def load_snapshot(path: str | Path) -> SnapshotHost:
 
 def _validate(data: Any, source: str) -> None:
     def fail(problem: str) -> None:
-        raise SnapshotError(f"{source}: {problem}")
+        raise SnapshotError(f"snapshot {source}: {problem}")
 
     if not isinstance(data, dict):
         fail("a snapshot is a JSON object")

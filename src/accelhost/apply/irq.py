@@ -1,0 +1,208 @@
+"""Device interrupts: which IRQs belong to a device, their masks, and the saved state.
+
+Every path is under a root (`--host-root`): node agents see the host at /host and tests
+use a fake tree. Ascend (§7): the SQ IRQ is the first `sq_send_trigger_irq` line of
+/proc/interrupts that is one of the device's MSI IRQs, and the CQ IRQ is the next number.
+Other PCI devices: every MSI/MSI-X IRQ of the device, spread one CPU each, round robin
+over the reserved IRQ CPUs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+SQ_MARK = "sq_send_trigger_irq"
+STATE_FORMAT = "accelhost-irq-state/1"
+STATE_FILE = "irq-state.json"
+DEFAULT_STATE_DIR = "/var/lib/accelhost"
+
+
+def rooted(root: str, path: str) -> str:
+    """`path` (absolute, as on the host) seen under `root`."""
+    if not root or root == "/":
+        return path
+    return os.path.join(root, path.lstrip("/"))
+
+
+def read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def parse_interrupts(text: str) -> list[tuple[int, str]]:
+    """(irq number, whole line) for every numbered line of /proc/interrupts, in file order."""
+    out = []
+    for line in text.splitlines():
+        head, sep, _ = line.partition(":")
+        head = head.strip()
+        if sep and head.isdigit():
+            out.append((int(head), line))
+    return out
+
+
+def msi_irqs(root: str, pci: str) -> list[int] | None:
+    """The device's MSI IRQ numbers, ascending; None when sysfs has no such device."""
+    try:
+        names = os.listdir(rooted(root, f"/sys/bus/pci/devices/{pci}/msi_irqs"))
+    except OSError:
+        return None
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+@dataclass(frozen=True)
+class DeviceIrq:
+    irq: int
+    purpose: str
+    cpus: tuple[int, ...]
+
+
+class IrqLookupError(Exception):
+    """The device's IRQs cannot be found; the message says which fact was missing."""
+
+
+def ascend_irqs(root: str, pci: str, irq_cpus: tuple[int, ...], device: int) -> list[DeviceIrq]:
+    """SQ gets irq_cpus[0] (pool[0]), CQ = SQ + 1 gets irq_cpus[1] (pool[1])."""
+    msi = msi_irqs(root, pci)
+    if msi is None:
+        raise IrqLookupError(f"no {rooted(root, f'/sys/bus/pci/devices/{pci}/msi_irqs')}")
+    text = read_text(rooted(root, "/proc/interrupts"))
+    if text is None:
+        raise IrqLookupError(f"cannot read {rooted(root, '/proc/interrupts')}")
+    wanted = set(msi)
+    sq = next(
+        (irq for irq, line in parse_interrupts(text) if SQ_MARK in line and irq in wanted), None
+    )
+    if sq is None:
+        raise IrqLookupError(f"no '{SQ_MARK}' IRQ of {pci} in /proc/interrupts")
+    cq_cpus = irq_cpus[1:2] or irq_cpus[:1]
+    return [
+        DeviceIrq(sq, f"SQ of NPU {device} ({pci})", irq_cpus[:1]),
+        DeviceIrq(sq + 1, f"CQ of NPU {device} ({pci})", cq_cpus),
+    ]
+
+
+def generic_irqs(root: str, pci: str, irq_cpus: tuple[int, ...], device: int) -> list[DeviceIrq]:
+    """One CPU per MSI IRQ, round robin, so no reserved CPU takes every interrupt."""
+    msi = msi_irqs(root, pci)
+    if msi is None:
+        raise IrqLookupError(f"no {rooted(root, f'/sys/bus/pci/devices/{pci}/msi_irqs')}")
+    if not msi:
+        raise IrqLookupError(f"{pci} has no MSI IRQs")
+    return [
+        DeviceIrq(irq, f"MSI {k} of device {device} ({pci})", (irq_cpus[k % len(irq_cpus)],))
+        for k, irq in enumerate(msi)
+    ]
+
+
+def has_sq_irq(root: str, pci: str) -> bool:
+    """Whether the device shows Ascend's SQ interrupt (hand-written plans name no family)."""
+    msi = msi_irqs(root, pci)
+    text = read_text(rooted(root, "/proc/interrupts"))
+    if not msi or text is None:
+        return False
+    wanted = set(msi)
+    return any(SQ_MARK in line and irq in wanted for irq, line in parse_interrupts(text))
+
+
+def affinity_path(root: str, irq: int) -> str:
+    return rooted(root, f"/proc/irq/{irq}/smp_affinity")
+
+
+def read_mask(root: str, irq: int) -> str | None:
+    text = read_text(affinity_path(root, irq))
+    return None if text is None else text.strip()
+
+
+def write_mask(path: str, mask: str) -> None:
+    # One write() of the whole mask: the kernel parses it in one go.
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, mask.encode() + b"\n")
+    finally:
+        os.close(fd)
+
+
+def irq_writable(root: str) -> bool:
+    return os.access(rooted(root, "/proc/irq"), os.W_OK)
+
+
+# --- saved state (for `unbind --irq`) --------------------------------------------------
+
+
+def state_path(state_dir: str) -> str:
+    return os.path.join(state_dir, STATE_FILE)
+
+
+def state_key(root: str, irq: int) -> str:
+    return f"{os.path.abspath(root or '/')}:{irq}"
+
+
+def load_state(path: str) -> dict[str, Any]:
+    text = read_text(path)
+    empty: dict[str, Any] = {"format": STATE_FORMAT, "irqs": {}, "irqbalance": None}
+    if text is None:
+        return empty
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return empty
+    if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
+        return empty
+    data.setdefault("irqs", {})
+    data.setdefault("irqbalance", None)
+    return data
+
+
+def store_state(path: str, data: dict[str, Any]) -> None:
+    """Write atomically: a crash mid-write must not lose the masks to restore."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def remember_masks(
+    path: str, root: str, device: int, masks: Iterable[tuple[int, str]]
+) -> list[int]:
+    """Save masks not saved yet (a second bind must not overwrite the true originals)."""
+    data = load_state(path)
+    added = []
+    for irq, mask in masks:
+        key = state_key(root, irq)
+        if key not in data["irqs"]:
+            data["irqs"][key] = {
+                "irq": irq,
+                "root": os.path.abspath(root or "/"),
+                "device": device,
+                "mask": mask,
+                "saved_at": int(time.time()),
+            }
+            added.append(irq)
+    store_state(path, data)
+    return added
+
+
+def remember_irqbalance(path: str, record: dict[str, Any]) -> None:
+    data = load_state(path)
+    if data.get("irqbalance") is None:  # keep the first (true) original
+        data["irqbalance"] = record
+        store_state(path, data)
+
+
+def forget(path: str, keys: Iterable[str], irqbalance: bool = False) -> None:
+    data = load_state(path)
+    for key in keys:
+        data["irqs"].pop(key, None)
+    if irqbalance:
+        data["irqbalance"] = None
+    store_state(path, data)

@@ -1,0 +1,280 @@
+"""Steps: one dataclass per kind of change, plus their outcomes and the whole report.
+
+Steps are plain data built before anything is changed, so a dry run prints the very list a
+real run executes, and a report can say, step by step, what happened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+from accelhost.cpulist import format_cpulist
+
+# Outcomes. `noop` is a success that changed nothing (e.g. memory on a one-node host).
+PLANNED = "planned"
+OK = "ok"
+NOOP = "noop"
+SKIPPED = "skipped"
+FAILED = "failed"
+
+# Exit statuses of bind / exec / unbind.
+EXIT_OK = 0
+EXIT_NOTHING = 1
+EXIT_PARTIAL = 2
+
+
+def _cpus(cpus: tuple[int, ...]) -> str:
+    return format_cpulist(cpus) or "(none)"
+
+
+@dataclass(frozen=True)
+class Step:
+    """Base of every step; `kind` groups steps for `--irq-only`, JSON and the report."""
+
+    kind: ClassVar[str] = "step"
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "description": self.describe()}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+
+@dataclass(frozen=True)
+class ThreadAffinity(Step):
+    """Pin one thread; `role` says which plan role chose the CPUs (main, acl, ...)."""
+
+    kind: ClassVar[str] = "thread"
+    pid: int
+    tid: int
+    name: str
+    role: str
+    cpus: tuple[int, ...]
+
+    def describe(self) -> str:
+        return (
+            f"set affinity of thread {self.tid} ({self.name}) of process {self.pid} "
+            f"to CPUs {_cpus(self.cpus)} [{self.role}]"
+        )
+
+
+@dataclass(frozen=True)
+class OwnAffinity(Step):
+    """Pin the accelhost process itself right before it execs the user's command."""
+
+    kind: ClassVar[str] = "thread"
+    cpus: tuple[int, ...]
+
+    def describe(self) -> str:
+        return f"set affinity of the new command to CPUs {_cpus(self.cpus)} [main]"
+
+
+@dataclass(frozen=True)
+class MigratePages(Step):
+    """Move a process's pages from `from_nodes` onto `to_node` (migrate_pages(2))."""
+
+    kind: ClassVar[str] = "memory"
+    pid: int
+    from_nodes: tuple[int, ...]
+    to_node: int
+    root: str = "/"
+
+    def describe(self) -> str:
+        others = [n for n in self.from_nodes if n != self.to_node]
+        if not others:
+            return (
+                f"move pages of process {self.pid} to NUMA node {self.to_node} "
+                f"(only node {self.to_node} has memory: nothing to move)"
+            )
+        return (
+            f"move pages of process {self.pid} from nodes {_cpus(tuple(others))} "
+            f"to node {self.to_node}"
+        )
+
+
+@dataclass(frozen=True)
+class MemPolicy(Step):
+    """Set the memory policy the exec'ed command starts with (inherited across execve)."""
+
+    kind: ClassVar[str] = "memory"
+    mode: str  # "preferred" or "bind"
+    node: int
+
+    def describe(self) -> str:
+        return f"set the memory policy of the new command to {self.mode} node {self.node}"
+
+
+@dataclass(frozen=True)
+class SaveIrqState(Step):
+    """Remember the masks found before binding so `unbind --irq` can put them back."""
+
+    kind: ClassVar[str] = "irq"
+    path: str
+    device: int
+    root: str
+    masks: tuple[tuple[int, str], ...]
+
+    def describe(self) -> str:
+        saved = ", ".join(f"{irq}={mask}" for irq, mask in self.masks)
+        return f"save current IRQ masks ({saved}) to {self.path}"
+
+
+@dataclass(frozen=True)
+class IrqAffinity(Step):
+    """Write one IRQ's smp_affinity; `purpose` says which interrupt of which device."""
+
+    kind: ClassVar[str] = "irq"
+    irq: int
+    cpus: tuple[int, ...]
+    mask: str
+    path: str
+    purpose: str
+    previous: str | None = None
+
+    def describe(self) -> str:
+        was = f" (was {self.previous})" if self.previous is not None else ""
+        return (
+            f"write mask {self.mask} (CPUs {_cpus(self.cpus)}) to {self.path}{was} "
+            f"[{self.purpose}]"
+        )
+
+
+@dataclass(frozen=True)
+class ForgetIrqState(Step):
+    """After a restore, drop the restored IRQs from the saved state."""
+
+    kind: ClassVar[str] = "irq"
+    path: str
+    keys: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"forget {len(self.keys)} restored IRQ(s) in {self.path}"
+
+
+@dataclass(frozen=True)
+class IrqBalance(Step):
+    """Stop, restart or re-configure irqbalance so it does not undo the IRQ masks.
+
+    action: `stop` (the reference's behaviour), `ban` (write `config_text` to
+    `config_path`, then restart), `start` (unbind after a stop), `restore` (unbind after a
+    ban: write the saved config back, then restart).
+    """
+
+    kind: ClassVar[str] = "irqbalance"
+    action: str
+    service: str = "irqbalance.service"
+    cpus: tuple[int, ...] = ()
+    config_path: str | None = None
+    config_text: str | None = None
+    state_path: str | None = None
+
+    def describe(self) -> str:
+        if self.action == "stop":
+            return f"stop {self.service} (it would move the IRQs back; restart with unbind --irq)"
+        if self.action == "ban":
+            return (
+                f"ban CPUs {_cpus(self.cpus)} in {self.config_path} "
+                f"(IRQBALANCE_BANNED_CPULIST) and restart {self.service}"
+            )
+        if self.action == "start":
+            return f"start {self.service} again (accelhost stopped it)"
+        return f"restore {self.config_path} as it was before binding and restart {self.service}"
+
+
+@dataclass(frozen=True)
+class ExecCommand(Step):
+    """Replace accelhost with the user's command; affinity and policy carry over execve."""
+
+    kind: ClassVar[str] = "exec"
+    argv: tuple[str, ...]
+
+    def describe(self) -> str:
+        import shlex
+
+        return f"exec {shlex.join(self.argv)}"
+
+
+@dataclass(frozen=True)
+class Unresolved(Step):
+    """A step that could not be prepared; it fails when run, so dry runs show it too."""
+
+    kind: ClassVar[str] = "unresolved"
+    what: str
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.what}: cannot be done: {self.reason}"
+
+
+@dataclass(frozen=True)
+class StepResult:
+    step: Step
+    status: str
+    detail: str = ""
+
+    @property
+    def line(self) -> str:
+        tail = f": {self.detail}" if self.detail else ""
+        return f"[{self.status}] {self.step.describe()}{tail}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.step.to_dict(), "status": self.status, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class ApplyReport:
+    """What a bind (or dry run) did, step by step, with the warnings given before it."""
+
+    results: tuple[StepResult, ...]
+    warnings: tuple[str, ...] = ()
+    dry_run: bool = False
+    device: int | None = None
+    pid: int | None = None
+    skipped: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def failed(self) -> list[StepResult]:
+        return [r for r in self.results if r.status == FAILED]
+
+    @property
+    def exit_status(self) -> int:
+        """0 when every step succeeded, 2 when some failed, 1 when none succeeded.
+
+        In a dry run a step that cannot be prepared counts as a failure to come.
+        """
+        if self.dry_run:
+            bad = sum(isinstance(r.step, Unresolved) for r in self.results)
+            return EXIT_PARTIAL if bad else EXIT_OK
+        failed = len(self.failed)
+        if not failed:
+            return EXIT_OK
+        if failed == len(self.results):
+            return EXIT_NOTHING
+        return EXIT_PARTIAL
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == EXIT_OK
+
+    def lines(self) -> list[str]:
+        out = [r.line for r in self.results]
+        out.extend(self.notes)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "device": self.device,
+            "pid": self.pid,
+            "skipped": self.skipped,
+            "warnings": list(self.warnings),
+            "notes": list(self.notes),
+            "steps": [r.to_dict() for r in self.results],
+            "exit_status": self.exit_status,
+        }

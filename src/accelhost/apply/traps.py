@@ -1,0 +1,137 @@
+"""Checks run before binding: the traps users keep falling into, each as one warning."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from accelhost.cpulist import format_cpulist, parse_cpulist
+from accelhost.errors import ParseError
+
+OMP_VARS = ("OMP_PROC_BIND", "GOMP_CPU_AFFINITY")
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def process_environ(pid: int) -> dict[str, str] | None:
+    """The environment a process started with; None when it cannot be read."""
+    text = _read(f"/proc/{pid}/environ")
+    if text is None:
+        return None
+    out = {}
+    for item in text.split("\0"):
+        key, sep, value = item.partition("=")
+        if sep:
+            out[key] = value
+    return out
+
+
+def allowed_cpus(pid: int) -> list[int] | None:
+    text = _read(f"/proc/{pid}/status")
+    if text is None:
+        return None
+    for line in text.splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            try:
+                return sorted(set(parse_cpulist(line.split(":", 1)[1])))
+            except ParseError:
+                return None
+    return None
+
+
+def cgroup_cpuset(pid: int) -> list[int] | None:
+    """The CPUs the process's cgroup grants (cgroup v2 or v1); None when not found."""
+    text = _read(f"/proc/{pid}/cgroup")
+    if text is None:
+        return None
+    candidates: list[str] = []
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        path = path.strip().lstrip("/")
+        if controllers == "":
+            candidates += _upwards("/sys/fs/cgroup", path, "cpuset.cpus.effective")
+        elif "cpuset" in controllers.split(","):
+            candidates += _upwards("/sys/fs/cgroup/cpuset", path, "cpuset.effective_cpus")
+    for candidate in candidates:
+        value = _read(candidate)
+        if value is not None and value.strip():
+            try:
+                return sorted(set(parse_cpulist(value)))
+            except ParseError:
+                continue
+    return None
+
+
+def _upwards(mount: str, path: str, name: str) -> list[str]:
+    parts = [p for p in path.split("/") if p]
+    return [os.path.join(mount, *parts[:n], name) for n in range(len(parts), -1, -1)]
+
+
+def omp_warnings(env: Mapping[str, str] | None, who: str) -> list[str]:
+    if env is None:
+        return []
+    found = [f"{name}={env[name]}" for name in OMP_VARS if name in env]
+    if not found:
+        return []
+    return [
+        f"{who} has {' and '.join(found)} set: libgomp pins the process (to CPU 0 with "
+        "OMP_PROC_BIND=TRUE) and shrinks its allowed CPUs; unset it for the engine, "
+        "or bind after libgomp has started"
+    ]
+
+
+def cpuset_warnings(pid: int, planned: Sequence[int]) -> list[str]:
+    """Allowed CPUs narrower than the cgroup's, and planned CPUs the kernel will refuse."""
+    out = []
+    allowed = allowed_cpus(pid)
+    cpuset = cgroup_cpuset(pid)
+    if allowed is not None and cpuset is not None and set(allowed) < set(cpuset):
+        out.append(
+            f"process {pid} may run on CPUs {format_cpulist(allowed)} only, narrower than "
+            f"its cgroup cpuset {format_cpulist(cpuset)}: something pinned it earlier "
+            "(taskset, OMP_PROC_BIND, a launcher); a plan made from its allowed CPUs is "
+            "smaller than the container's"
+        )
+    outside = sorted(set(planned) - set(cpuset)) if cpuset is not None else []
+    if outside:
+        out.append(
+            f"CPUs {format_cpulist(outside)} of the plan are outside the cgroup cpuset "
+            f"{format_cpulist(cpuset or [])} of process {pid}: the kernel will refuse them"
+        )
+    return out
+
+
+def irq_writable_warning(writable: bool) -> list[str]:
+    if writable:
+        return []
+    return [
+        "/proc/irq is not writable. If running in Docker, start the container with "
+        "'--privileged=true'."
+    ]
+
+
+def in_container() -> bool:
+    if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"):
+        return True
+    text = _read("/proc/1/cgroup") or ""
+    return any(word in text for word in ("docker", "kubepods", "containerd", "libpod"))
+
+
+def host_threads_warning(found: int, pattern: str) -> list[str]:
+    if found:
+        return []
+    hint = (
+        " In Docker these host threads are only visible with '--pid=host'."
+        if in_container()
+        else ""
+    )
+    return [f"no '{pattern}' threads found on this host; nothing to pin for them.{hint}"]

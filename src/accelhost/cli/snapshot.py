@@ -1,0 +1,72 @@
+"""`accelhost snapshot`: record this host into one JSON file, to replay anywhere."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+from accelhost.cli.common import dumps_json
+from accelhost.errors import AccelhostError
+
+
+def record(device_type: str | None = None, doctor: bool = True) -> dict[str, object]:
+    """Read this host through a recorder: what the planner (and doctor) read, nothing more."""
+    from accelhost.host.live import LiveHost
+    from accelhost.host.record import RecordingHost
+    from accelhost.parsers.ps import keep_thread_lines
+    from accelhost.readers import PS_THREADS, read_topology
+
+    recorder = RecordingHost(LiveHost(), {" ".join(PS_THREADS): keep_thread_lines})
+    topo = read_topology(recorder, device_type=device_type)
+    if doctor:
+        try:
+            from accelhost import hygiene
+        except ImportError:
+            hygiene = None  # type: ignore[assignment]
+        if hygiene is not None and hasattr(hygiene, "read_facts"):
+            hygiene.read_facts(recorder)
+    return recorder.to_snapshot(device_type=topo.family)
+
+
+def run_snapshot(args: argparse.Namespace) -> int:
+    data = record(args.device_type, doctor=not args.plan_only)
+    text = dumps_json(data) + "\n"
+    if args.output in (None, "-"):
+        sys.stdout.write(text)
+        return 0
+    directory = os.path.dirname(os.path.abspath(args.output))
+    try:
+        # Write whole or not at all: a half-written snapshot would mislead a bug report.
+        fd, tmp = tempfile.mkstemp(prefix=".snapshot-", dir=directory)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, args.output)
+    except OSError as exc:
+        raise AccelhostError(f"cannot write {args.output}: {exc.strerror}") from None
+    size = len(text.encode())
+    commands = len(json.loads(text).get("commands", {}))
+    print(
+        f"recorded {args.output} ({size / 1024:.1f} KiB, {commands} commands); "
+        f"replay with --snapshot {args.output}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser(
+        "snapshot",
+        help="record this host into one JSON file",
+        description="Record what the planner and the doctor read on this host (commands, "
+        "files, directories, environment) into one JSON file. Replay it with --snapshot on "
+        "any read-only command, on any machine.",
+    )
+    parser.add_argument("-o", "--output", metavar="FILE", help="where to write (default: stdout)")
+    parser.add_argument("--device-type", metavar="TYPE", help="record this accelerator family")
+    parser.add_argument(
+        "--plan-only", action="store_true", help="record only what the planner reads"
+    )
+    parser.set_defaults(func=run_snapshot)

@@ -1,0 +1,136 @@
+"""`accelhost topo`: what this host (or a recorded one) looks like."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from accelhost.cli.common import (
+    add_json_option,
+    add_snapshot_option,
+    host_from_args,
+    print_json,
+    render_table,
+)
+from accelhost.cpulist import format_cpulist
+from accelhost.topology import Topology
+
+
+def topology_dict(topo: Topology) -> dict[str, Any]:
+    """The JSON of `topo --json`: CPU lists as arrays, nodes and devices keyed by id."""
+    return {
+        "machine": topo.machine,
+        "family": topo.family,
+        "cpus": sorted(topo.cpu_node) or sorted(topo.allowed_cpus),
+        "numa_nodes": {str(n): list(c) for n, c in sorted(topo.node_cpus.items())},
+        "allowed_cpus": list(topo.allowed_cpus),
+        "cgroup_cpuset": None if topo.cpuset is None else list(topo.cpuset),
+        "threads_per_core": topo.threads_per_core,
+        "accelerators": [
+            {
+                "index": a.index,
+                "name": a.name,
+                "npu_id": a.npu_id,
+                "chip_id": a.chip_id,
+                "pci": a.pci,
+                "numa_node": a.numa_node,
+                "uuid": a.uuid,
+                "affinity": list(topo.affinity.get(a.index, ())),
+            }
+            for a in topo.accelerators
+        ],
+        "processes": [
+            {"npu_id": p.npu_id, "chip_id": p.chip_id, "pid": p.pid, "name": p.name,
+             "memory_mb": p.memory_mb}
+            for p in topo.processes
+        ],
+        "notes": list(topo.notes),
+    }
+
+
+def render_topology(topo: Topology) -> str:
+    cpus = sorted(topo.cpu_node) or sorted(topo.allowed_cpus)
+    lines = [
+        f"machine      {topo.machine}",
+        f"CPUs         {len(cpus)} ({format_cpulist(cpus) or 'unknown'})"
+        + (f", {topo.threads_per_core} thread(s) per core" if topo.threads_per_core else ""),
+        f"allowed      {format_cpulist(topo.allowed_cpus) or 'none'}",
+    ]
+    if topo.cpuset is not None and sorted(set(topo.cpuset)) != sorted(set(topo.allowed_cpus)):
+        lines.append(
+            f"cgroup cpuset {format_cpulist(topo.cpuset)} (differs from the allowed CPUs: "
+            "something pinned this process; OMP_PROC_BIND?)"
+        )
+    lines.append("")
+    node_rows = [
+        (node, len(cpus_), format_cpulist(cpus_),
+         format_cpulist(c for c in cpus_ if c in set(topo.allowed_cpus)) or "-")
+        for node, cpus_ in sorted(topo.node_cpus.items())
+    ]
+    if node_rows:
+        lines.append(render_table(["node", "cpus", "range", "allowed"], node_rows))
+    else:
+        lines.append("NUMA nodes: unknown (lscpu and sysfs give none)")
+    lines.append("")
+    if not topo.accelerators:
+        family = f" ({topo.family})" if topo.family else ""
+        lines.append(
+            f"accelerators: none found{family} (no npu-smi, no nvidia-smi, no --pci device)"
+        )
+    else:
+        running = {(p.npu_id, p.chip_id) for p in topo.processes}
+        running_npu = {p.npu_id for p in topo.processes}
+        rows = []
+        for acc in topo.accelerators:
+            aff = topo.affinity.get(acc.index, ())
+            nodes = sorted({topo.cpu_node[c] for c in aff if c in topo.cpu_node})
+            busy = (acc.npu_id, acc.chip_id) in running or (
+                topo.process_table_npu_id and acc.npu_id in running_npu
+            )
+            rows.append(
+                (
+                    acc.index,
+                    acc.name or "-",
+                    "-" if acc.npu_id is None else f"{acc.npu_id}/{acc.chip_id or 0}",
+                    acc.pci or "-",
+                    format_cpulist(aff) or "-",
+                    ",".join(map(str, nodes))
+                    or ("-" if acc.numa_node is None else str(acc.numa_node)),
+                    "yes" if busy else "no",
+                )
+            )
+        family = topo.family or "unknown family"
+        lines.append(f"accelerators: {len(rows)} ({family})")
+        lines.append(
+            render_table(
+                ["device", "name", "npu/chip", "pci", "affinity", "nodes", "in use"], rows
+            )
+        )
+    for note in topo.notes:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
+
+
+def run_topo(args: argparse.Namespace) -> int:
+    from accelhost.readers import read_topology
+
+    topo = read_topology(host_from_args(args), device_type=args.device_type)
+    if args.json:
+        print_json(topology_dict(topo))
+    else:
+        print(render_topology(topo))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = sub.add_parser(
+        "topo",
+        help="CPUs, NUMA nodes, allowed CPUs and accelerators of this host",
+        description="Show what this host looks like: CPUs, NUMA nodes with their CPU ranges, "
+        "the allowed CPUs (and the cgroup cpuset when it differs), accelerators and their "
+        "CPU affinity.",
+    )
+    add_snapshot_option(parser)
+    parser.add_argument("--device-type", metavar="TYPE", help="override the detected family")
+    add_json_option(parser)
+    parser.set_defaults(func=run_topo)

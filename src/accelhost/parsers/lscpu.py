@@ -1,0 +1,44 @@
+"""`lscpu -e=CPU,NODE` (CPU -> NUMA node) and `lscpu` (threads per core)."""
+
+from __future__ import annotations
+
+import re
+
+from accelhost.errors import ParseError
+
+# A data row: optional indent, a CPU id, a node id. Rows with `-` as node are skipped.
+_ROW = re.compile(r"^[ \t]*(\d+)[ \t]+(\d+)", re.MULTILINE)
+_ANY_DIGIT_ROW = re.compile(r"^[ \t]*\d", re.MULTILINE)
+NO_NUMA = "lscpu command output error, no NUMA node available. Please check!"
+
+
+def parse_cpu_nodes(text: str | None) -> tuple[dict[int, int], dict[int, tuple[int, ...]]]:
+    """(cpu -> node, node -> CPUs in file order). Empty output gives two empty maps.
+
+    Lines whose first non-blank character is a digit are rows `cpu node`; a row whose
+    node is not a number (an offline CPU shows `-`) is skipped.
+    """
+    if not text:
+        return {}, {}
+    pairs = _ROW.findall(text)
+    if not pairs and _ANY_DIGIT_ROW.search(text):
+        bad = next(ln for ln in text.splitlines() if ln.strip()[:1].isdigit())
+        raise ParseError("lscpu -e=CPU,NODE", f"cannot read row {bad.strip()!r}")
+    cpu_node: dict[int, int] = {}
+    grouped: dict[int, list[int]] = {}
+    for cpu_text, node_text in pairs:
+        cpu, node = int(cpu_text), int(node_text)
+        cpu_node[cpu] = node
+        grouped.setdefault(node, []).append(cpu)
+    return cpu_node, {n: tuple(c) for n, c in grouped.items()}
+
+
+def parse_threads_per_core(text: str | None) -> int | None:
+    """`Thread(s) per core:` of plain `lscpu`; None when absent or not a number."""
+    if not text:
+        return None
+    for line in text.splitlines():
+        if "Thread(s) per core:" in line:
+            value = line.split(":", 1)[1].strip()
+            return int(value) if value.isdigit() else None
+    return None

@@ -1,0 +1,126 @@
+"""`npu-smi info`: the chip table (name, bus id, device memory) and the process table.
+
+The process section starts at the first line (stripped) that begins with `| NPU` and
+contains `Process id`; its first cell is `NPU Chip` (A2, A3, 310P) or `NPU ID` (950).
+Every later stripped line beginning with `| ` is a row: split on `|`, rows with fewer than
+two cells (`| No running processes found in NPU 3 |`) and non-numeric ids are skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from accelhost.topology import DeviceProcess
+
+SOURCE = "npu-smi info"
+_PAIR = re.compile(r"(\d+)\s*/\s*(\d+)")
+
+
+@dataclass(frozen=True)
+class NpuChip:
+    """One chip of the upper table. Memory is the last `used / total` pair (HBM on A2/A3)."""
+
+    npu_id: int
+    chip_id: int
+    name: str = ""
+    bus_id: str | None = None
+    hbm_used_mb: int | None = None
+    hbm_total_mb: int | None = None
+    health: str | None = None
+
+
+@dataclass(frozen=True)
+class NpuSmiInfo:
+    chips: tuple[NpuChip, ...] = ()
+    processes: tuple[DeviceProcess, ...] = ()
+    # "NPU Chip" or "NPU ID": how the process table names a device; None without a table.
+    id_column: str | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c.name for c in self.chips if c.name))
+
+
+def _cells(line: str) -> list[str]:
+    parts = line.split("|")
+    return [p.strip() for p in parts[1:-1]] if len(parts) > 2 else [p.strip() for p in parts[1:]]
+
+
+def parse_npu_smi_info(text: str | None) -> NpuSmiInfo:
+    if not text:
+        return NpuSmiInfo()
+    lines = [ln.strip() for ln in text.splitlines()]
+    start = next(
+        (i for i, ln in enumerate(lines) if ln.startswith("| NPU") and "Process id" in ln),
+        None,
+    )
+    chip_lines = lines if start is None else lines[:start]
+    chips = _parse_chips(chip_lines)
+    if start is None:
+        return NpuSmiInfo(chips=chips)
+    header = _cells(lines[start])
+    id_column = " ".join(header[0].split()) if header else "NPU Chip"
+    has_chip = id_column != "NPU ID"
+
+    def col(name: str) -> int | None:
+        for i, cell in enumerate(header):
+            if cell.lower().startswith(name):
+                return i
+        return None
+
+    i_pid, i_name, i_mem = col("process id"), col("process name"), col("process memory")
+    processes = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("| "):
+            continue
+        cells = _cells(line)
+        if len(cells) < 2:
+            continue
+        ids = cells[0].split()
+        if not ids or not ids[0].isdigit():
+            continue
+        chip: int | None = None
+        if has_chip:
+            if len(ids) < 2 or not ids[1].isdigit():
+                continue
+            chip = int(ids[1])
+        pid_text = cells[i_pid] if i_pid is not None and i_pid < len(cells) else ""
+        mem_text = cells[i_mem] if i_mem is not None and i_mem < len(cells) else ""
+        processes.append(
+            DeviceProcess(
+                npu_id=int(ids[0]),
+                chip_id=chip,
+                pid=int(pid_text) if pid_text.isdigit() else -1,
+                name=cells[i_name] if i_name is not None and i_name < len(cells) else "",
+                memory_mb=int(mem_text) if mem_text.isdigit() else None,
+            )
+        )
+    return NpuSmiInfo(chips=chips, processes=tuple(processes), id_column=id_column)
+
+
+def _parse_chips(lines: list[str]) -> tuple[NpuChip, ...]:
+    """Rows of the upper table: `| npu name | health | ...` then `| chip | bus | ... |`."""
+    chips: list[NpuChip] = []
+    npu: int | None = None
+    name = ""
+    health: str | None = None
+    for line in lines:
+        if not line.startswith("| "):
+            continue
+        cells = _cells(line)
+        if len(cells) < 3:
+            continue
+        first = cells[0].split()
+        if not first or not first[0].isdigit():
+            continue
+        if len(first) >= 2:  # an NPU header row: id, name
+            npu, name, health = int(first[0]), " ".join(first[1:]), cells[1] or None
+            continue
+        if npu is None:
+            continue
+        pairs = _PAIR.findall(cells[2])
+        used, total = (int(pairs[-1][0]), int(pairs[-1][1])) if pairs else (None, None)
+        bus = cells[1].split()[0].lower() if cells[1] else None
+        chips.append(NpuChip(npu, int(first[0]), name, bus, used, total, health))
+    return tuple(chips)

@@ -1,0 +1,55 @@
+"""`npu-smi info -m`: card / chip ids -> global logical NPU ids.
+
+The header is split on runs of two or more spaces and the columns are found by name:
+`NPU ID` (required), `Chip ID` and `Chip Logic ID` (optional). No `Chip ID` -> chip 0;
+no `Chip Logic ID` (Ascend 950) -> logical id = NPU ID. `Mcu` rows (logical id `-`) and
+other non-numeric rows are skipped.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from accelhost.errors import ParseError
+
+SOURCE = "npu-smi info -m"
+_COLUMNS = re.compile(r"\s{2,}")
+
+
+@dataclass(frozen=True)
+class MapEntry:
+    npu_id: int
+    chip_id: int
+    logical_id: int
+    name: str = ""
+
+
+def parse_npu_map(text: str | None) -> list[MapEntry]:
+    """Entries in file order (the caller sorts by logical id where needed)."""
+    if not text:
+        return []
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return []
+    header = _COLUMNS.split(lines[0].strip())
+    if "NPU ID" not in header:
+        raise ParseError(SOURCE, f"no 'NPU ID' column in header {lines[0].strip()!r}")
+    i_npu = header.index("NPU ID")
+    i_chip = header.index("Chip ID") if "Chip ID" in header else None
+    i_logic = header.index("Chip Logic ID") if "Chip Logic ID" in header else None
+    i_name = header.index("Chip Name") if "Chip Name" in header else None
+    entries: list[MapEntry] = []
+    for line in lines[1:]:
+        cells = line.split()
+        try:
+            npu_text = cells[i_npu]
+            chip_text = cells[i_chip] if i_chip is not None else "0"
+            logic_text = cells[i_logic] if i_logic is not None else npu_text
+        except IndexError:
+            continue
+        if not (logic_text.isdigit() and npu_text.isdigit() and chip_text.isdigit()):
+            continue
+        name = " ".join(cells[i_name:]) if i_name is not None and i_name < len(cells) else ""
+        entries.append(MapEntry(int(npu_text), int(chip_text), int(logic_text), name))
+    return entries

@@ -1,0 +1,36 @@
+"""`npu-smi info -t topo`: the CPU affinity of each NPU.
+
+Only lines starting with `NPU` at column 0 count; their first token is `NPU<n>` and their
+last token must be a CPU list. Indented header lines, `Legend:` blocks and matrices with
+no CPU Affinity column give nothing.
+"""
+
+from __future__ import annotations
+
+from accelhost.cpulist import parse_cpulist
+from accelhost.errors import ParseError
+
+SOURCE = "npu-smi info -t topo"
+
+
+def parse_npu_topo(text: str | None) -> dict[int, tuple[int, ...]]:
+    """NPU index -> affinity CPUs in written order."""
+    out: dict[int, tuple[int, ...]] = {}
+    if not text:
+        return out
+    for line in text.splitlines():
+        if not line.startswith("NPU"):
+            continue
+        tokens = line.split()
+        first = tokens[0]
+        if len(tokens) < 2 or not first[3:].isdigit():
+            continue
+        last = tokens[-1]
+        if not last[:1].isdigit():
+            continue
+        try:
+            cpus = parse_cpulist(last, SOURCE)
+        except ParseError:
+            continue
+        out[int(first[3:])] = tuple(cpus)
+    return out

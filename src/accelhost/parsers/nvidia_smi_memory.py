@@ -1,0 +1,108 @@
+"""`nvidia-smi` CSV queries for device memory and the processes that hold it.
+
+Queried with `--format=csv,noheader,nounits`, so values are bare MiB numbers; a value the
+driver cannot give prints as `[N/A]` or `[Not Supported]` and becomes None here (unknown
+is never read as zero: an unknown device is not an idle device).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accelhost.errors import ParseError
+
+GPU_QUERY = (
+    "nvidia-smi",
+    "--query-gpu=index,memory.used,memory.total",
+    "--format=csv,noheader,nounits",
+)
+APPS_QUERY = (
+    "nvidia-smi",
+    "--query-compute-apps=pid,used_memory,gpu_bus_id",
+    "--format=csv,noheader,nounits",
+)
+# Bus ids of the GPUs, to map compute apps (which name a bus id) to indices.
+BUS_QUERY = (
+    "nvidia-smi",
+    "--query-gpu=index,pci.bus_id",
+    "--format=csv,noheader,nounits",
+)
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    index: int
+    used_mib: int | None
+    total_mib: int | None
+
+
+@dataclass(frozen=True)
+class GpuComputeApp:
+    pid: int
+    used_mib: int | None
+    bus_id: str
+
+
+def _number(cell: str, source: str, line_no: int) -> int | None:
+    cell = cell.strip()
+    if not cell or cell.startswith("["):
+        return None
+    try:
+        return int(float(cell))
+    except ValueError:
+        raise ParseError(source, f"line {line_no}: not a number: {cell!r}") from None
+
+
+def _rows(text: str, width: int, source: str) -> list[tuple[int, list[str]]]:
+    rows = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) < width:
+            raise ParseError(source, f"line {n} has {len(cells)} fields, expected {width}")
+        rows.append((n, cells))
+    return rows
+
+
+def normalize_bus_id(bus_id: str) -> str:
+    """`00000000:3B:00.0` (nvidia-smi) and `0000:3b:00.0` (sysfs) compare equal."""
+    text = bus_id.strip().lower()
+    domain, sep, rest = text.partition(":")
+    if sep and len(domain) > 4:
+        domain = domain[-4:]
+        return f"{domain}:{rest}"
+    return text
+
+
+def parse_gpu_memory(text: str) -> list[GpuMemory]:
+    source = " ".join(GPU_QUERY)
+    out = []
+    for n, cells in _rows(text, 3, source):
+        index = _number(cells[0], source, n)
+        if index is None:
+            raise ParseError(source, f"line {n}: no GPU index")
+        out.append(GpuMemory(index, _number(cells[1], source, n), _number(cells[2], source, n)))
+    return out
+
+
+def parse_compute_apps(text: str) -> list[GpuComputeApp]:
+    source = " ".join(APPS_QUERY)
+    out = []
+    for n, cells in _rows(text, 3, source):
+        pid = _number(cells[0], source, n)
+        if pid is None:
+            continue
+        out.append(GpuComputeApp(pid, _number(cells[1], source, n), normalize_bus_id(cells[2])))
+    return out
+
+
+def parse_gpu_bus_ids(text: str) -> dict[str, int]:
+    """Normalized bus id -> GPU index."""
+    source = " ".join(BUS_QUERY)
+    out: dict[str, int] = {}
+    for n, cells in _rows(text, 2, source):
+        index = _number(cells[0], source, n)
+        if index is not None:
+            out[normalize_bus_id(cells[1])] = index
+    return out

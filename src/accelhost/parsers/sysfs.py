@@ -1,0 +1,99 @@
+"""sysfs and cgroup files beyond plain CPU lists: PCI addresses, NUMA nodes, caches, cpusets.
+
+The kernel writes these files in a fixed, simple format, but snapshots are hand-edited and
+containers mount odd things; every parser here names the file it could not read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from accelhost.errors import ParseError
+
+PCI_DEVICES = "/sys/bus/pci/devices"
+NODE_ROOT = "/sys/devices/system/node"
+CPU_ROOT = "/sys/devices/system/cpu"
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+# domain (4 or 8 hex digits, optional), bus, device, function: `00000000:1B:00.0`, `3b:00.0`
+_PCI_RE = re.compile(
+    r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):"
+    r"(?P<dev>[0-9a-fA-F]{1,2})\.(?P<fn>[0-7])$"
+)
+_NODE_DIR_RE = re.compile(r"^node(\d+)$")
+_CACHE_DIR_RE = re.compile(r"^index(\d+)$")
+
+
+def normalize_pci_address(text: str, source: str = "PCI address") -> str:
+    """The sysfs form `0000:1b:00.0` of any usual spelling.
+
+    nvidia-smi writes an 8-digit upper-case domain (`00000000:1B:00.0`), lspci leaves the
+    domain out (`1b:00.0`); sysfs directory names are 4-digit lower-case. Domains wider
+    than 16 bits (VMD) keep their extra digits, as sysfs does.
+    """
+    match = _PCI_RE.match(text.strip())
+    if match is None:
+        raise ParseError(source, f"not a PCI address: {text.strip()!r}")
+    domain = int(match["domain"] or "0", 16)
+    bus = int(match["bus"], 16)
+    dev = int(match["dev"], 16)
+    if dev > 0x1F:
+        raise ParseError(source, f"PCI device number out of range in {text.strip()!r}")
+    return f"{domain:04x}:{bus:02x}:{dev:02x}.{match['fn']}"
+
+
+def parse_int_file(text: str, source: str) -> int:
+    """A sysfs file holding one integer (`numa_node`, `physical_package_id`, `level`)."""
+    stripped = text.strip()
+    try:
+        return int(stripped)
+    except ValueError:
+        raise ParseError(source, f"expected one integer, found {stripped[:40]!r}") from None
+
+
+def parse_numa_node(text: str, source: str) -> int | None:
+    """A PCI device's `numa_node`; None for `-1`, which the kernel writes when it does not
+    know (one-node hosts, many VMs), so callers cannot mistake "unknown" for a node."""
+    value = parse_int_file(text, source)
+    if value < -1:
+        raise ParseError(source, f"not a NUMA node: {value}")
+    return None if value == -1 else value
+
+
+def node_ids_from_dir(names: Iterable[str]) -> list[int]:
+    """Node ids from a listing of /sys/devices/system/node (`node0`, `node1`, ...), sorted."""
+    return sorted(int(m[1]) for name in names if (m := _NODE_DIR_RE.match(name)))
+
+
+def cache_indices_from_dir(names: Iterable[str]) -> list[int]:
+    """`indexK` entries of /sys/devices/system/cpu/cpuN/cache, sorted by K."""
+    return sorted(int(m[1]) for name in names if (m := _CACHE_DIR_RE.match(name)))
+
+
+def cgroup_cpuset_candidates(proc_cgroup: str) -> list[str]:
+    """Paths where this process's effective cpuset may be, most specific first.
+
+    From `/proc/self/cgroup`: the unified hierarchy (`0::/path`) gives
+    `cpuset.cpus.effective`, a v1 `cpuset` controller gives `cpuset.effective_cpus`. Without
+    a cgroup namespace the listed path is the host's and does not exist inside the
+    container, so the mount roots come after it.
+    """
+    v2: list[str] = []
+    v1: list[str] = []
+    for line in proc_cgroup.splitlines():
+        parts = line.strip().split(":", 2)
+        if len(parts) != 3:
+            continue
+        _hid, controllers, path = parts
+        path = path.rstrip("/")
+        if controllers == "":
+            v2.append(f"{CGROUP_ROOT}{path}/cpuset.cpus.effective")
+            v2.append(f"{CGROUP_ROOT}/unified{path}/cpuset.cpus.effective")
+        elif "cpuset" in controllers.split(","):
+            v1.append(f"{CGROUP_ROOT}/cpuset{path}/cpuset.effective_cpus")
+    roots = [
+        f"{CGROUP_ROOT}/cpuset.cpus.effective",
+        f"{CGROUP_ROOT}/cpuset/cpuset.effective_cpus",
+    ]
+    return list(dict.fromkeys(v2 + v1 + roots))

@@ -1,0 +1,361 @@
+"""The loops that run inside a pipeline's threads, process drivers and event loop.
+
+Each loop ends on one of three signals only: end of stream on its input channel (normal
+end), `Aborted` from a channel or the abort pipe (teardown), or an error it reports with
+`fail` before ending. Whatever happens it calls `producer_done` on its output channel, so
+the next stage always learns that this worker is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as mp_wait
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+from accelhost.pipeline._channel import Aborted, Channel
+from accelhost.pipeline._core import (
+    CHEAP_S,
+    CHUNK_MAX,
+    FLUSH_S,
+    PipelineError,
+    _annotate,
+    _Env,
+    _Run,
+    _WorkerStats,
+)
+
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+
+
+def _item_failed(r: _Run, envs: list[_Env], si: int, exc: BaseException) -> None:
+    """Record an item's error: fatal under on_error='raise', else carried downstream."""
+    st = r.pipe.stages[si]
+    _annotate(exc, envs, si, st.name or "")
+    if r.pipe.on_error == "raise":
+        r.fail(exc)
+        raise Aborted
+    for env in envs:
+        env.error = exc
+
+
+def _check_batch(si: int, r: _Run, values: list[Any], results: Any) -> list[Any]:
+    try:
+        out = list(results)
+    except TypeError:
+        out = None
+    if out is None or len(out) != len(values):
+        got = "a non-list" if out is None else f"{len(out)} results"
+        raise PipelineError(
+            f"stage {si + 1} ({r.pipe.stages[si].name}) is batched and must return one result "
+            f"per input: got {got} for {len(values)} inputs"
+        )
+    return out
+
+
+def _collect_batch(
+    inq: Channel[_Env], first: list[_Env], max_size: int, wait_s: float
+) -> tuple[list[_Env], bool]:
+    """Top up a batch until it is full or its first item waited wait_s; (batch, eof)."""
+    envs = first
+    if len(envs) >= max_size or wait_s <= 0:
+        return envs, False
+    deadline = perf_counter() + wait_s
+    while len(envs) < max_size:
+        left = deadline - perf_counter()
+        if left <= 0:
+            break
+        more = inq.get_many(max_size - len(envs), timeout=left)
+        if more is None:
+            return envs, True
+        envs.extend(more)
+    return envs, False
+
+
+def thread_worker(r: _Run, si: int, ws: _WorkerStats) -> None:
+    st = r.pipe.stages[si]
+    fn = st.fn
+    inq, outq = r.channels[si], r.channels[si + 1]
+    spans = ws.spans
+    try:
+        if st.batch is not None:
+            _thread_batches(r, si, ws)
+            return
+        chunk = 1
+        cost = 0.0  # running mean seconds per item, to choose the chunk size
+        while True:
+            envs = inq.get_many(chunk)
+            if envs is None:
+                return
+            out: list[_Env] = []
+            flushed = perf_counter()
+            for env in envs:
+                if env.error is None:
+                    t0 = perf_counter()
+                    try:
+                        env.value = fn(env.value)
+                    except Exception as exc:
+                        ws.errors += 1
+                        _item_failed(r, [env], si, exc)
+                    t1 = perf_counter()
+                    dt = t1 - t0
+                    ws.busy += dt
+                    ws.items += 1
+                    ws.calls += 1
+                    cost += (dt - cost) * 0.1
+                    if spans is not None:
+                        spans.append((t0, t1, env.seq, 1))
+                else:
+                    t1 = perf_counter()
+                out.append(env)
+                if t1 - flushed > FLUSH_S:
+                    outq.put_many(out)
+                    out = []
+                    flushed = t1
+            if out:
+                outq.put_many(out)
+            chunk = CHUNK_MAX if cost < CHEAP_S else 1
+    except Aborted:
+        pass
+    except BaseException as exc:  # a bug here or a BaseException from the stage
+        r.fail(exc)
+    finally:
+        ws.ended = perf_counter()
+        outq.producer_done()
+
+
+def _thread_batches(r: _Run, si: int, ws: _WorkerStats) -> None:
+    st = r.pipe.stages[si]
+    assert st.batch is not None
+    fn, max_size, wait_s = st.fn, st.batch.max_size, st.batch.max_wait_ms / 1000
+    inq, outq = r.channels[si], r.channels[si + 1]
+    while True:
+        got = inq.get_many(max_size)
+        if got is None:
+            return
+        envs, eof = _collect_batch(inq, got, max_size, wait_s)
+        good = [e for e in envs if e.error is None]
+        if good:
+            values = [e.value for e in good]
+            t0 = perf_counter()
+            try:
+                results = _check_batch(si, r, values, fn(values))
+            except Exception as exc:
+                ws.errors += len(good)
+                _item_failed(r, good, si, exc)
+            else:
+                for env, value in zip(good, results):
+                    env.value = value
+            t1 = perf_counter()
+            ws.busy += t1 - t0
+            ws.items += len(good)
+            ws.calls += 1
+            if ws.spans is not None:
+                ws.spans.append((t0, t1, good[0].seq, len(good)))
+        outq.put_many(envs)
+        if eof:
+            return
+
+
+def process_driver(
+    r: _Run, si: int, ws: _WorkerStats, proc: BaseProcess, conn: Connection
+) -> None:
+    """Feed one worker process and watch it: a dead process fails the run, never hangs it."""
+    st = r.pipe.stages[si]
+    inq, outq = r.channels[si], r.channels[si + 1]
+    batched = st.batch is not None
+    max_size = st.batch.max_size if st.batch is not None else 1
+    wait_s = st.batch.max_wait_ms / 1000 if st.batch is not None else 0.0
+    chunk = 1
+    cost = 0.0
+    stop_child = False
+    try:
+        while True:
+            got = inq.get_many(max_size if batched else chunk)
+            if got is None:
+                stop_child = True
+                return
+            eof = False
+            envs = got
+            if batched:
+                envs, eof = _collect_batch(inq, got, max_size, wait_s)
+            good = [e for e in envs if e.error is None]
+            if good:
+                values = [e.value for e in good]
+                try:
+                    conn.send(values)
+                except (BrokenPipeError, EOFError, ConnectionResetError, OSError):
+                    _died(r, si, proc, good)
+                except Exception as exc:  # a value that cannot be pickled
+                    ws.errors += len(good)
+                    _item_failed(r, good, si, exc)
+                    good = []
+                if good:
+                    replies = _await_reply(r, si, proc, conn, good)
+                    if batched:
+                        ok, value, t0, t1 = replies[0]
+                        if ok:
+                            try:
+                                value = _check_batch(si, r, values, value)
+                            except PipelineError as exc:
+                                ok, value = False, exc
+                        if ok:
+                            for env, v in zip(good, value):
+                                env.value = v
+                        else:
+                            ws.errors += len(good)
+                            _item_failed(r, good, si, value)
+                        ws.busy += t1 - t0
+                        ws.calls += 1
+                        if ws.spans is not None:
+                            ws.spans.append((t0, t1, good[0].seq, len(good)))
+                    else:
+                        for env, (ok, value, t0, t1) in zip(good, replies):
+                            if ok:
+                                env.value = value
+                            else:
+                                ws.errors += 1
+                                _item_failed(r, [env], si, value)
+                            ws.busy += t1 - t0
+                            ws.calls += 1
+                            cost += (t1 - t0 - cost) * 0.1
+                            if ws.spans is not None:
+                                ws.spans.append((t0, t1, env.seq, 1))
+                    ws.items += len(good)
+            outq.put_many(envs)
+            if eof:
+                stop_child = True
+                return
+            chunk = CHUNK_MAX if cost < CHEAP_S else 1
+    except Aborted:
+        pass
+    except BaseException as exc:
+        r.fail(exc)
+    finally:
+        ws.ended = perf_counter()
+        if stop_child and not r.aborted:
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+            proc.join(1.0)
+        if proc.is_alive():
+            proc.terminate()
+            proc.join(1.0)
+        outq.producer_done()
+
+
+def _await_reply(
+    r: _Run, si: int, proc: BaseProcess, conn: Connection, envs: list[_Env]
+) -> list[Any]:
+    ready = mp_wait([conn, proc.sentinel, r.abort_r])
+    if conn in ready:
+        try:
+            replies: list[Any] = conn.recv()
+            return replies
+        except (EOFError, OSError):
+            pass
+    if r.aborted:
+        raise Aborted
+    _died(r, si, proc, envs)
+    raise AssertionError("unreachable")
+
+
+def _died(r: _Run, si: int, proc: BaseProcess, envs: list[_Env]) -> None:
+    proc.join(1.0)
+    st = r.pipe.stages[si]
+    what = f"item #{envs[0].seq}" if len(envs) == 1 else f"{len(envs)} items from #{envs[0].seq}"
+    exc = PipelineError(
+        f"stage {si + 1} ({st.name}): worker process {proc.pid} died "
+        f"(exit code {proc.exitcode}) while working on {what}"
+    )
+    _annotate(exc, envs, si, st.name or "")
+    r.fail(exc)
+    raise Aborted
+
+
+# -- async stages -------------------------------------------------------------------------
+def loop_main(r: _Run, jobs: list[tuple[int, int, _WorkerStats]], ready: threading.Event) -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        asyncio.set_event_loop(loop)
+        r.tasks = [loop.create_task(_async_worker(r, si, ws)) for si, _, ws in jobs]
+        r.loop = loop
+        ready.set()
+        if r.aborted:  # aborted before the loop existed: abort() could not cancel
+            for t in r.tasks:
+                t.cancel()
+        loop.run_until_complete(asyncio.gather(*r.tasks, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    except BaseException as exc:
+        r.fail(exc)
+    finally:
+        ready.set()
+        r.loop = None
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+async def _async_worker(r: _Run, si: int, ws: _WorkerStats) -> None:
+    st = r.pipe.stages[si]
+    fn: Callable[[Any], Awaitable[Any]] = st.fn
+    inq, outq = r.channels[si], r.channels[si + 1]
+    max_size = st.batch.max_size if st.batch is not None else 1
+    wait_s = st.batch.max_wait_ms / 1000 if st.batch is not None else 0.0
+    try:
+        while True:
+            envs = await inq.aget_many(max_size)
+            if envs is None:
+                return
+            eof = False
+            if st.batch is not None and len(envs) < max_size and wait_s > 0:
+                deadline = perf_counter() + wait_s
+                while len(envs) < max_size:
+                    left = deadline - perf_counter()
+                    if left <= 0:
+                        break
+                    more = await inq.aget_many(max_size - len(envs), timeout=left)
+                    if more is None:
+                        eof = True
+                        break
+                    envs.extend(more)
+            good = [e for e in envs if e.error is None]
+            if good:
+                t0 = perf_counter()
+                if st.batch is not None:
+                    values = [e.value for e in good]
+                    try:
+                        results = _check_batch(si, r, values, await fn(values))
+                    except Exception as exc:
+                        ws.errors += len(good)
+                        _item_failed(r, good, si, exc)
+                    else:
+                        for env, v in zip(good, results):
+                            env.value = v
+                else:
+                    env = good[0]
+                    try:
+                        env.value = await fn(env.value)
+                    except Exception as exc:
+                        ws.errors += 1
+                        _item_failed(r, [env], si, exc)
+                t1 = perf_counter()
+                ws.busy += t1 - t0
+                ws.items += len(good)
+                ws.calls += 1
+                if ws.spans is not None:
+                    ws.spans.append((t0, t1, good[0].seq, len(good)))
+            await outq.aput_many(envs)
+            if eof:
+                return
+    except (Aborted, asyncio.CancelledError):
+        pass
+    except BaseException as exc:
+        r.fail(exc)
+    finally:
+        ws.ended = perf_counter()
+        outq.producer_done()

@@ -1,0 +1,290 @@
+"""Ascend CPU binding: the same pools and roles as vllm-ascend's `cpu_binding.py`.
+
+Pure functions over a `Topology`. Refusals and skips of the reference raise `PlanError`
+with the reference's own message; informational messages are returned in the plan.
+The rules are stated in shared/spec/ascend-binding.md §1-§6.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from accelhost.errors import PlanError
+from accelhost.plans import UVB_THREAD, DevicePlan, HostThreads, Plan, numa_node_of
+from accelhost.topology import Topology
+
+MIN_CPUS_PER_NPU = 5
+MIN_CPUS_PER_NPU_WITHOUT_IRQ = 3
+
+STRATEGY_BY_FAMILY = {
+    "A2": "topo_affinity",
+    "310P": "topo_affinity",
+    "A3": "global_slice",
+    "950": "cluster",
+}
+ASCEND_STRATEGIES = ("global_slice", "topo_affinity", "cluster")
+
+NO_RUNNING = "Can not get running npu info."
+NO_RUNNING_HINT = (
+    " (no process runs on a visible NPU yet: name the NPUs to plan for with --devices, "
+    "e.g. --devices 0,1)"
+)
+TOPO_FALLBACK = "NPU topo affinity not found. action: fallback to global-slice CPU binding."
+TOPO_SKIP = "NPU topo affinity not found. action: skip worker CPU binding."
+AFFINITY_CONFLICT = "CPUs available in 'Cpus_allowed_list' conflict with NUMA affinity."
+
+Pools = dict[int, list[int]]
+
+
+def logical_ids(topo: Topology) -> list[int]:
+    """The host's logical NPUs, ascending (from `npu-smi info -m`)."""
+    return sorted({a.index for a in topo.accelerators})
+
+
+def parse_visible(value: str, name: str = "ASCEND_RT_VISIBLE_DEVICES") -> list[int]:
+    try:
+        return [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise PlanError(f"{name}={value!r} is not a comma-separated list of integers") from None
+
+
+def running_npus(topo: Topology, hint: bool = True) -> list[int]:
+    """Logical NPUs with a process on them (any process on the host), ∩ visible, sorted."""
+    chips_of: dict[int, dict[int, int]] = {}
+    for acc in topo.accelerators:
+        if acc.npu_id is not None:
+            chips_of.setdefault(acc.npu_id, {})[acc.chip_id or 0] = acc.index
+    running: set[int] = set()
+    for proc in topo.processes:
+        chips = chips_of.get(proc.npu_id)
+        if proc.chip_id is not None:
+            if chips is not None and proc.chip_id in chips:
+                running.add(chips[proc.chip_id])
+            elif not chips_of and proc.chip_id == 0:
+                running.add(proc.npu_id)
+            continue
+        if chips is None:
+            if not chips_of:
+                running.add(proc.npu_id)
+            continue
+        if len(chips) != 1:
+            raise PlanError(
+                f"NPU {proc.npu_id} has {len(chips)} chips but the process table gives no "
+                "chip id; cannot tell which logical NPU runs the process."
+            )
+        running.add(next(iter(chips.values())))
+    if topo.visible_env is not None and topo.visible_env.strip():
+        running &= set(parse_visible(topo.visible_env))
+    if not running:
+        raise PlanError(NO_RUNNING + (NO_RUNNING_HINT if hint else ""))
+    return sorted(running)
+
+
+def total_npus(topo: Topology, running: Sequence[int]) -> int:
+    return len(logical_ids(topo)) or len(topo.affinity) or len(running)
+
+
+def global_slice_pools(
+    allowed: Sequence[int], total: int, running: Sequence[int], minimum: int
+) -> Pools:
+    """Slice the sorted allowed CPUs by global logical NPU id (NUMA ignored on purpose)."""
+    cpus = sorted(set(allowed))
+    if not running or not cpus:
+        return {}
+    base, extra = divmod(len(cpus), total)
+    if base < minimum:
+        raise PlanError(
+            "Insufficient CPUs for binding with CPU role reservations: "
+            f"total_allowed={len(cpus)}, total_npus={total}, min_per_npu={base} (<{minimum}). "
+            f"Need at least {total}*{minimum} CPUs in cpuset."
+        )
+    pools: Pools = {}
+    for g in running:
+        if g < 0 or g >= total:
+            raise PlanError(f"Invalid NPU id {g}, total_npus={total}.")
+        start = g * base + min(g, extra)
+        pools[g] = cpus[start : start + base + (1 if g < extra else 0)]
+    return pools
+
+
+def _candidates(
+    ids: Sequence[int], running: Sequence[int], affinity: Mapping[int, Sequence[int]],
+    allowed: set[int],
+) -> list[int]:
+    """Running NPUs plus hidden ones whose affinity meets our CPUs (so they take part)."""
+    run = set(running)
+    return [
+        n
+        for n in sorted(set(ids) | run)
+        if n in run or not allowed.isdisjoint(affinity.get(n, ()))
+    ]
+
+
+def topo_affinity_pools(topo: Topology, running: Sequence[int]) -> Pools:
+    allowed_set = set(topo.allowed_cpus)
+    node_count = len(topo.node_cpus)
+    extended: dict[int, list[int]] = {}
+    for npu in _candidates(logical_ids(topo), running, topo.affinity, allowed_set):
+        base = [c for c in topo.affinity.get(npu, ()) if c in allowed_set]
+        if not base:
+            raise PlanError(AFFINITY_CONFLICT)
+        nodes = {topo.cpu_node.get(c) for c in base}
+        if len(nodes) == 1 and None not in nodes and node_count:
+            (node,) = nodes
+            assert node is not None
+            nxt = (node + 1) % node_count
+            base = sorted(set(base) | {c for c in topo.node_cpus.get(nxt, ()) if c in allowed_set})
+        extended[npu] = base
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for npu, pool in extended.items():
+        groups.setdefault(tuple(pool), []).append(npu)
+    pools: Pools = {}
+    for pool_key, members in groups.items():
+        if len(members) == 1:
+            pools[members[0]] = list(pool_key)
+            continue
+        ordered = sorted(pool_key)
+        size = len(ordered) // len(members)
+        for i, npu in enumerate(sorted(members)):
+            last = i == len(members) - 1
+            pools[npu] = ordered[i * size : None if last else (i + 1) * size]
+    return {n: pools[n] for n in running if n in pools}
+
+
+def host_thread_cpus(topo: Topology) -> list[int]:
+    """NUMA node 0's allowed CPUs minus CPU 0: reserved for the host's UVB poll threads."""
+    allowed = set(topo.allowed_cpus)
+    return [c for c in topo.node_cpus.get(0, ()) if c in allowed and c != 0]
+
+
+def cluster_pools(topo: Topology, running: Sequence[int]) -> Pools:
+    """Ascend 950: one whole CPU cluster per NPU on its affine node."""
+    if not topo.affinity:
+        raise PlanError(TOPO_SKIP)
+    tpc = topo.threads_per_core
+    if tpc not in (1, 2):
+        raise PlanError(
+            f"unsupported Thread(s) per core: {tpc if tpc is not None else 'unknown'}. "
+            "action: skip worker CPU binding."
+        )
+    size = 8 * tpc
+    allowed = set(topo.allowed_cpus)
+    reserved = set(host_thread_cpus(topo))
+    by_node: dict[int, list[int]] = {}
+    for npu in _candidates(logical_ids(topo), running, topo.affinity, allowed):
+        cpus = [c for c in topo.affinity.get(npu, ()) if c in allowed]
+        nodes = {topo.cpu_node.get(c) for c in cpus}
+        if len(nodes) != 1 or None in nodes:
+            raise PlanError(
+                f"invalid topo affinity. npu={npu}, cpus={cpus}. action: skip worker CPU binding."
+            )
+        (node,) = nodes
+        assert node is not None
+        by_node.setdefault(node, []).append(npu)
+    pools: Pools = {}
+    for node, npus in sorted(by_node.items()):
+        cpus = [c for c in sorted(topo.node_cpus.get(node, ())) if c in allowed and c not in reserved]
+        clusters = [cpus[i : i + size] for i in range(0, len(cpus) - size + 1, size)]
+        if len(clusters) < len(npus):
+            raise PlanError(
+                f"insufficient CPU clusters. numa={node}, clusters={len(clusters)}, "
+                f"npus={sorted(npus)}. action: skip worker CPU binding."
+            )
+        for npu, cluster in zip(sorted(npus), clusters):
+            pools[npu] = cluster
+    for npu in running:
+        if npu not in pools:
+            raise PlanError(f"NPU {npu} has no CPU cluster. action: skip worker CPU binding.")
+    return {n: pools[n] for n in running}
+
+
+def split_roles(device: int, pool: Sequence[int], family: str, topo: Topology) -> DevicePlan:
+    """IRQ, main, ACL and release CPUs of one pool (§6)."""
+    node = numa_node_of(pool, topo.cpu_node)
+    acc = topo.accelerator(device)
+    pci = acc.pci if acc else None
+    if family == "950":
+        if len(pool) < MIN_CPUS_PER_NPU_WITHOUT_IRQ:
+            raise PlanError(
+                "The number of CPUs is insufficient. Each NPU requires at least "
+                f"{MIN_CPUS_PER_NPU_WITHOUT_IRQ} CPUs."
+            )
+        return DevicePlan(device, tuple(pool), main=tuple(pool), numa_node=node, pci=pci)
+    if len(pool) < MIN_CPUS_PER_NPU:
+        raise PlanError(
+            f"The number of CPUs is insufficient. Each NPU requires at least {MIN_CPUS_PER_NPU} CPUs."
+        )
+    return DevicePlan(
+        device,
+        tuple(pool),
+        irq=(pool[0], pool[1]),
+        main=tuple(pool[2:-2]),
+        acl=(pool[-2],),
+        release=(pool[-1],),
+        numa_node=node,
+        pci=pci,
+    )
+
+
+def plan_ascend(
+    topo: Topology, *, strategy: str | None = None, devices: Sequence[int] | None = None
+) -> Plan:
+    """The reference's plan for the running (or the given) NPUs of an Ascend host."""
+    family = topo.family
+    if family not in STRATEGY_BY_FAMILY:
+        raise PlanError(
+            "cannot tell the accelerator family of this host; pass --device-type "
+            "(A2, A3, 310P, 950, nvidia, pci)"
+        )
+    mode = strategy or STRATEGY_BY_FAMILY[family]
+    if mode not in ASCEND_STRATEGIES:
+        raise PlanError(
+            f"strategy {mode!r} does not apply to Ascend (choose from {', '.join(ASCEND_STRATEGIES)})"
+        )
+    if devices is not None:
+        running = sorted(set(devices))
+        known = logical_ids(topo)
+        unknown = [d for d in running if known and d not in known]
+        if unknown or not running:
+            raise PlanError(
+                f"NPU {unknown[0] if unknown else '?'} is not on this host "
+                f"(logical NPUs: {', '.join(map(str, known)) or 'none'})"
+            )
+    else:
+        running = running_npus(topo)
+    messages: list[str] = []
+    minimum = MIN_CPUS_PER_NPU_WITHOUT_IRQ if family == "950" else MIN_CPUS_PER_NPU
+    host_threads: HostThreads | None = None
+    if mode == "cluster":
+        pools = cluster_pools(topo, running)
+        host_threads = HostThreads(UVB_THREAD, tuple(host_thread_cpus(topo)), topo.host_thread_tids)
+        if not topo.host_thread_tids:
+            messages.append(
+                "uvb_poll_window_thread not found; in Docker, start the container with "
+                "--pid=host to see the host's UVB poll threads."
+            )
+    elif mode == "topo_affinity" and not topo.affinity:
+        messages.append(TOPO_FALLBACK)
+        mode = "global_slice"
+        pools = global_slice_pools(topo.allowed_cpus, total_npus(topo, running), running, minimum)
+    elif mode == "topo_affinity":
+        pools = topo_affinity_pools(topo, running)
+    else:
+        pools = global_slice_pools(topo.allowed_cpus, total_npus(topo, running), running, minimum)
+    if not topo.cpu_node:
+        raise PlanError("lscpu command output error, no NUMA node available. Please check!")
+    missing = [n for n in running if n not in pools]
+    if missing:
+        raise PlanError(
+            f"no CPU pool for NPU {missing[0]}: the allowed CPU list is empty "
+            "('Cpus_allowed_list' of /proc/self/status)"
+        )
+    plans = tuple(split_roles(n, pools[n], family, topo) for n in running)
+    return Plan(
+        device_type=family,
+        mode=mode,
+        visible=tuple(running),
+        devices=plans,
+        messages=tuple(messages),
+        host_threads=host_threads,
+    )

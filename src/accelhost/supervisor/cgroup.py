@@ -1,0 +1,216 @@
+"""A cgroup of the run's own (`--cgroup`): membership no process can leave by re-parenting.
+
+Parent links already find double forks and `setsid` escapes under a subreaper; a cgroup
+also survives a process that was moved out of the tree by something we do not see, and on
+cgroup v2 (`cgroup.kill`) or with the v1 freezer the final SIGKILL is atomic even against
+a process that forks in a loop. v2 is preferred when it is mounted and writable; v1 uses
+the freezer hierarchy (else pids). Where neither can be written (a container with a
+read-only /sys/fs/cgroup), `--cgroup` fails with one line instead of running unprotected.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+from accelhost.errors import AccelhostError
+
+V1_PREFERENCE = ("freezer", "pids")
+
+
+class CgroupError(AccelhostError):
+    """`--cgroup` was asked for and cannot be had here."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    root: str  # the part of the hierarchy this mount shows (field 4 of mountinfo)
+    point: str
+    fstype: str  # cgroup or cgroup2
+    options: frozenset[str]  # super options: controller names for v1
+
+
+def _unescape(field: str) -> str:
+    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
+
+
+def read_mounts(mountinfo: str) -> list[Mount]:
+    """cgroup and cgroup2 mounts from /proc/self/mountinfo text."""
+    out = []
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        if not sep:
+            continue
+        fields, rfields = left.split(), right.split()
+        if len(fields) < 5 or len(rfields) < 3 or rfields[0] not in ("cgroup", "cgroup2"):
+            continue
+        out.append(
+            Mount(
+                root=_unescape(fields[3]),
+                point=_unescape(fields[4]),
+                fstype=rfields[0],
+                options=frozenset(rfields[2].split(",")),
+            )
+        )
+    return out
+
+
+def read_own_cgroups(text: str) -> dict[str, str]:
+    """Controller (or "" for v2, "name=systemd" for named v1) -> our path in it."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[1] == "":
+            out[""] = parts[2]
+        for name in parts[1].split(","):
+            if name:
+                out[name] = parts[2]
+    return out
+
+
+def _join(mount: Mount, path: str) -> str:
+    """Our cgroup's directory under the mount (the mount may show only a subtree)."""
+    rel = path
+    if mount.root != "/" and (path == mount.root or path.startswith(mount.root + "/")):
+        rel = path[len(mount.root) :]
+    return os.path.join(mount.point, rel.lstrip("/"))
+
+
+@dataclass
+class Cgroup:
+    version: int
+    path: str
+
+    def _file(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    def pids(self) -> list[int]:
+        """Every process in the cgroup now (empty when it is gone)."""
+        try:
+            with open(self._file("cgroup.procs")) as fh:
+                return sorted({int(x) for x in fh.read().split()})
+        except OSError:
+            return []
+
+    def kill_all(self) -> None:
+        """SIGKILL every member at once: cgroup.kill (v2, Linux 5.14+), else freeze, kill
+        each, thaw, so that no member can fork between the listing and the kill."""
+        if self.version == 2 and os.path.exists(self._file("cgroup.kill")):
+            try:
+                _write(self._file("cgroup.kill"), "1")
+                return
+            except OSError:
+                pass
+        frozen = self._freeze(True)
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if frozen:
+            self._freeze(False)
+
+    def _freeze(self, on: bool) -> bool:
+        try:
+            if self.version == 2:
+                _write(self._file("cgroup.freeze"), "1" if on else "0")
+            elif os.path.exists(self._file("freezer.state")):
+                _write(self._file("freezer.state"), "FROZEN" if on else "THAWED")
+            else:
+                return False
+        except OSError:
+            return False
+        if on:  # the v1 freezer goes FREEZING before FROZEN; wait a little, never long
+            deadline = time.monotonic() + 0.5
+            while time.monotonic() < deadline and self._freezing():
+                time.sleep(0.01)
+        return True
+
+    def _freezing(self) -> bool:
+        if self.version == 2:
+            return False  # cgroup.freeze is synchronous enough for a kill right after
+        try:
+            with open(self._file("freezer.state")) as fh:
+                return fh.read().strip() == "FREEZING"
+        except OSError:
+            return False
+
+    def remove(self, timeout_s: float = 2.0) -> bool:
+        """rmdir once the members are reaped (EBUSY until the kernel drops the last one)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                os.rmdir(self.path)
+                return True
+            except FileNotFoundError:
+                return True
+            except OSError as exc:
+                if exc.errno != errno.EBUSY or time.monotonic() >= deadline:
+                    return False
+            time.sleep(0.02)
+
+
+def _write(path: str, value: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+def join_cgroup(cgroup: Cgroup, pid: int) -> None:
+    """Move `pid` (0 = the caller) into the cgroup; OSError when refused."""
+    _write(os.path.join(cgroup.path, "cgroup.procs"), str(pid))
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def _candidates(version: str, mounts: list[Mount], own: dict[str, str]) -> list[tuple[int, str]]:
+    out: list[tuple[int, str]] = []
+    if version in ("auto", "2"):
+        for m in mounts:
+            if m.fstype == "cgroup2" and "" in own:
+                out.append((2, _join(m, own[""])))
+                break
+    if version in ("auto", "1"):
+        for name in V1_PREFERENCE:
+            for m in mounts:
+                if m.fstype == "cgroup" and name in m.options and name in own:
+                    out.append((1, _join(m, own[name])))
+                    break
+            if out and out[-1][0] == 1:
+                break
+    return out
+
+
+def create_cgroup(version: str, name: str) -> Cgroup:
+    """A new, empty cgroup below our own. CgroupError with the reason when none can be made."""
+    mounts = read_mounts(_read("/proc/self/mountinfo"))
+    own = read_own_cgroups(_read("/proc/self/cgroup"))
+    candidates = _candidates(version, mounts, own)
+    if not candidates:
+        wanted = {"auto": "v1 or v2", "1": "v1 (freezer or pids)", "2": "v2"}.get(version, version)
+        raise CgroupError(f"--cgroup: no cgroup {wanted} hierarchy is mounted here")
+    problems = []
+    for ver, parent in candidates:
+        path = os.path.join(parent, name)
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            problems.append(f"cannot create {path}: {exc.strerror}")
+            continue
+        return Cgroup(version=ver, path=path)
+    raise CgroupError("--cgroup: " + "; ".join(problems))

@@ -1,0 +1,79 @@
+"""What the supervisor is asked to do, and what it reports back."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+# Signals passed on to the command's process group as they arrive.
+FORWARDED_SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+# Of those, the ones that mean "stop": they also start the teardown of the whole tree.
+# SIGHUP, SIGUSR1 and SIGUSR2 are often "reload" or "dump state", so they are only passed on;
+# if the command dies of one, its exit starts the teardown anyway.
+STOPPING_SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGQUIT")
+
+DEFAULT_GRACE_S = 30.0
+# After SIGKILL a process normally dies in milliseconds; one that does not within this bound
+# sits in an uninterruptible (D) state in a driver and only a device reset frees it.
+DEFAULT_KILL_WAIT_S = 5.0
+# The slowest interval between /proc rescans while something is tracked (--fail-on-exit,
+# --bind); rescans start fast and back off to this, deaths are seen at once through pidfds.
+DEFAULT_SCAN_INTERVAL_S = 5.0
+FIRST_SCAN_S = 0.2
+
+# Exit statuses of the supervisor itself (a shell's conventions where there is one).
+STATUS_CANNOT_EXECUTE = 126
+STATUS_NOT_FOUND = 127
+STATUS_ENGINE_DIED = 1
+
+
+def _stderr(line: str) -> None:
+    print(f"accelhost run: {line}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class BindRequest:
+    """`--bind DEVICE`: apply the CPU plan to the engine once it holds the device."""
+
+    device: int
+    # Bind after this many seconds even when no process has opened the device (yet).
+    delay_s: float | None = None
+
+
+@dataclass
+class SupervisorOptions:
+    argv: Sequence[str]
+    grace_s: float = DEFAULT_GRACE_S
+    kill_wait_s: float = DEFAULT_KILL_WAIT_S
+    fail_on_exit: Sequence[str] = ()
+    cgroup: str | None = None  # None, "auto", "1" or "2"
+    clean_shm: bool = True
+    scan_interval_s: float = DEFAULT_SCAN_INTERVAL_S
+    bind: BindRequest | None = None
+    log: Callable[[str], None] = field(default=_stderr)
+
+
+@dataclass
+class RemovedSegment:
+    shmid: int
+    key_hex: str
+    size: int
+    cpid: int
+
+
+@dataclass
+class RunOutcome:
+    """How the run ended; `status` is what `accelhost run` exits with."""
+
+    status: int
+    # "exited" (the command ended by itself), "signal" (the supervisor was told to stop),
+    # "engine-died" (--fail-on-exit) or "not-started".
+    reason: str
+    cmd_pid: int | None = None
+    cmd_wait_status: int | None = None  # os.waitstatus_to_exitcode of the command
+    terminated: list[int] = field(default_factory=list)  # pids sent SIGTERM in teardown
+    killed: list[int] = field(default_factory=list)  # pids that needed SIGKILL
+    survivors: list[int] = field(default_factory=list)  # pids that outlived even SIGKILL
+    removed_segments: list[RemovedSegment] = field(default_factory=list)
+    teardown_s: float = 0.0

@@ -1,0 +1,68 @@
+"""The supervised tree as /proc shows it right now.
+
+The supervisor is a child subreaper (or PID 1), so every orphan of the command's tree is
+re-parented to it: a double fork or a `setsid` escape stays reachable through parent links
+from the supervisor's own pid. Reading only `stat` for the whole host (not `cmdline`) keeps
+a rescan cheap; command lines are read only for members of the tree, and only when needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from accelhost.errors import ParseError
+from accelhost.host.base import Host
+from accelhost.parsers.procstat import parse_proc_stat
+from accelhost.procs import ProcessInfo, descendants, list_pids, read_process
+
+
+def _read_stat(host: Host, pid: int) -> ProcessInfo | None:
+    text = host.read_file(f"/proc/{pid}/stat")
+    if not text:
+        return None
+    try:
+        st = parse_proc_stat(text, f"/proc/{pid}/stat")
+    except ParseError:
+        return None
+    return ProcessInfo(
+        pid=st.pid,
+        ppid=st.ppid,
+        pgid=st.pgid,
+        sid=st.sid,
+        state=st.state,
+        comm=st.comm,
+        cmdline=(),
+        start_ticks=st.start_ticks,
+    )
+
+
+def scan_tree(host: Host, root: int, extra: Iterable[int] = ()) -> dict[int, ProcessInfo]:
+    """Every live descendant of `root` (root excluded), plus the `extra` pids (cgroup
+    members) and their descendants. Command lines are left empty; see `with_cmdlines`."""
+    procs: dict[int, ProcessInfo] = {}
+    for pid in list_pids(host):
+        info = _read_stat(host, pid)
+        if info is not None:
+            procs[pid] = info
+    members = set(descendants(procs, root))
+    for pid in extra:
+        if pid in procs and pid != root:
+            members.add(pid)
+            members.update(descendants(procs, pid))
+    return {pid: procs[pid] for pid in sorted(members)}
+
+
+def with_cmdlines(host: Host, tree: dict[int, ProcessInfo]) -> dict[int, ProcessInfo]:
+    """The same members with their command lines (process titles such as
+    `VLLM::EngineCore` live there, /proc/PID/comm truncates them to 15 characters)."""
+    out: dict[int, ProcessInfo] = {}
+    for pid, info in tree.items():
+        full = read_process(host, pid)
+        if full is not None and full.start_ticks == info.start_ticks:
+            out[pid] = full
+    return out
+
+
+def still_same(host: Host, info: ProcessInfo) -> bool:
+    """The pid still names the process we scanned (not a new one that reused the pid)."""
+    now = _read_stat(host, info.pid)
+    return now is not None and now.start_ticks == info.start_ticks
