@@ -122,8 +122,8 @@ def read_mask(root: str, irq: int) -> str | None:
 
 
 def write_mask(path: str, mask: str) -> None:
-    # One write() of the whole mask: the kernel parses it in one go.
-    fd = os.open(path, os.O_WRONLY)
+    # One write() of the whole mask (the kernel parses it in one go); O_TRUNC as `echo >`.
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
     try:
         os.write(fd, mask.encode() + b"\n")
     finally:

@@ -7,18 +7,23 @@ and restarts it; `keep` leaves it alone with a warning. `unbind --irq` undoes ei
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from accelhost.cpulist import format_cpulist, parse_cpulist
 from accelhost.errors import ParseError
-from accelhost.host.base import Host
+
+if TYPE_CHECKING:
+    from accelhost.host.base import Host
 
 SERVICE = "irqbalance.service"
 MODES = ("stop", "ban", "keep")
 CONFIG_PATHS = ("/etc/default/irqbalance", "/etc/sysconfig/irqbalance")
-_BANNED = re.compile(r"^\s*(?:export\s+)?IRQBALANCE_BANNED_CPULIST\s*=\s*\"?([^\"#]*)\"?")
+_BANNED = re.compile(r'^\s*(?:export\s+)?IRQBALANCE_BANNED_CPULIST\s*=\s*"?([^"#]*)"?')
+_ARGS = re.compile(r'^\s*(?:export\s+)?IRQBALANCE_ARGS\s*=\s*"?([^"#]*)"?')
 
 
 def is_active(host: Host) -> bool:
@@ -37,20 +42,35 @@ def config_path(root: str) -> str:
     return rooted(root, CONFIG_PATHS[0])
 
 
-def banned_config(original: str, cpus: Iterable[int]) -> str:
-    """`original` with `cpus` added to IRQBALANCE_BANNED_CPULIST (other lines unchanged)."""
+def banned_config(original: str, cpus: Iterable[int], irqs: Iterable[int] = ()) -> str:
+    """`original` with `cpus` added to the banned CPUs and `irqs` to the banned IRQs.
+
+    Banning the CPUs keeps other interrupts off the reserved CPUs; banning our IRQs
+    (`--banirq` in IRQBALANCE_ARGS) stops irqbalance from moving them off those CPUs.
+    Other lines are kept as they are.
+    """
     lines = original.splitlines()
     wanted = set(cpus)
+    ban_args = [f"--banirq={irq}" for irq in irqs]
+    found_cpus = found_args = False
     for i, line in enumerate(lines):
         m = _BANNED.match(line)
-        if m:
-            try:
+        if m and not found_cpus:
+            with contextlib.suppress(ParseError):
                 wanted |= set(parse_cpulist(m.group(1).strip()))
-            except ParseError:
-                pass
             lines[i] = f'IRQBALANCE_BANNED_CPULIST="{format_cpulist(wanted)}"'
-            break
-    else:
-        lines.append("# added by accelhost bind (--irqbalance=ban); undo with accelhost unbind --irq")
+            found_cpus = True
+            continue
+        a = _ARGS.match(line)
+        if a and not found_args:
+            args = a.group(1).split()
+            args += [b for b in ban_args if b not in args]
+            lines[i] = f'IRQBALANCE_ARGS="{" ".join(args)}"'
+            found_args = True
+    if not found_cpus or (ban_args and not found_args):
+        lines.append("# added by accelhost bind --irqbalance=ban; undo: accelhost unbind --irq")
+    if not found_cpus:
         lines.append(f'IRQBALANCE_BANNED_CPULIST="{format_cpulist(wanted)}"')
+    if ban_args and not found_args:
+        lines.append(f'IRQBALANCE_ARGS="{" ".join(ban_args)}"')
     return "\n".join(lines) + "\n"

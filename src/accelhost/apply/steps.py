@@ -139,8 +139,7 @@ class IrqAffinity(Step):
     def describe(self) -> str:
         was = f" (was {self.previous})" if self.previous is not None else ""
         return (
-            f"write mask {self.mask} (CPUs {_cpus(self.cpus)}) to {self.path}{was} "
-            f"[{self.purpose}]"
+            f"write mask {self.mask} (CPUs {_cpus(self.cpus)}) to {self.path}{was} [{self.purpose}]"
         )
 
 

@@ -89,25 +89,30 @@ def omp_warnings(env: Mapping[str, str] | None, who: str) -> list[str]:
     ]
 
 
-def cpuset_warnings(pid: int, planned: Sequence[int]) -> list[str]:
-    """Allowed CPUs narrower than the cgroup's, and planned CPUs the kernel will refuse."""
-    out = []
+def narrowed_warning(pid: int) -> list[str]:
+    """A planner reading this process's allowed CPUs sees less than the cgroup grants."""
     allowed = allowed_cpus(pid)
     cpuset = cgroup_cpuset(pid)
-    if allowed is not None and cpuset is not None and set(allowed) < set(cpuset):
-        out.append(
-            f"process {pid} may run on CPUs {format_cpulist(allowed)} only, narrower than "
-            f"its cgroup cpuset {format_cpulist(cpuset)}: something pinned it earlier "
-            "(taskset, OMP_PROC_BIND, a launcher); a plan made from its allowed CPUs is "
-            "smaller than the container's"
-        )
+    if allowed is None or cpuset is None or not set(allowed) < set(cpuset):
+        return []
+    return [
+        f"process {pid} may run on CPUs {format_cpulist(allowed)} only, narrower than its "
+        f"cgroup cpuset {format_cpulist(cpuset)}: something pinned it earlier (taskset, "
+        "OMP_PROC_BIND, a launcher), so a plan made from its allowed CPUs is smaller than "
+        "the container's"
+    ]
+
+
+def outside_cpuset_warning(pid: int, planned: Sequence[int]) -> list[str]:
+    """Planned CPUs that the kernel will silently drop or refuse for this process."""
+    cpuset = cgroup_cpuset(pid)
     outside = sorted(set(planned) - set(cpuset)) if cpuset is not None else []
-    if outside:
-        out.append(
-            f"CPUs {format_cpulist(outside)} of the plan are outside the cgroup cpuset "
-            f"{format_cpulist(cpuset or [])} of process {pid}: the kernel will refuse them"
-        )
-    return out
+    if not outside:
+        return []
+    return [
+        f"CPUs {format_cpulist(outside)} of the plan are outside the cgroup cpuset "
+        f"{format_cpulist(cpuset or [])} of process {pid}: the kernel will refuse them"
+    ]
 
 
 def irq_writable_warning(writable: bool) -> list[str]:

@@ -1,0 +1,335 @@
+"""Turn a plan into steps. Reads the machine, changes nothing.
+
+The functional core of applying: everything that a real run will do is decided here, so
+`--dry-run` prints exactly this list and `execute` only carries it out.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from accelhost.apply import irq as irqmod
+from accelhost.apply import traps
+from accelhost.apply.steps import (
+    ExecCommand,
+    IrqAffinity,
+    IrqBalance,
+    MemPolicy,
+    MigratePages,
+    OwnAffinity,
+    SaveIrqState,
+    Step,
+    ThreadAffinity,
+    Unresolved,
+)
+from accelhost.apply.threads import RoleMatcher, assign, list_threads, scan_named_threads
+from accelhost.cpulist import cpu_mask, format_cpulist
+from accelhost.plans import DevicePlan, Plan, ThreadRole
+
+if TYPE_CHECKING:
+    from accelhost.host.base import Host
+
+IRQ_ASCEND_FAMILIES = frozenset({"A2", "A3", "310P"})
+IRQBALANCE_MODES = ("stop", "ban", "keep")
+
+
+@dataclass(frozen=True)
+class BindOptions:
+    """What to apply and how. `pid` None: no thread or memory steps (`--irq-only`)."""
+
+    pid: int | None = None
+    threads: bool = True
+    memory: bool = True
+    irq: bool = True
+    irqbalance: str = "stop"
+    host_root: str = "/"
+    state_dir: str = irqmod.DEFAULT_STATE_DIR
+    extra_roles: tuple[ThreadRole, ...] = ()
+    host_threads: bool = True
+    membind: bool = False
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The steps to run, the warnings to give first, and facts worth a line (no-ops)."""
+
+    steps: tuple[Step, ...]
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def live_host() -> Host:
+    from accelhost.host.live import LiveHost
+
+    return LiveHost()
+
+
+def roles_of(plan: Plan, dev: DevicePlan, extra: tuple[ThreadRole, ...]) -> list[ThreadRole]:
+    """The plan's thread roles, the extra ones, and (950) the host threads, last to win."""
+    roles = [*dev.roles(), *extra]
+    ht = plan.host_threads
+    if ht is not None and ht.cpus:
+        roles.append(host_role(plan))
+    return roles
+
+
+def host_role(plan: Plan) -> ThreadRole:
+    assert plan.host_threads is not None
+    return ThreadRole("host", plan.host_threads.pattern, plan.host_threads.cpus)
+
+
+def target_node(dev: DevicePlan, root: str) -> int | None:
+    """The node of pool[0]: the plan's `numa_node`, else sysfs."""
+    if dev.numa_node is not None:
+        return dev.numa_node
+    from accelhost.apply.memory import node_of_cpu
+
+    return node_of_cpu(dev.pool[0], root) if dev.pool else None
+
+
+def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None = None) -> Prepared:
+    """Threads first (they run as soon as pinned), then memory onto their node, then IRQs.
+
+    `host` answers the few commands (npu-smi board query, systemctl); None: this machine.
+    """
+    dev = plan.device(device)
+    steps: list[Step] = []
+    warnings: list[str] = []
+    notes: list[str] = []
+    pid = options.pid
+    if pid is not None and options.threads:
+        threads = list_threads(pid)
+        roles = roles_of(plan, dev, options.extra_roles)
+        for a in assign(threads, dev.main, roles):
+            steps.append(ThreadAffinity(pid, a.tid, a.name, a.role, a.cpus))
+        warnings += traps.omp_warnings(traps.process_environ(pid), f"process {pid}")
+        planned = [*dev.main, *(c for r in roles for c in r.cpus)]
+        warnings += traps.outside_cpuset_warning(pid, planned)
+    if options.threads and options.host_threads:
+        ht_steps, ht_warnings = _host_thread_steps(plan, pid)
+        steps += ht_steps
+        warnings += ht_warnings
+    if pid is not None and options.memory:
+        steps += _memory_steps(dev, pid, options.host_root)
+    if options.irq:
+        irq_steps, irq_warnings, irq_notes = build_irq(plan, dev, options, host)
+        steps += irq_steps
+        warnings += irq_warnings
+        notes += irq_notes
+    return Prepared(tuple(steps), tuple(warnings), tuple(notes))
+
+
+def _host_thread_steps(plan: Plan, pid: int | None) -> tuple[list[Step], list[str]]:
+    """950: the host's UVB poll threads go to the host-thread CPUs, whoever owns them.
+
+    Those of the bound process itself are already among its own thread steps.
+    """
+    ht = plan.host_threads
+    if ht is None or not ht.cpus:
+        return [], []
+    found = scan_named_threads(RoleMatcher(host_role(plan)))
+    steps: list[Step] = [ThreadAffinity(p, t, n, "host", ht.cpus) for p, t, n in found if p != pid]
+    return steps, traps.host_threads_warning(len(found), ht.pattern)
+
+
+def _memory_steps(dev: DevicePlan, pid: int, root: str) -> list[Step]:
+    from accelhost.apply.memory import memory_nodes
+
+    nodes = memory_nodes(root)
+    node = target_node(dev, root)
+    if node is None:
+        if len(nodes) <= 1:
+            node = nodes[0] if nodes else 0
+        else:
+            return [
+                Unresolved(
+                    f"move pages of process {pid}",
+                    f"the NUMA node of CPU {dev.pool[0]} is unknown",
+                )
+            ]
+    return [MigratePages(pid, tuple(nodes or [node]), node, root)]
+
+
+def device_irqs(
+    plan: Plan, dev: DevicePlan, root: str, host: Host | None
+) -> tuple[list[irqmod.DeviceIrq], str | None]:
+    """The device's IRQs with their planned CPUs, or ([], why they cannot be found)."""
+    pci = dev.pci or _board_pci(plan, dev, host)
+    if not pci:
+        asked = (
+            ""
+            if plan.device_type in ("nvidia", "pci")
+            else (" and `npu-smi info -t board` gave none")
+        )
+        return [], f"no PCI address for device {dev.device}: the plan has no 'pci'{asked}"
+    try:
+        if plan.device_type in IRQ_ASCEND_FAMILIES or irqmod.has_sq_irq(root, pci):
+            return irqmod.ascend_irqs(root, pci, dev.irq, dev.device), None
+        return irqmod.generic_irqs(root, pci, dev.irq, dev.device), None
+    except irqmod.IrqLookupError as exc:
+        return [], str(exc)
+
+
+def _board_pci(plan: Plan, dev: DevicePlan, host: Host | None) -> str | None:
+    """§7: ask npu-smi for the PCI address (Ascend, or a hand-written plan of no family)."""
+    if plan.device_type not in IRQ_ASCEND_FAMILIES and plan.device_type not in (
+        "unknown",
+        "manual",
+    ):
+        return None
+    from accelhost.parsers.npusmi_board import board_command, parse_board_pci
+
+    result = (host or live_host()).run(board_command(dev.device, plan.device_type))
+    return parse_board_pci(result.stdout) if result is not None and result.ok else None
+
+
+def build_irq(
+    plan: Plan, dev: DevicePlan, options: BindOptions, host: Host | None
+) -> tuple[list[Step], list[str], list[str]]:
+    if plan.device_type == "950":
+        return [], [], ["[irq] IRQ binding skipped on Ascend 950."]
+    if not dev.irq:
+        return [], [], []
+    root = options.host_root
+    irqs, problem = device_irqs(plan, dev, root, host)
+    if problem is not None:
+        what = f"bind the IRQs of device {dev.device} to CPUs {format_cpulist(dev.irq)}"
+        return [Unresolved(what, problem)], [], []
+    steps: list[Step] = []
+    warnings = traps.irq_writable_warning(irqmod.irq_writable(root))
+    state = irqmod.state_path(options.state_dir)
+    mode = options.irqbalance
+    from accelhost.apply import irqbalance
+
+    if mode != "keep" and irqbalance.is_active(host or live_host()):
+        if mode == "stop":
+            warnings.append(
+                f"{irqbalance.SERVICE} is active: stopping it for the whole host so it does "
+                "not move the IRQs back (`accelhost unbind --irq` starts it again; "
+                "--irqbalance=ban is kinder)"
+            )
+            steps.append(IrqBalance("stop", state_path=state))
+        else:
+            path = irqbalance.config_path(root)
+            original = irqmod.read_text(path) or ""
+            text = irqbalance.banned_config(original, dev.irq, [i.irq for i in irqs])
+            steps.append(
+                IrqBalance(
+                    "ban", cpus=dev.irq, config_path=path, config_text=text, state_path=state
+                )
+            )
+    elif mode == "keep":
+        warnings.append(
+            "--irqbalance=keep: if irqbalance runs, it may move these IRQs back within seconds"
+        )
+    previous = {i.irq: irqmod.read_mask(root, i.irq) for i in irqs}
+    saved = tuple((n, m) for n, m in previous.items() if m is not None)
+    if saved:
+        steps.append(SaveIrqState(state, dev.device, os.path.abspath(root), saved))
+    for i in irqs:
+        steps.append(
+            IrqAffinity(
+                i.irq,
+                i.cpus,
+                cpu_mask(i.cpus),
+                irqmod.affinity_path(root, i.irq),
+                i.purpose,
+                previous[i.irq],
+            )
+        )
+    return steps, warnings, []
+
+
+def build_exec(
+    plan: Plan, device: int, argv: list[str], options: BindOptions, host: Host | None = None
+) -> Prepared:
+    """IRQ steps, then this process's affinity and memory policy, then execve."""
+    dev = plan.device(device)
+    steps: list[Step] = []
+    warnings = traps.omp_warnings(dict(os.environ), "the command's environment")
+    warnings += traps.outside_cpuset_warning(os.getpid(), dev.main)
+    notes: list[str] = []
+    if options.irq:
+        irq_steps, irq_warnings, irq_notes = build_irq(plan, dev, options, host)
+        steps += irq_steps
+        warnings += irq_warnings
+        notes += irq_notes
+    if dev.main:
+        steps.append(OwnAffinity(dev.main))
+    if options.memory:
+        node = target_node(dev, options.host_root)
+        if node is None:
+            notes.append("no NUMA information on this host: memory policy left as default")
+        else:
+            steps.append(MemPolicy("bind" if options.membind else "preferred", node))
+    steps.append(ExecCommand(tuple(argv)))
+    return Prepared(tuple(steps), tuple(warnings), tuple(notes))
+
+
+def build_unbind_irq(
+    state_dir: str, device: int | None = None, root: str | None = None
+) -> Prepared:
+    """Put back the masks saved at bind time; restart/restore irqbalance once none remain."""
+    from accelhost.apply.steps import ForgetIrqState
+
+    path = irqmod.state_path(state_dir)
+    data = irqmod.load_state(path)
+    steps: list[Step] = []
+    keys = []
+    wanted_root = os.path.abspath(root) if root else None
+    for key, rec in sorted(data["irqs"].items(), key=lambda kv: kv[1].get("irq", 0)):
+        if device is not None and rec.get("device") != device:
+            continue
+        if wanted_root is not None and rec.get("root") != wanted_root:
+            continue
+        irq, mask, rroot = int(rec["irq"]), str(rec["mask"]), str(rec.get("root", "/"))
+        from accelhost.cpulist import parse_cpu_mask
+
+        steps.append(
+            IrqAffinity(
+                irq,
+                tuple(parse_cpu_mask(mask)),
+                mask,
+                irqmod.affinity_path(rroot, irq),
+                f"restore IRQ {irq} of device {rec.get('device')}",
+                irqmod.read_mask(rroot, irq),
+            )
+        )
+        keys.append(key)
+    if keys:
+        steps.append(ForgetIrqState(path, tuple(keys)))
+    ib = data.get("irqbalance")
+    if ib and len(keys) == len(data["irqs"]):
+        if ib.get("action") == "stop":
+            steps.append(IrqBalance("start", state_path=path))
+        elif ib.get("action") == "ban":
+            steps.append(
+                IrqBalance(
+                    "restore",
+                    config_path=ib.get("config_path"),
+                    config_text=ib.get("original"),
+                    state_path=path,
+                )
+            )
+    notes = [] if steps else [f"no saved IRQ masks in {path}: nothing to restore"]
+    return Prepared(tuple(steps), (), tuple(notes))
+
+
+def build_unbind_threads(pid: int) -> Prepared:
+    """Give every thread back the whole cgroup cpuset (all online CPUs without one)."""
+    cpus = traps.cgroup_cpuset(pid)
+    if cpus is None:
+        from accelhost.cpulist import parse_cpulist
+
+        online = irqmod.read_text("/sys/devices/system/cpu/online") or ""
+        cpus = (
+            sorted(set(parse_cpulist(online)))
+            if online.strip()
+            else sorted(os.sched_getaffinity(0))
+        )
+    steps: list[Step] = [
+        ThreadAffinity(pid, t.tid, t.name, "unbind", tuple(cpus)) for t in list_threads(pid)
+    ]
+    return Prepared(tuple(steps))

@@ -1,0 +1,239 @@
+"""Run prepared steps in order; each failure becomes a result, never an exception.
+
+The imperative shell of applying. A failed step does not stop the others: a thread that
+cannot be pinned says nothing about the IRQs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from accelhost.apply import irq as irqmod
+from accelhost.apply.steps import (
+    FAILED,
+    NOOP,
+    OK,
+    PLANNED,
+    SKIPPED,
+    ApplyReport,
+    ExecCommand,
+    ForgetIrqState,
+    IrqAffinity,
+    IrqBalance,
+    MemPolicy,
+    MigratePages,
+    OwnAffinity,
+    SaveIrqState,
+    Step,
+    StepResult,
+    ThreadAffinity,
+    Unresolved,
+)
+from accelhost.cpulist import format_cpulist, parse_cpu_mask
+from accelhost.errors import AccelhostError
+
+if TYPE_CHECKING:
+    from accelhost.host.base import Host
+
+log = logging.getLogger("accelhost.apply")
+
+NO_MIGRATEPAGES = "The 'migratepages' command is not available, skipping memory binding."
+
+
+def plan_only(steps: Sequence[Step]) -> list[StepResult]:
+    """A dry run's results: every step, as it would run."""
+    return [StepResult(s, PLANNED) for s in steps]
+
+
+def execute(steps: Sequence[Step], host: Host | None = None) -> list[StepResult]:
+    """Run every step but an ExecCommand (the caller execs after reporting)."""
+    results = []
+    debug = log.isEnabledFor(logging.DEBUG)
+    wanted: dict[tuple[int, ...], set[int]] = {}
+    for step in steps:
+        if type(step) is ThreadAffinity:  # the hot path: hundreds of threads per engine
+            cpus = wanted.get(step.cpus)
+            if cpus is None:
+                cpus = wanted[step.cpus] = set(step.cpus)
+            try:
+                status, detail = _thread(step, cpus)
+            except OSError as exc:
+                status, detail = FAILED, _oserror(exc)
+        elif isinstance(step, ExecCommand):
+            continue
+        else:
+            try:
+                status, detail = _run(step, host)
+            except OSError as exc:
+                status, detail = FAILED, _oserror(exc)
+            except AccelhostError as exc:
+                status, detail = FAILED, str(exc)
+        result = StepResult(step, status, detail)
+        if status == FAILED:
+            log.warning("step failed: %s: %s", step.describe(), detail)
+        elif debug:
+            log.debug("%s", result.line)
+        results.append(result)
+    return results
+
+
+def report(
+    results: Sequence[StepResult],
+    warnings: Sequence[str] = (),
+    *,
+    dry_run: bool = False,
+    device: int | None = None,
+    pid: int | None = None,
+    notes: Sequence[str] = (),
+) -> ApplyReport:
+    return ApplyReport(tuple(results), tuple(warnings), dry_run, device, pid, None, tuple(notes))
+
+
+def _oserror(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def _run(step: Step, host: Host | None) -> tuple[str, str]:
+    if isinstance(step, ThreadAffinity):
+        return _thread(step, set(step.cpus))
+    if isinstance(step, OwnAffinity):
+        os.sched_setaffinity(0, step.cpus)
+        got = tuple(sorted(os.sched_getaffinity(0)))
+        if set(got) != set(step.cpus):
+            return FAILED, f"the kernel set CPUs {format_cpulist(got)} instead (cpuset)"
+        return OK, ""
+    if isinstance(step, MigratePages):
+        return _migrate(step, host)
+    if isinstance(step, MemPolicy):
+        from accelhost.apply.memory import SyscallUnavailable, set_mempolicy
+
+        try:
+            set_mempolicy(step.mode, [step.node])
+        except SyscallUnavailable as exc:
+            return FAILED, f"set_mempolicy(2) unavailable: {exc}"
+        return OK, ""
+    if isinstance(step, SaveIrqState):
+        added = irqmod.remember_masks(step.path, step.root, step.device, step.masks)
+        kept = len(step.masks) - len(added)
+        return OK, (f"{kept} kept from an earlier bind" if kept else "")
+    if isinstance(step, IrqAffinity):
+        return _irq(step)
+    if isinstance(step, ForgetIrqState):
+        irqmod.forget(step.path, step.keys)
+        return OK, ""
+    if isinstance(step, IrqBalance):
+        return _irqbalance(step, host)
+    if isinstance(step, Unresolved):
+        return FAILED, step.reason
+    raise TypeError(f"unknown step {type(step).__name__}")
+
+
+def _thread(step: ThreadAffinity, cpus: set[int]) -> tuple[str, str]:
+    try:
+        os.sched_setaffinity(step.tid, cpus)
+        got = os.sched_getaffinity(step.tid)
+    except ProcessLookupError:
+        return SKIPPED, "the thread has exited"
+    except OSError as exc:
+        if exc.errno == 22:  # EINVAL: none of the CPUs is allowed (cpuset, offline)
+            return FAILED, "none of these CPUs is allowed for this thread (cpuset or offline)"
+        raise
+    if got != cpus:
+        return FAILED, f"the kernel set CPUs {format_cpulist(got)} instead (cpuset)"
+    return OK, ""
+
+
+def _migrate(step: MigratePages, host: Host | None) -> tuple[str, str]:
+    from accelhost.apply.memory import SyscallUnavailable, migrate_pages, numa_usage
+
+    sources = [n for n in step.from_nodes if n != step.to_node]
+    if not sources:
+        return NOOP, "no-op on a one-node host"
+    before = numa_usage(step.pid, step.root)
+    how = "migrate_pages(2)"
+    try:
+        not_moved = migrate_pages(step.pid, list(step.from_nodes), [step.to_node])
+    except ProcessLookupError:
+        return FAILED, f"process {step.pid} has exited"
+    except SyscallUnavailable:
+        from accelhost.apply.build import live_host
+
+        h = host or live_host()
+        result = h.run(["migratepages", str(step.pid), format_cpulist(sources), str(step.to_node)])
+        if result is None:
+            return FAILED, f"migrate_pages(2) unavailable; {NO_MIGRATEPAGES}"
+        if not result.ok:
+            return FAILED, f"migratepages exited with status {result.rc}"
+        not_moved, how = 0, "migratepages"
+    after = numa_usage(step.pid, step.root)
+    detail = [f"via {how}"]
+    if before is not None and after is not None:
+        moved = sum(before.pages.get(n, 0) - after.pages.get(n, 0) for n in sources)
+        detail.append(
+            f"about {max(moved, 0)} pages left nodes {format_cpulist(sources)} "
+            f"(numa_maps before: {before.summary()}; after: {after.summary()})"
+        )
+    if not_moved:
+        detail.append(f"the kernel could not move {not_moved} pages")
+    return OK, "; ".join(detail)
+
+
+def _irq(step: IrqAffinity) -> tuple[str, str]:
+    irqmod.write_mask(step.path, step.mask)
+    now = irqmod.read_text(step.path)
+    if now is not None and set(parse_cpu_mask(now)) != set(step.cpus):
+        return FAILED, f"the kernel kept mask {now.strip()}"
+    return OK, ""
+
+
+def _irqbalance(step: IrqBalance, host: Host | None) -> tuple[str, str]:
+    from accelhost.apply.build import live_host
+
+    h = host or live_host()
+
+    def systemctl(verb: str) -> tuple[str, str] | None:
+        result = h.run(["systemctl", verb, step.service])
+        if result is None:
+            return FAILED, "systemctl is not available"
+        if not result.ok:
+            return FAILED, f"systemctl {verb} {step.service} exited with status {result.rc}"
+        return None
+
+    if step.action == "stop":
+        if step.state_path:
+            irqmod.remember_irqbalance(step.state_path, {"action": "stop"})
+        return systemctl("stop") or (OK, "")
+    if step.action == "start":
+        failed = systemctl("start")
+        if failed:
+            return failed
+        if step.state_path:
+            irqmod.forget(step.state_path, (), irqbalance=True)
+        return OK, ""
+    assert step.config_path is not None
+    if step.action == "ban":
+        if step.state_path:
+            original = irqmod.read_text(step.config_path)
+            irqmod.remember_irqbalance(
+                step.state_path,
+                {"action": "ban", "config_path": step.config_path, "original": original},
+            )
+        with open(step.config_path, "w", encoding="utf-8") as fh:
+            fh.write(step.config_text or "")
+        return systemctl("restart") or (OK, "")
+    # restore
+    if step.config_text is None:
+        if os.path.exists(step.config_path):
+            os.unlink(step.config_path)
+    else:
+        with open(step.config_path, "w", encoding="utf-8") as fh:
+            fh.write(step.config_text)
+    failed = systemctl("restart")
+    if failed:
+        return failed
+    if step.state_path:
+        irqmod.forget(step.state_path, (), irqbalance=True)
+    return OK, ""

@@ -1,0 +1,162 @@
+"""Does reality still match the plan? Thread affinities, IRQ masks, where memory lives.
+
+Threads created after binding inherit their creator's CPUs, and irqbalance or an operator
+may move IRQs: one line per thread or IRQ that drifted, naming both values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from accelhost.apply.build import BindOptions, device_irqs, host_role, roles_of, target_node
+from accelhost.apply.irq import read_mask
+from accelhost.apply.threads import RoleMatcher, assign, get_affinity, list_threads
+from accelhost.cpulist import cpu_mask, format_cpulist, parse_cpu_mask
+from accelhost.plans import Plan
+
+if TYPE_CHECKING:
+    from accelhost.host.base import Host
+
+
+@dataclass(frozen=True)
+class Drift:
+    kind: str  # "thread" or "irq"
+    ident: int
+    name: str
+    expected: str
+    actual: str
+
+    @property
+    def line(self) -> str:
+        if self.kind == "thread":
+            return (
+                f"thread {self.ident} ({self.name}) drifted: plan CPUs {self.expected}, "
+                f"actual {self.actual}"
+            )
+        return f"IRQ {self.ident} ({self.name}) drifted: plan {self.expected}, actual {self.actual}"
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    drifts: tuple[Drift, ...]
+    checked_threads: int
+    checked_irqs: int
+    info: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.drifts
+
+    @property
+    def exit_status(self) -> int:
+        return 0 if self.ok else 1
+
+    def lines(self) -> list[str]:
+        out = [d.line for d in self.drifts]
+        verdict = "match" if self.ok else "DRIFT"
+        out.append(
+            f"{verdict}: {self.checked_threads} threads and {self.checked_irqs} IRQs checked, "
+            f"{len(self.drifts)} drifted"
+        )
+        return out + list(self.info)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "checked_threads": self.checked_threads,
+            "checked_irqs": self.checked_irqs,
+            "drifts": [
+                {
+                    "kind": d.kind,
+                    "id": d.ident,
+                    "name": d.name,
+                    "expected": d.expected,
+                    "actual": d.actual,
+                    "line": d.line,
+                }
+                for d in self.drifts
+            ],
+            "info": list(self.info),
+        }
+
+
+def verify(plan: Plan, device: int, options: BindOptions, host: Host | None = None) -> VerifyReport:
+    dev = plan.device(device)
+    drifts: list[Drift] = []
+    info: list[str] = []
+    threads = 0
+    pid = options.pid
+    if pid is not None and options.threads:
+        roles = roles_of(plan, dev, options.extra_roles)
+        for a in assign(list_threads(pid), dev.main, roles):
+            actual = get_affinity(a.tid)
+            if actual is None:  # exited meanwhile
+                continue
+            threads += 1
+            if set(actual) != set(a.cpus):
+                drifts.append(
+                    Drift(
+                        "thread",
+                        a.tid,
+                        a.name,
+                        f"{format_cpulist(a.cpus)} [{a.role}]",
+                        format_cpulist(actual),
+                    )
+                )
+    ht = plan.host_threads
+    if options.threads and options.host_threads and ht is not None and ht.cpus:
+        from accelhost.apply.threads import scan_named_threads
+
+        want = tuple(sorted(set(ht.cpus)))
+        for owner, tid, name in scan_named_threads(RoleMatcher(host_role(plan))):
+            actual = get_affinity(tid) if owner != pid else None
+            if actual is None:  # exited, or already checked with the process's threads
+                continue
+            threads += 1
+            if set(actual) != set(want):
+                drifts.append(
+                    Drift(
+                        "thread",
+                        tid,
+                        name,
+                        f"{format_cpulist(want)} [host]",
+                        format_cpulist(actual),
+                    )
+                )
+    irqs = 0
+    if options.irq and dev.irq and plan.device_type != "950":
+        found, problem = device_irqs(plan, dev, options.host_root, host)
+        if problem is not None:
+            info.append(f"IRQs not checked: {problem}")
+        for i in found:
+            now = read_mask(options.host_root, i.irq)
+            if now is None:
+                info.append(f"IRQ {i.irq} ({i.purpose}): mask not readable")
+                continue
+            irqs += 1
+            if set(parse_cpu_mask(now)) != set(i.cpus):
+                drifts.append(
+                    Drift(
+                        "irq",
+                        i.irq,
+                        i.purpose,
+                        f"{cpu_mask(i.cpus)} (CPUs {format_cpulist(i.cpus)})",
+                        f"{now} (CPUs {format_cpulist(parse_cpu_mask(now))})",
+                    )
+                )
+    if pid is not None and options.memory:
+        info.extend(_memory_info(pid, target_node(dev, options.host_root), options.host_root))
+    return VerifyReport(tuple(drifts), threads, irqs, tuple(info))
+
+
+def _memory_info(pid: int, node: int | None, root: str) -> list[str]:
+    from accelhost.apply.memory import numa_usage
+
+    usage = numa_usage(pid, root)
+    if usage is None or not usage.total:
+        return ["memory: /proc/<pid>/numa_maps not readable; placement not checked"]
+    if node is None:
+        return [f"memory: {usage.summary()} (plan names no NUMA node)"]
+    share = 100.0 * usage.pages.get(node, 0) / usage.total
+    return [f"memory: {share:.0f}% of resident pages on node {node} ({usage.summary()})"]

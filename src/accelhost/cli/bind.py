@@ -1,0 +1,351 @@
+"""`accelhost bind | exec | verify | unbind`: apply a plan to this machine, check it, undo it.
+
+Every command builds its list of steps first; `--dry-run` prints that list and changes
+nothing. Exit status: 0 all steps succeeded, 2 some failed (partial), 1 nothing could be
+done or a user's mistake (one line on standard error, never a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from accelhost.cli.common import add_json_option, print_json
+from accelhost.errors import ApplyError, ParseError, PlanError
+
+if TYPE_CHECKING:
+    from accelhost.apply.build import BindOptions, Prepared
+    from accelhost.apply.steps import ApplyReport
+    from accelhost.plans import Plan, ThreadRole
+
+EPILOG = (
+    "exit status: 0 every step succeeded, 2 some steps failed (partial), "
+    "1 nothing applied or bad input"
+)
+
+
+def register(sub: Any) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    bind = sub.add_parser(
+        "bind",
+        help="bind a running worker to its device's CPUs, memory node and IRQs",
+        description="Pin every thread of a process to the plan's CPUs for one device (ACL "
+        "and release threads to their own CPUs), move its memory to the device's NUMA node "
+        "and the device's IRQs onto the reserved IRQ CPUs.",
+        epilog=EPILOG,
+        formatter_class=fmt,
+    )
+    _plan_options(bind)
+    bind.add_argument("--pid", type=int, help="the worker process (required unless --irq-only)")
+    bind.add_argument("--dry-run", action="store_true", help="print the steps, change nothing")
+    bind.add_argument("--irq-only", action="store_true", help="run only the IRQ step")
+    bind.add_argument("--no-irq", action="store_true", help="leave IRQs alone")
+    bind.add_argument("--no-memory", action="store_true", help="do not move memory pages")
+    _irq_options(bind)
+    _role_option(bind)
+    add_json_option(bind)
+    bind.set_defaults(func=cmd_bind)
+
+    ex = sub.add_parser(
+        "exec",
+        help="start a command already bound to a device's CPUs and NUMA node",
+        description="Set this process's CPUs and memory policy, bind the device's IRQs, then "
+        "replace it with COMMAND, which is bound from its first instruction. Threads created "
+        "later (ACL, release) inherit the main CPUs; re-pin them from the worker with "
+        "accelhost.bind_current_process() or with `accelhost bind`.",
+        epilog=EPILOG,
+        formatter_class=fmt,
+    )
+    _plan_options(ex)
+    ex.add_argument("--dry-run", action="store_true", help="print the steps, run nothing")
+    ex.add_argument("--no-irq", action="store_true", help="leave IRQs alone")
+    ex.add_argument("--no-memory", action="store_true", help="leave the memory policy alone")
+    ex.add_argument(
+        "--membind",
+        action="store_true",
+        help="strict: allocate only on the device's node (default: prefer it)",
+    )
+    _irq_options(ex)
+    add_json_option(ex)
+    ex.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]")
+    ex.set_defaults(func=cmd_exec)
+
+    ver = sub.add_parser(
+        "verify",
+        help="check that a worker's threads and the device IRQs still match the plan",
+        description="Compare every thread's affinity and the device's IRQ masks with the "
+        "plan, and show where the process's memory lives. Exit 0 when all match, 1 with one "
+        "line per thread or IRQ that drifted.",
+        formatter_class=fmt,
+    )
+    _plan_options(ver)
+    ver.add_argument("--pid", type=int, help="the worker process (omit to check IRQs only)")
+    ver.add_argument("--no-irq", action="store_true", help="do not check IRQ masks")
+    ver.add_argument("--host-root", metavar="DIR", default="/", help=HOST_ROOT_HELP)
+    _role_option(ver)
+    add_json_option(ver)
+    ver.set_defaults(func=cmd_verify)
+
+    un = sub.add_parser(
+        "unbind",
+        help="restore IRQ masks saved at bind time, or free a process's threads",
+        description="--irq puts back the IRQ masks (and irqbalance) as they were before "
+        "`bind`; --pid gives every thread of a process its whole cpuset again.",
+        epilog=EPILOG,
+        formatter_class=fmt,
+    )
+    un.add_argument("--irq", action="store_true", help="restore the saved IRQ masks")
+    un.add_argument("--pid", type=int, help="give this process's threads all allowed CPUs")
+    un.add_argument("--device", type=int, help="with --irq: only this device's IRQs")
+    un.add_argument("--host-root", metavar="DIR", help="with --irq: only IRQs saved under DIR")
+    un.add_argument("--state-dir", metavar="DIR", default=None, help=STATE_HELP)
+    un.add_argument("--dry-run", action="store_true", help="print the steps, change nothing")
+    add_json_option(un)
+    un.set_defaults(func=cmd_unbind)
+
+
+HOST_ROOT_HELP = (
+    "prefix of every /proc and /sys path of the IRQ and memory steps (node agents see the "
+    "host at /host)"
+)
+STATE_HELP = "where IRQ masks are saved for `unbind --irq` (default /var/lib/accelhost)"
+
+
+def _plan_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--plan",
+        metavar="FILE",
+        help="a plan from `accelhost plan --json` (or hand-written); default: plan this host now",
+    )
+    p.add_argument("--device", type=int, required=True, help="the device (logical id)")
+    p.add_argument("--device-type", help="accelerator family when planning (A2, A3, ...)")
+    p.add_argument("--strategy", help="planning strategy when planning this host")
+
+
+def _irq_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host-root", metavar="DIR", default="/", help=HOST_ROOT_HELP)
+    p.add_argument(
+        "--irqbalance",
+        choices=("stop", "ban", "keep"),
+        default="stop",
+        help="if irqbalance runs: stop it (default, as the reference; warns), ban the IRQ "
+        "CPUs and IRQs in its configuration and restart it, or keep it as it is",
+    )
+    p.add_argument("--state-dir", metavar="DIR", default=None, help=STATE_HELP)
+
+
+def _role_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--thread-role",
+        action="append",
+        default=[],
+        type=parse_thread_role,
+        metavar="NAME=PATTERN:CPUS",
+        help="also pin threads whose name matches PATTERN (a regular expression) to CPUS "
+        "(a CPU list); repeatable, later roles win",
+    )
+
+
+def parse_thread_role(text: str) -> ThreadRole:
+    from accelhost.cpulist import parse_cpulist
+    from accelhost.plans import ThreadRole
+
+    name, eq, rest = text.partition("=")
+    pattern, colon, cpus = rest.rpartition(":")
+    if not eq or not colon or not name or not pattern:
+        raise argparse.ArgumentTypeError(f"expected NAME=PATTERN:CPUS, got {text!r}")
+    try:
+        cpu_list = parse_cpulist(cpus, "--thread-role CPUS")
+    except ParseError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not cpu_list:
+        raise argparse.ArgumentTypeError(f"no CPUs in {text!r}")
+    import re
+
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"bad pattern {pattern!r}: {exc}") from None
+    return ThreadRole(name, pattern, tuple(cpu_list))
+
+
+def load_plan(args: argparse.Namespace) -> Plan:
+    from accelhost.apply.worker import load_plan as load
+
+    if args.plan:
+        return load(args.plan)
+    try:
+        from accelhost.api import plan as make_plan
+    except ImportError:
+        raise ApplyError("no planner in this installation: pass --plan FILE") from None
+    from accelhost.apply.traps import narrowed_warning
+    from accelhost.host.live import LiveHost
+
+    _warn(narrowed_warning(os.getpid()))
+    kwargs: dict[str, Any] = {}
+    if args.device_type:
+        kwargs["device_type"] = args.device_type
+    if args.strategy:
+        kwargs["strategy"] = args.strategy
+    host = LiveHost()
+    try:
+        plan = make_plan(host, **kwargs)
+        plan.device(args.device)
+        return plan
+    except PlanError:
+        # No engine runs on the device yet (`exec`, or a worker still starting): plan for
+        # the device named on the command line, as `accelhost plan --devices N` does.
+        return make_plan(host, devices=[args.device], **kwargs)
+
+
+def _options(args: argparse.Namespace, **kw: Any) -> BindOptions:
+    from accelhost.apply.build import BindOptions
+    from accelhost.apply.irq import DEFAULT_STATE_DIR
+
+    return BindOptions(
+        host_root=getattr(args, "host_root", "/") or "/",
+        irqbalance=getattr(args, "irqbalance", "stop"),
+        state_dir=getattr(args, "state_dir", None) or DEFAULT_STATE_DIR,
+        extra_roles=tuple(getattr(args, "thread_role", ())),
+        **kw,
+    )
+
+
+def _warn(lines: Any) -> None:
+    for line in lines:
+        print(f"accelhost: warning: {line}", file=sys.stderr)
+
+
+def _finish(
+    args: argparse.Namespace, prepared: Prepared, *, device: int | None, pid: int | None
+) -> int:
+    from accelhost.apply.execute import execute, plan_only, report
+
+    if not args.json:
+        _warn(prepared.warnings)
+    results = plan_only(prepared.steps) if args.dry_run else execute(prepared.steps)
+    rep = report(
+        results,
+        prepared.warnings,
+        dry_run=args.dry_run,
+        device=device,
+        pid=pid,
+        notes=prepared.notes,
+    )
+    _print_report(args, rep)
+    return rep.exit_status
+
+
+def _print_report(args: argparse.Namespace, rep: ApplyReport, out: Any = None) -> None:
+    stream = out or sys.stdout
+    if args.json:
+        print_json(rep.to_dict(), stream)
+        return
+    for line in rep.lines():
+        print(line, file=stream)
+    if not rep.dry_run:
+        counts: dict[str, int] = {}
+        for r in rep.results:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "nothing to do"
+        print(f"{len(rep.results)} steps: {summary}", file=stream)
+    for r in rep.failed:
+        print(f"accelhost: warning: step failed: {r.step.describe()}: {r.detail}", file=sys.stderr)
+
+
+def cmd_bind(args: argparse.Namespace) -> int:
+    from accelhost.apply.build import build_bind
+
+    if args.irq_only and args.no_irq:
+        raise ApplyError("--irq-only and --no-irq exclude each other")
+    if args.pid is None and not args.irq_only:
+        raise ApplyError("--pid PID is required (or --irq-only to bind the device's IRQs only)")
+    if args.pid is not None and not args.irq_only and not os.path.isdir(f"/proc/{args.pid}"):
+        raise ApplyError(f"process {args.pid} does not exist")
+    plan = load_plan(args)
+    options = _options(
+        args,
+        pid=None if args.irq_only else args.pid,
+        threads=not args.irq_only,
+        memory=not (args.irq_only or args.no_memory),
+        irq=not args.no_irq,
+    )
+    prepared = build_bind(plan, args.device, options)
+    return _finish(args, prepared, device=args.device, pid=options.pid)
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    from accelhost.apply.build import build_exec
+    from accelhost.apply.execute import execute, plan_only, report
+
+    argv = list(args.command)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise ApplyError("no command to run: accelhost exec --device N -- COMMAND [ARG...]")
+    plan = load_plan(args)
+    options = _options(args, membind=args.membind, memory=not args.no_memory, irq=not args.no_irq)
+    prepared = build_exec(plan, args.device, argv, options)
+    if not args.json:
+        _warn(prepared.warnings)
+    if args.dry_run:
+        rep = report(
+            plan_only(prepared.steps),
+            prepared.warnings,
+            dry_run=True,
+            device=args.device,
+            notes=prepared.notes,
+        )
+        _print_report(args, rep)
+        return rep.exit_status
+    rep = report(
+        execute(prepared.steps), prepared.warnings, device=args.device, notes=prepared.notes
+    )
+    # The command owns standard output from here on: the report goes to standard error.
+    _print_report(args, rep, sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvp(argv[0], argv)
+    except FileNotFoundError:
+        print(f"accelhost: cannot run {argv[0]!r}: command not found", file=sys.stderr)
+        return 127
+    except OSError as exc:
+        print(f"accelhost: cannot run {argv[0]!r}: {exc.strerror}", file=sys.stderr)
+        return 126
+    return 0  # not reached
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from accelhost.apply.verify import verify
+
+    if args.pid is not None and not os.path.isdir(f"/proc/{args.pid}"):
+        raise ApplyError(f"process {args.pid} does not exist")
+    plan = load_plan(args)
+    options = _options(args, pid=args.pid, irq=not args.no_irq)
+    rep = verify(plan, args.device, options)
+    if args.json:
+        print_json(rep.to_dict())
+    else:
+        for line in rep.lines():
+            print(line)
+    return rep.exit_status
+
+
+def cmd_unbind(args: argparse.Namespace) -> int:
+    from accelhost.apply.build import Prepared, build_unbind_irq, build_unbind_threads
+    from accelhost.apply.irq import DEFAULT_STATE_DIR
+
+    if not args.irq and args.pid is None:
+        raise ApplyError("say what to unbind: --irq (restore IRQ masks) and/or --pid PID")
+    steps: list[Any] = []
+    notes: list[str] = []
+    if args.pid is not None:
+        steps += build_unbind_threads(args.pid).steps
+    if args.irq:
+        p = build_unbind_irq(args.state_dir or DEFAULT_STATE_DIR, args.device, args.host_root)
+        steps += p.steps
+        notes += p.notes
+    return _finish(args, Prepared(tuple(steps), (), tuple(notes)), device=args.device, pid=args.pid)

@@ -1,0 +1,307 @@
+"""GPU strategies: the CPU sets torchrun's `--numa-binding` gives, for all GPUs at once.
+
+Pure functions of `GpuFacts`. torchrun computes one GPU's set inside its own worker and
+fails that worker alone; here every visible GPU is planned together and any GPU that
+cannot be planned refuses the whole plan, so a launcher never starts half-bound.
+
+Rules (gpu-binding.md), for GPU g on node n with A = allowed CPUs:
+- node: A ∩ n.
+- socket: A ∩ every node on n's socket (a node's socket: the package of its lowest
+  allowed CPU; nodes without allowed CPUs are skipped).
+- exclusive: the physical cores of A ∩ n, keyed by their lowest sibling and sorted, cut
+  among the node's GPUs by CUDA ordinal: `cores // gpus` each, one more for the first
+  `cores % gpus`.
+- core-complex: A ∩ n grouped by highest-level data/unified cache, groups ordered by size
+  (largest first) then lowest member; the GPU of rank r takes group `r % groups`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from accelhost.cpulist import format_cpulist
+from accelhost.errors import PlanError
+from accelhost.gpu.facts import GpuFacts, GpuInfo
+from accelhost.gpu.visible import resolve_visible
+from accelhost.plans import DevicePlan, Plan, numa_node_of
+
+STRATEGIES: tuple[str, ...] = ("node", "socket", "exclusive", "core-complex")
+DEFAULT_STRATEGY = "exclusive"
+NUMA_SOURCES: tuple[str, ...] = ("numa_node", "local_cpulist")
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """A visible GPU with its resolved node and its rank among the node's GPUs."""
+
+    gpu: GpuInfo
+    ordinal: int
+    node: int
+
+
+def plan_gpus(
+    facts: GpuFacts,
+    *,
+    strategy: str = DEFAULT_STRATEGY,
+    numa_from: str = "numa_node",
+    devices: Sequence[int] | None = None,
+) -> Plan:
+    """One pool per visible GPU (main = pool); PlanError when any visible GPU cannot get one.
+
+    `devices` limits which GPUs appear in the plan, not how CPUs are shared: the pools are
+    always cut for every visible GPU, so planning one GPU gives its part of the full plan.
+    """
+    if strategy not in STRATEGIES:
+        raise PlanError(f"unknown GPU strategy {strategy!r} (choose: {', '.join(STRATEGIES)})")
+    if numa_from not in NUMA_SOURCES:
+        raise PlanError(f"unknown NUMA source {numa_from!r} (choose: {', '.join(NUMA_SOURCES)})")
+    if not facts.gpus:
+        why = "; ".join(facts.notes) or "the host lists no device"
+        raise PlanError(f"no GPU to plan: {why}")
+    messages: list[str] = list(facts.notes)
+    if facts.family == "nvidia":
+        visible, visible_messages = resolve_visible(facts.visible_env, facts.gpus)
+        messages.extend(visible_messages)
+    else:
+        visible = tuple(g.index for g in facts.gpus)
+    if not visible:
+        raise PlanError(f"no visible GPU (CUDA_VISIBLE_DEVICES={facts.visible_env!r})")
+    wanted = tuple(visible) if devices is None else tuple(dict.fromkeys(devices))
+    for index in wanted:
+        if index not in visible:
+            shown = ", ".join(map(str, visible))
+            raise PlanError(f"GPU {index} is not visible (visible GPUs: {shown})")
+
+    allowed = set(facts.cpu.allowed)
+    if not allowed:
+        raise PlanError("no allowed CPU (Cpus_allowed_list is empty)")
+    node_cpus = _node_cpus(facts)
+    placed: list[_Placed] = []
+    for ordinal, index in enumerate(visible):
+        gpu = facts.gpu(index)
+        assert gpu is not None  # resolve_visible returns known indices only
+        node = _gpu_node(gpu, numa_from, node_cpus, messages)
+        placed.append(_Placed(gpu, ordinal, node))
+    for item in placed:
+        _check_node(item, node_cpus, allowed, numa_from)
+
+    pools = {
+        item.gpu.index: _POOLS[strategy](item, placed, facts, node_cpus, allowed) for item in placed
+    }
+    cpu_node = {cpu: node for node, cpus in node_cpus.items() for cpu in cpus}
+    plans = []
+    for index in sorted(wanted):
+        pool = pools[index]
+        gpu = facts.gpu(index)
+        assert gpu is not None
+        plans.append(
+            DevicePlan(
+                device=index,
+                pool=pool,
+                main=pool,
+                numa_node=numa_node_of(pool, cpu_node),
+                pci=gpu.pci,
+            )
+        )
+    return Plan(
+        device_type=facts.family,
+        mode=strategy,
+        visible=visible,
+        devices=tuple(plans),
+        messages=tuple(dict.fromkeys(messages)),
+    )
+
+
+def _node_cpus(facts: GpuFacts) -> dict[int, tuple[int, ...]]:
+    """Node -> CPUs; a host without NUMA information is one node 0 of its allowed CPUs."""
+    if facts.cpu.node_cpus:
+        return dict(facts.cpu.node_cpus)
+    return {0: tuple(facts.cpu.allowed)}
+
+
+def _gpu_node(
+    gpu: GpuInfo,
+    numa_from: str,
+    node_cpus: Mapping[int, Sequence[int]],
+    messages: list[str],
+) -> int:
+    with_cpus = [n for n, cpus in node_cpus.items() if cpus]
+    if numa_from == "local_cpulist":
+        if not gpu.local_cpus:
+            raise PlanError(
+                f"GPU {gpu.index} ({gpu.pci}) has no local_cpulist to take its node from"
+            )
+        local = set(gpu.local_cpus)
+        counts = Counter({n: len(local & set(cpus)) for n, cpus in node_cpus.items()})
+        best = max(counts.values(), default=0)
+        if best == 0:
+            raise PlanError(
+                f"GPU {gpu.index} ({gpu.pci}): its local CPUs "
+                f"{format_cpulist(local)} lie on no NUMA node"
+            )
+        hits = sorted(n for n, c in counts.items() if c > 0)
+        node = min(n for n, c in counts.items() if c == best)
+        if len(hits) > 1:
+            messages.append(
+                f"GPU {gpu.index} ({gpu.pci}): local_cpulist spans nodes "
+                f"{', '.join(map(str, hits))}; using node {node}, which holds most of them"
+            )
+        return node
+    if gpu.numa_node is not None:
+        return gpu.numa_node
+    if not gpu.in_sysfs and gpu.numa_source == "unknown":
+        hint = (
+            "; its local CPUs are known: numa_from='local_cpulist' places it by them"
+            if gpu.local_cpus
+            else ""
+        )
+        raise PlanError(
+            f"device {gpu.index} ({gpu.pci}) has no entry in /sys/bus/pci/devices "
+            f"(mistyped address, or a container without the host's PCI tree){hint}"
+        )
+    if len(with_cpus) > 1:
+        what = "reports numa_node -1" if gpu.numa_source == "sysfs" else "has no known node"
+        messages.append(
+            f"GPU {gpu.index} ({gpu.pci}) {what}; using node 0 as torchrun does "
+            "(numa_from='local_cpulist' takes the node of its local CPUs instead)"
+        )
+    return 0
+
+
+def _check_node(
+    item: _Placed,
+    node_cpus: Mapping[int, Sequence[int]],
+    allowed: set[int],
+    numa_from: str,
+) -> None:
+    gpu, node = item.gpu, item.node
+    cpus = node_cpus.get(node)
+    who = f"GPU {gpu.index} ({gpu.pci})"
+    if cpus is None:
+        raise PlanError(f"{who} is on NUMA node {node}, which this host does not have")
+    if not cpus:
+        hint = (
+            "; numa_from='local_cpulist' (--numa-from local_cpulist) places it by its "
+            "local CPUs instead"
+            if numa_from == "numa_node"
+            else ""
+        )
+        raise PlanError(
+            f"{who} is on NUMA node {node}, a memory-only node with no CPUs "
+            f"(as GPU memory on Grace hosts){hint}"
+        )
+    if not allowed.intersection(cpus):
+        raise PlanError(
+            f"{who} is on NUMA node {node}, but none of its CPUs "
+            f"({format_cpulist(cpus)}) are allowed (allowed: {format_cpulist(allowed)})"
+        )
+
+
+def _node_allowed(
+    node: int, node_cpus: Mapping[int, Sequence[int]], allowed: set[int]
+) -> list[int]:
+    return sorted(allowed.intersection(node_cpus.get(node, ())))
+
+
+def _pool_node(
+    item: _Placed,
+    placed: Sequence[_Placed],
+    facts: GpuFacts,
+    node_cpus: Mapping[int, Sequence[int]],
+    allowed: set[int],
+) -> tuple[int, ...]:
+    return tuple(_node_allowed(item.node, node_cpus, allowed))
+
+
+def _pool_socket(
+    item: _Placed,
+    placed: Sequence[_Placed],
+    facts: GpuFacts,
+    node_cpus: Mapping[int, Sequence[int]],
+    allowed: set[int],
+) -> tuple[int, ...]:
+    """The GPU's own node first, so pool[0] (IRQ CPUs, memory node) stays next to it."""
+    socket = _socket_of(item.node, facts, node_cpus, allowed)
+    own = _node_allowed(item.node, node_cpus, allowed)
+    others: set[int] = set()
+    for node in sorted(node_cpus):
+        cpus = _node_allowed(node, node_cpus, allowed)
+        if node == item.node or not cpus:
+            continue
+        if _socket_of(node, facts, node_cpus, allowed) == socket:
+            others.update(cpus)
+    return tuple(own) + tuple(sorted(others.difference(own)))
+
+
+def _socket_of(
+    node: int, facts: GpuFacts, node_cpus: Mapping[int, Sequence[int]], allowed: set[int]
+) -> int:
+    lowest = min(_node_allowed(node, node_cpus, allowed))
+    package = facts.cpu.packages.get(lowest)
+    if package is None:
+        raise PlanError(
+            f"cannot tell the socket of NUMA node {node}: no physical_package_id for CPU {lowest}"
+        )
+    return package
+
+
+def _node_gpus(item: _Placed, placed: Sequence[_Placed]) -> list[_Placed]:
+    """The visible GPUs on the item's node, by CUDA ordinal (torchrun's local rank)."""
+    return sorted((p for p in placed if p.node == item.node), key=lambda p: p.ordinal)
+
+
+def _pool_exclusive(
+    item: _Placed,
+    placed: Sequence[_Placed],
+    facts: GpuFacts,
+    node_cpus: Mapping[int, Sequence[int]],
+    allowed: set[int],
+) -> tuple[int, ...]:
+    cores: dict[int, list[int]] = {}
+    for cpu in _node_allowed(item.node, node_cpus, allowed):
+        siblings = facts.cpu.siblings.get(cpu) or (cpu,)
+        cores.setdefault(min(siblings), []).append(cpu)
+    keys = sorted(cores)
+    peers = _node_gpus(item, placed)
+    if len(keys) < len(peers):
+        names = ", ".join(str(p.gpu.index) for p in peers)
+        raise PlanError(
+            f"NUMA node {item.node} has {len(keys)} allowed physical core(s) for "
+            f"{len(peers)} GPUs ({names}): exclusive needs at least one core per GPU"
+        )
+    rank = [p.gpu.index for p in peers].index(item.gpu.index)
+    base, extra = divmod(len(keys), len(peers))
+    start = rank * base + min(rank, extra)
+    end = start + base + (1 if rank < extra else 0)
+    return tuple(sorted(cpu for key in keys[start:end] for cpu in cores[key]))
+
+
+def _pool_core_complex(
+    item: _Placed,
+    placed: Sequence[_Placed],
+    facts: GpuFacts,
+    node_cpus: Mapping[int, Sequence[int]],
+    allowed: set[int],
+) -> tuple[int, ...]:
+    groups: dict[int, list[int]] = {}
+    for cpu in _node_allowed(item.node, node_cpus, allowed):
+        shared = facts.cpu.caches.get(cpu)
+        if not shared:
+            raise PlanError(
+                f"core-complex needs cache information, and CPU {cpu} has none "
+                f"(/sys/devices/system/cpu/cpu{cpu}/cache)"
+            )
+        groups.setdefault(min(shared), []).append(cpu)
+    ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    rank = [p.gpu.index for p in _node_gpus(item, placed)].index(item.gpu.index)
+    return tuple(sorted(ordered[rank % len(ordered)][1]))
+
+
+_POOLS = {
+    "node": _pool_node,
+    "socket": _pool_socket,
+    "exclusive": _pool_exclusive,
+    "core-complex": _pool_core_complex,
+}

@@ -1,0 +1,131 @@
+"""The pure parts: role matching, IRQ parsing, irqbalance config, numa_maps, exit codes;
+and the NUMA system calls made for real on this kernel."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from apply_helpers import thread_cpus
+
+from accelhost.apply import memory
+from accelhost.apply.irq import parse_interrupts
+from accelhost.apply.irqbalance import banned_config
+from accelhost.apply.steps import (
+    FAILED,
+    OK,
+    PLANNED,
+    ApplyReport,
+    StepResult,
+    ThreadAffinity,
+    Unresolved,
+)
+from accelhost.apply.threads import RoleMatcher, ThreadInfo, assign
+from accelhost.plans import ThreadRole
+
+
+def test_later_roles_win_and_unmatched_threads_get_main():
+    roles = [ThreadRole("acl", "acl_thread", (3,)), ThreadRole("mine", "^acl", (4,))]
+    got = assign([ThreadInfo(1, "python"), ThreadInfo(2, "acl_thread")], (0, 1), roles)
+    assert [(a.tid, a.role, a.cpus) for a in got] == [(1, "main", (0, 1)), (2, "mine", (4,))]
+
+
+def test_long_literal_patterns_match_the_truncated_kernel_name():
+    m = RoleMatcher(ThreadRole("host", "uvb_poll_window_thread", (1,)))
+    assert m.matches("uvb_poll_window")  # what /proc shows: 15 bytes
+    assert not m.matches("uvb_poll")
+    assert RoleMatcher(ThreadRole("r", "release_thread", (1,))).matches("release_thread")
+
+
+def test_parse_interrupts_keeps_numbered_lines_in_order():
+    text = (
+        "           CPU0\n  7:  1  IO-APIC  x\nNMI:  0  y\n 12:  3  PCI-MSI sq_send_trigger_irq\n"
+    )
+    assert [n for n, _ in parse_interrupts(text)] == [7, 12]
+
+
+def test_banned_config_adds_cpus_and_irqs_once():
+    text = banned_config("FOO=1\n", [8, 40], [200, 201])
+    assert text == (
+        "FOO=1\n# added by accelhost bind --irqbalance=ban; undo: accelhost unbind --irq\n"
+        'IRQBALANCE_BANNED_CPULIST="8,40"\nIRQBALANCE_ARGS="--banirq=200 --banirq=201"\n'
+    )
+    again = banned_config(text, [8, 40], [200, 201])
+    assert again.count("IRQBALANCE_BANNED_CPULIST") == 1 and again.count("--banirq=200") == 1
+
+
+def test_numa_maps_pages_per_node():
+    text = (
+        "7f00 default anon=3 dirty=3 N0=2 N1=1 kernelpagesize_kB=4\n"
+        "7f10 bind:1 file=/x mapped=4 N1=4 kernelpagesize_kB=4\n"
+    )
+    usage = memory.parse_numa_maps(text)
+    assert usage.pages == {0: 2, 1: 5} and usage.policies == ("default", "bind:1")
+
+
+def test_exit_status_partial_versus_full():
+    ok = StepResult(ThreadAffinity(1, 1, "a", "main", (0,)), OK)
+    bad = StepResult(ThreadAffinity(1, 2, "b", "main", (0,)), FAILED, "x")
+    assert ApplyReport((ok, ok)).exit_status == 0
+    assert ApplyReport((ok, bad)).exit_status == 2
+    assert ApplyReport((bad,)).exit_status == 1
+    unresolved = StepResult(Unresolved("irq", "no pci"), PLANNED)
+    assert ApplyReport((unresolved,), dry_run=True).exit_status == 2
+
+
+def test_migrate_pages_syscall_runs_on_this_kernel(spawn):
+    child = spawn("worker")
+    nodes = memory.memory_nodes()
+    assert memory.migrate_pages(child.pid, nodes, [nodes[0]]) == 0
+
+
+def test_memory_step_calls_the_kernel_when_several_nodes_have_memory(
+    spawn, plan_file, cli, fake_tree
+):
+    # The fake sysfs claims nodes 0 and 1 hold memory: the step runs migrate_pages(2)
+    # for real (node 1 is empty here, so nothing moves) and says how.
+    (fake_tree.root / "sys/devices/system/node/has_memory").write_text("0-1\n")
+    child = spawn("worker")
+    res = cli(
+        "bind",
+        "--plan",
+        plan_file({"devices": {"0": {"main": [0], "numa_node": 0}}}),
+        "--device",
+        "0",
+        "--pid",
+        str(child.pid),
+        "--host-root",
+        str(fake_tree.root),
+        "--json",
+    )
+    assert res.rc == 0, res.out
+    step = next(s for s in json.loads(res.out)["steps"] if s["kind"] == "memory")
+    assert step["status"] == "ok" and step["detail"].startswith("via migrate_pages(2)")
+    assert step["from_nodes"] == [0, 1] and step["to_node"] == 0
+
+
+def test_mempolicy_round_trip_in_a_child():
+    import subprocess
+    import sys
+
+    code = (
+        "from accelhost.apply import memory as m; m.set_mempolicy('bind', [0]);"
+        "print(m.get_mempolicy())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
+    ).stdout
+    assert out.strip() == "('bind', [0])"
+
+
+def test_threads_created_after_binding_inherit_and_verify_names_them(spawn, plan_file, cli):
+    child = spawn("worker")
+    path = plan_file({"devices": {"0": {"main": [0], "acl": [1]}}})
+    assert cli("bind", "--plan", path, "--device", "0", "--pid", str(child.pid)).rc == 0
+    child.spawn_thread("acl_thread")  # created by the main thread, pinned to CPU 0
+    late = child.tid("acl_thread")
+    assert thread_cpus(child.pid, late) == [0]
+    res = cli("verify", "--plan", path, "--device", "0", "--pid", str(child.pid))
+    assert res.rc == 1
+    assert f"thread {late} (acl_thread) drifted: plan CPUs 1 [acl], actual 0" in res.out
+    assert os.path.exists(f"/proc/{child.pid}")

@@ -1,0 +1,107 @@
+"""accelhost.bind_current_process inside a real worker process (a child, not pytest)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+WORKER = textwrap.dedent(
+    r"""
+    import json, logging, os, sys, threading
+    logging.basicConfig(level=logging.INFO, format="%(name)s %(levelname)s %(message)s",
+                        stream=sys.stderr)
+    import accelhost
+    stop = threading.Event()
+    def acl():
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as fh:
+            fh.write("acl_thread")
+        stop.wait()
+    t = threading.Thread(target=acl, daemon=True)
+    t.start()
+    while not any(
+        open(f"/proc/self/task/{x}/comm").read().strip() == "acl_thread"
+        for x in os.listdir("/proc/self/task")
+    ):
+        pass
+    plan, kwargs = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+    try:
+        report = accelhost.bind_current_process(plan, **kwargs)
+        out = {"ok": report.ok, "skipped": report.skipped, "steps": len(report.results)}
+    except accelhost.AccelhostError as exc:
+        out = {"raised": type(exc).__name__, "message": str(exc)}
+    out["cpus"] = {
+        open(f"/proc/self/task/{x}/comm").read().strip():
+            sorted(os.sched_getaffinity(int(x)))
+        for x in os.listdir("/proc/self/task")
+    }
+    stop.set()
+    print(json.dumps(out))
+    """
+)
+
+
+def run_worker(plan: dict, **kwargs: object) -> tuple[dict, str]:
+    res = subprocess.run(
+        [sys.executable, "-c", WORKER, json.dumps(plan), json.dumps(kwargs)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout), res.stderr
+
+
+GENERIC = {"devices": {"0": {"main": [0], "acl": [1], "release": [1]}}}
+ASCEND = {"device_type": "A3", **GENERIC}
+
+
+def test_worker_binds_itself():
+    out, log = run_worker(GENERIC, device=0)
+    assert out["ok"] and out["cpus"] == {"python": [0], "acl_thread": [1]}
+    assert "accelhost.apply INFO bound process" in log
+
+
+def test_ascend_plans_bind_only_on_arm_unless_any_arch():
+    import platform
+
+    if platform.machine() in ("aarch64", "arm64"):
+        pytest.skip("this host is ARM")
+    out, log = run_worker(ASCEND, device=0)
+    assert out["skipped"] == "CPU binding skipped: non-ARM CPU detected."
+    assert out["cpus"] == {"python": [0, 1], "acl_thread": [0, 1]}
+    assert "CPU binding skipped: non-ARM CPU detected." in log
+    out, _ = run_worker(ASCEND, device=0, any_arch=True)
+    assert out["ok"] and out["cpus"] == {"python": [0], "acl_thread": [1]}
+
+
+def test_dry_run_in_the_worker_changes_nothing():
+    out, _ = run_worker(GENERIC, device=0, dry_run=True)
+    assert out["steps"] == 3 and out["cpus"] == {"python": [0, 1], "acl_thread": [0, 1]}
+
+
+def test_never_raises_unless_strict():
+    out, log = run_worker(GENERIC, device=7)
+    assert out["skipped"].startswith("device 7 is not in the plan")
+    assert "CPU binding skipped: device 7" in log
+    out, _ = run_worker(GENERIC, device=7, strict=True)
+    assert out["raised"] == "PlanError"
+    bad = {"devices": {"0": {"main": [0], "acl": [4095]}}}
+    out, log = run_worker(bad, device=0)
+    assert out["ok"] is False and "step failed" in log
+    out, _ = run_worker(bad, device=0, strict=True)
+    assert out["raised"] == "ApplyError" and "acl_thread" in out["message"]
+
+
+def test_worker_import_is_cheap():
+    code = (
+        "import sys, accelhost.apply.worker, accelhost; accelhost.bind_current_process;"
+        "bad = [m for m in sys.modules if m.startswith(('argparse', 'accelhost.cli', "
+        "'prometheus_client', 'subprocess', 'ctypes'))];"
+        "print(bad)"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.stdout.strip() == "[]", res.stderr
