@@ -12,27 +12,11 @@ from accelhost.cli.common import dumps_json
 from accelhost.errors import AccelhostError
 
 
-def record(device_type: str | None = None, doctor: bool = True) -> dict[str, object]:
-    """Read this host through a recorder: what the planner (and doctor) read, nothing more."""
-    from accelhost.host.live import LiveHost
-    from accelhost.host.record import RecordingHost
-    from accelhost.parsers.ps import keep_thread_lines
-    from accelhost.readers import PS_THREADS, read_topology
-
-    recorder = RecordingHost(LiveHost(), {" ".join(PS_THREADS): keep_thread_lines})
-    topo = read_topology(recorder, device_type=device_type)
-    if doctor:
-        try:
-            from accelhost import hygiene
-        except ImportError:
-            hygiene = None  # type: ignore[assignment]
-        if hygiene is not None and hasattr(hygiene, "read_facts"):
-            hygiene.read_facts(recorder)
-    return recorder.to_snapshot(device_type=topo.family)
-
-
 def run_snapshot(args: argparse.Namespace) -> int:
-    data = record(args.device_type, doctor=not args.plan_only)
+    from accelhost.host.live import LiveHost
+    from accelhost.recording import record_snapshot
+
+    data = record_snapshot(LiveHost(), args.device_type, doctor=not args.plan_only)
     text = dumps_json(data) + "\n"
     if args.output in (None, "-"):
         sys.stdout.write(text)

@@ -6,7 +6,6 @@ import os
 import platform
 import subprocess
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from accelhost.errors import HostError
 from accelhost.host.base import CommandResult, command_key
@@ -61,6 +60,8 @@ class LiveHost:
         # Each npu-smi call can take seconds; reading the host should cost the slowest one.
         if len(argvs) <= 1:
             return [self.run(a) for a in argvs]
+        from concurrent.futures import ThreadPoolExecutor
+
         with ThreadPoolExecutor(max_workers=min(16, len(argvs))) as pool:
             return list(pool.map(self.run, argvs))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -20,10 +21,16 @@ class RecordingHost:
     """
 
     def __init__(
-        self, inner: Host, command_filters: Mapping[str, CommandFilter] | None = None
+        self,
+        inner: Host,
+        command_filters: Mapping[str, CommandFilter] | None = None,
+        file_filters: Sequence[tuple[str, CommandFilter]] = (),
     ) -> None:
         self.inner = inner
         self._filters = dict(command_filters or {})
+        # (fnmatch pattern, trim): e.g. keep only allocator variables of /proc/*/environ,
+        # since a snapshot travels in bug reports and environments hold secrets.
+        self._file_filters = list(file_filters)
         self._lock = threading.Lock()
         self.env: dict[str, str] = {}
         self.files: dict[str, str] = {}
@@ -66,8 +73,9 @@ class RecordingHost:
     def read_file(self, path: str) -> str | None:
         text = self.inner.read_file(path)
         if text is not None:
+            keep = next((f for p, f in self._file_filters if fnmatch.fnmatchcase(path, p)), None)
             with self._lock:
-                self.files[path] = text
+                self.files[path] = keep(text) if keep else text
         return text
 
     def list_dir(self, path: str) -> list[str] | None:

@@ -60,9 +60,7 @@ class HygieneOptions:
     hugepages_threshold: float = 0.90
     cpus_per_device: int = 5
     builtin_engine_patterns: bool = True
-    idle_baselines: dict[str, int] = field(
-        default_factory=lambda: dict(DEFAULT_IDLE_BASELINE_MIB)
-    )
+    idle_baselines: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_IDLE_BASELINE_MIB))
 
     def __post_init__(self) -> None:
         for pattern in self.engine_patterns:

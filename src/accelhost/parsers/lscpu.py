@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from itertools import groupby
+from operator import itemgetter
 
 from accelhost.errors import ParseError
 
@@ -20,16 +22,23 @@ def parse_cpu_nodes(text: str | None) -> tuple[dict[int, int], dict[int, tuple[i
     """
     if not text:
         return {}, {}
-    pairs = _ROW.findall(text)
-    if not pairs and _ANY_DIGIT_ROW.search(text):
-        bad = next(ln for ln in text.splitlines() if ln.strip()[:1].isdigit())
-        raise ParseError("lscpu -e=CPU,NODE", f"cannot read row {bad.strip()!r}")
-    cpu_node: dict[int, int] = {}
+    tokens = text.split()
+    body = tokens[2:] if tokens[:2] == ["CPU", "NODE"] else tokens
+    if len(body) % 2 == 0 and "".join(body).isdigit():
+        # the usual shape: every row is `cpu node`; convert whole columns at once
+        cpus = list(map(int, body[0::2]))
+        nodes = list(map(int, body[1::2]))
+    else:
+        pairs = _ROW.findall(text)
+        if not pairs and _ANY_DIGIT_ROW.search(text):
+            bad = next(ln for ln in text.splitlines() if ln.strip()[:1].isdigit())
+            raise ParseError("lscpu -e=CPU,NODE", f"cannot read row {bad.strip()!r}")
+        cpus = [int(c) for c, _ in pairs]
+        nodes = [int(n) for _, n in pairs]
+    cpu_node = dict(zip(cpus, nodes))
     grouped: dict[int, list[int]] = {}
-    for cpu_text, node_text in pairs:
-        cpu, node = int(cpu_text), int(node_text)
-        cpu_node[cpu] = node
-        grouped.setdefault(node, []).append(cpu)
+    for node, run in groupby(zip(nodes, cpus), key=itemgetter(0)):
+        grouped.setdefault(node, []).extend(map(itemgetter(1), run))
     return cpu_node, {n: tuple(c) for n, c in grouped.items()}
 
 

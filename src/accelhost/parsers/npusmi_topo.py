@@ -18,6 +18,8 @@ def parse_npu_topo(text: str | None) -> dict[int, tuple[int, ...]]:
     out: dict[int, tuple[int, ...]] = {}
     if not text:
         return out
+    # NPUs usually share a handful of affinity lists (all 16 on an A3): parse each once.
+    seen: dict[str, tuple[int, ...] | None] = {}
     for line in text.splitlines():
         if not line.startswith("NPU"):
             continue
@@ -28,9 +30,12 @@ def parse_npu_topo(text: str | None) -> dict[int, tuple[int, ...]]:
         last = tokens[-1]
         if not last[:1].isdigit():
             continue
-        try:
-            cpus = parse_cpulist(last, SOURCE)
-        except ParseError:
-            continue
-        out[int(first[3:])] = tuple(cpus)
+        if last not in seen:
+            try:
+                seen[last] = tuple(parse_cpulist(last, SOURCE))
+            except ParseError:
+                seen[last] = None
+        cpus = seen[last]
+        if cpus is not None:
+            out[int(first[3:])] = cpus
     return out

@@ -10,6 +10,7 @@ read-only /sys/fs/cgroup), `--cgroup` fails with one line instead of running unp
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
@@ -108,10 +109,8 @@ class Cgroup:
                 pass
         frozen = self._freeze(True)
         for pid in self.pids():
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
         if frozen:
             self._freeze(False)
 

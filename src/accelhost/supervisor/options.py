@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from accelhost.plans import Plan
 
 # Signals passed on to the command's process group as they arrive.
 FORWARDED_SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
@@ -29,7 +34,9 @@ STATUS_ENGINE_DIED = 1
 
 
 def _stderr(line: str) -> None:
-    print(f"accelhost run: {line}", file=sys.stderr, flush=True)
+    # A closed or broken stderr must not stop a teardown half way.
+    with contextlib.suppress(OSError, ValueError):
+        print(f"accelhost run: {line}", file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -37,6 +44,7 @@ class BindRequest:
     """`--bind DEVICE`: apply the CPU plan to the engine once it holds the device."""
 
     device: int
+    plan: Plan | None = None  # made before the start, so a bad host is refused up front
     # Bind after this many seconds even when no process has opened the device (yet).
     delay_s: float | None = None
 
@@ -51,7 +59,8 @@ class SupervisorOptions:
     clean_shm: bool = True
     scan_interval_s: float = DEFAULT_SCAN_INTERVAL_S
     bind: BindRequest | None = None
-    log: Callable[[str], None] = field(default=_stderr)
+    log: Callable[[str], None] = field(default=_stderr)  # progress; --quiet silences it
+    warn: Callable[[str], None] = field(default=_stderr)  # problems; always shown
 
 
 @dataclass

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from accelhost.supervisor.cgroup import Cgroup, join_cgroup
 
 
-@dataclass(frozen=True)
+@dataclass
 class SpawnError(Exception):
     """The command could not be started: which step failed and the errno it failed with."""
 
@@ -33,9 +33,7 @@ class SpawnError(Exception):
         return f"{self.argv0}: cannot execute: {os.strerror(self.errno)}"
 
 
-def _child(
-    argv: Sequence[str], cgroup: Cgroup | None, reset: Sequence[int], err_w: int
-) -> None:
+def _child(argv: Sequence[str], cgroup: Cgroup | None, reset: Sequence[int], err_w: int) -> None:
     """Runs in the forked child; never returns."""
     step = "setup"
     try:

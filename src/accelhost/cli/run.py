@@ -1,0 +1,185 @@
+"""`accelhost run [options] -- CMD ...`: supervise one engine (see docs/run.md).
+
+This may be PID 1 of every inference container, so the module imports argparse and
+nothing else at the top; the supervisor, the preflight and the applier come in only when
+the handler runs and needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from typing import Any
+
+from accelhost.errors import AccelhostError
+
+DESCRIPTION = (
+    "Run CMD as a supervised engine: signals are passed to it, every process it starts is "
+    "reaped, and when it ends (or on SIGTERM/SIGINT/SIGQUIT) its whole tree is stopped "
+    "(SIGTERM, --grace, SIGKILL) and its leftover System V shared memory is removed. "
+    "Exit status: CMD's own, 128+N when CMD died of signal N, 127 when CMD was not found."
+)
+EPILOG = "Example: accelhost run --grace 30 --fail-on-exit 'VLLM::EngineCore' -- vllm serve MODEL"
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "run",
+        help="supervise an engine so that nothing of it outlives it",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="time between SIGTERM and SIGKILL at teardown (default 30)",
+    )
+    p.add_argument(
+        "--kill-wait",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long to wait for SIGKILLed processes before reporting them (default 5)",
+    )
+    p.add_argument(
+        "--fail-on-exit",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="regular expression searched in descendants' command lines (e.g. "
+        "'VLLM::EngineCore'); when such a process dies while CMD runs, stop everything "
+        "and exit 1 (repeatable)",
+    )
+    p.add_argument(
+        "--cgroup",
+        action="store_true",
+        help="also track the tree through a cgroup of its own (v2, else v1 freezer/pids)",
+    )
+    p.add_argument(
+        "--cgroup-version",
+        choices=("auto", "1", "2"),
+        default="auto",
+        help="which cgroup hierarchy --cgroup uses (default auto: v2 when writable)",
+    )
+    p.add_argument(
+        "--keep-shm",
+        action="store_true",
+        help="do not remove System V shared memory left behind by the tree",
+    )
+    p.add_argument(
+        "--preflight-util",
+        type=float,
+        metavar="U",
+        help="refuse to start unless the device has U x total memory free (vLLM's check)",
+    )
+    p.add_argument("--device", type=int, metavar="N", help="device for --preflight-util")
+    p.add_argument(
+        "--bind",
+        type=int,
+        metavar="DEVICE",
+        help="apply the CPU plan of DEVICE to the engine once it has opened the device",
+    )
+    p.add_argument(
+        "--bind-delay",
+        type=float,
+        metavar="SECONDS",
+        help="with --bind: bind after this long even if no process holds the device yet",
+    )
+    p.add_argument(
+        "--scan-interval",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="slowest /proc rescan while --fail-on-exit or --bind tracks processes (default 5)",
+    )
+    p.add_argument(
+        "--snapshot",
+        metavar="FILE",
+        help="take the preflight's device memory and the --bind plan from a recorded host "
+        "(a file from `accelhost snapshot`, or example:NAME) to try the options out; the "
+        "processes supervised are always this machine's",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="print problems only")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+    p.set_defaults(func=handler)
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    argv = list(args.command)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise AccelhostError("run: no command given (accelhost run [options] -- CMD ...)")
+    return argv
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.grace < 0 or args.kill_wait < 0:
+        raise AccelhostError("run: --grace and --kill-wait must not be negative")
+    if args.scan_interval <= 0:
+        raise AccelhostError("run: --scan-interval must be positive")
+    if args.preflight_util is not None and not 0 < args.preflight_util <= 1:
+        raise AccelhostError("run: --preflight-util must be in (0, 1], e.g. 0.85")
+    if args.device is not None and args.preflight_util is None:
+        raise AccelhostError("run: --device goes with --preflight-util (for --bind, give it there)")
+    if args.bind_delay is not None and (args.bind is None or args.bind_delay < 0):
+        raise AccelhostError("run: --bind-delay needs --bind and a delay >= 0")
+    import re
+
+    for pattern in args.fail_on_exit:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise AccelhostError(f"run: --fail-on-exit {pattern!r}: {exc}") from None
+
+
+def _printer(quiet: bool) -> Any:
+    def say(line: str) -> None:
+        if not quiet:
+            # A closed or broken stderr must not stop a teardown half way.
+            with contextlib.suppress(OSError, ValueError):
+                print(f"accelhost run: {line}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def handler(args: argparse.Namespace) -> int:
+    argv = _command(args)
+    _check(args)
+    from accelhost.host.live import LiveHost
+    from accelhost.supervisor import SupervisorOptions, supervise
+    from accelhost.supervisor.options import BindRequest
+
+    host = LiveHost()
+    log = _printer(args.quiet)
+    warn = _printer(False)
+    facts_host: Any = host
+    if args.snapshot:
+        from accelhost.cli.common import host_from_args
+
+        facts_host = host_from_args(args)
+    if args.preflight_util is not None:
+        from accelhost.supervisor.integrations import run_preflight
+
+        run_preflight(facts_host, args.preflight_util, args.device, log)
+    bind = None
+    if args.bind is not None:
+        from accelhost.supervisor.integrations import make_plan
+
+        bind = BindRequest(args.bind, make_plan(facts_host, args.bind), args.bind_delay)
+    options = SupervisorOptions(
+        argv=argv,
+        grace_s=args.grace,
+        kill_wait_s=args.kill_wait,
+        fail_on_exit=tuple(args.fail_on_exit),
+        cgroup=args.cgroup_version if args.cgroup else None,
+        clean_shm=not args.keep_shm,
+        scan_interval_s=args.scan_interval,
+        bind=bind,
+        log=log,
+        warn=warn,
+    )
+    return supervise(options, host).status

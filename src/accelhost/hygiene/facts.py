@@ -1,0 +1,490 @@
+"""Everything the checks need, read once through the host door.
+
+`read_facts` is the only reader in the hygiene package: the checks are pure functions of
+the `HostFacts` it returns, so a doctor run on a snapshot and on a live host differ only in
+where the facts came from. Run on a `RecordingHost`, it records exactly the doctor's inputs.
+A source that cannot be read is recorded in `errors` (its check becomes UNKNOWN); a tool
+that is not installed is simply absent.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from accelhost.errors import AccelhostError, HostError
+from accelhost.host.base import Host
+from accelhost.hygiene.options import HygieneOptions
+from accelhost.parsers.hugepages import HugePagePool, parse_count, parse_size_dir
+from accelhost.parsers.meminfo import Meminfo, parse_meminfo
+from accelhost.parsers.nvidia_smi_memory import (
+    APPS_QUERY,
+    BUS_QUERY,
+    GPU_QUERY,
+    normalize_bus_id,
+    parse_compute_apps,
+    parse_gpu_bus_ids,
+    parse_gpu_memory,
+)
+from accelhost.parsers.procstat import parse_status_field
+from accelhost.parsers.sysvipc import ShmSegment
+from accelhost.procs import ProcessInfo, list_pids, open_fd_targets, read_process
+from accelhost.shm import read_segments
+
+HUGEPAGES_DIR = "/sys/kernel/mm/hugepages"
+NODES_DIR = "/sys/devices/system/node"
+THP_DIR = "/sys/kernel/mm/transparent_hugepage"
+ALLOC_CONF_VARS = ("PYTORCH_NPU_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
+AFFINITY_ENV_VARS = ("OMP_PROC_BIND", "GOMP_CPU_AFFINITY")
+# Interrupt actions of accelerator drivers in /proc/interrupts.
+_DEVICE_IRQ = re.compile(r"nvidia|davinci|devdrv|hisi|amdgpu|kfd", re.IGNORECASE)
+# Every Linux since 2.6 on every architecture accelhost supports uses 100 ticks per second
+# for /proc/<pid>/stat; a snapshot does not record it.
+DEFAULT_CLK_TCK = 100
+
+
+@dataclass(frozen=True)
+class DeviceProcessMemory:
+    pid: int
+    name: str
+    memory_mib: int | None
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """One accelerator as its vendor tool reports it. Memory in MiB (npu-smi's "MB")."""
+
+    vendor: str
+    index: int
+    used_mib: int | None
+    total_mib: int | None
+    bus_id: str | None = None
+    name: str = ""
+    processes: tuple[DeviceProcessMemory, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"{'npu' if self.vendor == 'ascend' else 'gpu'}{self.index}"
+
+    @property
+    def node(self) -> str:
+        """The device node its users open (`/dev/davinciN`, `/dev/nvidiaN`)."""
+        return f"/dev/{'davinci' if self.vendor == 'ascend' else 'nvidia'}{self.index}"
+
+    @property
+    def free_mib(self) -> int | None:
+        if self.used_mib is None or self.total_mib is None:
+            return None
+        return max(0, self.total_mib - self.used_mib)
+
+
+@dataclass(frozen=True)
+class DeviceIrq:
+    irq: int
+    action: str
+    affinity: str
+
+
+@dataclass(frozen=True)
+class TuningFacts:
+    irqbalance_pids: tuple[int, ...] = ()
+    device_irqs: tuple[DeviceIrq, ...] = ()
+    online_cpus: str | None = None
+    thp_enabled: str | None = None
+    thp_defrag: str | None = None
+    proc_irq_readonly: bool | None = None
+    affinity_env: Mapping[str, str] = field(default_factory=dict)
+    allowed_cpus: int | None = None
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """One reading of a host. `None` = could not be read; see `errors` for why."""
+
+    live: bool
+    now_epoch: float | None
+    uptime_s: float | None
+    clk_tck: int
+    self_pid: int | None
+    processes: Mapping[int, ProcessInfo] | None
+    device_fds: Mapping[int, tuple[str, ...]]
+    engine_env: Mapping[int, Mapping[str, str]]
+    segments: tuple[ShmSegment, ...] | None
+    meminfo: Meminfo | None
+    hugepage_pools: tuple[HugePagePool, ...] | None
+    devices: tuple[DeviceMemory, ...]
+    device_sources: tuple[str, ...]
+    tuning: TuningFacts
+    errors: Mapping[str, str] = field(default_factory=dict)
+
+    def process_age_s(self, proc: ProcessInfo) -> float | None:
+        if self.uptime_s is None:
+            return None
+        return max(0.0, self.uptime_s - proc.start_ticks / self.clk_tck)
+
+    def alive(self, pid: int) -> bool:
+        """A pid that exists and has not exited (a zombie has exited)."""
+        if self.processes is None:
+            return True  # unknown: never call something dead that we could not see
+        proc = self.processes.get(pid)
+        return proc is not None and not proc.is_zombie
+
+
+def _first_float(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return float(text.split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def _read_clock(host: Host) -> tuple[float | None, float | None]:
+    """(now as epoch seconds, uptime): boot time + uptime, both read through the host."""
+    uptime = _first_float(host.read_file("/proc/uptime"))
+    stat = host.read_file("/proc/stat") or ""
+    btime = next(
+        (float(line.split()[1]) for line in stat.splitlines() if line.startswith("btime ")),
+        None,
+    )
+    if uptime is None or btime is None:
+        return None, uptime
+    return btime + uptime, uptime
+
+
+def device_paths_held(host: Host, pid: int, options: HygieneOptions) -> tuple[str, ...]:
+    """The device nodes (by the option's globs) among a process's open files."""
+    held = set()
+    for target in open_fd_targets(host, pid):
+        path = target.removesuffix(" (deleted)")
+        if path.startswith("/") and options.is_device_path(path):
+            held.add(path)
+    return tuple(sorted(held))
+
+
+def scan_device_holders(host: Host, options: HygieneOptions) -> dict[int, tuple[str, ...]]:
+    """pid -> device nodes it has open, for every process (what `fuser -v NODES` answers)."""
+    out = {}
+    for pid in list_pids(host):
+        held = device_paths_held(host, pid, options)
+        if held:
+            out[pid] = held
+    return out
+
+
+def _read_processes(
+    host: Host, options: HygieneOptions, errors: dict[str, str]
+) -> tuple[dict[int, ProcessInfo] | None, dict[int, tuple[str, ...]]]:
+    pids = list_pids(host)
+    if not pids:
+        errors["processes"] = "/proc lists no processes (not Linux, or /proc not mounted)"
+        return None, {}
+    procs: dict[int, ProcessInfo] = {}
+    fds: dict[int, tuple[str, ...]] = {}
+    for pid in pids:
+        info = read_process(host, pid)
+        if info is None:
+            continue
+        procs[pid] = info
+        if info.is_kernel_thread or info.is_zombie:
+            continue
+        held = device_paths_held(host, pid, options)
+        if held:
+            fds[pid] = held
+    return procs, fds
+
+
+def keep_alloc_vars(environ: str) -> str:
+    """What a snapshot keeps of a /proc/PID/environ: the allocator variables, no secrets."""
+    return "".join(
+        f"{item}\0" for item in environ.split("\0") if item.partition("=")[0] in ALLOC_CONF_VARS
+    )
+
+
+def _read_alloc_env(host: Host, pid: int) -> dict[str, str] | None:
+    """The allocator variables of one process (the recorder keeps only these, too)."""
+    raw = host.read_file(f"/proc/{pid}/environ")
+    if raw is None:
+        return None
+    env: dict[str, str] = {}
+    for item in raw.split("\0"):
+        name, sep, value = item.partition("=")
+        if sep and name in ALLOC_CONF_VARS:
+            env[name] = value
+    return env
+
+
+def _read_engine_env(
+    host: Host,
+    procs: Mapping[int, ProcessInfo],
+    holders: set[int],
+    options: HygieneOptions,
+) -> dict[int, dict[str, str]]:
+    """Allocator settings of the engines that hold a device (the only ones it matters for)."""
+    regex = options.engine_regex()
+    out: dict[int, dict[str, str]] = {}
+    if regex is None:
+        return out
+    for pid in sorted(holders):
+        proc = procs.get(pid)
+        if proc is None or proc.is_zombie or not proc.cmdline or not regex.search(proc.command):
+            continue
+        env = _read_alloc_env(host, pid)
+        if env is not None:
+            out[pid] = env
+    return out
+
+
+def _read_pool(host: Host, base: str, size_kb: int, node: int | None) -> HugePagePool | None:
+    def count(name: str) -> int | None:
+        path = f"{base}/{name}"
+        text = host.read_file(path)
+        return None if text is None else parse_count(text, path)
+
+    total, free = count("nr_hugepages"), count("free_hugepages")
+    if total is None or free is None:
+        return None
+    return HugePagePool(
+        size_kb=size_kb,
+        node=node,
+        total=total,
+        free=free,
+        reserved=count("resv_hugepages") or 0,
+        surplus=count("surplus_hugepages") or 0,
+    )
+
+
+def _read_hugepages(host: Host, meminfo: Meminfo | None) -> tuple[HugePagePool, ...] | None:
+    pools: list[HugePagePool] = []
+    sizes = host.list_dir(HUGEPAGES_DIR)
+    for name in sizes or []:
+        size = parse_size_dir(name)
+        if size is not None:
+            pool = _read_pool(host, f"{HUGEPAGES_DIR}/{name}", size, None)
+            if pool is not None:
+                pools.append(pool)
+    if not pools and meminfo is not None and meminfo.hugepagesize_kb:
+        # Older kernels or masked sysfs: the default size still shows in /proc/meminfo.
+        pools.append(
+            HugePagePool(
+                size_kb=meminfo.hugepagesize_kb,
+                node=None,
+                total=meminfo.hugepages_total or 0,
+                free=meminfo.hugepages_free or 0,
+                reserved=meminfo.hugepages_rsvd or 0,
+                surplus=meminfo.hugepages_surp or 0,
+            )
+        )
+    if sizes is None and not pools:
+        return None
+    for node_name in host.list_dir(NODES_DIR) or []:
+        if not (node_name.startswith("node") and node_name[4:].isdigit()):
+            continue
+        node_dir = f"{NODES_DIR}/{node_name}/hugepages"
+        for name in host.list_dir(node_dir) or []:
+            size = parse_size_dir(name)
+            if size is not None:
+                pool = _read_pool(host, f"{node_dir}/{name}", size, int(node_name[4:]))
+                if pool is not None:
+                    pools.append(pool)
+    return tuple(pools)
+
+
+def _read_ascend(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | None:
+    from accelhost.parsers.npusmi_info import parse_npu_smi_info
+
+    result = host.run(["npu-smi", "info"])
+    if result is None:
+        return None
+    if not result.ok:
+        errors["devices"] = f"`npu-smi info` failed with status {result.rc}"
+        return []
+    try:
+        info = parse_npu_smi_info(result.stdout)
+    except AccelhostError as exc:
+        errors["devices"] = str(exc)
+        return []
+    if not info.chips:
+        errors["devices"] = "`npu-smi info` printed no chip table"
+        return []
+    order = sorted(info.chips, key=lambda c: (c.npu_id, c.chip_id))
+    index_of = {(c.npu_id, c.chip_id): i for i, c in enumerate(order)}
+    first_chip: dict[int, int] = {}
+    for c in order:
+        first_chip.setdefault(c.npu_id, c.chip_id)
+    procs: dict[int, list[DeviceProcessMemory]] = {}
+    for p in info.processes:
+        chip = p.chip_id if p.chip_id is not None else first_chip.get(p.npu_id)
+        idx = index_of.get((p.npu_id, chip if chip is not None else -1))
+        if idx is not None and p.pid >= 0:
+            procs.setdefault(idx, []).append(DeviceProcessMemory(p.pid, p.name, p.memory_mb))
+    return [
+        DeviceMemory(
+            vendor="ascend",
+            index=i,
+            used_mib=c.hbm_used_mb if c.hbm_total_mb else None,
+            total_mib=c.hbm_total_mb or None,
+            bus_id=c.bus_id,
+            name=c.name,
+            processes=tuple(procs.get(i, ())),
+        )
+        for i, c in enumerate(order)
+    ]
+
+
+def _read_nvidia(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | None:
+    gpu, apps, bus = host.run_many([GPU_QUERY, APPS_QUERY, BUS_QUERY])
+    if gpu is None:
+        return None
+    if not gpu.ok:
+        errors["devices"] = f"`{' '.join(GPU_QUERY)}` failed with status {gpu.rc}"
+        return []
+    try:
+        memory = parse_gpu_memory(gpu.stdout)
+        bus_ids = parse_gpu_bus_ids(bus.stdout) if bus is not None and bus.ok else {}
+        app_rows = parse_compute_apps(apps.stdout) if apps is not None and apps.ok else []
+    except AccelhostError as exc:
+        errors["devices"] = str(exc)
+        return []
+    if apps is None or not apps.ok:
+        errors["device_processes"] = "nvidia-smi compute-apps query failed"
+    index_bus = {i: b for b, i in bus_ids.items()}
+    procs: dict[int, list[DeviceProcessMemory]] = {}
+    for app in app_rows:
+        idx = bus_ids.get(normalize_bus_id(app.bus_id))
+        if idx is not None:
+            procs.setdefault(idx, []).append(DeviceProcessMemory(app.pid, "", app.used_mib))
+    return [
+        DeviceMemory(
+            vendor="nvidia",
+            index=g.index,
+            used_mib=g.used_mib,
+            total_mib=g.total_mib,
+            bus_id=index_bus.get(g.index),
+            processes=tuple(procs.get(g.index, ())),
+        )
+        for g in memory
+    ]
+
+
+def _read_tuning(host: Host, procs: Mapping[int, ProcessInfo] | None) -> TuningFacts:
+    irqbalance = tuple(
+        sorted(p.pid for p in (procs or {}).values() if p.comm == "irqbalance" and not p.is_zombie)
+    )
+    device_irqs: list[DeviceIrq] = []
+    online = host.read_file("/sys/devices/system/cpu/online")
+    if irqbalance:
+        for line in (host.read_file("/proc/interrupts") or "").splitlines():
+            head, sep, rest = line.partition(":")
+            if not sep or not head.strip().isdigit() or not _DEVICE_IRQ.search(rest):
+                continue
+            irq = int(head)
+            aff = host.read_file(f"/proc/irq/{irq}/smp_affinity_list")
+            if aff is not None:
+                device_irqs.append(DeviceIrq(irq, rest.split()[-1], aff.strip()))
+    readonly: bool | None = None
+    mountinfo = host.read_file("/proc/self/mountinfo")
+    if mountinfo is not None:
+        readonly = False
+        for line in mountinfo.splitlines():
+            parts = line.split()
+            if len(parts) > 5 and parts[4] in ("/proc/irq", "/proc"):
+                ro = "ro" in parts[5].split(",")
+                if parts[4] == "/proc/irq":
+                    readonly = ro
+                    break
+                readonly = readonly or ro
+    status = host.read_file("/proc/self/status")
+    allowed = parse_status_field(status, "Cpus_allowed_list") if status else None
+
+    def count_cpus(text: str) -> int:
+        total = 0
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            if lo.strip().isdigit():
+                total += (int(hi) if hi.strip().isdigit() else int(lo)) - int(lo) + 1
+        return total
+
+    env = {name: v for name in AFFINITY_ENV_VARS if (v := host.getenv(name)) is not None}
+    return TuningFacts(
+        irqbalance_pids=irqbalance,
+        device_irqs=tuple(device_irqs),
+        online_cpus=online.strip() if online else None,
+        thp_enabled=_selected(host.read_file(f"{THP_DIR}/enabled")),
+        thp_defrag=_selected(host.read_file(f"{THP_DIR}/defrag")),
+        proc_irq_readonly=readonly,
+        affinity_env=env,
+        allowed_cpus=count_cpus(allowed) if allowed else None,
+    )
+
+
+def _selected(text: str | None) -> str | None:
+    """`always [madvise] never` -> `madvise`."""
+    if text is None:
+        return None
+    m = re.search(r"\[([^\]]+)\]", text)
+    return m.group(1) if m else text.strip() or None
+
+
+def _self_pid(host: Host) -> int | None:
+    status = host.read_file("/proc/self/status")
+    pid = parse_status_field(status, "Pid") if status else None
+    return int(pid) if pid and pid.isdigit() else None
+
+
+def read_facts(host: Host, options: HygieneOptions | None = None) -> HostFacts:
+    """Read every input of the doctor's checks from `host` (live, snapshot or recording)."""
+    opts = options or HygieneOptions()
+    errors: dict[str, str] = {}
+    now, uptime = _read_clock(host)
+    procs, fds = _read_processes(host, opts, errors)
+    try:
+        segs = read_segments(host)
+    except AccelhostError as exc:
+        errors["segments"] = str(exc)
+        segs = None
+    else:
+        if segs is None:
+            errors["segments"] = "/proc/sysvipc/shm cannot be read"
+    meminfo_text = host.read_file("/proc/meminfo")
+    meminfo: Meminfo | None = None
+    try:
+        meminfo = parse_meminfo(meminfo_text) if meminfo_text is not None else None
+        pools = _read_hugepages(host, meminfo)
+    except AccelhostError as exc:
+        errors["hugepages"] = str(exc)
+        pools = None
+    if pools is None and "hugepages" not in errors:
+        errors["hugepages"] = "neither sysfs HugePages pools nor /proc/meminfo can be read"
+    devices: list[DeviceMemory] = []
+    sources: list[str] = []
+    for name, reader in (("npu-smi", _read_ascend), ("nvidia-smi", _read_nvidia)):
+        try:
+            found = reader(host, errors)
+        except HostError as exc:  # a wedged driver: the tool hangs; say so, go on
+            errors["devices"] = str(exc)
+            found = []
+        if found is not None:
+            sources.append(name)
+            devices.extend(found)
+    holders = set(fds) | {row.pid for d in devices for row in d.processes}
+    engine_env = _read_engine_env(host, procs or {}, holders, opts)
+    return HostFacts(
+        live=host.is_live,
+        now_epoch=now,
+        uptime_s=uptime,
+        clk_tck=(os.sysconf("SC_CLK_TCK") if host.is_live else DEFAULT_CLK_TCK),
+        self_pid=_self_pid(host),
+        processes=procs,
+        device_fds=fds,
+        engine_env=engine_env,
+        segments=tuple(segs) if segs is not None else None,
+        meminfo=meminfo,
+        hugepage_pools=pools,
+        devices=tuple(devices),
+        device_sources=tuple(sources),
+        tuning=_read_tuning(host, procs),
+        errors=errors,
+    )

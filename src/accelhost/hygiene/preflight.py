@@ -1,0 +1,194 @@
+"""Will the engine fit? vLLM's own start-up memory check, done before starting it.
+
+vLLM refuses to start when `free < total x gpu_memory_utilization` on its device and says
+so in GiB rounded to two places; the preflight computes the same comparison from the
+vendor tool's numbers and, when it fails, names who holds the rest: the processes the
+tool lists, the processes that have the device node open, and what nobody accounts for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from accelhost.host.base import Host
+from accelhost.hygiene.facts import DeviceMemory, HostFacts, read_facts
+from accelhost.hygiene.options import HygieneOptions
+
+MIB_PER_GIB = 1024
+
+
+def _gib(mib: float) -> float:
+    # vLLM prints round(bytes / GiB, 2): 64.0, 60.68, 36.75.
+    return round(mib / MIB_PER_GIB, 2)
+
+
+@dataclass(frozen=True)
+class Holder:
+    pid: int
+    name: str
+    memory_mib: int | None
+    state: str | None
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "process",
+            "pid": self.pid,
+            "cmdline": self.name,
+            "state": self.state,
+            "device_memory_mib": self.memory_mib,
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True)
+class DevicePreflight:
+    device: str
+    index: int
+    util: float
+    free_mib: int
+    total_mib: int
+    holders: tuple[Holder, ...]
+    unattributed_mib: int
+
+    @property
+    def requested_mib(self) -> float:
+        return self.total_mib * self.util
+
+    @property
+    def ok(self) -> bool:
+        return self.free_mib >= self.requested_mib
+
+    @property
+    def message(self) -> str:
+        """vLLM's sentence (on failure) or its mirror image (on success)."""
+        free, total, req = _gib(self.free_mib), _gib(self.total_mib), _gib(self.requested_mib)
+        if not self.ok:
+            return (
+                f"Free memory on device ({free}/{total} GiB) on startup is less than desired "
+                f"GPU memory utilization ({self.util}, {req} GiB). Decrease GPU memory "
+                f"utilization or reduce GPU memory used by other processes."
+            )
+        return (
+            f"Free memory on device ({free}/{total} GiB) covers the desired GPU memory "
+            f"utilization ({self.util}, {req} GiB)."
+        )
+
+    @property
+    def max_util(self) -> float:
+        """The largest utilization that would start now (floored to two places)."""
+        return int(self.free_mib / self.total_mib * 100) / 100 if self.total_mib else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "device",
+            "device": self.device,
+            "index": self.index,
+            "ok": self.ok,
+            "util": self.util,
+            "free_mib": self.free_mib,
+            "total_mib": self.total_mib,
+            "requested_mib": round(self.requested_mib, 1),
+            "unattributed_mib": self.unattributed_mib,
+            "max_util": self.max_util,
+            "message": self.message,
+            "holders": [h.to_dict() for h in self.holders],
+        }
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    """`status` is OK, FAIL or UNKNOWN (no device memory source, unknown device)."""
+
+    status: str
+    util: float
+    devices: tuple[DevicePreflight, ...]
+    reason: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "OK"
+
+
+def device_holders_of(dev: DeviceMemory, facts: HostFacts) -> tuple[Holder, ...]:
+    """Who holds the device: the vendor tool's process rows, then node openers it missed."""
+    procs = facts.processes or {}
+    out: list[Holder] = []
+    seen: set[int] = set()
+    for row in dev.processes:
+        p = procs.get(row.pid)
+        name = p.command if p is not None else (row.name or "?")
+        state = p.state if p is not None else None
+        out.append(Holder(row.pid, name, row.memory_mib, state, "device tool"))
+        seen.add(row.pid)
+    for pid, nodes in sorted(facts.device_fds.items()):
+        if dev.node in nodes and pid not in seen:
+            p = procs.get(pid)
+            out.append(
+                Holder(pid, p.command if p else "?", None, p.state if p else None, "open fd")
+            )
+    return tuple(out)
+
+
+def preflight_from_facts(
+    facts: HostFacts, util: float, device: int | None = None
+) -> PreflightReport:
+    """The pure preflight over facts already read."""
+    if not facts.device_sources:
+        return PreflightReport("UNKNOWN", util, (), "no device memory source (npu-smi, nvidia-smi)")
+    known = [d for d in facts.devices if d.used_mib is not None and d.total_mib]
+    if device is not None:
+        known = [d for d in known if d.index == device]
+        if not known:
+            have = ", ".join(str(d.index) for d in facts.devices) or "none"
+            err = facts.errors.get("devices")
+            why = err if err else f"device {device} not found (have: {have})"
+            return PreflightReport("UNKNOWN", util, (), why)
+    if not known:
+        return PreflightReport(
+            "UNKNOWN", util, (), facts.errors.get("devices", "no device reports its memory")
+        )
+    results = []
+    for d in known:
+        assert d.used_mib is not None and d.total_mib is not None
+        holders = device_holders_of(d, facts)
+        attributed = sum(h.memory_mib or 0 for h in holders)
+        results.append(
+            DevicePreflight(
+                device=d.label,
+                index=d.index,
+                util=util,
+                free_mib=d.total_mib - d.used_mib,
+                total_mib=d.total_mib,
+                holders=holders,
+                unattributed_mib=max(0, d.used_mib - attributed),
+            )
+        )
+    failed = [r for r in results if not r.ok]
+    if failed:
+        first = failed[0]
+        return PreflightReport("FAIL", util, tuple(results), f"{first.device}: {first.message}")
+    return PreflightReport(
+        "OK",
+        util,
+        tuple(results),
+        results[0].message
+        if len(results) == 1
+        else f"{len(results)} devices have room for utilization {util}",
+    )
+
+
+def preflight(
+    host: Host,
+    util: float,
+    device: int | None = None,
+    options: HygieneOptions | None = None,
+) -> PreflightReport:
+    """Read the host and run the preflight; for `accelhost run --preflight-util U --device N`.
+
+    `device` is the device number as the vendor tool counts it (the N of /dev/davinciN or
+    /dev/nvidiaN), not an index inside *_VISIBLE_DEVICES; None checks every device.
+    """
+    opts = options or HygieneOptions(expect_util=util, device=device)
+    return preflight_from_facts(read_facts(host, opts), util, device)

@@ -1,0 +1,291 @@
+"""`accelhost watch`: the doctor on a timer, as Prometheus metrics and change logs.
+
+Memory stays bounded over days: the collector keeps only the latest round (a scrape
+describes the host now, so a device or pool that disappears leaves no stale series), the
+change detector keeps one status per check, and the auto-cleaner remembers only the
+orphans of the previous round. A source that cannot be read exports no sample and turns
+its check UNKNOWN: an unanswered query is never shown as an idle device.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from accelhost.host.base import Host
+from accelhost.hygiene.checks import STATUS_ORDER, DoctorReport, run_checks
+from accelhost.hygiene.cleaner import CleanFilters, Journal, RemoveSegment, execute, plan_clean
+from accelhost.hygiene.facts import HostFacts, read_facts
+from accelhost.hygiene.options import HygieneOptions
+from accelhost.hygiene.rules import find_orphans, leaked_segments
+
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class WatchConfig:
+    interval_s: float = 30.0
+    auto_clean: bool = False
+    # Clean segments once this many leaked bytes are seen (1 = any leaked segment).
+    clean_leaked_bytes: int = 1
+    # Stop an orphan only after it was seen in this many consecutive rounds.
+    clean_orphan_rounds: int = 2
+    journal: str = "/var/log/accelhost/clean.jsonl"
+    grace_s: float = 10.0
+    # Auto-clean never reaches beyond this scope (pids, shmids, owners, keys; empty = all).
+    scope: CleanFilters = CleanFilters()
+
+
+@dataclass(frozen=True)
+class Round:
+    """What one round learned, reduced to the numbers the metrics export."""
+
+    facts: HostFacts
+    report: DoctorReport
+    leaked_bytes: int | None
+    leaked_count: int | None
+    orphans: int | None
+    finished: float
+
+
+class HygieneCollector(Collector):
+    """Exports the latest round only; registered in a per-watch registry."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._round: Round | None = None
+        self._runs = 0
+        self._clean_actions: dict[tuple[str, str], int] = {}
+
+    def update(self, rnd: Round) -> None:
+        with self._lock:
+            self._round = rnd
+            self._runs += 1
+
+    def count_clean(self, kind: str, result: str) -> None:
+        with self._lock:
+            key = (kind, result)
+            self._clean_actions[key] = self._clean_actions.get(key, 0) + 1
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            rnd, runs, cleaned = self._round, self._runs, dict(self._clean_actions)
+        runs_total = CounterMetricFamily("accelhost_watch_runs", "Rounds of checks run")
+        runs_total.add_metric([], runs)
+        yield runs_total
+        actions = CounterMetricFamily(
+            "accelhost_clean_actions", "Actions taken by --auto-clean", labels=["kind", "result"]
+        )
+        for (kind, result), n in sorted(cleaned.items()):
+            actions.add_metric([kind, result], n)
+        yield actions
+        if rnd is None:
+            return
+        last = GaugeMetricFamily(
+            "accelhost_watch_last_run_timestamp_seconds", "When the last round finished"
+        )
+        last.add_metric([], rnd.finished)
+        yield last
+        status = GaugeMetricFamily(
+            "accelhost_check_status",
+            "Check status: 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN",
+            labels=["check"],
+        )
+        for c in rnd.report.checks:
+            status.add_metric([c.name], STATUS_ORDER[c.status])
+        yield status
+        facts = rnd.facts
+        if facts.hugepage_pools is not None:
+            total = GaugeMetricFamily(
+                "accelhost_hugepages_total", "Host HugePages pool size (pages)", labels=["size"]
+            )
+            free = GaugeMetricFamily(
+                "accelhost_hugepages_free", "Host HugePages free (pages)", labels=["size"]
+            )
+            for p in facts.hugepage_pools:
+                if p.node is None:
+                    total.add_metric([p.size_label], p.total)
+                    free.add_metric([p.size_label], p.free)
+            yield total
+            yield free
+        if rnd.leaked_bytes is not None and rnd.leaked_count is not None:
+            g = GaugeMetricFamily("accelhost_shm_leaked_bytes", "Bytes in leaked System V segments")
+            g.add_metric([], rnd.leaked_bytes)
+            yield g
+            g = GaugeMetricFamily("accelhost_shm_leaked_segments", "Leaked System V segments")
+            g.add_metric([], rnd.leaked_count)
+            yield g
+        if rnd.orphans is not None:
+            g = GaugeMetricFamily("accelhost_orphan_processes", "Orphan engine processes")
+            g.add_metric([], rnd.orphans)
+            yield g
+        known = [d for d in facts.devices if d.used_mib is not None and d.total_mib is not None]
+        if "devices" not in facts.errors and known:
+            used = GaugeMetricFamily(
+                "accelhost_device_memory_used_bytes", "Device memory in use", labels=["device"]
+            )
+            tot = GaugeMetricFamily(
+                "accelhost_device_memory_total_bytes", "Device memory size", labels=["device"]
+            )
+            unatt = GaugeMetricFamily(
+                "accelhost_device_memory_unattributed_bytes",
+                "Device memory in use by no listed process",
+                labels=["device"],
+            )
+            for d in known:
+                assert d.used_mib is not None and d.total_mib is not None
+                attributed = sum(r.memory_mib or 0 for r in d.processes)
+                used.add_metric([d.label], d.used_mib * MIB)
+                tot.add_metric([d.label], d.total_mib * MIB)
+                unatt.add_metric([d.label], max(0, d.used_mib - attributed) * MIB)
+            yield used
+            yield tot
+            yield unatt
+
+
+def json_logger(stream: Any = None) -> Callable[[dict[str, Any]], None]:
+    """One JSON object per line (journald and Kubernetes log collectors keep it whole)."""
+
+    def log(event: dict[str, Any]) -> None:
+        out = stream or sys.stdout
+        record = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **event}
+        out.write(json.dumps(record) + "\n")
+        out.flush()
+
+    return log
+
+
+class Watcher:
+    def __init__(
+        self,
+        host_factory: Callable[[], Host],
+        options: HygieneOptions,
+        config: WatchConfig,
+        log: Callable[[dict[str, Any]], None],
+    ) -> None:
+        self.host_factory = host_factory
+        self.options = options
+        self.config = config
+        self.log = log
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.collector = HygieneCollector()
+        self.registry.register(self.collector)
+        self._last_status: dict[str, str] = {}
+        self._orphan_rounds: dict[tuple[int, int], int] = {}
+
+    def run_once(self) -> Round:
+        host = self.host_factory()
+        facts = read_facts(host, self.options)
+        report = run_checks(facts, self.options)
+        leaks = (
+            leaked_segments(
+                facts.segments, facts.alive, facts.now_epoch, self.options.shm_min_age_s
+            )
+            if facts.segments is not None and facts.processes is not None
+            else None
+        )
+        orphans = (
+            find_orphans(facts.processes, facts.self_pid, self.options)
+            if facts.processes is not None
+            else None
+        )
+        rnd = Round(
+            facts=facts,
+            report=report,
+            leaked_bytes=None if leaks is None else sum(s.size for s, _ in leaks),
+            leaked_count=None if leaks is None else len(leaks),
+            orphans=None if orphans is None else len(orphans),
+            finished=time.time(),
+        )
+        self.collector.update(rnd)
+        self._log_changes(report)
+        if self.config.auto_clean and host.is_live:
+            self._auto_clean(rnd, orphans or [], leaks or [])
+        return rnd
+
+    def _log_changes(self, report: DoctorReport) -> None:
+        for c in report.checks:
+            before = self._last_status.get(c.name)
+            if before != c.status:
+                self.log(
+                    {
+                        "event": "check_status",
+                        "check": c.name,
+                        "status": c.status,
+                        "previous": before,
+                        "summary": c.summary,
+                        "pids": [e["pid"] for e in c.evidence if "pid" in e][:20],
+                        "shmids": [e["shmid"] for e in c.evidence if "shmid" in e][:20],
+                    }
+                )
+            self._last_status[c.name] = c.status
+
+    def _auto_clean(self, rnd: Round, orphans: list[Any], leaks: list[Any]) -> None:
+        seen: dict[tuple[int, int], int] = {}
+        for o in orphans:
+            key = (o.proc.pid, o.proc.start_ticks)
+            seen[key] = self._orphan_rounds.get(key, 0) + 1
+        self._orphan_rounds = seen  # only current orphans are remembered
+        scope = self.config.scope
+        ripe = frozenset(
+            pid
+            for (pid, _), n in seen.items()
+            if n >= self.config.clean_orphan_rounds and (not scope.pids or pid in scope.pids)
+        )
+        leaks = [
+            (s, v)
+            for s, v in leaks
+            if (not scope.shmids or s.shmid in scope.shmids)
+            and (not scope.owners or s.uid in scope.owners)
+            and (not scope.keys or (s.key & 0xFFFFFFFF) in scope.keys)
+        ]
+        leaked = sum(s.size for s, _ in leaks)
+        do_segments = bool(leaks) and leaked >= self.config.clean_leaked_bytes
+        if not ripe and not do_segments:
+            return
+        filters = CleanFilters(
+            pids=ripe,
+            shmids=scope.shmids,
+            owners=scope.owners,
+            keys=scope.keys,
+            orphans=bool(ripe),
+            segments=do_segments or bool(ripe),
+        )
+        actions = [
+            a
+            for a in plan_clean(rnd.facts, self.options, filters)
+            # below the threshold, only the segments of the orphans being stopped go
+            if do_segments or not isinstance(a, RemoveSegment) or a.after_stop
+        ]
+        if not actions:
+            return
+        self.log({"event": "auto_clean", "actions": [a.to_dict() for a in actions]})
+        journal = Journal(self.config.journal)
+        try:
+            result = execute(actions, self.options, journal, grace_s=self.config.grace_s)
+        finally:
+            journal.close()
+        for o in result.outcomes:
+            self.collector.count_clean(o.action, "ok" if o.ok else "failed")
+        self.log({"event": "auto_clean_done", "outcomes": [o.to_dict() for o in result.outcomes]})
+
+    def run(self, stop: threading.Event, rounds: int | None = None) -> None:
+        done = 0
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                self.run_once()
+            except Exception as exc:  # a bad round is logged; the watch goes on
+                self.log({"event": "round_failed", "error": f"{type(exc).__name__}: {exc}"})
+            done += 1
+            if rounds is not None and done >= rounds:
+                return
+            stop.wait(max(0.0, self.config.interval_s - (time.monotonic() - started)))

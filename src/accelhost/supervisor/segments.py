@@ -1,0 +1,88 @@
+"""System V shared memory that the supervised tree created and left behind.
+
+Exiting processes do not remove their segments (unless kernel.shm_rmid_forced=1), and a
+leaked one keeps HugePages and device-mapped memory until someone runs `ipcrm`. After
+the teardown we remove, one shmid at a time, exactly the segments that
+- did not exist when the supervisor started,
+- were created by a pid seen in the tree (the command, any process found by a scan, any
+  process the supervisor reaped), and
+- nobody attaches any more (nattch 0) and are not already marked for destruction.
+A segment made by a process that lived and died between two looks at the tree is not
+attributed to it; `accelhost doctor` reports such a leak and `accelhost clean` removes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from accelhost.host.base import Host
+from accelhost.parsers.sysvipc import ShmSegment
+from accelhost.shm import read_segments, remove_segment
+from accelhost.supervisor.options import RemovedSegment
+
+
+@dataclass
+class SegmentLedger:
+    """What is needed at the end to tell our segments from everyone else's."""
+
+    before: frozenset[int]  # shmids present when the supervisor started
+    creators: set[int] = field(default_factory=set)  # every pid known to be of the tree
+
+    @classmethod
+    def start(cls, host: Host) -> SegmentLedger:
+        segments = read_segments(host) or []
+        return cls(before=frozenset(s.shmid for s in segments))
+
+    def note(self, pids: Iterable[int]) -> None:
+        self.creators.update(pids)
+
+    def ours(self, seg: ShmSegment) -> bool:
+        return seg.shmid not in self.before and seg.cpid in self.creators
+
+    def leaked(self, host: Host) -> list[ShmSegment]:
+        """Our segments that nobody attaches, as the table shows them now."""
+        return [
+            s
+            for s in read_segments(host) or []
+            if self.ours(s) and s.nattch == 0 and not s.marked_for_destruction
+        ]
+
+    def still_attached(self, host: Host) -> list[ShmSegment]:
+        """Our segments that someone outside the tree still attaches (kept, reported)."""
+        return [
+            s
+            for s in read_segments(host) or []
+            if self.ours(s) and s.nattch > 0 and not s.marked_for_destruction
+        ]
+
+
+def remove_leaked(
+    host: Host,
+    ledger: SegmentLedger,
+    log: Callable[[str], None],
+    remove: Callable[[int], None] = remove_segment,
+) -> list[RemovedSegment]:
+    """Remove the leaked segments, re-checking each one against a fresh read of the table
+    just before its removal (a segment attached in between is kept)."""
+    removed: list[RemovedSegment] = []
+    for seg in ledger.leaked(host):
+        fresh = {s.shmid: s for s in read_segments(host) or []}.get(seg.shmid)
+        if fresh is None or fresh.nattch != 0 or not ledger.ours(fresh):
+            continue
+        try:
+            remove(seg.shmid)
+        except OSError as exc:
+            log(f"could not remove shared memory shmid {seg.shmid} ({seg.key_hex}): {exc}")
+            continue
+        removed.append(RemovedSegment(seg.shmid, seg.key_hex, seg.size, seg.cpid))
+        log(
+            f"removed shared memory shmid {seg.shmid} key {seg.key_hex} "
+            f"({seg.size} bytes) left by pid {seg.cpid}"
+        )
+    for seg in ledger.still_attached(host):
+        log(
+            f"kept shared memory shmid {seg.shmid} key {seg.key_hex} made by pid {seg.cpid}: "
+            f"still attached by {seg.nattch} process(es) outside the tree"
+        )
+    return removed

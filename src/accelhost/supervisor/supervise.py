@@ -1,0 +1,500 @@
+"""The supervisor: start one command, pass signals on, and leave nothing of it behind.
+
+It sleeps in one `poll()` over a self-pipe that the signal handlers write to
+(`signal.set_wakeup_fd`) and over pidfds of the processes it tracks, so an idle supervisor
+costs nothing: no timer fires unless something is tracked (`--fail-on-exit`, `--bind`),
+and then only a rescan of /proc that backs off to `scan_interval_s`.
+
+Teardown is bounded: SIGTERM to every live member of the tree, at most `grace_s` for them
+to go, SIGKILL to the rest, at most `kill_wait_s` for the kernel to take them; whatever is
+left then is in an uninterruptible sleep and is reported, not waited for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import select
+import signal
+import time
+from dataclasses import dataclass, field
+from types import FrameType
+
+from accelhost.host.base import Host
+from accelhost.procs import ProcessInfo
+from accelhost.supervisor.cgroup import Cgroup, create_cgroup
+from accelhost.supervisor.kernel import become_subreaper, open_pidfd, send_signal
+from accelhost.supervisor.options import (
+    FIRST_SCAN_S,
+    FORWARDED_SIGNAL_NAMES,
+    STATUS_CANNOT_EXECUTE,
+    STATUS_ENGINE_DIED,
+    STATUS_NOT_FOUND,
+    STOPPING_SIGNAL_NAMES,
+    RunOutcome,
+    SupervisorOptions,
+)
+from accelhost.supervisor.segments import SegmentLedger, remove_leaked
+from accelhost.supervisor.spawn import SpawnError, spawn
+from accelhost.supervisor.tree import TreeScanner, scan_tree, still_same, with_cmdlines
+
+# While tearing down, look at /proc again at least this often for processes forked meanwhile.
+TEARDOWN_RESCAN_S = 0.25
+# Extra signals whose dispositions the command gets back as default (Python ignores SIGPIPE
+# and SIGXFSZ; a shell started by us must not inherit that).
+_RESET_FOR_CHILD = ("SIGPIPE", "SIGXFSZ")
+
+
+def _sig(name: str) -> int:
+    return int(getattr(signal, name))
+
+
+def _signame(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _noop(signum: int, frame: FrameType | None) -> None:
+    """The handler only has to exist: the wakeup fd carries the signal number to the loop,
+    and a handler (unlike SIG_DFL) is never discarded by the kernel for PID 1."""
+
+
+@dataclass
+class _Member:
+    """A process of the tree being torn down, pinned by a pidfd where the kernel has them."""
+
+    info: ProcessInfo
+    pidfd: int | None
+    gone: bool = False
+
+
+@dataclass
+class _State:
+    cmd_pid: int | None = None
+    cmd_status: int | None = None  # os.waitstatus_to_exitcode: -N for signal N
+    stop_signal: int | None = None
+    died: ProcessInfo | None = None
+    tracked: dict[int, ProcessInfo] = field(default_factory=dict)  # pidfd -> process
+    tracked_nofd: dict[int, ProcessInfo] = field(default_factory=dict)  # pid -> process
+    bound: bool = False
+
+
+class Supervisor:
+    """One run. Not reusable: `run()` once."""
+
+    def __init__(self, options: SupervisorOptions, host: Host) -> None:
+        self.opts = options
+        self.host = host
+        self.me = os.getpid()
+        self.st = _State()
+        self.patterns = [re.compile(p) for p in options.fail_on_exit]
+        self.forwarded = [_sig(n) for n in FORWARDED_SIGNAL_NAMES]
+        self.stopping = {_sig(n) for n in STOPPING_SIGNAL_NAMES}
+        self.cgroup: Cgroup | None = None
+        self.ledger: SegmentLedger | None = None
+        self.poller = select.poll()
+        self.scanner = TreeScanner(host, self.me)
+        self._wake_r = -1
+        self._wake_w = -1
+        self._saved: dict[int, object] = {}
+        self._saved_wakeup = -1
+
+    # ---- signals -------------------------------------------------------------------------
+
+    def _install_signals(self) -> None:
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self.poller.register(self._wake_r, select.POLLIN)
+        for sig in [*self.forwarded, signal.SIGCHLD]:
+            self._saved[sig] = signal.signal(sig, _noop)
+        self._saved_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+
+    def _restore_signals(self) -> None:
+        signal.set_wakeup_fd(self._saved_wakeup)
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        for fd in (self._wake_r, self._wake_w):
+            if fd >= 0:
+                os.close(fd)
+        self._wake_r = self._wake_w = -1
+
+    def _wait(self, timeout_s: float | None) -> tuple[list[int], list[int]]:
+        """Sleep until a signal, a watched pidfd, or the timeout: (signals, readable fds)."""
+        ms = None if timeout_s is None else max(0, int(timeout_s * 1000) + 1)
+        events = self.poller.poll(ms)
+        signals: list[int] = []
+        fds: list[int] = []
+        for fd, _ in events:
+            if fd == self._wake_r:
+                signals.extend(self._drain())
+            else:
+                fds.append(fd)
+        return signals, fds
+
+    def _drain(self) -> list[int]:
+        out: list[int] = []
+        while True:
+            try:
+                data = os.read(self._wake_r, 512)
+            except BlockingIOError:
+                return out
+            if not data:
+                return out
+            out.extend(data)
+
+    # ---- children ------------------------------------------------------------------------
+
+    def _reap(self) -> None:
+        """Collect every exited child: the command, and every orphan re-parented to us."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if self.ledger is not None:
+                self.ledger.note([pid])
+            if pid == self.st.cmd_pid:
+                self.st.cmd_status = os.waitstatus_to_exitcode(status)
+
+    def _cmd_running(self) -> bool:
+        return self.st.cmd_pid is not None and self.st.cmd_status is None
+
+    def _forward(self, sig: int) -> None:
+        if self._cmd_running():
+            assert self.st.cmd_pid is not None
+            with contextlib.suppress(OSError):
+                os.killpg(self.st.cmd_pid, sig)
+
+    def _extra_pids(self) -> list[int]:
+        return self.cgroup.pids() if self.cgroup is not None else []
+
+    def _scan(self, cheap: bool = False) -> dict[int, ProcessInfo]:
+        """The tree now; `cheap` (while watching) skips pids already known to be outside."""
+        if cheap:
+            tree = self.scanner.scan(self._extra_pids())
+        else:
+            tree = scan_tree(self.host, self.me, self._extra_pids())
+        if self.ledger is not None:
+            self.ledger.note(tree)
+        return tree
+
+    # ---- the run -------------------------------------------------------------------------
+
+    def run(self) -> RunOutcome:
+        self._install_signals()
+        try:
+            return self._run()
+        except BaseException:
+            # A bug of ours must not leave the engine running unsupervised.
+            if self._cmd_running():
+                self._forward(signal.SIGKILL)
+            raise
+        finally:
+            for fd in list(self.st.tracked):
+                os.close(fd)
+            self.st.tracked.clear()
+            self._restore_signals()
+
+    def _run(self) -> RunOutcome:
+        if not become_subreaper():
+            self.opts.warn(
+                "cannot become a child subreaper; orphans of the command will not be found"
+            )
+        if self.opts.clean_shm:
+            self.ledger = SegmentLedger.start(self.host)
+        if self.opts.cgroup:
+            self.cgroup = create_cgroup(self.opts.cgroup, f"accelhost-run-{self.me}")
+        reset = [*self.forwarded, signal.SIGCHLD, *(_sig(n) for n in _RESET_FOR_CHILD)]
+        try:
+            self.st.cmd_pid = spawn(self.opts.argv, self.cgroup, reset)
+        except SpawnError as exc:
+            self.opts.warn(str(exc))
+            if self.cgroup is not None:
+                self.cgroup.remove()
+            missing = exc.step == "exec" and exc.errno == errno.ENOENT
+            code = STATUS_NOT_FOUND if missing else STATUS_CANNOT_EXECUTE
+            return RunOutcome(status=code, reason="not-started")
+        if self.ledger is not None:
+            self.ledger.note([self.st.cmd_pid])
+        reason = self._watch()
+        started = time.monotonic()
+        outcome = RunOutcome(status=0, reason=reason, cmd_pid=self.st.cmd_pid)
+        self._teardown(outcome)
+        outcome.teardown_s = time.monotonic() - started
+        if self.ledger is not None:
+            outcome.removed_segments = remove_leaked(self.host, self.ledger, self.opts.log)
+        if self.cgroup is not None and not self.cgroup.remove():
+            self.opts.warn(f"could not remove cgroup {self.cgroup.path}")
+        outcome.cmd_wait_status = self.st.cmd_status
+        outcome.status = self._status(reason)
+        return outcome
+
+    def _status(self, reason: str) -> int:
+        code = self.st.cmd_status
+        if reason == "engine-died":
+            return STATUS_ENGINE_DIED
+        if code is None:  # the command outlived even SIGKILL (D state)
+            return 128 + signal.SIGKILL
+        if code < 0:
+            return 128 - code
+        if reason == "signal" and code == 0 and self.st.stop_signal is not None:
+            # Stopped from outside: not a success, whatever the command chose to exit with.
+            return 128 + self.st.stop_signal
+        return code
+
+    # ---- watching ------------------------------------------------------------------------
+
+    def _watch(self) -> str:
+        """Sleep until the command exits, a stopping signal comes, or a tracked process
+        dies; returns the reason ("exited", "signal", "engine-died")."""
+        tracking = bool(self.patterns) or (self.opts.bind is not None)
+        interval = FIRST_SCAN_S
+        now = time.monotonic()
+        next_scan: float | None = now + interval if tracking else None
+        bind_at: float | None = None
+        if self.opts.bind is not None and self.opts.bind.delay_s is not None:
+            bind_at = now + self.opts.bind.delay_s
+        while True:
+            deadlines = [d for d in (next_scan, bind_at) if d is not None]
+            timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+            signals, fds = self._wait(timeout)
+            self._reap()
+            for sig in signals:
+                if sig == signal.SIGCHLD:
+                    continue
+                self._forward(sig)
+                if sig in self.stopping:
+                    self.st.stop_signal = sig
+                    self.opts.log(f"received {_signame(sig)}; stopping the command")
+                    return "signal"
+            for fd in fds:
+                info = self.st.tracked.pop(fd, None)
+                self.poller.unregister(fd)
+                os.close(fd)
+                if info is not None and self.st.died is None:
+                    self.st.died = info
+            if self.st.died is not None:
+                self._report_death(self.st.died)
+                return "engine-died"
+            if self.st.cmd_status is not None:
+                self.opts.log(f"command exited ({self._describe(self.st.cmd_status)})")
+                return "exited"
+            now = time.monotonic()
+            if next_scan is not None and now >= next_scan:
+                self._track(self._scan(cheap=True))
+                if self.st.died is not None:
+                    continue  # reported at the top of the next round, with no wait
+                interval = min(interval * 2, self.opts.scan_interval_s)
+                next_scan = now + interval
+            if bind_at is not None and now >= bind_at and not self.st.bound:
+                self._bind(reason=f"after {self.opts.bind.delay_s:g} s")  # type: ignore[union-attr]
+                bind_at = None
+            if not self.patterns and self.st.bound:
+                next_scan = None
+
+    @staticmethod
+    def _describe(code: int) -> str:
+        return f"killed by {_signame(-code)}" if code < 0 else f"status {code}"
+
+    def _report_death(self, info: ProcessInfo) -> None:
+        self.opts.warn(
+            f"{info.command} (pid {info.pid}) exited while the command was running "
+            "(--fail-on-exit); stopping everything"
+        )
+
+    def _track(self, tree: dict[int, ProcessInfo]) -> None:
+        """Start watching newly seen members that match --fail-on-exit; bind when due."""
+        if self.opts.bind is not None and not self.st.bound:
+            self._maybe_bind(tree)
+        if not self.patterns:
+            return
+        known = {i.pid for i in self.st.tracked.values()} | set(self.st.tracked_nofd)
+        candidates = {
+            pid: info
+            for pid, info in tree.items()
+            if pid not in known and pid != self.st.cmd_pid and info.state != "Z"
+        }
+        for pid, info in with_cmdlines(self.host, candidates).items():
+            if not any(p.search(info.command) for p in self.patterns):
+                continue
+            fd = open_pidfd(pid)
+            if fd is None:
+                self.st.tracked_nofd[pid] = info
+            elif still_same(self.host, info):
+                self.st.tracked[fd] = info
+                self.poller.register(fd, select.POLLIN)
+            else:
+                os.close(fd)  # it died between the scan and the pidfd: already a death
+                self.st.died = info
+                return
+        for pid, info in list(self.st.tracked_nofd.items()):
+            if not still_same(self.host, info) or tree.get(pid, info).state == "Z":
+                self.st.died = info
+                return
+
+    # ---- binding -------------------------------------------------------------------------
+
+    def _maybe_bind(self, tree: dict[int, ProcessInfo]) -> None:
+        from accelhost.supervisor.integrations import holders_of_device
+
+        assert self.opts.bind is not None
+        holders = holders_of_device(self.host, tree, self.opts.bind.device)
+        if holders:
+            self._bind(reason=f"pid {holders[0]} opened device {self.opts.bind.device}")
+
+    def _bind(self, reason: str) -> None:
+        from accelhost.supervisor.integrations import bind_tree
+
+        req = self.opts.bind
+        assert req is not None
+        self.st.bound = True
+        if req.plan is None:
+            self.opts.log("--bind: no plan was made; nothing bound")
+            return
+        tree = self._scan()
+        bind_tree(self.host, req.plan, req.device, tree, self.st.cmd_pid, reason, self.opts.log)
+
+    # ---- teardown ------------------------------------------------------------------------
+
+    def _teardown(self, outcome: RunOutcome) -> None:
+        """SIGTERM, grace, SIGKILL, bounded wait; fills the outcome's pid lists."""
+        for fd in list(self.st.tracked):
+            self.poller.unregister(fd)
+            os.close(fd)
+        self.st.tracked.clear()
+        members: dict[int, _Member] = {}
+        group_signalled = outcome.reason == "signal"
+        grace_end = time.monotonic() + self.opts.grace_s
+        try:
+            self._sweep(members, signal.SIGTERM, outcome.terminated, skip_group=group_signalled)
+            if members and self.opts.grace_s > 0:
+                self.opts.log(
+                    f"stopping {len(members)} process(es); SIGKILL in {self.opts.grace_s:g} s"
+                )
+            self._settle(members, grace_end, signal.SIGTERM, outcome.terminated)
+            if any(not m.gone for m in members.values()) or self._scan_alive():
+                if self.cgroup is not None:
+                    self.cgroup.kill_all()
+                self._sweep(members, signal.SIGKILL, outcome.killed, again=True)
+                if outcome.killed:
+                    self.opts.log(
+                        f"sent SIGKILL to {len(outcome.killed)} process(es) still alive "
+                        f"after {self.opts.grace_s:g} s"
+                    )
+                kill_end = time.monotonic() + self.opts.kill_wait_s
+                self._settle(members, kill_end, signal.SIGKILL, outcome.killed)
+            self._reap()
+            left = self._alive(self._scan())
+            for pid, info in sorted(left.items()):
+                outcome.survivors.append(pid)
+                hint = (
+                    " (uninterruptible sleep in a driver: only a device reset frees it)"
+                    if info.state == "D"
+                    else ""
+                )
+                self.opts.warn(
+                    f"pid {pid} ({info.comm}) survived SIGKILL, state {info.state}{hint}"
+                )
+        finally:
+            for m in members.values():
+                if m.pidfd is not None:
+                    with contextlib.suppress(KeyError):
+                        self.poller.unregister(m.pidfd)
+                    os.close(m.pidfd)
+
+    @staticmethod
+    def _alive(tree: dict[int, ProcessInfo]) -> dict[int, ProcessInfo]:
+        return {pid: i for pid, i in tree.items() if i.state not in ("Z", "X")}
+
+    def _scan_alive(self) -> bool:
+        self._reap()
+        return bool(self._alive(self._scan()))
+
+    def _sweep(
+        self,
+        members: dict[int, _Member],
+        sig: int,
+        sent: list[int],
+        skip_group: bool = False,
+        again: bool = False,
+    ) -> dict[int, ProcessInfo]:
+        """Signal every live member of the tree that has not had `sig` yet (all of them
+        again with `again`). Members of the command's group already got the forwarded
+        signal when `skip_group` is set; a second SIGTERM would cut their shutdown short."""
+        self._reap()
+        tree = self._alive(self._scan())
+        for pid, info in tree.items():
+            m = members.get(pid)
+            if m is not None and m.info.start_ticks != info.start_ticks:
+                if m.pidfd is not None:
+                    self.poller.unregister(m.pidfd)
+                    os.close(m.pidfd)
+                m = None
+            if m is None:
+                fd = open_pidfd(pid)
+                if fd is not None and not still_same(self.host, info):
+                    os.close(fd)
+                    continue
+                m = _Member(info, fd)
+                members[pid] = m
+                if fd is not None:
+                    self.poller.register(fd, select.POLLIN)
+                if skip_group and sig == signal.SIGTERM and info.pgid == self.st.cmd_pid:
+                    continue
+            elif not again or m.gone:
+                continue
+            if send_signal(pid, sig, m.pidfd) and pid not in sent:
+                sent.append(pid)
+        for pid, m in members.items():
+            cur = tree.get(pid)
+            if cur is None or cur.start_ticks != m.info.start_ticks:
+                m.gone = True
+        return tree
+
+    def _settle(self, members: dict[int, _Member], until: float, sig: int, sent: list[int]) -> None:
+        """Wait until every member is gone (and no new one appeared) or `until` passes;
+        newcomers found by the periodic rescan get `sig` too."""
+        last_scan = time.monotonic()
+        while True:
+            pending = [m for m in members.values() if not m.gone]
+            now = time.monotonic()
+            if now >= until:
+                return
+            rescan_due = last_scan + TEARDOWN_RESCAN_S
+            if not pending or all(m.pidfd is None for m in pending) or now >= rescan_due:
+                self._sweep(members, sig, sent)
+                last_scan = time.monotonic()
+                pending = [m for m in members.values() if not m.gone]
+                if not pending:
+                    return
+                rescan_due = last_scan + TEARDOWN_RESCAN_S
+            timeout = min(until, rescan_due) - time.monotonic()
+            signals, fds = self._wait(max(0.0, timeout))
+            self._reap()
+            for sig_in in signals:
+                if sig_in != signal.SIGCHLD:
+                    self._forward(sig_in)
+            by_fd = {m.pidfd: m for m in members.values() if m.pidfd is not None}
+            for fd in fds:
+                m = by_fd.get(fd)
+                if m is not None:
+                    m.gone = True
+                    self.poller.unregister(fd)
+                    os.close(fd)
+                    m.pidfd = None
+
+
+def supervise(options: SupervisorOptions, host: Host | None = None) -> RunOutcome:
+    """Run `options.argv` under supervision until it and everything it started are gone."""
+    if not options.argv:
+        raise ValueError("no command to run")
+    if host is None:
+        from accelhost.host.live import LiveHost
+
+        host = LiveHost()
+    return Supervisor(options, host).run()

@@ -1,0 +1,212 @@
+"""Real processes, device nodes and SysV segments for the hygiene tests.
+
+Everything a test starts or creates is removed by its id (pid, shmid) in a finalizer,
+even when the test fails; nothing is ever killed by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+PY = sys.executable
+
+# A helper process: create (and optionally attach) a segment, print its shmid, then
+# either exit or sleep. Run with `python -c`.
+SHM_HELPER = r"""
+import ctypes, ctypes.util, sys, time
+libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
+libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+libc.shmat.restype = ctypes.c_void_p
+mode, arg = sys.argv[1], int(sys.argv[2])
+if mode == "attach":
+    shmid = arg
+else:
+    shmid = libc.shmget(0, arg, 0o1000 | 0o600)
+    if shmid < 0:
+        sys.exit("shmget failed: %d" % ctypes.get_errno())
+if mode in ("attach", "create-attach"):
+    if libc.shmat(shmid, None, 0) in (None, ctypes.c_void_p(-1).value):
+        sys.exit("shmat failed: %d" % ctypes.get_errno())
+print(shmid, flush=True)
+if mode != "create-exit":
+    time.sleep(1000)
+"""
+
+
+def pid_alive(pid: int) -> bool:
+    """Exists and is not a zombie."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return text[text.rfind(")") + 2] != "Z"
+
+
+def wait_gone(pid: int, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def kill_pid(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def remove_shmid(shmid: int) -> None:
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.shmctl.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    libc.shmctl(shmid, 0, None)
+
+
+def shmids_now() -> set[int]:
+    lines = Path("/proc/sysvipc/shm").read_text().splitlines()[1:]
+    return {int(line.split()[1]) for line in lines if line.strip()}
+
+
+@dataclass
+class Lab:
+    """What one test created, torn down by id."""
+
+    tmp: Path
+    pids: list[int] = field(default_factory=list)
+    popens: list[subprocess.Popen[str]] = field(default_factory=list)
+    shmids: list[int] = field(default_factory=list)
+
+    def device_node(self, name: str = "davinci_test0") -> Path:
+        """A character device with /dev/null's numbers: opening it is harmless."""
+        path = self.tmp / "dev" / name
+        path.parent.mkdir(exist_ok=True)
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        return path
+
+    def glob(self) -> str:
+        return str(self.tmp / "dev" / "*")
+
+    def _engine(self, node: Path, launcher_lives: bool, title: str) -> tuple[int, int]:
+        tail = "wait" if launcher_lives else "exit 0"
+        script = (
+            f"exec 3<'{node}'; (exec -a '{title}' sleep 1000 >/dev/null 2>&1 </dev/null) & "
+            f"echo $!; {tail}"
+        )
+        launcher = subprocess.Popen(
+            ["setsid", "bash", "-c", script], stdout=subprocess.PIPE, text=True
+        )
+        self.popens.append(launcher)
+        assert launcher.stdout is not None
+        engine = int(launcher.stdout.readline())
+        self.pids.append(engine)
+        if not launcher_lives:
+            launcher.wait(timeout=20)
+        # the title is set by exec: wait until the child has exec'd
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{engine}/cmdline").read_bytes().startswith(title.encode()):
+                    break
+            time.sleep(0.02)
+        return engine, launcher.pid
+
+    def orphan_engine(self, node: Path, title: str = "VLLM::EngineCore") -> int:
+        """An engine whose setsid launcher exited: its group leader is gone."""
+        pid, _ = self._engine(node, launcher_lives=False, title=title)
+        return pid
+
+    def healthy_engine(self, node: Path, title: str = "VLLM::EngineCore") -> tuple[int, int]:
+        """(engine pid, launcher pid): the launcher lives and waits for it."""
+        return self._engine(node, launcher_lives=True, title=title)
+
+    def orphan_engine_with_segment(self, node: Path) -> tuple[int, int]:
+        """(pid, shmid): an orphan engine (`python3 -c ... VLLM::EngineCore`) that created
+        a segment and keeps it attached, as a crashed engine would."""
+        out = self.tmp / f"shmid-{len(self.pids)}"
+        script = (
+            f'exec 3<\'{node}\'; "$PY" -c "$HELPER" create-attach 8192 VLLM::EngineCore '
+            f">'{out}' 2>/dev/null </dev/null & echo $!; exit 0"
+        )
+        env = {**os.environ, "PY": PY, "HELPER": SHM_HELPER}
+        launcher = subprocess.Popen(
+            ["setsid", "bash", "-c", script], stdout=subprocess.PIPE, text=True, env=env
+        )
+        self.popens.append(launcher)
+        assert launcher.stdout is not None
+        pid = int(launcher.stdout.readline())
+        self.pids.append(pid)
+        launcher.wait(timeout=20)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            text = out.read_text() if out.exists() else ""
+            if text.endswith("\n"):
+                shmid = int(text)
+                self.shmids.append(shmid)
+                return pid, shmid
+            time.sleep(0.05)
+        raise AssertionError("the engine did not create its segment")
+
+    def segment(self, mode: str, arg: int) -> tuple[int, int | None]:
+        """(shmid, pid of a helper still running or None). Modes: create-exit,
+        create-sleep, create-attach, attach (arg = shmid)."""
+        proc = subprocess.Popen(
+            [PY, "-c", SHM_HELPER, mode, str(arg)], stdout=subprocess.PIPE, text=True
+        )
+        self.popens.append(proc)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.strip(), f"shm helper failed ({mode})"
+        shmid = int(line)
+        if mode != "attach":
+            self.shmids.append(shmid)
+        if mode == "create-exit":
+            proc.wait(timeout=20)
+            return shmid, None
+        return shmid, proc.pid
+
+    def teardown(self) -> None:
+        for pid in self.pids:
+            kill_pid(pid)
+        for p in self.popens:
+            kill_pid(p.pid)
+            with contextlib.suppress(Exception):
+                p.wait(timeout=10)
+            if p.stdout is not None:
+                p.stdout.close()
+        for shmid in self.shmids:
+            remove_shmid(shmid)
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[Lab]:
+    if os.geteuid() != 0 or not Path("/proc/sysvipc/shm").exists():
+        pytest.skip("needs root on Linux")
+    lab = Lab(tmp_path)
+    try:
+        yield lab
+    finally:
+        lab.teardown()
+
+
+def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PY, "-m", "accelhost.cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

@@ -1,0 +1,233 @@
+
+"""The pure checks over recorded hosts: each rule, each status."""
+
+from __future__ import annotations
+
+from hygiene_fakes import NOW, FakeHost, npu_smi
+
+from accelhost.host.live import LiveHost
+from accelhost.host.record import RecordingHost
+from accelhost.host.snapshot import SnapshotHost
+from accelhost.hygiene import HygieneOptions, read_facts, run_checks
+from accelhost.hygiene.cleaner import RemoveSegment, StopProcesses, plan_clean
+from accelhost.recording import recorder
+
+OPTS = HygieneOptions()
+
+
+def check(fake: FakeHost, name: str, opts: HygieneOptions = OPTS):  # type: ignore[no-untyped-def]
+    report = run_checks(read_facts(fake.host(), opts), opts, (name,))
+    return report.checks[0]
+
+
+def test_orphan_rules() -> None:
+    fake = FakeHost()
+    # launcher 100 gone: its engine 101 (and the engine's worker 102) are orphans
+    fake.proc(101, "python3 -m vllm.entrypoints.openai.api_server", ppid=1, pgid=100)
+    fake.proc(102, "VLLM::Worker_TP0", ppid=101, pgid=100, comm="VLLM::Worker_TP")
+    # healthy: leader 200 alive
+    fake.proc(200, "bash run.sh", ppid=1, pgid=200)
+    fake.proc(201, "vllm serve model", ppid=200, pgid=200)
+    # an EngineCore re-parented to PID 1 while its group leader lives elsewhere
+    fake.proc(300, "bash", ppid=1, pgid=300)
+    fake.proc(301, "VLLM::EngineCore", ppid=1, pgid=300, comm="VLLM::EngineCor")
+    # zombie leader counts as dead
+    fake.proc(400, "sh", ppid=1, pgid=400, state="Z")
+    fake.proc(401, "sglang.launch_server", ppid=1, pgid=400)
+    # not an engine, leader gone: not our business
+    fake.proc(501, "sleep 100", ppid=1, pgid=500)
+    # the caller's ancestor matches a pattern and has a dead leader: never touched
+    fake.proc(899, "bash vllm-helper.sh", ppid=1, pgid=898)
+    result = check(fake, "orphan_engines")
+    assert result.status == "FAIL"
+    reasons = {e["pid"]: e["reason"] for e in result.evidence}
+    assert sorted(reasons) == [101, 102, 301, 401]
+    assert "100 has exited" in reasons[101]
+    assert "re-parented to PID 1" in reasons[301]
+    assert "a zombie" in reasons[401]
+    assert all(isinstance(e["pid"], int) for e in result.evidence)
+
+
+def test_orphan_plan_groups_and_descendants() -> None:
+    fake = FakeHost()
+    fake.proc(101, "vllm serve m", ppid=1, pgid=100)
+    fake.proc(102, "VLLM::EngineCore", ppid=101, pgid=100)
+    fake.proc(103, "helper", ppid=102, pgid=103)  # a descendant in its own group
+    fake.proc(300, "bash", ppid=1, pgid=300)
+    fake.proc(301, "VLLM::EngineCore", ppid=1, pgid=300)
+    actions = plan_clean(read_facts(fake.host(), OPTS), OPTS)
+    stops = [a for a in actions if isinstance(a, StopProcesses)]
+    assert [(a.pgid, a.signal_group, [t.pid for t in a.targets]) for a in stops] == [
+        (100, True, [101, 102, 103]),
+        (300, False, [301]),  # its group leader (bash 300) lives: never signal the group
+    ]
+
+
+def test_leak_rule() -> None:
+    fake = FakeHost()
+    fake.proc(10, "creator", ppid=1, pgid=10)
+    fake.segment(1, 2**20, cpid=555)  # leaked
+    fake.segment(2, 2**20, cpid=555, nattch=1, lpid=10)  # attached
+    fake.segment(3, 2**20, cpid=10)  # creator alive
+    fake.segment(4, 2**20, cpid=555, perms="1600")  # marked for destruction
+    fake.segment(5, 2**20, cpid=555, ctime=NOW - 5)  # too young
+    fake.segment(6, 2**20, cpid=0)  # creator in another PID namespace
+    fake.segment(7, 2**20, cpid=555, lpid=10)  # last user alive
+    fake.segment(8, 2**21, cpid=556, perms="4600")  # hugetlb-backed leak
+    result = check(fake, "shared_memory")
+    assert result.status == "WARN"
+    assert [e["shmid"] for e in result.evidence] == [1, 8]
+    assert result.evidence[1]["hugetlb"] is True
+    assert result.evidence[0]["creator_pid"] == 555 and result.evidence[0]["bytes"] == 2**20
+    actions = plan_clean(read_facts(fake.host(), OPTS), OPTS)
+    assert [a.shmid for a in actions if isinstance(a, RemoveSegment)] == [1, 8]
+    young = HygieneOptions(shm_min_age_s=1)
+    assert [e["shmid"] for e in check(fake, "shared_memory", young).evidence] == [1, 5, 8]
+
+
+def test_hugepages_full_with_leaks_fails() -> None:
+    fake = FakeHost().hugepages(2048, 1000, 0).hugepages(2048, 500, 0, node=0)
+    fake.hugepages(1048576, 10, 5)
+    assert check(fake, "hugepages").status == "WARN"
+    fake.segment(1, 2**21, cpid=555, perms="4600")
+    result = check(fake, "hugepages")
+    assert result.status == "FAIL"
+    assert [(e["size"], e["node"]) for e in result.evidence] == [("2048kB", None), ("2048kB", 0)]
+    assert check(FakeHost().hugepages(2048, 100, 50), "hugepages").status == "OK"
+
+
+def test_device_holders_and_memory() -> None:
+    fake = FakeHost()
+    fake.commands["npu-smi info"] = npu_smi(
+        [30000, 3000], 65536, [(0, 101, "VLLMWorker", 2000), (1, 700, "ghost", 1000)]
+    )
+    fake.proc(
+        101, "vllm serve a", ppid=1, pgid=101, fds={3: "/dev/davinci0", 4: "/dev/davinci_manager"}
+    )
+    fake.proc(201, "vllm serve b", ppid=1, pgid=201, fds={3: "/dev/davinci0"})
+    fake.proc(301, "npu-exporter", ppid=1, pgid=301, fds={5: "/dev/davinci_manager"})
+    holders = check(fake, "device_holders")
+    assert holders.status == "WARN" and "/dev/davinci0: 2 engines" in holders.summary
+    assert sorted(e["pid"] for e in holders.evidence) == [101, 201, 301, 700]
+    unatt = check(fake, "unattributed_memory")
+    assert unatt.status == "WARN"
+    (dev,) = unatt.evidence
+    assert (dev["device"], dev["unattributed_mib"]) == ("npu0", 28000)
+    # a D-state holder is a FAIL: it cannot be killed
+    fake.proc(401, "python train.py", ppid=1, pgid=401, state="D", fds={3: "/dev/davinci1"})
+    assert check(fake, "device_holders").status == "FAIL"
+
+
+def test_nvidia_memory_and_failed_query() -> None:
+    fake = FakeHost()
+    fake.commands[
+        "nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits"
+    ] = "0, 40000, 81559\n1, 500, 81559\n"
+    fake.commands[
+        "nvidia-smi --query-compute-apps=pid,used_memory,gpu_bus_id --format=csv,noheader,nounits"
+    ] = "4242, 38000, 00000000:3B:00.0\n"
+    fake.commands["nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader,nounits"] = (
+        "0, 00000000:3B:00.0\n1, 00000000:5E:00.0\n"
+    )
+    fake.proc(4242, "python3 -m sglang.launch_server", ppid=1, pgid=4242, fds={3: "/dev/nvidia0"})
+    opts = HygieneOptions(expect_util=0.9, device=0)
+    report = run_checks(read_facts(fake.host(), opts), opts)
+    by = {c.name: c for c in report.checks}
+    assert by["unattributed_memory"].status == "WARN"  # 2000 MiB over the 1024 baseline
+    assert by["preflight"].status == "FAIL"
+    assert by["preflight"].evidence[0]["holders"][0]["pid"] == 4242
+    fake.commands[
+        "nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits"
+    ] = {"stdout": "", "rc": 9}
+    report = run_checks(read_facts(fake.host(), opts), opts)
+    by = {c.name: c for c in report.checks}
+    assert by["unattributed_memory"].status == "UNKNOWN"
+    assert by["preflight"].status == "UNKNOWN"
+    assert report.exit_code == 2
+
+
+def test_host_tuning_items() -> None:
+    fake = FakeHost()
+    fake.env["OMP_PROC_BIND"] = "true"
+    fake.files["/sys/kernel/mm/transparent_hugepage/enabled"] = "[always] madvise never\n"
+    fake.files["/sys/kernel/mm/transparent_hugepage/defrag"] = "[always] defer madvise never\n"
+    fake.proc(
+        101,
+        "vllm serve m",
+        ppid=100,
+        pgid=100,
+        fds={3: "/dev/davinci0"},
+        environ={"PYTORCH_NPU_ALLOC_CONF": "max_split_size_mb:128", "HF_TOKEN": "secret"},
+    )
+    fake.proc(100, "bash", ppid=1, pgid=100)
+    fake.proc(
+        201,
+        "vllm serve n",
+        ppid=200,
+        pgid=200,
+        fds={3: "/dev/davinci1"},
+        environ={"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"},
+    )
+    fake.proc(200, "bash", ppid=1, pgid=200)
+    # an engine-named tool that holds no device gets no allocator hint
+    fake.proc(301, "pip download vllm", ppid=300, pgid=300, environ={})
+    fake.proc(300, "bash", ppid=1, pgid=300)
+    result = check(fake, "host_tuning")
+    assert result.status == "WARN"
+    items = [e["item"] for e in result.evidence]
+    assert items == ["transparent_hugepage", "OMP_PROC_BIND", "alloc_conf"]
+    assert result.evidence[-1]["pid"] == 101
+
+
+def test_recording_replays_to_the_same_report() -> None:
+    rec = RecordingHost(LiveHost())
+    facts = read_facts(rec, OPTS)
+    replay = SnapshotHost(rec.to_snapshot())
+    again = read_facts(replay, OPTS)
+    assert run_checks(facts, OPTS).to_dict() == run_checks(again, OPTS).to_dict()
+    assert again.processes is not None and facts.processes is not None
+    assert set(again.processes) == set(facts.processes)
+
+
+def test_recording_keeps_only_allocator_variables() -> None:
+    fake = FakeHost()
+    fake.proc(
+        101,
+        "vllm serve m",
+        ppid=1,
+        pgid=101,
+        fds={3: "/dev/davinci0"},
+        environ={"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True", "HF_TOKEN": "secret"},
+    )
+    rec = recorder(fake.host())
+    facts = read_facts(rec, OPTS)
+    assert facts.engine_env[101] == {"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}
+    snap = rec.to_snapshot()
+    assert "secret" not in str(snap)
+    assert snap["files"]["/proc/101/environ"] == "PYTORCH_NPU_ALLOC_CONF=expandable_segments:True\0"
+    replayed = read_facts(SnapshotHost(snap), OPTS)
+    assert replayed.engine_env == facts.engine_env
+
+
+def test_a_hanging_device_tool_is_unknown_not_a_crash() -> None:
+    from collections.abc import Sequence
+
+    from accelhost.errors import HostError
+    from accelhost.host.base import CommandResult
+
+    class Wedged(SnapshotHost):
+        def run(self, argv: Sequence[str]) -> CommandResult | None:
+            if argv[0] == "npu-smi":
+                raise HostError("`npu-smi info` did not answer within 60 s")
+            return super().run(argv)
+
+    fake = FakeHost()
+    fake.commands["npu-smi info"] = npu_smi([3400], 65536, [])
+    opts = HygieneOptions(expect_util=0.5)
+    report = run_checks(read_facts(Wedged(fake.snapshot()), opts), opts)
+    by = {c.name: c for c in report.checks}
+    assert by["unattributed_memory"].status == "UNKNOWN"
+    assert "did not answer" in by["unattributed_memory"].summary
+    assert by["preflight"].status == "UNKNOWN"
+    assert by["orphan_engines"].status == "OK"  # the other checks still ran
+    assert report.exit_code == 2

@@ -1,0 +1,177 @@
+"""watch serves Prometheus metrics on a loopback port; the registry is the watch's own."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+
+import pytest
+from hygiene_lab import PY, Lab, kill_pid
+from prometheus_client import REGISTRY, generate_latest
+
+from accelhost.host.snapshot import load_snapshot
+from accelhost.hygiene.options import HygieneOptions
+from accelhost.hygiene.watch import WatchConfig, Watcher
+
+
+def _scrape(addr: str) -> str:
+    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as resp:
+        return str(resp.read().decode())
+
+
+def test_watch_serves_metrics_and_stops_on_sigterm(lab: Lab) -> None:
+    leaked, _ = lab.segment("create-exit", 65536)
+    proc = subprocess.Popen(
+        [
+            PY,
+            "-m",
+            "accelhost.cli.main",
+            "watch",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--interval",
+            "0.5",
+            "--shm-min-age",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline())
+        assert first["event"] == "listening"
+        addr = first["addr"]
+        assert addr.startswith("127.0.0.1:")
+        body = ""
+        deadline = time.monotonic() + 60
+        while "accelhost_check_status" not in body and time.monotonic() < deadline:
+            body = _scrape(addr)
+            time.sleep(0.2)
+        for name in (
+            'accelhost_check_status{check="orphan_engines"}',
+            'accelhost_check_status{check="shared_memory"}',
+            "accelhost_shm_leaked_bytes",
+            "accelhost_orphan_processes",
+            'accelhost_hugepages_total{size="2048kB"}',
+            'accelhost_hugepages_free{size="2048kB"}',
+            "accelhost_watch_runs_total",
+        ):
+            assert name in body, name
+        leaked_bytes = next(
+            float(line.split()[-1])
+            for line in body.splitlines()
+            if line.startswith("accelhost_shm_leaked_bytes ")
+        )
+        assert leaked_bytes >= 65536  # our segment at least (others may exist)
+        # no device source here: no device series at all, rather than zeros
+        assert "accelhost_device_memory_used_bytes{" not in body
+        os.kill(proc.pid, signal.SIGTERM)
+        out, _err = proc.communicate(timeout=30)
+        assert proc.returncode == 0
+        events = [json.loads(line)["event"] for line in out.splitlines()]
+        assert "check_status" in events and events[-1] == "stopped"
+    finally:
+        kill_pid(proc.pid)
+        proc.wait(timeout=10)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def test_registry_is_per_watch_and_devices_come_from_the_snapshot() -> None:
+    host = load_snapshot("example:a2-192cpu-8npu-sees-npu0")
+    logs: list[dict[str, object]] = []
+    a = Watcher(lambda: host, HygieneOptions(), WatchConfig(), logs.append)
+    b = Watcher(lambda: host, HygieneOptions(), WatchConfig(), logs.append)
+    assert a.registry is not b.registry
+    a.run_once()
+    text = generate_latest(a.registry).decode()
+    assert 'accelhost_device_memory_used_bytes{device="npu0"} 3.5651584e+09' in text
+    assert 'accelhost_device_memory_total_bytes{device="npu7"}' in text
+    assert "accelhost_device_memory_unattributed_bytes" in text
+    # a source not recorded is UNKNOWN (3), and exports no sample
+    assert 'accelhost_check_status{check="shared_memory"} 3.0' in text
+    assert "accelhost_shm_leaked_bytes" not in text
+    assert "accelhost_" not in generate_latest(REGISTRY).decode()
+    assert "accelhost_watch_runs_total 0.0" in generate_latest(b.registry).decode()
+    # status changes are logged once, not every round
+    n = len(logs)
+    a.run_once()
+    assert len(logs) == n
+
+
+@pytest.mark.parametrize("addr", ["nonsense", "127.0.0.1:notaport"])
+def test_bad_metrics_addr_is_one_line(addr: str) -> None:
+    res = subprocess.run(
+        [PY, "-m", "accelhost.cli.main", "watch", "--metrics-addr", addr, "--rounds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert res.returncode == 1 and res.stderr.startswith("accelhost: --metrics-addr")
+
+
+def test_auto_clean_removes_leaks_at_once_and_orphans_after_two_rounds(lab: Lab) -> None:
+    from hygiene_lab import pid_alive, shmids_now, wait_gone
+
+    from accelhost.host.live import LiveHost
+    from accelhost.hygiene.cleaner import CleanFilters
+
+    node = lab.device_node()
+    orphan = lab.orphan_engine(node)
+    leaked, _ = lab.segment("create-exit", 4096)
+    journal = lab.tmp / "auto.jsonl"
+    logs: list[dict[str, object]] = []
+    watcher = Watcher(
+        LiveHost,
+        HygieneOptions(device_globs=(lab.glob(),), shm_min_age_s=0),
+        WatchConfig(
+            auto_clean=True,
+            clean_orphan_rounds=2,
+            journal=str(journal),
+            grace_s=5,
+            # a shared machine: never reach beyond what this test made
+            scope=CleanFilters(pids=frozenset({orphan}), shmids=frozenset({leaked})),
+        ),
+        logs.append,
+    )
+    watcher.run_once()
+    assert leaked not in shmids_now()
+    assert pid_alive(orphan)  # seen once: not yet
+    watcher.run_once()
+    assert wait_gone(orphan)
+    events = [e["event"] for e in logs]
+    assert events.count("auto_clean") == 2
+    text = generate_latest(watcher.registry).decode()
+    assert 'accelhost_clean_actions_total{kind="remove_segment",result="ok"} 1.0' in text
+    assert 'accelhost_clean_actions_total{kind="stop",result="ok"} 1.0' in text
+    assert journal.read_text().count('"event": "intent"') == 2
+
+
+def test_memory_stays_bounded_over_many_rounds() -> None:
+    import gc
+    import tracemalloc
+
+    host = load_snapshot("example:a2-192cpu-8npu-sees-npu0")
+    watcher = Watcher(lambda: host, HygieneOptions(), WatchConfig(), lambda _e: None)
+    for _ in range(30):
+        watcher.run_once()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(300):
+            watcher.run_once()
+            generate_latest(watcher.registry)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 256 * 1024, grown

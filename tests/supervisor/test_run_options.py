@@ -1,0 +1,174 @@
+"""`accelhost run --preflight-util / --bind`, and the supervisor's pure parts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from run_support import janitor, run_cmd
+
+from accelhost.errors import AccelhostError
+from accelhost.host.live import LiveHost
+from accelhost.parsers.sysvipc import ShmSegment
+from accelhost.supervisor.cgroup import Mount, _candidates, read_mounts, read_own_cgroups
+from accelhost.supervisor.segments import SegmentLedger, remove_leaked
+from accelhost.supervisor.tree import TreeScanner, scan_tree
+
+MARGIN_S = 30.0
+A2 = "example:a2-192cpu-8npu-sees-npu0"  # npu0: 60.68 of 64.0 GiB free
+GPU = "example:gpu-cpuset-slice"
+
+
+def finish(proc: subprocess.Popen[bytes], timeout: float = MARGIN_S) -> tuple[int, str]:
+    _, err = proc.communicate(timeout=timeout)
+    return proc.returncode, err.decode()
+
+
+def test_preflight_refuses_to_start_with_vllms_sentence(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    with janitor(tmp_path) as j:
+        proc = j.start(
+            run_cmd("--snapshot", A2, "--preflight-util", "0.99", "--device", "0", "--")
+            + ["touch", str(marker)]
+        )
+        code, err = finish(proc)
+    assert code == 1
+    assert err.strip().splitlines() == [
+        "accelhost: preflight: npu0: Free memory on device (60.68/64.0 GiB) on startup is less "
+        "than desired GPU memory utilization (0.99, 63.36 GiB). Decrease GPU memory "
+        "utilization or reduce GPU memory used by other processes."
+    ]
+    assert not marker.exists()
+
+
+def test_preflight_that_passes_starts_the_command(tmp_path: Path) -> None:
+    with janitor(tmp_path) as j:
+        proc = j.start(
+            run_cmd("--snapshot", A2, "--preflight-util", "0.85", "--device", "0", "--")
+            + ["sh", "-c", "exit 4"]
+        )
+        code, err = finish(proc)
+    assert code == 4, err
+
+
+def test_bind_to_an_unplanned_device_is_refused_before_the_start(tmp_path: Path) -> None:
+    marker = tmp_path / "started"
+    with janitor(tmp_path) as j:
+        proc = j.start(run_cmd("--snapshot", GPU, "--bind", "7", "--", "touch", str(marker)))
+        code, err = finish(proc)
+    assert code == 1
+    assert err.strip().splitlines() == [
+        "accelhost: cannot plan: device 7 is not in the plan (planned devices: 0, 1)"
+    ]
+    assert not marker.exists()
+
+
+def test_bind_applies_the_plan_after_the_delay_and_never_stops_the_engine(
+    tmp_path: Path,
+) -> None:
+    # The recorded plan's CPUs need not exist here: the steps may fail, the engine runs on.
+    with janitor(tmp_path) as j:
+        proc = j.start(
+            run_cmd("--snapshot", GPU, "--bind", "0", "--bind-delay", "0.3", "--")
+            + [sys.executable, "-c", "import time; time.sleep(2); raise SystemExit(6)"]
+        )
+        code, err = finish(proc)
+    assert code == 6, err
+    lines = [x for x in err.splitlines() if x.startswith("accelhost run: --bind:")]
+    assert lines and "to device 0 (after 0.3 s)" in lines[0]
+    assert any("step(s) done" in x for x in lines)
+    assert "Traceback" not in err
+
+
+# ---- pure and small parts ------------------------------------------------------------------
+
+MOUNTINFO = """\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+37 31 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
+39 31 0:36 /docker/abc /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+"""
+OWN = "9:name=systemd:/\n8:pids:/docker/abc/x\n6:freezer:/\n0::/svc\n"
+
+
+def test_cgroup_candidates_prefer_v2_then_v1_freezer_and_map_container_roots() -> None:
+    mounts = read_mounts(MOUNTINFO)
+    own = read_own_cgroups(OWN)
+    assert [m.fstype for m in mounts] == ["cgroup", "cgroup", "cgroup2"]
+    assert own == {"name=systemd": "/", "pids": "/docker/abc/x", "freezer": "/", "": "/svc"}
+    assert _candidates("auto", mounts, own) == [
+        (2, "/sys/fs/cgroup/unified/svc"),
+        (1, "/sys/fs/cgroup/freezer/"),
+    ]
+    no_freezer = [m for m in mounts if "freezer" not in m.options]
+    # the pids mount shows only /docker/abc: our /docker/abc/x is its ./x
+    assert _candidates("1", no_freezer, own) == [(1, "/sys/fs/cgroup/pids/x")]
+    assert _candidates("2", [Mount("/", "/p", "cgroup", frozenset({"pids"}))], own) == []
+
+
+def _seg(shmid: int, cpid: int, nattch: int = 0, perms: int = 0o600) -> ShmSegment:
+    return ShmSegment(0, shmid, perms, 4096, cpid, cpid, nattch, 0, 0, 0, 0, 0, 0, 0)
+
+
+class _ShmHost:
+    """Only /proc/sysvipc/shm, from a list the test controls."""
+
+    def __init__(self, segments: list[ShmSegment]) -> None:
+        self.segments = segments
+
+    def read_file(self, path: str) -> str | None:
+        assert path == "/proc/sysvipc/shm"
+        head = "key shmid perms size cpid lpid nattch uid gid cuid cgid atime dtime ctime\n"
+        rows = [
+            f"{s.key} {s.shmid} {s.perms:o} {s.size} {s.cpid} {s.lpid} {s.nattch} 0 0 0 0 0 0 0"
+            for s in self.segments
+        ]
+        return head + "\n".join(rows) + "\n"
+
+
+def test_only_new_unattached_segments_of_the_tree_are_removed() -> None:
+    host = _ShmHost([_seg(1, cpid=100)])  # existed before the run (its creator pid reused)
+    ledger = SegmentLedger.start(host)  # type: ignore[arg-type]
+    ledger.note([100, 200, 300])
+    host.segments += [
+        _seg(2, cpid=200),  # ours, leaked: removed
+        _seg(3, cpid=300, nattch=1),  # ours, still attached by someone: kept
+        _seg(4, cpid=999),  # someone else's: kept
+        _seg(5, cpid=200, perms=0o1600),  # already marked for destruction: left to the kernel
+    ]
+    removed: list[int] = []
+    lines: list[str] = []
+    out = remove_leaked(host, ledger, lines.append, remove=removed.append)  # type: ignore[arg-type]
+    assert removed == [2]
+    assert [r.shmid for r in out] == [2]
+    assert any("kept shared memory shmid 3" in x for x in lines)
+
+
+def test_cheap_rescans_see_what_a_full_scan_sees() -> None:
+    with subprocess.Popen(["sleep", "30"]) as a, subprocess.Popen(["sleep", "30"]) as b:
+        try:
+            host = LiveHost()
+            scanner = TreeScanner(host, os.getpid())
+            first = scanner.scan()
+            assert {a.pid, b.pid} <= set(first)
+            with subprocess.Popen(["sleep", "30"]) as c:
+                try:
+                    cheap = scanner.scan()  # the second scan skips pids known outside
+                    assert set(cheap) == set(scan_tree(host, os.getpid()))
+                    assert c.pid in cheap
+                finally:
+                    c.kill()
+        finally:
+            a.kill()
+            b.kill()
+
+
+def test_preflight_without_the_module_says_so_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from accelhost.supervisor import integrations
+
+    monkeypatch.setitem(sys.modules, "accelhost.hygiene.preflight", None)
+    with pytest.raises(AccelhostError, match="--preflight-util is not available in this build"):
+        integrations.run_preflight(LiveHost(), 0.9, None, print)

@@ -1,0 +1,184 @@
+"""Builds real process trees for the supervisor tests (run as a script, never imported).
+
+    python tree_helper.py MODE DIR [options]
+
+Every process it starts carries DIR on its command line (so a test can find and kill
+exactly its own processes by pid) and, once running, writes DIR/pids/<pid>.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.abspath(__file__)
+
+
+def note(out: str) -> None:
+    os.makedirs(os.path.join(out, "pids"), exist_ok=True)
+    with open(os.path.join(out, "pids", str(os.getpid())), "w") as fh:
+        fh.write(" ".join(sys.argv))
+
+
+def sleeper(out: str, ignore_term: bool) -> None:
+    if ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    note(out)
+    while True:
+        time.sleep(3600)
+
+
+def start_sleeper(out: str, ignore_term: bool, setsid: bool = False) -> subprocess.Popen[bytes]:
+    args = [sys.executable, HERE, "sleep", out] + (["--ignore-term"] if ignore_term else [])
+    return subprocess.Popen(args, start_new_session=setsid)
+
+
+def double_fork_sleeper(out: str, ignore_term: bool) -> None:
+    """A grandchild whose parent exits at once: re-parented to the nearest subreaper."""
+    pid = os.fork()
+    if pid == 0:
+        if os.fork() == 0:
+            args = [sys.executable, HERE, "sleep", out] + (["--ignore-term"] if ignore_term else [])
+            os.execv(sys.executable, args)
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def shmget(size: int = 4096) -> int:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
+    shmid = int(libc.shmget(0, size, 0o1000 | 0o600))  # IPC_PRIVATE, IPC_CREAT | 0600
+    if shmid < 0:
+        raise OSError(ctypes.get_errno(), "shmget")
+    return shmid
+
+
+def main() -> None:
+    mode, out = sys.argv[1], sys.argv[2]
+    flags = set(sys.argv[3:])
+    os.makedirs(out, exist_ok=True)
+    if mode == "sleep":
+        sleeper(out, "--ignore-term" in flags)
+    elif mode == "tree":
+        # A background child, a double-forked grandchild and a setsid escapee, then wait.
+        ign = "--ignore-term" in flags
+        start_sleeper(out, ign)
+        double_fork_sleeper(out, ign)
+        start_sleeper(out, ign, setsid=True)
+        note(out)
+        if "--exit-0" in flags:
+            time.sleep(0.5)
+            os._exit(0)
+        while True:
+            time.sleep(3600)
+    elif mode == "zombies":
+        # Orphans that die at once: zombies of the subreaper unless it reaps them.
+        for _ in range(5):
+            pid = os.fork()
+            if pid == 0:
+                if os.fork() == 0:
+                    os._exit(0)
+                os._exit(0)
+            os.waitpid(pid, 0)
+        note(out)
+        while True:
+            time.sleep(3600)
+    elif mode == "shm":
+        # Segments left behind: one by the command itself, one by a child still running.
+        with open(os.path.join(out, "shmids"), "a") as fh:
+            fh.write(f"{shmget()}\n")
+        if "--with-child" in flags:
+            pid = os.fork()
+            if pid == 0:
+                with open(os.path.join(out, "shmids"), "a") as fh:
+                    fh.write(f"{shmget()}\n")
+                os.execv(sys.executable, [sys.executable, HERE, "sleep", out, "--ignore-term"])
+            while (
+                len(
+                    os.listdir(os.path.join(out, "pids"))
+                    if os.path.isdir(os.path.join(out, "pids"))
+                    else []
+                )
+                < 1
+            ):
+                time.sleep(0.05)
+        os._exit(0)
+    elif mode == "engine":
+        # An "API server" that does not notice its engine child dying (as vLLM exits 0 late).
+        child = subprocess.Popen(
+            [sys.executable, HERE, "engine-core", out, "FAKE::EngineCore"],
+        )
+        note(out)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        del child
+        while True:
+            time.sleep(3600)
+    elif mode == "engine-core":
+        note(out)
+        time.sleep(float(os.environ.get("ENGINE_LIFETIME", "1.5")))
+        os._exit(0)
+    elif mode == "signals":
+        # Record forwarded signals; exit 5 on SIGINT.
+        def record(sig: int, _frame: object) -> None:
+            with open(os.path.join(out, "signals"), "a") as fh:
+                fh.write(f"{signal.Signals(sig).name}\n")
+            if sig == signal.SIGINT:
+                os._exit(5)
+
+        for s in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP, signal.SIGINT):
+            signal.signal(s, record)
+        note(out)
+        while True:
+            time.sleep(3600)
+    elif mode == "pid1":
+        # Inside a new PID namespace under `accelhost run`: make orphans that die (must be
+        # reaped by PID 1), report zombies, leave a TERM-recording straggler, exit 3.
+        for _ in range(3):
+            pid = os.fork()
+            if pid == 0:
+                if os.fork() == 0:
+                    os._exit(0)
+                os._exit(0)
+            os.waitpid(pid, 0)
+        time.sleep(0.5)
+        zombies = 0
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/stat") as fh:
+                        stat = fh.read()
+                except OSError:
+                    continue
+                if stat[stat.rfind(")") + 2] == "Z":
+                    zombies += 1
+        with open(os.path.join(out, "pid1"), "w") as fh:
+            fh.write(f"supervisor_is_pid1={os.getppid() == 1} zombies={zombies}\n")
+        pid = os.fork()
+        if pid == 0:
+            if os.fork() == 0:
+
+                def got_term(_s: int, _f: object) -> None:
+                    with open(os.path.join(out, "straggler-term"), "w") as fh:
+                        fh.write("TERM\n")
+                    os._exit(0)
+
+                signal.signal(signal.SIGTERM, got_term)
+                note(out)
+                while True:
+                    time.sleep(3600)
+            os._exit(0)
+        os.waitpid(pid, 0)
+        while not os.path.isdir(os.path.join(out, "pids")):
+            time.sleep(0.05)
+        os._exit(3)
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    main()
