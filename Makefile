@@ -12,6 +12,11 @@ $(BIN)/python:
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@# Optional extras for the torch-backed tests (pipeline device helpers, torchrun
+	@# comparison, bench --real): the CPU build of torch where this machine has one.
+	@# Never the multi-GB CUDA build: without the local +cpu wheel those tests are skipped.
+	-$(BIN)/python -m pip install --quiet 'torch==2.13.0+cpu' 'tokenizers>=0.15,<1' \
+		|| echo "note: torch (CPU) not installed; the torch-backed tests will be skipped"
 	touch $(STAMP)
 
 run: $(STAMP)

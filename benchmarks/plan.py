@@ -72,10 +72,13 @@ def main() -> int:
     py = sys.executable
     base = time_command([py, "-c", "pass"], args.starts)
     imp = time_command([py, "-c", "import accelhost"], args.starts)
-    worker = time_command([py, "-c", "import accelhost; accelhost.bind_current_process"],
-                          args.starts)
-    cli = time_command([py, "-m", "accelhost.cli.main", "plan", "--snapshot",
-                        "example:a3-640cpu-16npu", "--json"], args.starts)
+    worker = time_command(
+        [py, "-c", "import accelhost; accelhost.bind_current_process"], args.starts
+    )
+    cli = time_command(
+        [py, "-m", "accelhost.cli.main", "plan", "--snapshot", "example:a3-640cpu-16npu", "--json"],
+        args.starts,
+    )
     results["cold_start"] = {
         "python_pass_ms": base,
         "import_accelhost_extra_ms": imp - base,
@@ -92,8 +95,10 @@ def main() -> int:
     for name in AIMS_MS:
         r = results[name]
         assert isinstance(r, dict)
-        print(f"{name:<28} {r['best_ms']:>8.3f} {r['median_ms']:>10.3f} {r['aim_ms']:>7.1f}  "
-              f"{'yes' if r['meets_aim'] else 'no'}")
+        print(
+            f"{name:<28} {r['best_ms']:>8.3f} {r['median_ms']:>10.3f} {r['aim_ms']:>7.1f}  "
+            f"{'yes' if r['meets_aim'] else 'no'}"
+        )
     cs = results["cold_start"]
     assert isinstance(cs, dict)
     print()

@@ -40,13 +40,19 @@ class AscendHost:
     def map_text(self) -> str:
         name = NAMES[self.family]
         if self.family == "950":
-            head = "\tNPU ID                         Slot ID                        Chip ID" \
+            head = (
+                "\tNPU ID                         Slot ID                        Chip ID"
                 "                        Chip Phy-ID                    Chip Name\n"
-            rows = [f"\t{npu:<31}{npu:<31}{chip:<31}{logic:<31}{name}\n"
-                    for npu, chip, logic in self.logical()]
+            )
+            rows = [
+                f"\t{npu:<31}{npu:<31}{chip:<31}{logic:<31}{name}\n"
+                for npu, chip, logic in self.logical()
+            ]
             return head + "".join(rows) + "\n"
-        head = "\tNPU ID                         Chip ID                        Chip Logic ID" \
+        head = (
+            "\tNPU ID                         Chip ID                        Chip Logic ID"
             "                  Chip Name\n"
+        )
         rows = []
         for n in range(self.npu_count):
             npu = self.first_npu_id + n
@@ -58,19 +64,28 @@ class AscendHost:
     def info_text(self) -> str:
         name = NAMES[self.family]
         sep = "+===========================+===============+" + "=" * 52 + "+\n"
-        out = ["+" + "-" * 96 + "+\n", "| npu-smi 25.2.0                   Version: 25.2.0" + " " * 47 + "|\n",
-               "| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|\n",
-               "| Chip                      | Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |\n",
-               sep]
+        out = [
+            "+" + "-" * 96 + "+\n",
+            "| npu-smi 25.2.0                   Version: 25.2.0" + " " * 47 + "|\n",
+            "| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|\n",
+            "| Chip                      | Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |\n",
+            sep,
+        ]
         for n in range(self.npu_count):
             npu = self.first_npu_id + n
-            out.append(f"| {npu:<5} {name:<19} | OK            | 95.1        44                0    / 0             |\n")
+            out.append(
+                f"| {npu:<5} {name:<19} | OK            | 95.1        44                0    / 0             |\n"
+            )
             for c in range(self.chips_per_npu):
-                out.append(f"| {c:<25} | 0000:{0xC1 + n:02X}:00.{c} | 0           0    / 0          3400 / 65536         |\n")
+                out.append(
+                    f"| {c:<25} | 0000:{0xC1 + n:02X}:00.{c} | 0           0    / 0          3400 / 65536         |\n"
+                )
             out.append(sep)
         by_logic = {logic: (npu, chip) for npu, chip, logic in self.logical()}
         head = "NPU ID" if self.family == "950" else "NPU     Chip"
-        out.append(f"| {head:<25} | Process id    | Process name             | Process memory(MB)      |\n")
+        out.append(
+            f"| {head:<25} | Process id    | Process name             | Process memory(MB)      |\n"
+        )
         out.append(sep)
         busy = set(self.running)
         for n in range(self.npu_count):
@@ -81,7 +96,9 @@ class AscendHost:
                 if logic in busy:
                     any_proc = True
                     ids = f"{npu}" if self.family == "950" else f"{npu:<7} {c}"
-                    out.append(f"| {ids:<25} | {100000 + logic:<13} | VLLMWorker_TP{logic:<11} | 56630                   |\n")
+                    out.append(
+                        f"| {ids:<25} | {100000 + logic:<13} | VLLMWorker_TP{logic:<11} | 56630                   |\n"
+                    )
             if not any_proc:
                 out.append(f"| No running processes found in NPU {npu:<61}|\n")
             out.append("+" + "-" * 27 + "+" + "-" * 15 + "+" + "-" * 52 + "+\n")
@@ -115,7 +132,9 @@ class AscendHost:
             "lscpu": f"Architecture:        aarch64\nCPU(s):              {cpus}\n"
             f"Thread(s) per core:   {self.threads_per_core}\nNUMA node(s):        {len(self.nodes)}\n",
             "ps -Te": "  PID  SPID TTY          TIME CMD\n"
-            + "".join(f"  812 {t:>5} ?        00:00:00 uvb_poll_window_thread\n" for t in self.uvb_tids),
+            + "".join(
+                f"  812 {t:>5} ?        00:00:00 uvb_poll_window_thread\n" for t in self.uvb_tids
+            ),
         }
         topo = self.topo_text()
         if topo:
@@ -126,8 +145,11 @@ class AscendHost:
             "machine": "aarch64",
             "device_type": self.family,
             "env": env,
-            "files": {"/proc/self/status": "Name:\tpython3\nCpus_allowed_list:\t"
-                      + format_cpulist(self.allowed) + "\n"},
+            "files": {
+                "/proc/self/status": "Name:\tpython3\nCpus_allowed_list:\t"
+                + format_cpulist(self.allowed)
+                + "\n"
+            },
             "commands": commands,
         }
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from ascend_hosts import AscendHost, even_nodes
 
 import accelhost
 from accelhost.cli.main import main
 from accelhost.cpulist import parse_cpulist
+from ascend_hosts import AscendHost, even_nodes
 
 
 def pools(plan: accelhost.Plan) -> dict[int, list[int]]:
@@ -48,8 +48,14 @@ def test_a2_hidden_npu_pair_never_overlaps(example: str, device: int, expected: 
 
 
 CLUSTERS_950 = {
-    0: "288-303", 1: "304-319", 2: "96-111", 3: "112-127",
-    4: "128-143", 5: "144-159", 6: "320-335", 7: "336-351",
+    0: "288-303",
+    1: "304-319",
+    2: "96-111",
+    3: "112-127",
+    4: "128-143",
+    5: "144-159",
+    6: "320-335",
+    7: "336-351",
 }
 
 
@@ -76,8 +82,14 @@ def test_remainder_goes_to_the_lowest_npu_ids() -> None:
 
 
 def test_two_processes_with_the_same_cpuset_never_overlap() -> None:
-    base = dict(family="A3", chips_per_npu=2, npu_count=2, nodes=even_nodes(20, 1),
-                allowed=list(range(20)), running=[0, 3])
+    base = dict(
+        family="A3",
+        chips_per_npu=2,
+        npu_count=2,
+        nodes=even_nodes(20, 1),
+        allowed=list(range(20)),
+        running=[0, 3],
+    )
     a = accelhost.plan(AscendHost(**base, visible="0").host())  # type: ignore[arg-type]
     b = accelhost.plan(AscendHost(**base, visible="3").host())  # type: ignore[arg-type]
     assert pools(a) == {0: r("0-4")}

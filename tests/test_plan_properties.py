@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ascend_hosts import AscendHost
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import accelhost
 from accelhost.errors import PlanError
 from accelhost.plans import Plan
+from ascend_hosts import AscendHost
 
 
 @st.composite
@@ -34,8 +34,9 @@ def hosts(
         for n in range(logical):
             node = draw(st.integers(0, node_count - 1))
             npu_affinity[n] = nodes[node]
-    return AscendHost(family, chips, npus, nodes, allowed, running=sorted(running),
-                      affinity=npu_affinity)
+    return AscendHost(
+        family, chips, npus, nodes, allowed, running=sorted(running), affinity=npu_affinity
+    )
 
 
 def plan_or_none(host: AscendHost, **kw: object) -> Plan | None:
@@ -73,7 +74,9 @@ def test_global_slice_pools_of_processes_sharing_a_cpuset_never_overlap(
     seen: dict[int, int] = {}
     for dev in whole.devices:
         for cpu in dev.pool:
-            assert cpu not in seen, f"CPU {cpu} in the pools of NPU {seen.get(cpu)} and {dev.device}"
+            assert cpu not in seen, (
+                f"CPU {cpu} in the pools of NPU {seen.get(cpu)} and {dev.device}"
+            )
             seen[cpu] = dev.device
     # a process that sees only one of the NPUs gets the very same slice
     one = data.draw(st.sampled_from(sorted(host.running)))

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from ascend_hosts import AscendHost, even_nodes
 
 import accelhost
 from accelhost.cli.main import main
 from accelhost.cpulist import parse_cpulist
 from accelhost.errors import PlanError
+from ascend_hosts import AscendHost, even_nodes
 
 
 def plan_of(host: AscendHost, **kw: object) -> accelhost.Plan:
@@ -17,8 +17,12 @@ def plan_of(host: AscendHost, **kw: object) -> accelhost.Plan:
 
 def a2(**kw: object) -> AscendHost:
     base: dict[str, object] = dict(
-        family="A2", chips_per_npu=1, npu_count=4, nodes=even_nodes(96, 4),
-        allowed=list(range(96)), running=[0],
+        family="A2",
+        chips_per_npu=1,
+        npu_count=4,
+        nodes=even_nodes(96, 4),
+        allowed=list(range(96)),
+        running=[0],
         affinity={0: range(0, 24), 1: range(24, 48), 2: range(48, 72), 3: range(72, 96)},
     )
     base.update(kw)
@@ -66,8 +70,15 @@ def test_insufficient_cpus_message() -> None:
 
 def test_invalid_npu_id_when_total_comes_from_affinity() -> None:
     # no logical map: total = affinity entries (2); a process on NPU 5 is out of range
-    host = AscendHost("A3", 1, 6, even_nodes(40, 1), list(range(40)), running=[5],
-                      affinity={0: range(40), 1: range(40)})
+    host = AscendHost(
+        "A3",
+        1,
+        6,
+        even_nodes(40, 1),
+        list(range(40)),
+        running=[5],
+        affinity={0: range(40), 1: range(40)},
+    )
     data = host.snapshot()
     del data["commands"]["npu-smi info -m"]
     with pytest.raises(PlanError, match=r"^Invalid NPU id 5, total_npus=2\.$"):
@@ -102,27 +113,41 @@ def test_multi_node_affinity_is_kept_as_written() -> None:
 
 
 def test_identical_pools_are_split_and_the_last_takes_the_remainder() -> None:
-    host = a2(running=[0, 1, 2], affinity={0: range(0, 11), 1: range(0, 11), 2: range(0, 11)},
-              nodes={0: list(range(0, 11)), 1: list(range(11, 21))}, allowed=list(range(21)))
+    host = a2(
+        running=[0, 1, 2],
+        affinity={0: range(0, 11), 1: range(0, 11), 2: range(0, 11)},
+        nodes={0: list(range(0, 11)), 1: list(range(11, 21))},
+        allowed=list(range(21)),
+    )
     plan = plan_of(host)
     # extended pool 0-20 (21 CPUs) split in 3 chunks of 7
     assert [list(d.pool) for d in plan.devices] == [
-        list(range(0, 7)), list(range(7, 14)), list(range(14, 21))
+        list(range(0, 7)),
+        list(range(7, 14)),
+        list(range(14, 21)),
     ]
 
 
 def test_pool_shorter_than_five_cpus_is_refused() -> None:
-    host = a2(running=[0], affinity={0: [0, 1, 2]}, nodes={0: [0, 1, 2], 1: [3]},
-              allowed=[0, 1, 2, 3])
+    host = a2(
+        running=[0], affinity={0: [0, 1, 2]}, nodes={0: [0, 1, 2], 1: [3]}, allowed=[0, 1, 2, 3]
+    )
     with pytest.raises(PlanError) as err:
         plan_of(host)
-    assert str(err.value) == "The number of CPUs is insufficient. Each NPU requires at least 5 CPUs."
+    assert (
+        str(err.value) == "The number of CPUs is insufficient. Each NPU requires at least 5 CPUs."
+    )
 
 
 def n950(**kw: object) -> AscendHost:
     base: dict[str, object] = dict(
-        family="950", chips_per_npu=1, npu_count=2, nodes=even_nodes(64, 2),
-        allowed=list(range(64)), running=[0, 1], threads_per_core=1,
+        family="950",
+        chips_per_npu=1,
+        npu_count=2,
+        nodes=even_nodes(64, 2),
+        allowed=list(range(64)),
+        running=[0, 1],
+        threads_per_core=1,
         affinity={0: range(32, 64), 1: range(32, 64)},
     )
     base.update(kw)
@@ -160,8 +185,11 @@ def test_950_affinity_across_nodes_is_invalid() -> None:
 
 def test_950_too_few_clusters() -> None:
     host = n950(npu_count=5, running=[0], affinity={i: range(32, 64) for i in range(5)})
-    with pytest.raises(PlanError, match=r"insufficient CPU clusters\. numa=1, clusters=4, "
-                       r"npus=\[0, 1, 2, 3, 4\]"):
+    with pytest.raises(
+        PlanError,
+        match=r"insufficient CPU clusters\. numa=1, clusters=4, "
+        r"npus=\[0, 1, 2, 3, 4\]",
+    ):
         plan_of(host)
 
 
@@ -173,13 +201,21 @@ def test_950_cluster_size_follows_threads_per_core() -> None:
 def test_310p_physical_layout_two_chips_per_card() -> None:
     plan = accelhost.plan(accelhost.load_snapshot("example:random-310p-2"))
     assert {d.device: list(d.pool) for d in plan.devices} == {
-        2: parse_cpulist("24-35"), 3: parse_cpulist("36-47")
+        2: parse_cpulist("24-35"),
+        3: parse_cpulist("36-47"),
     }
 
 
 def test_npu_id_table_with_multi_chip_npu_is_an_error() -> None:
-    host = AscendHost("950", 1, 2, even_nodes(64, 2), list(range(64)), running=[0],
-                      affinity={0: range(32, 64), 1: range(32, 64)})
+    host = AscendHost(
+        "950",
+        1,
+        2,
+        even_nodes(64, 2),
+        list(range(64)),
+        running=[0],
+        affinity={0: range(32, 64), 1: range(32, 64)},
+    )
     data = host.snapshot()
     # a map that says NPU 0 has two chips, but a process table without chip ids
     data["commands"]["npu-smi info -m"] = (
@@ -209,26 +245,35 @@ def test_unknown_family_asks_for_device_type() -> None:
 
 
 def test_family_is_told_from_chip_names() -> None:
-    for example, family in [("a3-640cpu-16npu", "A3"), ("a2-192cpu-8npu-sees-npu0", "A2"),
-                            ("950-384cpu-8npu-sees-0123", "950"), ("random-310p-2", "310P")]:
+    for example, family in [
+        ("a3-640cpu-16npu", "A3"),
+        ("a2-192cpu-8npu-sees-npu0", "A2"),
+        ("950-384cpu-8npu-sees-0123", "950"),
+        ("random-310p-2", "310P"),
+    ]:
         data = accelhost.load_snapshot(f"example:{example}")
         data._device_type = None  # forget the recorded family
         assert accelhost.plan(data).device_type == family
 
 
 def test_strategy_override_is_opt_in_and_named() -> None:
-    plan = accelhost.plan(accelhost.load_snapshot("example:a2-192cpu-8npu-sees-npu0"),
-                          strategy="global_slice")
+    plan = accelhost.plan(
+        accelhost.load_snapshot("example:a2-192cpu-8npu-sees-npu0"), strategy="global_slice"
+    )
     assert plan.mode == "global_slice"
     with pytest.raises(PlanError, match="does not apply to Ascend"):
-        accelhost.plan(accelhost.load_snapshot("example:a2-192cpu-8npu-sees-npu0"),
-                       strategy="exclusive")
+        accelhost.plan(
+            accelhost.load_snapshot("example:a2-192cpu-8npu-sees-npu0"), strategy="exclusive"
+        )
 
 
 def test_no_accelerator_here_is_one_line_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
-    data = {"format": "accelhost-snapshot/1", "machine": "x86_64",
-            "files": {"/proc/self/status": "Cpus_allowed_list:\t0-1\n"},
-            "commands": {"lscpu -e=CPU,NODE": "CPU NODE\n0 0\n1 0\n"}}
+    data = {
+        "format": "accelhost-snapshot/1",
+        "machine": "x86_64",
+        "files": {"/proc/self/status": "Cpus_allowed_list:\t0-1\n"},
+        "commands": {"lscpu -e=CPU,NODE": "CPU NODE\n0 0\n1 0\n"},
+    }
     import json
     import tempfile
 

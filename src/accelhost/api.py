@@ -33,8 +33,10 @@ def plan(
     for when no engine runs yet; `reserve_irq` and `thread_roles` add roles on top.
     """
     family = normalize_family(device_type) if device_type else None
-    if pci or family in ("nvidia", "pci") or (
-        family is None and (host.device_type or "").lower() in ("nvidia", "pci")
+    if (
+        pci
+        or family in ("nvidia", "pci")
+        or (family is None and (host.device_type or "").lower() in ("nvidia", "pci"))
     ):
         result = _plan_gpu(host, strategy=strategy, devices=devices, pci=pci, numa_from=numa_from)
     else:
@@ -46,7 +48,9 @@ def plan(
 
             result = plan_ascend(topo, strategy=strategy, devices=devices)
         elif topo.family in ("nvidia", "pci"):
-            result = _plan_gpu(host, strategy=strategy, devices=devices, pci=pci, numa_from=numa_from)
+            result = _plan_gpu(
+                host, strategy=strategy, devices=devices, pci=pci, numa_from=numa_from
+            )
         elif topo.accelerators:
             raise PlanError(
                 "cannot tell the accelerator family of this host; pass --device-type "

@@ -150,9 +150,7 @@ class Plan:
             }
             if not lists["pool"]:
                 lists["pool"] = tuple(
-                    dict.fromkeys(
-                        lists["irq"] + lists["main"] + lists["acl"] + lists["release"]
-                    )
+                    dict.fromkeys(lists["irq"] + lists["main"] + lists["acl"] + lists["release"])
                 )
             if not lists["main"] and not lists["acl"] and not lists["release"]:
                 lists["main"] = lists["pool"]

@@ -71,9 +71,7 @@ def ascend_topology(
     if family is None:
         family = family_from_chip_names([e.name for e in entries] + list(info.names))
         if family is None and (entries or info.chips):
-            notes.append(
-                "cannot tell the Ascend family from the chip names; pass --device-type"
-            )
+            notes.append("cannot tell the Ascend family from the chip names; pass --device-type")
     cpu_node, node_cpus = parse_cpu_nodes(nodes_text)
     bus = {(c.npu_id, c.chip_id): c.bus_id for c in info.chips}
     accelerators = tuple(

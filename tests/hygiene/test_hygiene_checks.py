@@ -1,4 +1,3 @@
-
 """The pure checks over recorded hosts: each rule, each status."""
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = []
     for n, row in enumerate(cells):
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)

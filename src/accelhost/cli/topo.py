@@ -40,8 +40,13 @@ def topology_dict(topo: Topology) -> dict[str, Any]:
             for a in topo.accelerators
         ],
         "processes": [
-            {"npu_id": p.npu_id, "chip_id": p.chip_id, "pid": p.pid, "name": p.name,
-             "memory_mb": p.memory_mb}
+            {
+                "npu_id": p.npu_id,
+                "chip_id": p.chip_id,
+                "pid": p.pid,
+                "name": p.name,
+                "memory_mb": p.memory_mb,
+            }
             for p in topo.processes
         ],
         "notes": list(topo.notes),
@@ -63,8 +68,12 @@ def render_topology(topo: Topology) -> str:
         )
     lines.append("")
     node_rows = [
-        (node, len(cpus_), format_cpulist(cpus_),
-         format_cpulist(c for c in cpus_ if c in set(topo.allowed_cpus)) or "-")
+        (
+            node,
+            len(cpus_),
+            format_cpulist(cpus_),
+            format_cpulist(c for c in cpus_ if c in set(topo.allowed_cpus)) or "-",
+        )
         for node, cpus_ in sorted(topo.node_cpus.items())
     ]
     if node_rows:
@@ -77,38 +86,52 @@ def render_topology(topo: Topology) -> str:
         lines.append(
             f"accelerators: none found{family} (no npu-smi, no nvidia-smi, no --pci device)"
         )
+    elif topo.family in ("nvidia", "pci"):
+        rows = [
+            (
+                acc.index,
+                acc.pci or "-",
+                "-" if acc.numa_node is None else acc.numa_node,
+                format_cpulist(topo.affinity.get(acc.index, ())) or "-",
+                acc.uuid or "-",
+            )
+            for acc in topo.accelerators
+        ]
+        lines.append(f"accelerators: {len(rows)} ({topo.family})")
+        lines.append(render_table(["device", "pci", "numa", "affinity", "uuid"], rows))
     else:
-        running = {(p.npu_id, p.chip_id) for p in topo.processes}
-        running_npu = {p.npu_id for p in topo.processes}
-        rows = []
-        for acc in topo.accelerators:
-            aff = topo.affinity.get(acc.index, ())
-            nodes = sorted({topo.cpu_node[c] for c in aff if c in topo.cpu_node})
-            busy = (acc.npu_id, acc.chip_id) in running or (
-                topo.process_table_npu_id and acc.npu_id in running_npu
-            )
-            rows.append(
-                (
-                    acc.index,
-                    acc.name or "-",
-                    "-" if acc.npu_id is None else f"{acc.npu_id}/{acc.chip_id or 0}",
-                    acc.pci or "-",
-                    format_cpulist(aff) or "-",
-                    ",".join(map(str, nodes))
-                    or ("-" if acc.numa_node is None else str(acc.numa_node)),
-                    "yes" if busy else "no",
-                )
-            )
-        family = topo.family or "unknown family"
-        lines.append(f"accelerators: {len(rows)} ({family})")
-        lines.append(
-            render_table(
-                ["device", "name", "npu/chip", "pci", "affinity", "nodes", "in use"], rows
-            )
-        )
+        lines.extend(_ascend_rows(topo))
     for note in topo.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+def _ascend_rows(topo: Topology) -> list[str]:
+    running = {(p.npu_id, p.chip_id) for p in topo.processes}
+    running_npu = {p.npu_id for p in topo.processes}
+    rows = []
+    for acc in topo.accelerators:
+        aff = topo.affinity.get(acc.index, ())
+        nodes = sorted({topo.cpu_node[c] for c in aff if c in topo.cpu_node})
+        busy = (acc.npu_id, acc.chip_id) in running or (
+            topo.process_table_npu_id and acc.npu_id in running_npu
+        )
+        rows.append(
+            (
+                acc.index,
+                acc.name or "-",
+                "-" if acc.npu_id is None else f"{acc.npu_id}/{acc.chip_id or 0}",
+                acc.pci or "-",
+                format_cpulist(aff) or "-",
+                ",".join(map(str, nodes)) or "-",
+                "yes" if busy else "no",
+            )
+        )
+    family = topo.family or "unknown family"
+    return [
+        f"accelerators: {len(rows)} ({family})",
+        render_table(["device", "name", "npu/chip", "pci", "affinity", "nodes", "in use"], rows),
+    ]
 
 
 def run_topo(args: argparse.Namespace) -> int:

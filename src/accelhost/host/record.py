@@ -66,7 +66,7 @@ class RecordingHost:
 
     def run_many(self, argvs: Sequence[Sequence[str]]) -> list[CommandResult | None]:
         results = self.inner.run_many(argvs)
-        for argv, result in zip(argvs, results):
+        for argv, result in zip(argvs, results, strict=True):
             self._keep_command(argv, result)
         return results
 

@@ -83,7 +83,8 @@ def load_snapshot(path: str | Path) -> SnapshotHost:
         resource = resources.files("accelhost") / "data" / "examples" / f"{name}.json"
         if not resource.is_file():
             raise SnapshotError(
-                f"snapshot {text_path}: no such bundled example (have: {', '.join(example_names())})"
+                f"snapshot {text_path}: no such bundled example "
+                f"(have: {', '.join(example_names())})"
             )
         raw = resource.read_text(encoding="utf-8")
     else:
@@ -92,7 +93,9 @@ def load_snapshot(path: str | Path) -> SnapshotHost:
         except FileNotFoundError:
             raise SnapshotError(f"snapshot {text_path}: no such file") from None
         except IsADirectoryError:
-            raise SnapshotError(f"snapshot {text_path}: is a directory, not a snapshot file") from None
+            raise SnapshotError(
+                f"snapshot {text_path}: is a directory, not a snapshot file"
+            ) from None
         except UnicodeDecodeError:
             raise SnapshotError(f"snapshot {text_path}: not UTF-8 text") from None
         except OSError as exc:

@@ -35,9 +35,9 @@ def parse_cpu_nodes(text: str | None) -> tuple[dict[int, int], dict[int, tuple[i
             raise ParseError("lscpu -e=CPU,NODE", f"cannot read row {bad.strip()!r}")
         cpus = [int(c) for c, _ in pairs]
         nodes = [int(n) for _, n in pairs]
-    cpu_node = dict(zip(cpus, nodes))
+    cpu_node = dict(zip(cpus, nodes, strict=True))
     grouped: dict[int, list[int]] = {}
-    for node, run in groupby(zip(nodes, cpus), key=itemgetter(0)):
+    for node, run in groupby(zip(nodes, cpus, strict=True), key=itemgetter(0)):
         grouped.setdefault(node, []).extend(map(itemgetter(1), run))
     return cpu_node, {n: tuple(c) for n, c in grouped.items()}
 

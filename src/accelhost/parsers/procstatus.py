@@ -6,9 +6,7 @@ from accelhost.cpulist import parse_cpulist
 from accelhost.errors import ParseError
 
 SOURCE = "/proc/self/status"
-MISSING_LINE = (
-    "Can not found specific 'Cpus_allowed_list' in the '/proc/self/status' file."
-)
+MISSING_LINE = "Can not found specific 'Cpus_allowed_list' in the '/proc/self/status' file."
 
 
 def parse_allowed_cpus(text: str | None, source: str = SOURCE) -> list[int]:

@@ -108,15 +108,15 @@ def global_slice_pools(
 
 
 def _candidates(
-    ids: Sequence[int], running: Sequence[int], affinity: Mapping[int, Sequence[int]],
+    ids: Sequence[int],
+    running: Sequence[int],
+    affinity: Mapping[int, Sequence[int]],
     allowed: set[int],
 ) -> list[int]:
     """Running NPUs plus hidden ones whose affinity meets our CPUs (so they take part)."""
     run = set(running)
     return [
-        n
-        for n in sorted(set(ids) | run)
-        if n in run or not allowed.isdisjoint(affinity.get(n, ()))
+        n for n in sorted(set(ids) | run) if n in run or not allowed.isdisjoint(affinity.get(n, ()))
     ]
 
 
@@ -183,14 +183,16 @@ def cluster_pools(topo: Topology, running: Sequence[int]) -> Pools:
         by_node.setdefault(node, []).append(npu)
     pools: Pools = {}
     for node, npus in sorted(by_node.items()):
-        cpus = [c for c in sorted(topo.node_cpus.get(node, ())) if c in allowed and c not in reserved]
+        cpus = [
+            c for c in sorted(topo.node_cpus.get(node, ())) if c in allowed and c not in reserved
+        ]
         clusters = [cpus[i : i + size] for i in range(0, len(cpus) - size + 1, size)]
         if len(clusters) < len(npus):
             raise PlanError(
                 f"insufficient CPU clusters. numa={node}, clusters={len(clusters)}, "
                 f"npus={sorted(npus)}. action: skip worker CPU binding."
             )
-        for npu, cluster in zip(sorted(npus), clusters):
+        for npu, cluster in zip(sorted(npus), clusters, strict=False):
             pools[npu] = cluster
     for npu in running:
         if npu not in pools:
@@ -212,7 +214,8 @@ def split_roles(device: int, pool: Sequence[int], family: str, topo: Topology) -
         return DevicePlan(device, tuple(pool), main=tuple(pool), numa_node=node, pci=pci)
     if len(pool) < MIN_CPUS_PER_NPU:
         raise PlanError(
-            f"The number of CPUs is insufficient. Each NPU requires at least {MIN_CPUS_PER_NPU} CPUs."
+            "The number of CPUs is insufficient. Each NPU requires at least "
+            f"{MIN_CPUS_PER_NPU} CPUs."
         )
     return DevicePlan(
         device,
@@ -239,7 +242,8 @@ def plan_ascend(
     mode = strategy or STRATEGY_BY_FAMILY[family]
     if mode not in ASCEND_STRATEGIES:
         raise PlanError(
-            f"strategy {mode!r} does not apply to Ascend (choose from {', '.join(ASCEND_STRATEGIES)})"
+            f"strategy {mode!r} does not apply to Ascend "
+            f"(choose from {', '.join(ASCEND_STRATEGIES)})"
         )
     if devices is not None:
         running = sorted(set(devices))
