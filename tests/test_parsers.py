@@ -192,6 +192,18 @@ def test_info_950_process_table_by_npu_id_and_tab_led_lines() -> None:
     assert [(p.npu_id, p.chip_id, p.pid) for p in info.processes] == [(3, None, 77)]
 
 
+def test_info_rows_with_extra_padding_still_count() -> None:
+    text = (
+        "| NPU     Chip      | Process id    | Process name  | Process memory(MB) |\n"
+        "|   12      1       | 4242          | worker        | 100                |\n"
+        "|   No running processes found in NPU 13                                  |\n"
+    )
+    info = parse_npu_smi_info(text)
+    assert [(p.npu_id, p.chip_id, p.pid, p.memory_mb) for p in info.processes] == [
+        (12, 1, 4242, 100)
+    ]
+
+
 def test_info_without_process_section_or_text() -> None:
     assert parse_npu_smi_info("").processes == ()
     assert parse_npu_smi_info("npu-smi: command failed\n").id_column is None

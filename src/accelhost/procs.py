@@ -49,8 +49,12 @@ def list_pids(host: Host) -> list[int]:
     return sorted(int(n) for n in names if n.isdigit())
 
 
-def read_process(host: Host, pid: int) -> ProcessInfo | None:
-    """One process, or None when it is gone (or its stat cannot be read)."""
+def read_process(host: Host, pid: int, *, cmdline: bool = True) -> ProcessInfo | None:
+    """One process, or None when it is gone (or its stat cannot be read).
+
+    `cmdline=False` reads only /proc/PID/stat (cmdline stays empty): a whole-host rescan
+    by the supervisor stays cheap that way.
+    """
     stat_text = host.read_file(f"/proc/{pid}/stat")
     if not stat_text:
         return None
@@ -58,9 +62,10 @@ def read_process(host: Host, pid: int) -> ProcessInfo | None:
         stat = parse_proc_stat(stat_text, f"/proc/{pid}/stat")
     except ParseError:
         return None
-    raw = host.read_file(f"/proc/{pid}/cmdline") or ""
-    cmdline = tuple(a for a in raw.split("\0") if a) if raw else ()
-    # Programs that rewrite their title (setproctitle) often leave one space-joined arg.
+    args: tuple[str, ...] = ()
+    if cmdline:
+        raw = host.read_file(f"/proc/{pid}/cmdline") or ""
+        args = tuple(a for a in raw.split("\0") if a)
     return ProcessInfo(
         pid=stat.pid,
         ppid=stat.ppid,
@@ -68,7 +73,7 @@ def read_process(host: Host, pid: int) -> ProcessInfo | None:
         sid=stat.sid,
         state=stat.state,
         comm=stat.comm,
-        cmdline=cmdline,
+        cmdline=args,
         start_ticks=stat.start_ticks,
     )
 

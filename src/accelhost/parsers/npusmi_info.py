@@ -72,8 +72,8 @@ def parse_npu_smi_info(text: str | None) -> NpuSmiInfo:
     i_pid, i_name, i_mem = col("process id"), col("process name"), col("process memory")
     processes = []
     for line in lines[start + 1 :]:
-        if not line.startswith("| "):
-            continue
+        if not (line.startswith("| ") and line[2:].lstrip()[:1].isdigit()):
+            continue  # separators and `| No running processes found in NPU 3 |`
         cells = _cells(line)
         if len(cells) < 2:
             continue
@@ -106,21 +106,23 @@ def _parse_chips(lines: list[str]) -> tuple[NpuChip, ...]:
     name = ""
     health: str | None = None
     for line in lines:
-        if not line.startswith("| "):
+        # data rows start with `| <digit>`; headers, separators and blanks never do
+        if not (line.startswith("| ") and line[2:].lstrip()[:1].isdigit()):
             continue
-        cells = _cells(line)
-        if len(cells) < 3:
+        cells = line.split("|")
+        if len(cells) < 4:
             continue
-        first = cells[0].split()
-        if not first or not first[0].isdigit():
+        first = cells[1].split()
+        if not first[0].isdigit():
             continue
         if len(first) >= 2:  # an NPU header row: id, name
-            npu, name, health = int(first[0]), " ".join(first[1:]), cells[1] or None
+            npu, name, health = int(first[0]), " ".join(first[1:]), cells[2].strip() or None
             continue
         if npu is None:
             continue
-        pairs = _PAIR.findall(cells[2])
+        pairs = _PAIR.findall(cells[3])
         used, total = (int(pairs[-1][0]), int(pairs[-1][1])) if pairs else (None, None)
-        bus = cells[1].split()[0].lower() if cells[1] else None
+        bus_cell = cells[2].split()
+        bus = bus_cell[0].lower() if bus_cell else None
         chips.append(NpuChip(npu, int(first[0]), name, bus, used, total, health))
     return tuple(chips)

@@ -10,30 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from accelhost.errors import ParseError
 from accelhost.host.base import Host
-from accelhost.parsers.procstat import parse_proc_stat
 from accelhost.procs import ProcessInfo, descendants, list_pids, read_process
-
-
-def _read_stat(host: Host, pid: int) -> ProcessInfo | None:
-    text = host.read_file(f"/proc/{pid}/stat")
-    if not text:
-        return None
-    try:
-        st = parse_proc_stat(text, f"/proc/{pid}/stat")
-    except ParseError:
-        return None
-    return ProcessInfo(
-        pid=st.pid,
-        ppid=st.ppid,
-        pgid=st.pgid,
-        sid=st.sid,
-        state=st.state,
-        comm=st.comm,
-        cmdline=(),
-        start_ticks=st.start_ticks,
-    )
 
 
 def scan_tree(host: Host, root: int, extra: Iterable[int] = ()) -> dict[int, ProcessInfo]:
@@ -41,7 +19,7 @@ def scan_tree(host: Host, root: int, extra: Iterable[int] = ()) -> dict[int, Pro
     members) and their descendants. Command lines are left empty; see `with_cmdlines`."""
     procs: dict[int, ProcessInfo] = {}
     for pid in list_pids(host):
-        info = _read_stat(host, pid)
+        info = read_process(host, pid, cmdline=False)
         if info is not None:
             procs[pid] = info
     members = set(descendants(procs, root))
@@ -65,7 +43,7 @@ def with_cmdlines(host: Host, tree: dict[int, ProcessInfo]) -> dict[int, Process
 
 def still_same(host: Host, info: ProcessInfo) -> bool:
     """The pid still names the process we scanned (not a new one that reused the pid)."""
-    now = _read_stat(host, info.pid)
+    now = read_process(host, info.pid, cmdline=False)
     return now is not None and now.start_ticks == info.start_ticks
 
 
@@ -97,7 +75,7 @@ class TreeScanner:
         for pid in pids:
             if pid in self._outside:
                 continue
-            info = _read_stat(self.host, pid)
+            info = read_process(self.host, pid, cmdline=False)
             if info is not None:
                 procs[pid] = info
         members = set(descendants(procs, self.root))
