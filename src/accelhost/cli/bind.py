@@ -122,6 +122,24 @@ def _plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", type=int, required=True, help="the device (logical id)")
     p.add_argument("--device-type", help="accelerator family when planning (A2, A3, ...)")
     p.add_argument("--strategy", help="planning strategy when planning this host")
+    p.add_argument(
+        "--pci",
+        metavar="ADDRS",
+        help="when planning: these PCI devices (sysfs only), comma-separated",
+    )
+    p.add_argument(
+        "--numa-from",
+        choices=["numa_node", "local_cpulist"],
+        default="numa_node",
+        help="when planning PCI devices: where each device's NUMA node comes from",
+    )
+    p.add_argument(
+        "--reserve-irq",
+        type=int,
+        default=0,
+        metavar="K",
+        help="when planning: reserve the first K CPUs of the pool for the device's IRQs",
+    )
 
 
 def _irq_options(p: argparse.ArgumentParser) -> None:
@@ -189,6 +207,14 @@ def load_plan(args: argparse.Namespace) -> Plan:
         kwargs["device_type"] = args.device_type
     if args.strategy:
         kwargs["strategy"] = args.strategy
+    if args.pci:
+        kwargs["pci"] = [a.strip() for a in args.pci.split(",") if a.strip()]
+    if args.numa_from != "numa_node":
+        kwargs["numa_from"] = args.numa_from
+    if args.reserve_irq:
+        if args.reserve_irq < 0:
+            raise PlanError("--reserve-irq must be 0 or more")
+        kwargs["reserve_irq"] = args.reserve_irq
     host = LiveHost()
     try:
         plan = make_plan(host, **kwargs)

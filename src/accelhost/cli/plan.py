@@ -43,7 +43,9 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
         "--numa-from",
         choices=["numa_node", "local_cpulist"],
         default="numa_node",
-        help="where a PCI device's NUMA node comes from when sysfs says -1",
+        help="where each device's NUMA node comes from: numa_node (sysfs; -1 means node 0, "
+        "as torchrun) or local_cpulist (the node holding most of its local CPUs; use it for "
+        "-1 nodes and GPUs on CPU-less memory nodes)",
     )
     parser.add_argument(
         "--reserve-irq",
