@@ -79,7 +79,7 @@ def handle_pipeline(args: argparse.Namespace) -> int:
         wl = bench.real_workload(n)
     else:
         wl = bench.simulated(costs["pre"], costs["device"], costs["post"], n)
-    progress = bench.Progress(n * len(bench.METHODS))
+    progress = bench.Progress(n)  # one bar per method, redrawn from zero
     report = bench.bench(wl, progress, trace=args.trace, cpu_kind=args.cpu_kind)
     if args.json:
         print_json(report)

@@ -9,6 +9,7 @@ once, thread or coroutine, so that nothing can block forever. Hence this small c
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import deque
 from collections.abc import Iterable
@@ -76,10 +77,9 @@ class Channel(Generic[T]):
     @staticmethod
     def _wake(waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]) -> None:
         for loop, fut in waiters:
-            try:
+            # RuntimeError: that loop is closed, so nobody is waiting on it any more
+            with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_resolve, fut)
-            except RuntimeError:  # that loop is closed: nobody is waiting any more
-                pass
         waiters.clear()
 
     # -- producer side ----------------------------------------------------------------
@@ -190,11 +190,8 @@ class Channel(Generic[T]):
         waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]],
         entry: tuple[asyncio.AbstractEventLoop, asyncio.Future[None]],
     ) -> None:
-        with self._lock:
-            try:
-                waiters.remove(entry)
-            except ValueError:
-                pass
+        with self._lock, contextlib.suppress(ValueError):
+            waiters.remove(entry)
 
     # -- teardown -----------------------------------------------------------------------
     def abort(self) -> None:

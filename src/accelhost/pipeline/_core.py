@@ -10,15 +10,15 @@ abort pipe, and the event loop's tasks (cancelled). That is what bounds the time
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import os
 import threading
 import warnings
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from multiprocessing.connection import wait as mp_wait
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -103,6 +103,14 @@ class Stage:
             raise PipelineError(f"a coroutine function needs kind='async', not {self.kind!r}")
         if self.batch is not None and not isinstance(self.batch, Batch):
             raise PipelineError(f"Stage batch must be a Batch, not {self.batch!r}")
+        if self.kind == "process":
+            import multiprocessing
+
+            if self.start_method not in multiprocessing.get_all_start_methods():
+                raise PipelineError(
+                    f"Stage start_method must be one of "
+                    f"{multiprocessing.get_all_start_methods()}, not {self.start_method!r}"
+                )
         if self.name is None:
             self.name = getattr(self.fn, "__name__", None) or type(self.fn).__name__
 
@@ -138,25 +146,17 @@ def _annotate(exc: BaseException, env_items: list[_Env], stage: int, name: str) 
     if len(env_items) == 1:
         item: Any = env_items[0].item
         index: Any = env_items[0].seq
-        what = f"item #{index} {_short(item)}"
+        what = f"item #{index}: {_short(item)}"
     else:
         item = [e.item for e in env_items]
         index = [e.seq for e in env_items]
         what = f"a batch of {len(item)} items (#{index[0]}..#{index[-1]})"
-    try:
+    # an exception type with __slots__ takes no attributes: the note still tells
+    with contextlib.suppress(AttributeError):
         exc.pipeline_item = item  # type: ignore[attr-defined]
         exc.pipeline_index = index  # type: ignore[attr-defined]
         exc.pipeline_stage = name  # type: ignore[attr-defined]
-    except AttributeError:  # an exception type with __slots__: the note still tells
-        pass
-    note = f"accelhost.pipeline: raised in stage {stage + 1} ({name}) on {what}"
-    if hasattr(exc, "add_note"):
-        exc.add_note(note)
-    else:  # Python 3.10
-        try:
-            exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
-        except AttributeError:
-            pass
+    exc_note(exc, f"accelhost.pipeline: raised in stage {stage + 1} ({name}) on {what}")
 
 
 def _short(value: Any, limit: int = 80) -> str:
@@ -180,6 +180,7 @@ class _Run:
     threads: list[threading.Thread] = field(default_factory=list)
     procs: list[BaseProcess] = field(default_factory=list)
     conns: list[Connection] = field(default_factory=list)
+    currents: list[Any] = field(default_factory=list)
     stats: list[_WorkerStats] = field(default_factory=list)
     error: BaseException | None = None
     aborted: bool = False
@@ -211,16 +212,12 @@ class _Run:
         with self.window_cond:
             self.window_cond.notify_all()
         if self.abort_w >= 0:
-            try:
+            with contextlib.suppress(OSError):
                 os.write(self.abort_w, b"x")
-            except OSError:
-                pass
         loop = self.loop
         if loop is not None:
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop already closed
                 loop.call_soon_threadsafe(self._cancel_tasks)
-            except RuntimeError:  # loop already closed
-                pass
 
     def _cancel_tasks(self) -> None:
         for task in self.tasks:
@@ -241,9 +238,12 @@ class _Run:
         self._reap(deadline)
 
     def _reap(self, deadline: float) -> None:
+        # A process still alive here has no driver left to stop it (its driver timed out,
+        # or the run failed while starting): stop it, and kill it if it will not stop.
         for p in self.procs:
             if p.is_alive():
-                p.join(max(0.0, min(0.2, deadline - perf_counter())))
+                p.terminate()
+                p.join(max(0.1, min(1.0, deadline - perf_counter())))
             if p.is_alive():
                 p.kill()
                 p.join(1.0)
@@ -361,8 +361,12 @@ class _Run:
 
 
 def exc_note(exc: BaseException, note: str) -> None:
+    """add_note on 3.11+; on 3.10 the same __notes__ list, which tracebacks ignore there."""
     if hasattr(exc, "add_note"):
         exc.add_note(note)
+        return
+    with contextlib.suppress(AttributeError):
+        exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
 
 
 class Pipeline:
@@ -401,7 +405,7 @@ class Pipeline:
         self._active = False
 
     # -- public API ------------------------------------------------------------------------
-    def run(self, iterable: Iterable[Any]) -> Iterator[Any]:
+    def run(self, iterable: Iterable[Any]) -> Generator[Any, None, None]:
         """Results for `iterable`, as a generator; closing it early stops everything."""
         r = self._start()
         ok = False
@@ -428,7 +432,7 @@ class Pipeline:
             self._end(r, clean=ok)
         r.raise_if_failed()
 
-    async def stream(self, source: AsyncIterable[Any] | Iterable[Any]) -> AsyncIterator[Any]:
+    async def stream(self, source: AsyncIterable[Any] | Iterable[Any]) -> AsyncGenerator[Any, None]:
         """Like `run`, for an event loop: results as an async generator.
 
         Cancelling the consuming task, or closing the generator (`aclose`, or
@@ -438,7 +442,7 @@ class Pipeline:
         ok = False
         feeder: asyncio.Task[None] | None = None
         try:
-            if hasattr(source, "__aiter__"):
+            if isinstance(source, AsyncIterable):
                 feeder = asyncio.get_running_loop().create_task(r.afeed(source))
             else:
                 t = threading.Thread(
@@ -473,19 +477,28 @@ class Pipeline:
         r.raise_if_failed()
 
     def stats(self) -> dict[str, Any]:
-        """Where the time went in the current or last run, per stage."""
+        """Where the time went in the current or last run, per stage.
+
+        Busy is time inside the stage function; idle is the rest of each worker's share of
+        the run (waiting for input or for room downstream). The device stage's idle
+        fraction is the bubble. Queue depth is time-weighted over the run, not sampled at
+        arbitrary moments, so short bursts are neither missed nor overweighted.
+        """
         r = self._run
-        stages = []
         now = perf_counter()
+        wall = ((r.t_end or now) - r.t_start) if r is not None else 0.0
+        stages = []
         bubble = None
         for si, st in enumerate(self.stages):
-            wall = ((r.t_end or now) - r.t_start) if r is not None else 0.0
             ws = [w for w in r.stats if w.stage == si] if r is not None else []
             busy = sum(w.busy for w in ws)
             items = sum(w.items for w in ws)
             capacity = wall * st.workers
             idle = max(0.0, capacity - busy)
-            ch = r.channels[si] if r is not None else None
+            depth = {"capacity": self.queue_size, "now": 0, "mean": 0.0, "max": 0}
+            if r is not None:
+                ch = r.channels[si]
+                depth.update(now=len(ch), mean=round(ch.depth_mean(r.t_end), 3), max=ch.depth_max)
             entry: dict[str, Any] = {
                 "name": st.name,
                 "kind": st.kind,
@@ -499,17 +512,11 @@ class Pipeline:
                 "busy_fraction": round(busy / capacity, 4) if capacity > 0 else 0.0,
                 "idle_fraction": round(idle / capacity, 4) if capacity > 0 else 0.0,
                 "items_per_s": round(items / wall, 3) if wall > 0 else 0.0,
-                "queue_depth": {
-                    "capacity": self.queue_size,
-                    "now": len(ch) if ch is not None else 0,
-                    "mean": round(ch.depth_mean(r.t_end), 3) if ch is not None else 0.0,
-                    "max": ch.depth_max if ch is not None else 0,
-                },
+                "queue_depth": depth,
             }
             if st.device and bubble is None:
                 bubble = entry["idle_fraction"]
             stages.append(entry)
-        wall = ((r.t_end or now) - r.t_start) if r is not None else 0.0
         return {
             "running": self._active,
             "wall_s": round(wall, 6),
@@ -577,9 +584,11 @@ class Pipeline:
             ctx = multiprocessing.get_context(st.start_method)
             for _ in range(st.workers):
                 parent, child = ctx.Pipe(duplex=True)
-                p = ctx.Process(
+                current = ctx.RawValue("q", 0)
+                r.currents.append(current)
+                p = ctx.Process(  # type: ignore[attr-defined]
                     target=child_main,
-                    args=(st.fn, child, st.batch is not None),
+                    args=(st.fn, child, st.batch is not None, current),
                     name=f"accelhost-pipeline-{st.name}",
                     daemon=True,
                 )
@@ -614,7 +623,7 @@ class Pipeline:
                     args: tuple[Any, ...] = (r, si, ws)
                 else:
                     target = _workers.process_driver
-                    args = (r, si, ws, r.procs[proc_i], r.conns[proc_i])
+                    args = (r, si, ws, proc_i)
                     proc_i += 1
                 t = threading.Thread(
                     target=target,
@@ -650,7 +659,13 @@ def trace_events(pipe: Pipeline, r: _Run) -> list[dict[str, Any]]:
             {"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": track}}
         )
         events.append(
-            {"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}}
+            {
+                "ph": "M",
+                "pid": pid,
+                "tid": tid,
+                "name": "thread_sort_index",
+                "args": {"sort_index": tid},
+            }
         )
         for start, end, seq, count in ws.spans or []:
             name = f"#{seq}" if count == 1 else f"batch #{seq}+{count}"

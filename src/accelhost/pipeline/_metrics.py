@@ -33,7 +33,8 @@ def collector(pipe: Pipeline, prefix: str, pipeline: str) -> Any:
                 f"{prefix}_stage_errors", "Items a stage failed on", labels=labels
             )
             busy = CounterMetricFamily(
-                f"{prefix}_stage_busy_seconds", "Worker-seconds spent in the stage function",
+                f"{prefix}_stage_busy_seconds",
+                "Worker-seconds spent in the stage function",
                 labels=labels,
             )
             idle = CounterMetricFamily(

@@ -54,7 +54,10 @@ def _picklable(reply: Reply) -> Reply:
         return (False, err, reply[2], reply[3])
 
 
-def child_main(fn: Callable[[Any], Any], conn: Connection, batch: bool) -> None:
+def child_main(fn: Callable[[Any], Any], conn: Connection, batch: bool, current: Any) -> None:
+    """Serve calls until told to stop; `current` (shared memory) holds the index in the
+    chunk of the value being worked on, so that if this process dies the parent can name
+    the exact item that killed it."""
     # Ctrl-C reaches the whole process group; the parent decides how the pipeline ends.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:
@@ -66,7 +69,8 @@ def child_main(fn: Callable[[Any], Any], conn: Connection, batch: bool) -> None:
             return
         calls = [msg] if batch else msg
         replies: list[Reply] = []
-        for value in calls:
+        for i, value in enumerate(calls):
+            current.value = i
             t0 = perf_counter()
             try:
                 reply: Reply = (True, fn(value), t0, 0.0)

@@ -9,6 +9,7 @@ the next stage always learns that this worker is gone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
@@ -106,7 +107,7 @@ def thread_worker(r: _Run, si: int, ws: _WorkerStats) -> None:
                     ws.busy += dt
                     ws.items += 1
                     ws.calls += 1
-                    cost += (dt - cost) * 0.1
+                    cost = dt if ws.calls == 1 else cost + (dt - cost) * 0.1
                     if spans is not None:
                         spans.append((t0, t1, env.seq, 1))
                 else:
@@ -148,7 +149,7 @@ def _thread_batches(r: _Run, si: int, ws: _WorkerStats) -> None:
                 ws.errors += len(good)
                 _item_failed(r, good, si, exc)
             else:
-                for env, value in zip(good, results):
+                for env, value in zip(good, results, strict=True):
                     env.value = value
             t1 = perf_counter()
             ws.busy += t1 - t0
@@ -161,10 +162,9 @@ def _thread_batches(r: _Run, si: int, ws: _WorkerStats) -> None:
             return
 
 
-def process_driver(
-    r: _Run, si: int, ws: _WorkerStats, proc: BaseProcess, conn: Connection
-) -> None:
+def process_driver(r: _Run, si: int, ws: _WorkerStats, pi: int) -> None:
     """Feed one worker process and watch it: a dead process fails the run, never hangs it."""
+    proc, conn, current = r.procs[pi], r.conns[pi], r.currents[pi]
     st = r.pipe.stages[si]
     inq, outq = r.channels[si], r.channels[si + 1]
     batched = st.batch is not None
@@ -185,17 +185,11 @@ def process_driver(
                 envs, eof = _collect_batch(inq, got, max_size, wait_s)
             good = [e for e in envs if e.error is None]
             if good:
+                current.value = 0  # before sending: the child moves it from here on
+                good = _send(r, si, ws, proc, conn, good, batched)
                 values = [e.value for e in good]
-                try:
-                    conn.send(values)
-                except (BrokenPipeError, EOFError, ConnectionResetError, OSError):
-                    _died(r, si, proc, good)
-                except Exception as exc:  # a value that cannot be pickled
-                    ws.errors += len(good)
-                    _item_failed(r, good, si, exc)
-                    good = []
                 if good:
-                    replies = _await_reply(r, si, proc, conn, good)
+                    replies = _await_reply(r, si, proc, conn, good, batched, current)
                     if batched:
                         ok, value, t0, t1 = replies[0]
                         if ok:
@@ -204,7 +198,7 @@ def process_driver(
                             except PipelineError as exc:
                                 ok, value = False, exc
                         if ok:
-                            for env, v in zip(good, value):
+                            for env, v in zip(good, value, strict=True):
                                 env.value = v
                         else:
                             ws.errors += len(good)
@@ -214,7 +208,7 @@ def process_driver(
                         if ws.spans is not None:
                             ws.spans.append((t0, t1, good[0].seq, len(good)))
                     else:
-                        for env, (ok, value, t0, t1) in zip(good, replies):
+                        for env, (ok, value, t0, t1) in zip(good, replies, strict=True):
                             if ok:
                                 env.value = value
                             else:
@@ -222,7 +216,8 @@ def process_driver(
                                 _item_failed(r, [env], si, value)
                             ws.busy += t1 - t0
                             ws.calls += 1
-                            cost += (t1 - t0 - cost) * 0.1
+                            dt = t1 - t0
+                            cost = dt if ws.calls == 1 else cost + (dt - cost) * 0.1
                             if ws.spans is not None:
                                 ws.spans.append((t0, t1, env.seq, 1))
                     ws.items += len(good)
@@ -238,10 +233,8 @@ def process_driver(
     finally:
         ws.ended = perf_counter()
         if stop_child and not r.aborted:
-            try:
+            with contextlib.suppress(OSError):
                 conn.send(None)
-            except OSError:
-                pass
             proc.join(1.0)
         if proc.is_alive():
             proc.terminate()
@@ -249,8 +242,55 @@ def process_driver(
         outq.producer_done()
 
 
+def _send(
+    r: _Run,
+    si: int,
+    ws: _WorkerStats,
+    proc: BaseProcess,
+    conn: Connection,
+    envs: list[_Env],
+    batched: bool,
+) -> list[_Env]:
+    """Send the values of envs to the worker; returns the envs that were sent.
+
+    A value that cannot be pickled is that item's error, not its chunk's: the others are
+    sent without it.
+    """
+    for attempt in range(2):
+        try:
+            conn.send([e.value for e in envs])
+            return envs
+        except (BrokenPipeError, EOFError, ConnectionResetError, OSError):
+            _died(r, si, proc, envs, batched)
+        except Exception as exc:
+            bad = [e for e in envs if not _picklable(e.value)] if attempt == 0 else envs
+            for env in bad or envs:
+                ws.errors += 1
+                _item_failed(r, [env], si, exc)
+            envs = [e for e in envs if e not in bad] if bad else []
+            if not envs:
+                return []
+    return []
+
+
+def _picklable(value: Any) -> bool:
+    import pickle
+
+    try:
+        pickle.dumps(value)
+        return True
+    except Exception:
+        return False
+
+
 def _await_reply(
-    r: _Run, si: int, proc: BaseProcess, conn: Connection, envs: list[_Env]
+    r: _Run,
+    si: int,
+    proc: BaseProcess,
+    conn: Connection,
+    envs: list[_Env],
+    batched: bool,
+    current: Any,
 ) -> list[Any]:
     ready = mp_wait([conn, proc.sentinel, r.abort_r])
     if conn in ready:
@@ -261,14 +301,20 @@ def _await_reply(
             pass
     if r.aborted:
         raise Aborted
-    _died(r, si, proc, envs)
+    if not batched and 0 <= current.value < len(envs):
+        envs = [envs[current.value]]
+    _died(r, si, proc, envs, batched)
     raise AssertionError("unreachable")
 
 
-def _died(r: _Run, si: int, proc: BaseProcess, envs: list[_Env]) -> None:
+def _died(r: _Run, si: int, proc: BaseProcess, envs: list[_Env], batched: bool) -> None:
+    """A worker process is gone: fail the run, naming the item (or batch) it was on."""
     proc.join(1.0)
     st = r.pipe.stages[si]
-    what = f"item #{envs[0].seq}" if len(envs) == 1 else f"{len(envs)} items from #{envs[0].seq}"
+    if len(envs) == 1:
+        what = f"item #{envs[0].seq}"
+    else:
+        what = f"{'a batch of' if batched else 'one of'} {len(envs)} items from #{envs[0].seq}"
     exc = PipelineError(
         f"stage {si + 1} ({st.name}): worker process {proc.pid} died "
         f"(exit code {proc.exitcode}) while working on {what}"
@@ -334,7 +380,7 @@ async def _async_worker(r: _Run, si: int, ws: _WorkerStats) -> None:
                         ws.errors += len(good)
                         _item_failed(r, good, si, exc)
                     else:
-                        for env, v in zip(good, results):
+                        for env, v in zip(good, results, strict=True):
                             env.value = v
                 else:
                     env = good[0]

@@ -1,0 +1,17 @@
+"""Pipeline benchmark: the same table as `accelhost bench pipeline`, from a checkout.
+
+    python benchmarks/pipeline.py                       # 10/50/20 ms, 100 items
+    python benchmarks/pipeline.py --pre 0 --device 0 --post 0
+    python benchmarks/pipeline.py --real --json
+
+Every option of `accelhost bench pipeline` works here; this script only forwards them.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from accelhost.cli.main import main
+
+if __name__ == "__main__":
+    sys.exit(main(["bench", "pipeline", *sys.argv[1:]]))

@@ -1,0 +1,327 @@
+"""The pipeline benchmark: one workload, three ways of running it, side by side.
+
+The three runs share one process and one workload so that their ratios mean something on
+a busy machine: the serial loop, the asyncio + ThreadPoolExecutor recipe from the
+background article, and `accelhost.pipeline`. Simulated pre- and postprocessing burn a
+fixed amount of *CPU time* in pure Python (measured with the thread's CPU clock, so a
+thread that waits for the GIL does not get its work done for free); the simulated device
+sleeps, which releases the GIL as a real device call does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import re
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from accelhost.errors import AccelhostError
+
+_UNITS = {"": 1e-3, "ms": 1e-3, "s": 1.0, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|us|µs|ns)?\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from '10ms', '0.5s', '250us' or a bare number of milliseconds."""
+    m = _DURATION.match(text)
+    if not m:
+        raise ValueError(f"cannot read {text!r} as a duration (like 10ms, 0.5s, 250us)")
+    return float(m.group(1)) * _UNITS[m.group(2) or ""]
+
+
+def burn(seconds: float) -> None:
+    """Hold the GIL doing pure-Python work until this thread used `seconds` of CPU."""
+    if seconds <= 0:
+        return
+    clock = time.thread_time
+    end = clock() + seconds
+    x = 0
+    while clock() < end:
+        for i in range(100):
+            x += i * i
+
+
+@dataclass
+class Workload:
+    """Three stage functions and what the slowest of them costs."""
+
+    pre: Callable[[Any], Any]
+    device: Callable[[Any], Any]
+    post: Callable[[Any], Any]
+    items: list[Any]
+    slowest_s: float | None  # None: every stage is free, the bound is infinite
+    label: str
+    device_busy_s: float = 0.0
+    # real stages have no nominal cost: the bound is the slowest stage's mean time in the
+    # serial run of the same process (each stage alone, nothing competing with it)
+    measure_bound: bool = False
+
+    def timed_device(self) -> Callable[[Any], Any]:
+        """The device function, adding its wall time to device_busy_s."""
+        fn = self.device
+        clock = time.perf_counter
+
+        def device(value: Any) -> Any:
+            t0 = clock()
+            try:
+                return fn(value)
+            finally:
+                self.device_busy_s += clock() - t0
+
+        return device
+
+
+def _sim_pre(seconds: float, x: int) -> int:
+    burn(seconds)
+    return x * 3
+
+
+def _sim_device(seconds: float, x: int) -> int:
+    if seconds > 0:
+        time.sleep(seconds)
+    return x + 1
+
+
+def _sim_post(seconds: float, x: int) -> int:
+    burn(seconds)
+    return x * 2
+
+
+def simulated(pre_s: float, device_s: float, post_s: float, n: int) -> Workload:
+    # module-level functions under partial: picklable, so they can run in worker processes
+    pre = functools.partial(_sim_pre, pre_s)
+    device = functools.partial(_sim_device, device_s)
+    post = functools.partial(_sim_post, post_s)
+    slowest = max(pre_s, device_s, post_s)
+    label = f"pre {pre_s * 1e3:g} ms, device {device_s * 1e3:g} ms, post {post_s * 1e3:g} ms"
+    return Workload(pre, device, post, list(range(n)), slowest if slowest > 0 else None, label)
+
+
+class Progress:
+    """A one-line progress bar on a terminal; silent on pipes and files."""
+
+    def __init__(self, total: int, out: TextIO | None = None) -> None:
+        self.out = out if out is not None else sys.stderr
+        self.enabled = bool(getattr(self.out, "isatty", lambda: False)())
+        self.total = total
+        self.label = ""
+        self.done = 0
+        self._last = 0.0
+
+    def start(self, label: str) -> None:
+        self.label, self.done, self._last = label, 0, 0.0
+        self._draw()
+
+    def step(self, n: int = 1) -> None:
+        self.done += n
+        if self.enabled:
+            now = time.monotonic()
+            if now - self._last >= 0.1 or self.done >= self.total:
+                self._last = now
+                self._draw()
+
+    def _draw(self) -> None:
+        if not self.enabled:
+            return
+        width = 30
+        filled = int(width * self.done / self.total) if self.total else width
+        bar = "#" * filled + "." * (width - filled)
+        self.out.write(f"\r{self.label:<16} [{bar}] {self.done}/{self.total}")
+        self.out.flush()
+
+    def finish(self) -> None:
+        if self.enabled:
+            self.out.write("\r" + " " * 70 + "\r")
+            self.out.flush()
+
+
+@dataclass
+class Result:
+    items: int
+    seconds: float
+    device_busy_s: float
+    slowest_s: float | None
+    outputs: list[Any] = field(repr=False, default_factory=list)
+
+    def as_dict(self, serial_items_per_s: float | None) -> dict[str, Any]:
+        ips = self.items / self.seconds if self.seconds > 0 else float("inf")
+        eff = None if self.slowest_s is None else ips * self.slowest_s
+        return {
+            "items": self.items,
+            "seconds": round(self.seconds, 4),
+            "items_per_s": round(ips, 2),
+            "device_busy": round(self.device_busy_s / self.seconds, 4) if self.seconds else 0.0,
+            "efficiency": None if eff is None else round(eff, 4),
+            "bound_items_per_s": None if self.slowest_s is None else round(1 / self.slowest_s, 2),
+            "vs_serial": round(ips / serial_items_per_s, 3) if serial_items_per_s else None,
+        }
+
+
+def _measure(
+    wl: Workload, progress: Progress, label: str, body: Callable[[Callable[[Any], Any]], list[Any]]
+) -> Result:
+    wl.device_busy_s = 0.0
+    progress.start(label)
+    t0 = time.perf_counter()
+    outputs = body(wl.timed_device())
+    seconds = time.perf_counter() - t0
+    progress.finish()
+    return Result(len(outputs), seconds, wl.device_busy_s, wl.slowest_s, outputs)
+
+
+def run_serial(wl: Workload, progress: Progress) -> Result:
+    stage_s = [0.0, 0.0, 0.0]
+
+    def body(device: Callable[[Any], Any]) -> list[Any]:
+        clock = time.perf_counter
+        out = []
+        for item in wl.items:
+            t0 = clock()
+            a = wl.pre(item)
+            t1 = clock()
+            b = device(a)
+            t2 = clock()
+            out.append(wl.post(b))
+            t3 = clock()
+            stage_s[0] += t1 - t0
+            stage_s[1] += t2 - t1
+            stage_s[2] += t3 - t2
+            progress.step()
+        return out
+
+    res = _measure(wl, progress, "serial", body)
+    if wl.measure_bound:
+        wl.slowest_s = max(stage_s) / len(wl.items)
+        res.slowest_s = wl.slowest_s
+    return res
+
+
+def run_asyncio_recipe(wl: Workload, progress: Progress) -> Result:
+    """The article's recipe: a pool for CPU work, one thread for device submission."""
+
+    def body(device: Callable[[Any], Any]) -> list[Any]:
+        async def main() -> list[Any]:
+            loop = asyncio.get_running_loop()
+            with (
+                ThreadPoolExecutor(max_workers=4) as cpu_executor,
+                ThreadPoolExecutor(max_workers=1) as npu_executor,
+            ):
+
+                async def pipeline_step(request: Any) -> Any:
+                    inputs = await loop.run_in_executor(cpu_executor, wl.pre, request)
+                    outputs = await loop.run_in_executor(npu_executor, device, inputs)
+                    result = await loop.run_in_executor(cpu_executor, wl.post, outputs)
+                    progress.step()
+                    return result
+
+                return list(await asyncio.gather(*(pipeline_step(r) for r in wl.items)))
+
+        return asyncio.run(main())
+
+    return _measure(wl, progress, "asyncio recipe", body)
+
+
+def run_accelhost(
+    wl: Workload,
+    progress: Progress,
+    queue_size: int = 64,
+    trace: str | None = None,
+    cpu_kind: str = "thread",
+) -> Result:
+    from accelhost.pipeline import Pipeline, Stage
+
+    def body(device: Callable[[Any], Any]) -> list[Any]:
+        pipe = Pipeline(
+            Stage(wl.pre, name="pre", kind=cpu_kind),  # type: ignore[arg-type]
+            Stage(device, name="device", device=True),
+            Stage(wl.post, name="post", kind=cpu_kind),  # type: ignore[arg-type]
+            queue_size=queue_size,
+            trace=trace is not None,
+        )
+        out = []
+        for value in pipe.run(wl.items):
+            out.append(value)
+            progress.step()
+        if trace is not None:
+            pipe.write_trace(trace)
+        return out
+
+    return _measure(wl, progress, "accelhost", body)
+
+
+METHODS = ("serial", "asyncio_recipe", "accelhost")
+
+
+def bench(
+    wl: Workload, progress: Progress, trace: str | None = None, cpu_kind: str = "thread"
+) -> dict[str, Any]:
+    """Run the three methods one after another; raise if their results differ."""
+    results = {
+        "serial": run_serial(wl, progress),
+        "asyncio_recipe": run_asyncio_recipe(wl, progress),
+        "accelhost": run_accelhost(wl, progress, trace=trace, cpu_kind=cpu_kind),
+    }
+    expected = results["serial"].outputs
+    for name, res in results.items():
+        if res.outputs != expected:
+            raise AccelhostError(f"bench: {name} returned different results from the serial loop")
+    s = results["serial"]
+    serial_ips = s.items / s.seconds if s.seconds > 0 else None
+    return {name: res.as_dict(serial_ips) for name, res in results.items()}
+
+
+def table_rows(report: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    names = {"serial": "serial loop", "asyncio_recipe": "asyncio recipe", "accelhost": "accelhost"}
+    for key in METHODS:
+        r = report[key]
+        eff = "-" if r["efficiency"] is None else f"{r['efficiency']:.3f}"
+        rows.append(
+            [
+                names[key],
+                str(r["items"]),
+                f"{r['seconds']:.3f}",
+                f"{r['items_per_s']:.1f}",
+                f"{r['device_busy'] * 100:.1f}%",
+                eff,
+                f"{r['vs_serial']:.2f}x" if r["vs_serial"] is not None else "-",
+            ]
+        )
+    return rows
+
+
+TABLE_HEADERS = ("method", "items", "seconds", "items/s", "device busy", "efficiency", "vs serial")
+
+
+def real_workload(n: int) -> Workload:
+    """A real tokenizer and a small torch model, both built here, on bundled text."""
+    import importlib
+    import warnings
+
+    missing = []
+    for name in ("torch", "tokenizers"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's CPU build warns when numpy is absent
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                missing.append(name)
+    if missing:
+        raise AccelhostError(
+            f"--real needs {' and '.join(missing)}: pip install 'accelhost[torch,real]'"
+        )
+    from accelhost.pipeline._realwork import build
+
+    pre, device, post, items = build(n)
+    wl = Workload(
+        pre, device, post, items, None, "real: tokenizers + torch model, 16 sentences per item"
+    )
+    wl.measure_bound = True
+    for item in items[:8]:  # warm-up: first calls allocate and compile
+        post(device(pre(item)))
+    return wl

@@ -1,0 +1,125 @@
+"""`accelhost bench pipeline`: options, output shapes, user errors (no timing asserted)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from accelhost.cli.main import main
+from accelhost.pipeline import bench
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("10ms", 0.01), ("0.5s", 0.5), ("250us", 250e-6), ("3", 0.003), ("0", 0.0)],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert bench.parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["10xs", "", "ms", "-5ms", "1e3ms"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        bench.parse_duration(text)
+
+
+def test_json_report_has_the_three_methods(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "pipeline", "--pre", "1ms", "--device", "2ms", "--post", "1ms"]
+    assert main([*argv, "--items", "12", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert list(report) == ["serial", "asyncio_recipe", "accelhost"]
+    for entry in report.values():
+        assert entry["items"] == 12
+        assert entry["items_per_s"] > 0
+        assert 0 < entry["device_busy"] <= 1
+        assert entry["efficiency"] is not None and entry["efficiency"] > 0
+        assert entry["bound_items_per_s"] == pytest.approx(500)
+
+
+def test_zero_cost_efficiency_is_null(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "pipeline", "--pre", "0", "--device", "0", "--post", "0", "--items", "50"]
+    assert main([*argv, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert all(entry["efficiency"] is None for entry in report.values())
+
+
+def test_table_and_trace(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = f"{tmp_path}/bench.json"
+    argv = ["bench", "pipeline", "--pre", "0", "--device", "1ms", "--post", "0"]
+    assert main([*argv, "--items", "5", "--trace", trace]) == 0
+    out = capsys.readouterr()
+    lines = out.out.splitlines()
+    assert lines[0].startswith("workload: pre 0 ms, device 1 ms, post 0 ms; 5 items")
+    assert lines[1].split()[:2] == ["method", "items"]
+    assert [ln.split()[0] for ln in lines[3:6]] == ["serial", "asyncio", "accelhost"]
+    assert out.err == ""  # no progress bar when stderr is not a terminal
+    with open(trace) as f:
+        events = json.load(f)["traceEvents"]
+    assert sum(1 for e in events if e["ph"] == "X" and e["cat"] == "device") == 5
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--pre", "10xs"], "--pre"),
+        (["--device", "fast"], "--device"),
+        (["--items", "0"], "--items"),
+        (["--items", "many"], "--items"),
+        (["--real", "--cpu-kind", "process"], "--cpu-kind"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(
+    args: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "pipeline", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("accelhost: ") and needle in err[0]
+
+
+def test_real_without_tokenizers_names_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "tokenizers", None)  # import now fails
+    assert main(["bench", "pipeline", "--real", "--items", "2"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "tokenizers" in err[0] and "pip install" in err[0]
+
+
+def test_real_runs_when_installed(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("tokenizers")
+    assert main(["bench", "pipeline", "--real", "--items", "6", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["accelhost"]["items"] == 6
+
+
+def test_progress_bar_draws_on_a_terminal() -> None:
+    import io
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Tty()
+    p = bench.Progress(4, out)
+    p.start("serial")
+    for _ in range(4):
+        p.step()
+    p.finish()
+    assert "4/4" in out.getvalue() and "serial" in out.getvalue()
+    quiet = io.StringIO()
+    q = bench.Progress(4, quiet)
+    q.start("x")
+    q.step()
+    q.finish()
+    assert quiet.getvalue() == ""
+
+
+def test_cpu_stages_in_processes(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "pipeline", "--pre", "1ms", "--device", "1ms", "--post", "1ms"]
+    assert main([*argv, "--items", "8", "--cpu-kind", "process", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["accelhost"]["items"] == 8
