@@ -6,6 +6,7 @@ real run executes, and a report can say, step by step, what happened.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -29,13 +30,14 @@ def _cpus(cpus: tuple[int, ...]) -> str:
 
 
 @dataclass(frozen=True)
-class Step:
+class Step(ABC):
     """Base of every step; `kind` groups steps for `--irq-only`, JSON and the report."""
 
     kind: ClassVar[str] = "step"
 
+    @abstractmethod
     def describe(self) -> str:
-        raise NotImplementedError
+        """One line saying what the step does, as dry runs and reports print it."""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "description": self.describe()}
