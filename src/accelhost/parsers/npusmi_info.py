@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from accelhost.topology import DeviceProcess
 
 SOURCE = "npu-smi info"
-_PAIR = re.compile(r"(\d+)\s*/\s*(\d+)")
 
 
 @dataclass(frozen=True)
@@ -50,15 +49,16 @@ def _cells(line: str) -> list[str]:
 def parse_npu_smi_info(text: str | None) -> NpuSmiInfo:
     if not text:
         return NpuSmiInfo()
-    lines = [ln.strip() for ln in text.splitlines()]
+    lines = text.splitlines()
     start = next(
-        (i for i, ln in enumerate(lines) if ln.startswith("| NPU") and "Process id" in ln),
+        (i for i, ln in enumerate(lines) if "Process id" in ln and ln.strip().startswith("| NPU")),
         None,
     )
-    chip_lines = lines if start is None else lines[:start]
-    chips = _parse_chips(chip_lines)
+    chips = _parse_chips("\n".join(lines if start is None else lines[:start]))
     if start is None:
         return NpuSmiInfo(chips=chips)
+    lines = [ln.strip() for ln in lines[start:]]
+    start = 0
     header = _cells(lines[start])
     id_column = " ".join(header[0].split()) if header else "NPU Chip"
     has_chip = id_column != "NPU ID"
@@ -99,30 +99,38 @@ def parse_npu_smi_info(text: str | None) -> NpuSmiInfo:
     return NpuSmiInfo(chips=chips, processes=tuple(processes), id_column=id_column)
 
 
-def _parse_chips(lines: list[str]) -> tuple[NpuChip, ...]:
-    """Rows of the upper table: `| npu name | health | ...` then `| chip | bus | ... |`."""
+# A row of the upper table: `| <digits>[ <name>] | <cell> | <cell> |`. With a name it is an
+# NPU's first row (`| 0  910B3 | OK | power temp hugepages |`), without one a chip row
+# (`| 1 | 0000:C1:00.1 | aicore memory hbm |`).
+_UPPER_ROW = re.compile(r"^[ \t]*\| +(\d+)([ \t][^|\n]*)?\|([^|\n]*)\|([^|\n]*)\|", re.MULTILINE)
+
+
+def _last_pair(cell: str) -> tuple[int | None, int | None]:
+    """The last `used / total` of a cell (`0  0 / 0  3400 / 65536` -> 3400, 65536)."""
+    parts = cell.split("/")
+    if len(parts) < 2:
+        return None, None
+    before, after = parts[-2].split(), parts[-1].split()
+    if before and after and before[-1].isdigit() and after[0].isdigit():
+        return int(before[-1]), int(after[0])
+    return None, None
+
+
+def _parse_chips(text: str) -> tuple[NpuChip, ...]:
+    """Chips of the upper table, each under the NPU row above it."""
     chips: list[NpuChip] = []
     npu: int | None = None
     name = ""
     health: str | None = None
-    for line in lines:
-        # data rows start with `| <digit>`; headers, separators and blanks never do
-        if not (line.startswith("| ") and line[2:].lstrip()[:1].isdigit()):
-            continue
-        cells = line.split("|")
-        if len(cells) < 4:
-            continue
-        first = cells[1].split()
-        if not first[0].isdigit():
-            continue
-        if len(first) >= 2:  # an NPU header row: id, name
-            npu, name, health = int(first[0]), " ".join(first[1:]), cells[2].strip() or None
+    for first, rest, second, third in _UPPER_ROW.findall(text):
+        label = rest.strip()
+        if label:  # an NPU row: id, name, health
+            npu, name, health = int(first), " ".join(label.split()), second.strip() or None
             continue
         if npu is None:
             continue
-        pairs = _PAIR.findall(cells[3])
-        used, total = (int(pairs[-1][0]), int(pairs[-1][1])) if pairs else (None, None)
-        bus_cell = cells[2].split()
+        used, total = _last_pair(third)
+        bus_cell = second.split()
         bus = bus_cell[0].lower() if bus_cell else None
-        chips.append(NpuChip(npu, int(first[0]), name, bus, used, total, health))
+        chips.append(NpuChip(npu, int(first), name, bus, used, total, health))
     return tuple(chips)
