@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -136,3 +137,24 @@ def test_bundled_examples_all_load_and_plan() -> None:
 def test_unknown_example_lists_the_bundled_ones() -> None:
     with pytest.raises(SnapshotError, match="no such bundled example .*a3-640cpu-16npu"):
         load_snapshot("example:nope")
+
+
+@pytest.mark.parametrize("name", example_names())
+def test_topo_works_on_every_bundled_example(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["topo", "--snapshot", f"example:{name}"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("machine ")
+    assert "accelerators: " in out and "none found" not in out
+    assert main(["topo", "--snapshot", f"example:{name}", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["accelerators"] and data["numa_nodes"]
+
+
+def test_topo_of_this_machine_says_plainly_there_is_no_accelerator(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["topo"]) == 0
+    out = capsys.readouterr().out
+    assert f"CPUs         {os.cpu_count()}" in out
+    if not (shutil.which("npu-smi") or shutil.which("nvidia-smi")):
+        assert "accelerators: none found" in out
