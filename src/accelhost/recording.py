@@ -1,11 +1,13 @@
 """Record a host into a snapshot: what the planner and the doctor read, nothing more.
 
-Two trims keep a snapshot small and safe to attach to a bug report: of `ps -Te` only the
-UVB poll threads, of each /proc/PID/environ only the allocator variables (no tokens).
+Trims keep a snapshot small and safe to attach to a bug report: of `ps -Te` only the UVB
+poll threads, of each /proc/PID/environ only the allocator variables, and in command lines
+the values of secret-looking options (`--api-key X`, `--hf-token=X`) are replaced.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from accelhost.host.base import Host, command_key
@@ -14,13 +16,45 @@ from accelhost.hygiene.facts import keep_alloc_vars
 from accelhost.parsers.ps import keep_thread_lines
 from accelhost.readers import PS_THREADS, read_topology
 
+_SECRET_OPTION = re.compile(
+    r"^--?[\w.-]*(key|token|secret|password|passwd|credential)[\w.-]*$", re.I
+)
+REDACTED = "<redacted>"
+
+
+def redact_cmdline(raw: str) -> str:
+    """A /proc/PID/cmdline with the values of secret-looking options replaced.
+
+    Engine names and titles (what the doctor matches) stay; `--api-key sk-...` does not.
+    """
+    args = raw.split("\0")
+    out: list[str] = []
+    hide_next = False
+    for arg in args:
+        if hide_next and arg:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        hide_next = False
+        name, eq, _ = arg.partition("=")
+        if _SECRET_OPTION.match(name):
+            if eq:
+                arg = f"{name}={REDACTED}"
+            else:
+                hide_next = True
+        out.append(arg)
+    return "\0".join(out)
+
 
 def recorder(inner: Host) -> RecordingHost:
     """A recording host with the snapshot's trims."""
     return RecordingHost(
         inner,
         {command_key(PS_THREADS): keep_thread_lines},
-        file_filters=[("/proc/*/environ", keep_alloc_vars)],
+        file_filters=[
+            ("/proc/*/environ", keep_alloc_vars),
+            ("/proc/*/cmdline", redact_cmdline),
+        ],
     )
 
 
