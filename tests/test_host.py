@@ -158,3 +158,24 @@ def test_topo_of_this_machine_says_plainly_there_is_no_accelerator(
     assert f"CPUs         {os.cpu_count()}" in out
     if not (shutil.which("npu-smi") or shutil.which("nvidia-smi")):
         assert "accelerators: none found" in out
+
+
+@pytest.mark.parametrize(
+    ("cgroup", "path"),
+    [
+        ("0::/kubepods/pod1\n", "/sys/fs/cgroup/kubepods/pod1/cpuset.cpus.effective"),
+        ("3:cpuset:/docker/abc\n0::/\n", "/sys/fs/cgroup/cpuset/docker/abc/cpuset.effective_cpus"),
+    ],
+)
+def test_topo_shows_the_cgroup_cpuset_when_it_differs(
+    cgroup: str, path: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = accelhost.load_snapshot("example:random-a3-3")
+    data._files["/proc/self/cgroup"] = cgroup
+    data._files[path] = "0-15\n"
+    data._files["/proc/self/status"] = "Cpus_allowed_list:\t0\n"  # pinned by libgomp, say
+    topo = accelhost.read_topology(data)
+    assert topo.cpuset == tuple(range(16)) and topo.allowed_cpus == (0,)
+    from accelhost.cli.topo import render_topology
+
+    assert "cgroup cpuset 0-15 (differs from the allowed CPUs" in render_topology(topo)
