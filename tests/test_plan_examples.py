@@ -124,3 +124,28 @@ def test_950_json_has_empty_roles_and_host_threads(capsys: pytest.CaptureFixture
     assert data["devices"]["0"]["irq"] == [] and data["devices"]["0"]["acl"] == []
     assert data["devices"]["0"]["main"] == r("288-303")
     assert data["host_threads"]["cpus"] == r("1-95")
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (
+            {"devices": {"0": {"main": [0], "thread_roles": {"x": {"pattern": "[", "cpus": [1]}}}}},
+            "bad pattern '['",
+        ),
+        ({"devices": {"0": {"main": [10**20]}}}, "beyond any kernel's CPU count"),
+        ({"devices": {"0": {"main": [-1]}}}, "non-negative integers"),
+        ({"devices": {}}, "non-empty object"),
+        ({"format": "other/1", "devices": {"0": {"main": [0]}}}, "unsupported format"),
+    ],
+)
+def test_malformed_plans_are_refused_when_read(data: dict[str, object], problem: str) -> None:
+    with pytest.raises(accelhost.PlanError, match=problem.replace("(", r"\(").replace("[", r"\[")):
+        accelhost.Plan.from_dict(data, source="plan.json")
+
+
+def test_host_thread_ids_may_exceed_cpu_ids() -> None:
+    plan = accelhost.Plan.from_dict(
+        {"devices": {"0": {"main": [0]}}, "host_threads": {"cpus": [1], "tids": [4000000]}}
+    )
+    assert plan.host_threads is not None and plan.host_threads.tids == (4000000,)

@@ -7,6 +7,7 @@ into steps. Vendor-neutral: Ascend fills irq/main/acl/release, GPUs mostly main.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -169,6 +170,12 @@ class Plan:
             for name, role in raw_roles.items():
                 if not isinstance(role, dict) or not isinstance(role.get("pattern"), str):
                     raise fail(f"devices.{key}.thread_roles.{name} needs a 'pattern' string")
+                try:
+                    re.compile(role["pattern"])
+                except re.error as exc:
+                    raise fail(
+                        f"devices.{key}.thread_roles.{name}: bad pattern {role['pattern']!r}: {exc}"
+                    ) from None
                 roles.append(
                     ThreadRole(
                         name,
@@ -194,7 +201,7 @@ class Plan:
             host_threads = HostThreads(
                 pattern=str(raw_ht.get("pattern", UVB_THREAD)),
                 cpus=_cpus(raw_ht.get("cpus", []), "host_threads.cpus", fail),
-                tids=_cpus(raw_ht.get("tids", []), "host_threads.tids", fail),
+                tids=_cpus(raw_ht.get("tids", []), "host_threads.tids", fail, limit=None),
             )
         visible = data.get("visible", [d.device for d in devices])
         messages = data.get("messages", [])
@@ -212,11 +219,18 @@ class Plan:
         )
 
 
-def _cpus(value: Any, where: str, fail: Any) -> tuple[int, ...]:
+# No kernel configures more CPUs than this (NR_CPUS tops out at 8192 today).
+MAX_CPU_ID = 1 << 16
+
+
+def _cpus(value: Any, where: str, fail: Any, limit: int | None = MAX_CPU_ID) -> tuple[int, ...]:
     if not isinstance(value, list) or not all(
         isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in value
     ):
         raise fail(f"'{where}' must be a list of non-negative integers")
+    too_big = [c for c in value if limit is not None and c >= limit]
+    if too_big:
+        raise fail(f"'{where}' has CPU id {too_big[0]}, beyond any kernel's CPU count")
     return tuple(value)
 
 

@@ -156,7 +156,8 @@ def device_irqs(
     plan: Plan, dev: DevicePlan, root: str, host: Host | None
 ) -> tuple[list[irqmod.DeviceIrq], str | None]:
     """The device's IRQs with their planned CPUs, or ([], why they cannot be found)."""
-    pci = dev.pci or _board_pci(plan, dev, host)
+    # sysfs names devices in lower case; npu-smi (and so hand-written plans) in upper case.
+    pci = (dev.pci or _board_pci(plan, dev, host) or "").strip().lower()
     if not pci:
         asked = (
             ""
@@ -261,7 +262,10 @@ def build_exec(
     if options.memory:
         node = target_node(dev, options.host_root)
         if node is None:
-            notes.append("no NUMA information on this host: memory policy left as default")
+            notes.append(
+                f"the NUMA node of CPU {dev.pool[0]} is unknown (no numa_node in the plan, "
+                "none in sysfs): memory policy left as default"
+            )
         else:
             steps.append(MemPolicy("bind" if options.membind else "preferred", node))
     steps.append(ExecCommand(tuple(argv)))
@@ -295,6 +299,7 @@ def build_unbind_irq(
                 irqmod.affinity_path(rroot, irq),
                 f"restore IRQ {irq} of device {rec.get('device')}",
                 irqmod.read_mask(rroot, irq),
+                key,
             )
         )
         keys.append(key)

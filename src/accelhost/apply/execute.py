@@ -40,19 +40,26 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("accelhost.apply")
 
+UNSAVED = "not written: the current masks could not be saved for `unbind --irq`"
 NO_MIGRATEPAGES = "The 'migratepages' command is not available, skipping memory binding."
 
 
 def plan_only(steps: Sequence[Step]) -> list[StepResult]:
-    """A dry run's results: every step, as it would run."""
-    return [StepResult(s, PLANNED) for s in steps]
+    """A dry run's results: every step, as it would run (with why it cannot, if so)."""
+    return [StepResult(s, PLANNED, s.reason if isinstance(s, Unresolved) else "") for s in steps]
 
 
 def execute(steps: Sequence[Step], host: Host | None = None) -> list[StepResult]:
-    """Run every step but an ExecCommand (the caller execs after reporting)."""
+    """Run every step but an ExecCommand (the caller execs after reporting).
+
+    When the IRQ masks found cannot be saved, the IRQ writes after it are not made: a
+    mask that `unbind --irq` cannot put back is worse than one left alone.
+    """
     results = []
     debug = log.isEnabledFor(logging.DEBUG)
     wanted: dict[tuple[int, ...], set[int]] = {}
+    unsaved = False  # the IRQ masks found could not be saved: leave them as they are
+    not_restored: set[str] = set()  # unbind: saved masks that could not be written back
     for step in steps:
         if type(step) is ThreadAffinity:  # the hot path: hundreds of threads per engine
             cpus = wanted.get(step.cpus)
@@ -62,8 +69,23 @@ def execute(steps: Sequence[Step], host: Host | None = None) -> list[StepResult]
                 status, detail = _thread(step, cpus)
             except OSError as exc:
                 status, detail = FAILED, _oserror(exc)
+            except (OverflowError, ValueError) as exc:  # a CPU id no kernel has
+                status, detail = FAILED, _bad_cpus(exc)
         elif isinstance(step, ExecCommand):
             continue
+        elif unsaved and isinstance(step, IrqAffinity):
+            # Writing it now would lose the mask `unbind --irq` is to put back.
+            status, detail = FAILED, UNSAVED
+        elif isinstance(step, ForgetIrqState) and not_restored:
+            # Keep the saved masks whose restore failed: the next `unbind --irq` retries.
+            keys = tuple(k for k in step.keys if k not in not_restored)
+            try:
+                irqmod.forget(step.path, keys)
+                status = OK
+                detail = f"kept {len(step.keys) - len(keys)} whose restore failed, to retry"
+            except (OSError, AccelhostError) as exc:
+                status = FAILED
+                detail = _oserror(exc) if isinstance(exc, OSError) else str(exc)
         else:
             try:
                 status, detail = _run(step, host)
@@ -71,6 +93,11 @@ def execute(steps: Sequence[Step], host: Host | None = None) -> list[StepResult]
                 status, detail = FAILED, _oserror(exc)
             except AccelhostError as exc:
                 status, detail = FAILED, str(exc)
+        if status == FAILED:
+            if isinstance(step, SaveIrqState):
+                unsaved = True
+            elif isinstance(step, IrqAffinity) and step.state_key is not None:
+                not_restored.add(step.state_key)
         result = StepResult(step, status, detail)
         if status == FAILED:
             log.warning("step failed: %s: %s", step.describe(), detail)
@@ -96,11 +123,18 @@ def _oserror(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+def _bad_cpus(exc: Exception) -> str:
+    return f"no such CPU on any kernel ({exc})"
+
+
 def _run(step: Step, host: Host | None) -> tuple[str, str]:
     if isinstance(step, ThreadAffinity):
         return _thread(step, set(step.cpus))
     if isinstance(step, OwnAffinity):
-        os.sched_setaffinity(0, step.cpus)
+        try:
+            os.sched_setaffinity(0, step.cpus)
+        except (OverflowError, ValueError) as exc:  # a CPU id no kernel has
+            return FAILED, _bad_cpus(exc)
         got = tuple(sorted(os.sched_getaffinity(0)))
         if set(got) != set(step.cpus):
             return FAILED, f"the kernel set CPUs {format_cpulist(got)} instead (cpuset)"
@@ -221,16 +255,14 @@ def _irqbalance(step: IrqBalance, host: Host | None) -> tuple[str, str]:
                 step.state_path,
                 {"action": "ban", "config_path": step.config_path, "original": original},
             )
-        with open(step.config_path, "w", encoding="utf-8") as fh:
-            fh.write(step.config_text or "")
+        irqmod.write_atomic(step.config_path, step.config_text or "")
         return systemctl("restart") or (OK, "")
     # restore
     if step.config_text is None:
         if os.path.exists(step.config_path):
             os.unlink(step.config_path)
     else:
-        with open(step.config_path, "w", encoding="utf-8") as fh:
-            fh.write(step.config_text)
+        irqmod.write_atomic(step.config_path, step.config_text)
     failed = systemctl("restart")
     if failed:
         return failed

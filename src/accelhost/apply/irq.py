@@ -9,12 +9,17 @@ over the reserved IRQ CPUs.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from accelhost.errors import ApplyError
 
 SQ_MARK = "sq_send_trigger_irq"
 STATE_FORMAT = "accelhost-irq-state/1"
@@ -146,35 +151,98 @@ def state_key(root: str, irq: int) -> str:
 
 
 def load_state(path: str) -> dict[str, Any]:
+    """The saved state; empty when there is none. ApplyError when the file cannot be
+    trusted: silently starting afresh would overwrite the only copy of the masks."""
     text = read_text(path)
     empty: dict[str, Any] = {"format": STATE_FORMAT, "irqs": {}, "irqbalance": None}
     if text is None:
+        if os.path.exists(path):
+            raise ApplyError(f"cannot read the saved IRQ state {path}")
         return empty
+
+    def bad(why: str) -> ApplyError:
+        return ApplyError(
+            f"{path} is not a usable IRQ state file ({why}); the masks it saved are not "
+            "restored: fix or move it away"
+        )
+
     try:
         data = json.loads(text)
     except ValueError:
-        return empty
+        raise bad("not valid JSON") from None
     if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
-        return empty
+        raise bad(f"format is not {STATE_FORMAT!r}")
     data.setdefault("irqs", {})
     data.setdefault("irqbalance", None)
+    irqs, ib = data["irqs"], data["irqbalance"]
+    if not isinstance(irqs, dict) or not all(
+        isinstance(r, dict)
+        and isinstance(r.get("irq"), int)
+        and isinstance(r.get("mask"), str)
+        and isinstance(r.get("root", "/"), str)
+        for r in irqs.values()
+    ):
+        raise bad("'irqs' must map keys to records with an integer 'irq' and a 'mask'")
+    if ib is not None and (
+        not isinstance(ib, dict)
+        or (ib.get("action") == "ban" and not isinstance(ib.get("config_path"), str))
+    ):
+        raise bad("'irqbalance' must be null or an object (with 'config_path' after a ban)")
     return data
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Replace `path` with `text` so that a crash leaves the old or the new file, never half
+    of one; an existing file keeps its permission bits."""
+    try:
+        mode: int | None = os.stat(path).st_mode & 0o7777
+    except OSError:
+        mode = None
+    tmp = f"{path}.accelhost-tmp{os.getpid()}-{threading.get_ident()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def store_state(path: str, data: dict[str, Any]) -> None:
     """Write atomically: a crash mid-write must not lose the masks to restore."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+@contextlib.contextmanager
+def locked(path: str) -> Iterator[None]:
+    """Hold an exclusive lock for a read-modify-write of the state file: two workers bound
+    at the same time (`exec ... &` twice) must not lose each other's saved masks."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def remember_masks(
     path: str, root: str, device: int, masks: Iterable[tuple[int, str]]
 ) -> list[int]:
     """Save masks not saved yet (a second bind must not overwrite the true originals)."""
+    with locked(path):
+        return _remember_masks(path, root, device, masks)
+
+
+def _remember_masks(
+    path: str, root: str, device: int, masks: Iterable[tuple[int, str]]
+) -> list[int]:
     data = load_state(path)
     added = []
     for irq, mask in masks:
@@ -193,16 +261,18 @@ def remember_masks(
 
 
 def remember_irqbalance(path: str, record: dict[str, Any]) -> None:
-    data = load_state(path)
-    if data.get("irqbalance") is None:  # keep the first (true) original
-        data["irqbalance"] = record
-        store_state(path, data)
+    with locked(path):
+        data = load_state(path)
+        if data.get("irqbalance") is None:  # keep the first (true) original
+            data["irqbalance"] = record
+            store_state(path, data)
 
 
 def forget(path: str, keys: Iterable[str], irqbalance: bool = False) -> None:
-    data = load_state(path)
-    for key in keys:
-        data["irqs"].pop(key, None)
-    if irqbalance:
-        data["irqbalance"] = None
-    store_state(path, data)
+    with locked(path):
+        data = load_state(path)
+        for key in keys:
+            data["irqs"].pop(key, None)
+        if irqbalance:
+            data["irqbalance"] = None
+        store_state(path, data)

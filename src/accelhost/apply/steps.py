@@ -137,6 +137,7 @@ class IrqAffinity(Step):
     path: str
     purpose: str
     previous: str | None = None
+    state_key: str | None = None  # unbind: the saved record this write restores
 
     def describe(self) -> str:
         was = f" (was {self.previous})" if self.previous is not None else ""
@@ -209,7 +210,8 @@ class Unresolved(Step):
     reason: str
 
     def describe(self) -> str:
-        return f"{self.what}: cannot be done: {self.reason}"
+        # The reason is the result's detail (dry run and real run alike), not said twice.
+        return f"{self.what}: cannot be done"
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,12 @@ class RoleMatcher:
     def __init__(self, role: ThreadRole) -> None:
         self.role = role
         is_literal = not (_REGEX_META & set(role.pattern))
-        self._regex = None if is_literal else re.compile(role.pattern)
+        try:
+            self._regex = None if is_literal else re.compile(role.pattern)
+        except re.error as exc:  # a hand-written plan's thread_roles: the user's mistake
+            raise ApplyError(
+                f"thread role {role.name!r}: bad pattern {role.pattern!r}: {exc}"
+            ) from None
         # A literal is searched as a substring; a long one by its first 15 bytes.
         self.literal = role.pattern[:COMM_LEN] if is_literal else None
 

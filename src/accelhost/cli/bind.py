@@ -244,10 +244,22 @@ def _warn(lines: Any) -> None:
         print(f"accelhost: warning: {line}", file=sys.stderr)
 
 
+def _quiet_library_log() -> None:
+    """The CLI reports every failed step itself: keep logging's last-resort handler from
+    printing the library's warning a second time, unprefixed."""
+    import logging
+
+    logger = logging.getLogger("accelhost.apply")
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
+
+
 def _finish(
     args: argparse.Namespace, prepared: Prepared, *, device: int | None, pid: int | None
 ) -> int:
     from accelhost.apply.execute import execute, plan_only, report
+
+    _quiet_library_log()
 
     if not args.json:
         _warn(prepared.warnings)
@@ -291,6 +303,11 @@ def cmd_bind(args: argparse.Namespace) -> int:
     if args.pid is not None and not args.irq_only and not os.path.isdir(f"/proc/{args.pid}"):
         raise ApplyError(f"process {args.pid} does not exist")
     plan = load_plan(args)
+    if args.irq_only and plan.device_type != "950" and not plan.device(args.device).irq:
+        raise ApplyError(
+            f"--irq-only: the plan reserves no IRQ CPUs for device {args.device} "
+            "(its 'irq' list is empty): nothing to bind"
+        )
     options = _options(
         args,
         pid=None if args.irq_only else args.pid,
@@ -326,6 +343,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         )
         _print_report(args, rep)
         return rep.exit_status
+    _quiet_library_log()
     rep = report(
         execute(prepared.steps), prepared.warnings, device=args.device, notes=prepared.notes
     )
