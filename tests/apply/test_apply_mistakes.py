@@ -52,33 +52,59 @@ def test_a_bad_pattern_in_a_plan_file_is_one_line(spawn, plan_file, cli):
     for command in ("bind", "verify"):
         res = cli(command, "--plan", path, "--device", "0", "--pid", str(child.pid))
         assert res.rc == 1
-        assert res.err.startswith("accelhost: thread role 'x': bad pattern '['")
+        # refused when the plan file is read, naming the file and the role
+        assert res.err.startswith(f"accelhost: cannot plan: {path}: devices.0.thread_roles.x: ")
+        assert "bad pattern '['" in res.err
         assert res.err.count("\n") == 1
     assert thread_cpus(child.pid, child.pid) == [0, 1]  # nothing was bound
 
 
-def test_a_cpu_id_no_kernel_has_fails_only_its_steps(spawn, plan_file, cli):
+def test_a_cpu_id_no_kernel_has_is_refused_in_a_plan_file(spawn, plan_file, cli):
     child = spawn(*NAMES)
     path = plan_file({"devices": {"0": {"main": [10**20], "acl": [1], "release": [1]}}})
     res = cli("bind", "--plan", path, "--device", "0", "--pid", str(child.pid))
-    assert res.rc == 2, res.err
-    assert "Traceback" not in res.err
-    assert f"set affinity of thread {child.pid} (python)" in res.err
-    assert "no such CPU on any kernel" in res.err
+    assert res.rc == 1, res.err
+    assert "beyond any kernel's CPU count" in res.err and res.err.count("\n") == 1
+    assert thread_cpus(child.pid, child.pid) == [0, 1]  # nothing was bound
+
+
+def test_a_cpu_id_no_kernel_has_fails_only_its_steps(spawn):
+    # a Plan built in Python skips the file checks: the applier must still cope
+    from accelhost.apply.build import build_bind
+    from accelhost.plans import DevicePlan
+
+    child = spawn(*NAMES)
+    plan = Plan(
+        "A3", "manual", (0,), (DevicePlan(0, (10**20, 1), main=(10**20,), acl=(1,), release=(1,)),)
+    )
+    results = execute(
+        build_bind(plan, 0, BindOptions(pid=child.pid, memory=False, irq=False)).steps
+    )
+    failed = [r for r in results if r.status == "failed"]
+    assert failed and all("no such CPU on any kernel" in r.detail for r in failed)
     # The steps after the one that failed still ran.
     assert thread_cpus(child.pid, child.tid("acl_thread")) == [1]
     assert thread_cpus(child.pid, child.tid("release_thread")) == [1]
     assert thread_cpus(child.pid, child.tid("worker")) == [0, 1]
 
 
-def test_exec_with_a_cpu_id_no_kernel_has_still_starts_the_command(plan_file):
+def test_exec_with_a_cpu_id_no_kernel_has_is_refused_before_starting(plan_file):
     path = plan_file({"devices": {"0": {"main": [10**20]}}})
+    res = accelhost("exec", "--plan", path, "--device", "0", "--", "echo", "started")
+    assert res.returncode == 1, res.stderr
+    assert res.stdout == ""
+    assert "Traceback" not in res.stderr
+    assert "beyond any kernel's CPU count" in res.stderr
+
+
+def test_exec_with_a_cpu_this_host_lacks_still_starts_the_command(plan_file):
+    path = plan_file({"devices": {"0": {"main": [5000]}}})
     res = accelhost("exec", "--plan", path, "--device", "0", "--", "echo", "started")
     assert res.returncode == 0, res.stderr
     assert res.stdout == "started\n"
     assert "Traceback" not in res.stderr
-    assert "[failed] set affinity of the new command to CPUs 100000000000000000000" in res.stderr
-    assert "the NUMA node of CPU 100000000000000000000 is unknown" in res.stderr
+    assert "[failed] set affinity of the new command to CPUs 5000" in res.stderr
+    assert "the NUMA node of CPU 5000 is unknown" in res.stderr
 
 
 def test_an_upper_case_pci_address_is_found_in_sysfs(fake_tree, plan_file, cli, tmp_path):
