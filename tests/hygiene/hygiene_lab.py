@@ -65,9 +65,16 @@ def wait_gone(pid: int, timeout: float = 20.0) -> bool:
     return False
 
 
-def kill_pid(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, signal.SIGKILL)
+def stop_popen(proc: subprocess.Popen[str]) -> None:
+    """Kill and reap our own child. `Popen.kill` does nothing once it has been reaped, so
+    a pid the kernel has since given to another process is never signalled."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    with contextlib.suppress(Exception):
+        proc.wait(timeout=10)
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
 
 
 def remove_shmid(shmid: int) -> None:
@@ -87,8 +94,18 @@ class Lab:
 
     tmp: Path
     pids: list[int] = field(default_factory=list)
+    # pid -> pidfd, opened as soon as a grandchild's pid is known (it is alive then): the
+    # teardown signals through it, so a pid reused after `clean` killed it is never hit.
+    pidfds: dict[int, int] = field(default_factory=dict)
     popens: list[subprocess.Popen[str]] = field(default_factory=list)
     shmids: list[int] = field(default_factory=list)
+
+    def adopt(self, pid: int) -> int:
+        """Track a process we did not fork directly (it outlives its launcher)."""
+        self.pids.append(pid)
+        with contextlib.suppress(ProcessLookupError):
+            self.pidfds[pid] = os.pidfd_open(pid)
+        return pid
 
     def device_node(self, name: str = "davinci_test0") -> Path:
         """A character device with /dev/null's numbers: opening it is harmless."""
@@ -111,8 +128,7 @@ class Lab:
         )
         self.popens.append(launcher)
         assert launcher.stdout is not None
-        engine = int(launcher.stdout.readline())
-        self.pids.append(engine)
+        engine = self.adopt(int(launcher.stdout.readline()))
         if not launcher_lives:
             launcher.wait(timeout=20)
         # the title is set by exec: wait until the child has exec'd
@@ -147,8 +163,7 @@ class Lab:
         )
         self.popens.append(launcher)
         assert launcher.stdout is not None
-        pid = int(launcher.stdout.readline())
-        self.pids.append(pid)
+        pid = self.adopt(int(launcher.stdout.readline()))
         launcher.wait(timeout=20)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -180,13 +195,14 @@ class Lab:
 
     def teardown(self) -> None:
         for pid in self.pids:
-            kill_pid(pid)
+            fd = self.pidfds.pop(pid, None)
+            if fd is None:
+                continue  # gone before we could pin it: nothing of ours to kill
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            os.close(fd)
         for p in self.popens:
-            kill_pid(p.pid)
-            with contextlib.suppress(Exception):
-                p.wait(timeout=10)
-            if p.stdout is not None:
-                p.stdout.close()
+            stop_popen(p)
         for shmid in self.shmids:
             remove_shmid(shmid)
 

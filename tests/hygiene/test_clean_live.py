@@ -4,8 +4,14 @@ only the leaked segment, and the journal says what was done before it was done."
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
+import pytest
 from hygiene_lab import Lab, pid_alive, run_cli, shmids_now, wait_gone
 
 
@@ -131,3 +137,59 @@ def test_unwritable_journal_is_one_line(tmp_path: Path, lab: Lab) -> None:
     assert res.returncode == 1
     assert "cannot open the journal" in res.stderr and "Traceback" not in res.stderr
     assert leaked in shmids_now()  # nothing is done without a journal
+
+
+def test_a_journal_that_cannot_be_written_stops_before_the_action(lab: Lab) -> None:
+    """/dev/full opens but every write fails: the intent is not on record, so the segment
+    must not be removed, and the user gets one line, not a traceback."""
+    leaked, _ = lab.segment("create-exit", 4096)
+    res = run_cli(
+        "clean", "--yes", "--shm-min-age", "0", "--shmid", str(leaked), "--journal", "/dev/full"
+    )
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert res.stderr.startswith("accelhost: cannot write the journal /dev/full")
+    assert "Traceback" not in res.stderr
+    assert leaked in shmids_now()
+
+
+def test_clean_as_another_user_says_not_permitted(lab: Lab) -> None:
+    """An unprivileged user's `clean --yes` on root's orphan: EPERM is an outcome (exit 1,
+    one line per pid), not a traceback, and the orphan is untouched."""
+    if shutil.which("setpriv") is None:
+        pytest.skip("needs setpriv (util-linux)")
+    node = lab.device_node()
+    orphan = lab.orphan_engine(node)
+    jdir = Path(tempfile.mkdtemp(prefix="accelhost-nobody-"))  # reachable by nobody
+    try:
+        os.chmod(jdir, 0o777)
+        res = subprocess.run(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                sys.executable,
+                "-m",
+                "accelhost.cli.main",
+                "clean",
+                "--yes",
+                "--grace",
+                "0.2",
+                "--only",
+                "orphans",
+                "--pid",
+                str(orphan),
+                "--journal",
+                str(jdir / "j.jsonl"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    finally:
+        shutil.rmtree(jdir, ignore_errors=True)
+    assert "Traceback" not in res.stderr, res.stderr
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert f"not done: pid {orphan}: not permitted" in res.stdout
+    assert pid_alive(orphan)

@@ -138,3 +138,23 @@ def test_clean_plan_on_the_story_host(tmp_path: Path) -> None:
     ]
     assert plan["actions"][-1]["after_stop"] is True
     assert plan["before"]["hugepages_free"] == {"2048kB": {"free": 0, "total": 4608}}
+
+
+def test_clean_on_a_recording_without_proc_says_unknown_not_zero() -> None:
+    """The bundled A2 host recorded no /proc, segment table or HugePages: its before
+    figures are unknown, never "0 segments, 0 orphans"."""
+    res = cli("clean", "--snapshot", "example:a2-192cpu-8npu-sees-npu0", "--json")
+    assert res.returncode == 0, res.stderr
+    before = json.loads(res.stdout)["before"]
+    assert before["segments"] is None and before["leaked_segments"] is None
+    assert before["orphans"] is None and before["hugepages_free"] is None
+    assert before["device_memory_free_mib"]["npu0"] == 65536 - 3400
+    table = cli("clean", "--snapshot", "example:a2-192cpu-8npu-sees-npu0")
+    assert "segments unknown; orphans unknown" in table.stdout
+    assert "HugePages free unknown" in table.stdout
+
+
+def test_negative_idle_baseline_is_one_line() -> None:
+    res = cli("doctor", "--idle-baseline-mib", "-1")
+    assert res.returncode == 1
+    assert res.stderr == "accelhost: --idle-baseline-mib must not be negative\n"

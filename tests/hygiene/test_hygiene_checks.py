@@ -230,3 +230,70 @@ def test_a_hanging_device_tool_is_unknown_not_a_crash() -> None:
     assert by["preflight"].status == "UNKNOWN"
     assert by["orphan_engines"].status == "OK"  # the other checks still ran
     assert report.exit_code == 2
+
+
+def _container(pid1: str, comm: str | None = None) -> FakeHost:
+    """A container's view: PID 1 is `pid1`, its EngineCore and worker hang below it."""
+    fake = FakeHost()
+    fake.proc(1, pid1, ppid=0, pgid=1, sid=1, comm=comm)
+    fake.proc(7, "VLLM::EngineCore", ppid=1, pgid=1, sid=1, comm="VLLM::EngineCor")
+    fake.proc(8, "VLLM::Worker_TP0", ppid=7, pgid=1, sid=1, comm="VLLM::Worker_TP")
+    return fake
+
+
+def test_engine_core_under_its_own_api_server_as_pid1_is_not_an_orphan() -> None:
+    """`docker run vllm/vllm-openai`: the API server is PID 1 and EngineCore's parent from
+    birth. Calling it an orphan would have `clean --yes` kill a healthy engine."""
+    for pid1, comm in (
+        ("python3 -m vllm.entrypoints.openai.api_server --model m", "python3"),
+        ("/usr/local/bin/vllm serve m", "vllm"),
+    ):
+        fake = _container(pid1, comm)
+        assert check(fake, "orphan_engines").status == "OK", pid1
+        assert plan_clean(read_facts(fake.host(), OPTS), OPTS) == [], pid1
+    # a second server started with `docker exec` (its own session 50) died: its EngineCore,
+    # re-parented to the first server, is an orphan all the same
+    fake = _container("vllm serve m", "vllm")
+    fake.proc(51, "VLLM::EngineCore", ppid=1, pgid=51, sid=50, comm="VLLM::EngineCor")
+    assert [e["pid"] for e in check(fake, "orphan_engines").evidence] == [51]
+
+
+def test_engine_core_under_a_shell_or_init_as_pid1_is_an_orphan() -> None:
+    """The story's container: PID 1 is `bash -lc "vllm serve ..."` (or an init); the API
+    server died and its EngineCore was re-parented to PID 1, which names vllm but is not it."""
+    for pid1, comm in (
+        ("bash -lc vllm serve m; sleep inf", "bash"),
+        ("/usr/bin/tini -- vllm serve m", "tini"),
+        ("python3 -m accelhost run -- vllm serve m", "python3"),
+    ):
+        fake = _container(pid1, comm)
+        result = check(fake, "orphan_engines")
+        assert result.status == "FAIL", pid1
+        assert [e["pid"] for e in result.evidence] == [7], pid1
+        assert "re-parented to PID 1" in result.evidence[0]["reason"]
+
+
+def _gpu(apps: object, bus: object) -> FakeHost:
+    fake = FakeHost()
+    fake.commands[
+        "nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits"
+    ] = "0, 40000, 81559\n"
+    fake.commands[
+        "nvidia-smi --query-compute-apps=pid,used_memory,gpu_bus_id --format=csv,noheader,nounits"
+    ] = apps
+    fake.commands["nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader,nounits"] = bus
+    return fake
+
+
+def test_unplaceable_or_unmeasured_processes_are_not_unattributed_memory() -> None:
+    """A GPU whose 38 GB belong to a listed process is not "memory held by nothing" just
+    because the bus-id map failed or the driver printed [N/A] for the process."""
+    bus = "0, 00000000:3B:00.0\n"
+    ok = _gpu("4242, 38000, 00000000:3B:00.0\n", bus)
+    assert check(ok, "unattributed_memory").status == "WARN"  # 2000 MiB over 1024: real
+    no_bus = _gpu("4242, 38000, 00000000:3B:00.0\n", {"stdout": "", "rc": 6})
+    result = check(no_bus, "unattributed_memory")
+    assert result.status == "UNKNOWN" and "bus-id" in result.summary
+    na = _gpu("4242, [N/A], 00000000:3B:00.0\n", bus)
+    assert check(na, "unattributed_memory").status == "OK"
+    assert check(na, "unattributed_memory").evidence == ()

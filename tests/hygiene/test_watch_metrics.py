@@ -10,7 +10,7 @@ import time
 import urllib.request
 
 import pytest
-from hygiene_lab import PY, Lab, kill_pid
+from hygiene_lab import PY, Lab, stop_popen
 from prometheus_client import REGISTRY, generate_latest
 
 from accelhost.host.snapshot import load_snapshot
@@ -77,11 +77,7 @@ def test_watch_serves_metrics_and_stops_on_sigterm(lab: Lab) -> None:
         events = [json.loads(line)["event"] for line in out.splitlines()]
         assert "check_status" in events and events[-1] == "stopped"
     finally:
-        kill_pid(proc.pid)
-        proc.wait(timeout=10)
-        for stream in (proc.stdout, proc.stderr):
-            if stream is not None:
-                stream.close()
+        stop_popen(proc)  # never a bare kill(pid): it may have been reaped and reused
 
 
 def test_registry_is_per_watch_and_devices_come_from_the_snapshot() -> None:
@@ -106,7 +102,7 @@ def test_registry_is_per_watch_and_devices_come_from_the_snapshot() -> None:
     assert len(logs) == n
 
 
-@pytest.mark.parametrize("addr", ["nonsense", "127.0.0.1:notaport"])
+@pytest.mark.parametrize("addr", ["nonsense", "127.0.0.1:notaport", "127.0.0.1:99999"])
 def test_bad_metrics_addr_is_one_line(addr: str) -> None:
     res = subprocess.run(
         [PY, "-m", "accelhost.cli.main", "watch", "--metrics-addr", addr, "--rounds", "1"],
@@ -175,3 +171,56 @@ def test_memory_stays_bounded_over_many_rounds() -> None:
     finally:
         tracemalloc.stop()
     assert grown < 256 * 1024, grown
+
+
+def test_failed_process_query_exports_no_unattributed_memory() -> None:
+    """nvidia-smi answers the memory query but not the compute-apps one: used and total are
+    known, who uses it is not; "all of it is unattributed" would be a false alarm."""
+    from hygiene_fakes import FakeHost
+
+    fake = FakeHost()
+    fake.commands[
+        "nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits"
+    ] = "0, 40000, 81559\n"
+    fake.commands[
+        "nvidia-smi --query-compute-apps=pid,used_memory,gpu_bus_id --format=csv,noheader,nounits"
+    ] = {"stdout": "", "rc": 6}
+    host = fake.host()
+    watcher = Watcher(lambda: host, HygieneOptions(), WatchConfig(), lambda _e: None)
+    rnd = watcher.run_once()
+    assert {c.name: c.status for c in rnd.report.checks}["unattributed_memory"] == "UNKNOWN"
+    text = generate_latest(watcher.registry).decode()
+    assert 'accelhost_device_memory_used_bytes{device="gpu0"}' in text
+    assert "accelhost_device_memory_unattributed_bytes{" not in text
+    assert 'accelhost_check_status{check="unattributed_memory"} 3.0' in text
+
+
+def test_a_failed_round_exports_unknown_not_the_previous_numbers() -> None:
+    import threading
+
+    from accelhost.host.base import Host
+
+    host = load_snapshot("example:a2-192cpu-8npu-sees-npu0")
+    broken = {"now": False}
+
+    def factory() -> Host:
+        if broken["now"]:
+            raise OSError("host went away")
+        return host
+
+    logs: list[dict[str, object]] = []
+    watcher = Watcher(factory, HygieneOptions(), WatchConfig(), logs.append)
+    watcher.run(threading.Event(), rounds=1)
+    assert "accelhost_device_memory_used_bytes{" in generate_latest(watcher.registry).decode()
+    broken["now"] = True
+    watcher.run(threading.Event(), rounds=1)
+    text = generate_latest(watcher.registry).decode()
+    assert logs[-1]["event"] == "round_failed"
+    assert "accelhost_device_memory_used_bytes{" not in text  # stale numbers dropped
+    assert 'accelhost_check_status{check="preflight"} 3.0' in text
+    assert 'accelhost_check_status{check="orphan_engines"} 3.0' in text
+    assert "accelhost_watch_round_failures_total 1.0" in text
+    broken["now"] = False
+    watcher.run(threading.Event(), rounds=1)
+    text = generate_latest(watcher.registry).decode()
+    assert 'accelhost_check_status{check="preflight"} 0.0' in text

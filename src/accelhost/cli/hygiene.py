@@ -359,12 +359,22 @@ def _parse_key(text: str) -> int:
 
 
 def _describe_figures(fig: dict[str, Any]) -> str:
-    huge = ", ".join(f"{s} {v['free']}/{v['total']}" for s, v in fig["hugepages_free"].items())
+    pools = fig["hugepages_free"]
+    huge = (
+        "unknown"
+        if pools is None
+        else ", ".join(f"{s} {v['free']}/{v['total']}" for s, v in pools.items()) or "none"
+    )
     dev = ", ".join(f"{d} {_mib(v)}" for d, v in fig["device_memory_free_mib"].items())
+    if fig["segments"] is None:
+        segs = "unknown"
+    else:
+        leaked = "?" if fig["leaked_segments"] is None else fig["leaked_segments"]
+        segs = f"{fig['segments']} ({human_bytes(fig['segment_bytes'])}, {leaked} leaked)"
+    orphans = "unknown" if fig["orphans"] is None else fig["orphans"]
     return (
-        f"HugePages free {huge or 'none'}; segments {fig['segments']} "
-        f"({human_bytes(fig['segment_bytes'])}, {fig['leaked_segments']} leaked); "
-        f"orphans {fig['orphans']}; device memory free {dev or 'no device source'}"
+        f"HugePages free {huge}; segments {segs}; orphans {orphans}; "
+        f"device memory free {dev or 'no device source'}"
     )
 
 
@@ -441,6 +451,8 @@ def _parse_addr(text: str) -> tuple[str, int] | None:
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not host:
         raise AccelhostError(f"--metrics-addr {text}: expected HOST:PORT, like 127.0.0.1:9464")
+    if int(port) > 65535:
+        raise AccelhostError(f"--metrics-addr {text}: port {port} is not in 0-65535")
     return host.strip("[]"), int(port)
 
 
@@ -469,8 +481,9 @@ def watch_main(args: argparse.Namespace) -> int:
     if addr is not None:
         try:
             server, _thread = start_http_server(addr[1], addr[0], registry=watcher.registry)
-        except OSError as exc:
-            raise AccelhostError(f"--metrics-addr {args.metrics_addr}: {exc.strerror}") from None
+        except (OSError, OverflowError, UnicodeError) as exc:
+            why = getattr(exc, "strerror", None) or str(exc)
+            raise AccelhostError(f"--metrics-addr {args.metrics_addr}: {why}") from None
         host_part, port_part = server.server_address[:2]
         shown = host_part.decode() if isinstance(host_part, bytes) else str(host_part)
         log({"event": "listening", "addr": f"{shown}:{port_part}", "path": "/metrics"})

@@ -232,7 +232,8 @@ def check_unattributed_memory(facts: HostFacts, options: HygieneOptions) -> Chec
         )
     evidence = []
     for dev in facts.devices:
-        if dev.used_mib is None:
+        # a process row without a memory figure ([N/A]) makes the rest unknowable
+        if dev.used_mib is None or any(row.memory_mib is None for row in dev.processes):
             continue
         attributed = sum(row.memory_mib or 0 for row in dev.processes)
         baseline = options.baseline_mib(dev.vendor)

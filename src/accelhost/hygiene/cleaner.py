@@ -217,12 +217,20 @@ class Journal:
             "event": event,
             **fields,
         }
-        self._fh.write(json.dumps(record, sort_keys=False) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        try:
+            self._fh.write(json.dumps(record, sort_keys=False) + "\n")
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except OSError as exc:
+            # No record, no action: the caller stops before doing what was not journaled.
+            raise AccelhostError(
+                f"cannot write the journal {self.path}: {exc.strerror}; stopped before "
+                f"the {fields.get('action', event)} it would record"
+            ) from None
 
     def close(self) -> None:
-        self._fh.close()
+        with contextlib.suppress(OSError):  # a full disk already reported by write()
+            self._fh.close()
 
 
 @dataclass
@@ -270,6 +278,8 @@ class _Tracked:
         self.fd: int | None = None
         self._by_pid = False
         self._gone = False
+        # Why a signal could not be sent (EPERM: another user's process, no CAP_KILL).
+        self.denied: str | None = None
         try:
             self.fd = os.pidfd_open(ref.pid)
         except ProcessLookupError:
@@ -296,11 +306,15 @@ class _Tracked:
     def send(self, sig: int) -> None:
         if self._gone:
             return
-        with contextlib.suppress(ProcessLookupError):
+        try:
             if self.fd is not None:
                 signal.pidfd_send_signal(self.fd, sig)
             elif self._by_pid and not _is_gone(self.ref.pid, self.ref.start_ticks):
                 os.kill(self.ref.pid, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            self.denied = "not permitted to signal it (run as root or as its owner)"
 
     def close(self) -> None:
         if self.fd is not None:
@@ -362,6 +376,8 @@ def _stop_all(
                         say(f"  killpg({act.pgid}, {name}): {exc.strerror}")
                 for t in live:
                     t.send(sig)
+                    if t.denied:
+                        say(f"  pid {t.ref.pid}: {t.denied}")
                 sent = True
                 say(
                     f"  {name} -> {'group ' + str(act.pgid) + ', ' if act.signal_group else ''}"
@@ -374,6 +390,8 @@ def _stop_all(
                 target = f"pid {t.ref.pid}"
                 if not t.alive:
                     outcome = Outcome("stop", target, "gone", True)
+                elif t.denied:
+                    outcome = Outcome("stop", target, t.denied, False)
                 else:
                     state = _state(t.ref.pid)
                     if state == "D":
@@ -471,22 +489,27 @@ def execute(
 
 
 def figures(facts: HostFacts, options: HygieneOptions) -> dict[str, Any]:
-    """The before/after numbers a person wants to see move."""
-    segs = facts.segments or ()
+    """The before/after numbers a person wants to see move; None where a source could not
+    be read (an unread segment table is not an empty one)."""
+    segs = facts.segments
     leaks = (
-        leaked_segments(segs, facts.alive, facts.now_epoch, options.shm_min_age_s)
-        if facts.processes is not None
-        else []
+        len(leaked_segments(segs, facts.alive, facts.now_epoch, options.shm_min_age_s))
+        if segs is not None and facts.processes is not None
+        else None
     )
     return {
-        "hugepages_free": {
+        "hugepages_free": None
+        if facts.hugepage_pools is None
+        else {
             p.size_label: {"free": p.free, "total": p.total}
-            for p in facts.hugepage_pools or ()
+            for p in facts.hugepage_pools
             if p.node is None
         },
-        "segments": len(segs),
-        "segment_bytes": sum(s.size for s in segs),
-        "leaked_segments": len(leaks),
-        "orphans": len(find_orphans(facts.processes or {}, facts.self_pid, options)),
+        "segments": None if segs is None else len(segs),
+        "segment_bytes": None if segs is None else sum(s.size for s in segs),
+        "leaked_segments": leaks,
+        "orphans": None
+        if facts.processes is None
+        else len(find_orphans(facts.processes, facts.self_pid, options)),
         "device_memory_free_mib": {d.label: d.free_mib for d in facts.devices},
     }

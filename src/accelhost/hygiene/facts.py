@@ -350,6 +350,9 @@ def _read_nvidia(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | Non
         return []
     if apps is None or not apps.ok:
         errors["device_processes"] = "nvidia-smi compute-apps query failed"
+    elif app_rows and not bus_ids:
+        # compute apps name their GPU by bus id only: without the map none can be placed
+        errors["device_processes"] = "nvidia-smi bus-id query failed: processes not placed"
     index_bus = {i: b for b, i in bus_ids.items()}
     procs: dict[int, list[DeviceProcessMemory]] = {}
     for app in app_rows:

@@ -29,6 +29,32 @@ BUILTIN_ENGINE_PATTERNS: tuple[str, ...] = ("VLLM::", "vllm", "sglang", "mindie"
 # vLLM's child processes retitle themselves; a re-parented one has lost its API server.
 CHILD_ENGINE_TITLE = re.compile(r"(?:^|\s)VLLM::(?:EngineCore|Worker)")
 
+# What a container's PID 1 is when it is not the engine itself: shells and inits (their
+# command lines may name the engine they started: `bash -lc "vllm serve ..."`).
+SHELLS_AND_INITS = frozenset(
+    {
+        "sh",
+        "bash",
+        "dash",
+        "ash",
+        "zsh",
+        "ksh",
+        "mksh",
+        "busybox",
+        "init",
+        "systemd",
+        "tini",
+        "tini-static",
+        "dumb-init",
+        "catatonit",
+        "docker-init",
+        "s6-svscan",
+        "runsvdir",
+        "supervisord",
+        "accelhost",
+    }
+)
+
 # Nodes every process of a driver opens: they say "uses the driver", not "uses device N".
 CONTROL_NODES = frozenset(
     {
@@ -72,6 +98,8 @@ class HygieneOptions:
             raise AccelhostError(
                 f"--expect-util {self.expect_util:g}: must be a fraction in (0, 1], like 0.85"
             )
+        if self.idle_baseline_mib is not None and self.idle_baseline_mib < 0:
+            raise AccelhostError("--idle-baseline-mib must not be negative")
         if self.shm_min_age_s < 0:
             raise AccelhostError("--shm-min-age must not be negative")
         if not 0.0 < self.hugepages_threshold <= 1.0:

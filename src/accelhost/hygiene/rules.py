@@ -7,10 +7,11 @@ cannot drift apart.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from accelhost.hygiene.options import CHILD_ENGINE_TITLE, HygieneOptions
+from accelhost.hygiene.options import CHILD_ENGINE_TITLE, SHELLS_AND_INITS, HygieneOptions
 from accelhost.parsers.sysvipc import SHM_HUGETLB, ShmSegment
 from accelhost.procs import ProcessInfo, ancestors
 
@@ -32,6 +33,22 @@ def protected_pids(processes: Mapping[int, ProcessInfo], self_pid: int | None) -
     return out
 
 
+def pid1_is_engine(processes: Mapping[int, ProcessInfo], regex: re.Pattern[str]) -> bool:
+    """PID 1 is itself an engine's API server (`vllm serve` as a container's PID 1).
+
+    Its EngineCore then has PPID 1 from birth: not re-parented, its launcher lives. A shell
+    or an init (bash -lc "vllm serve ...", tini, accelhost run) as PID 1 is not the engine,
+    even though its command line names one: a child engine under it has lost its launcher.
+    """
+    init = processes.get(1)
+    if init is None or init.is_zombie or not init.cmdline:
+        return False
+    names = {init.comm} | {arg.rsplit("/", 1)[-1] for arg in init.cmdline[:3]}
+    if names & SHELLS_AND_INITS or CHILD_ENGINE_TITLE.search(init.command):
+        return False
+    return bool(regex.search(init.command))
+
+
 def find_orphans(
     processes: Mapping[int, ProcessInfo], self_pid: int | None, options: HygieneOptions
 ) -> list[Orphan]:
@@ -40,12 +57,17 @@ def find_orphans(
     An engine (cmdline matches a pattern: `comm` is cut at 15 characters) is an orphan when
     its process group leader has exited (the launcher, or the container's shell, is gone),
     or when it is one of vLLM's child processes re-parented to PID 1 (its API server is
-    gone). A group id of 0 means the leader lives in another PID namespace: unknowable.
+    gone), unless PID 1 is that API server (a container running `vllm serve` as PID 1). A
+    group id of 0 means the leader lives in another PID namespace: unknowable.
     """
     regex = options.engine_regex()
     if regex is None:
         return []
     protected = protected_pids(processes, self_pid)
+    # An engine PID 1 is the launcher only of what it started: its own session (a second
+    # server started with `docker exec` has a session of its own).
+    init = processes.get(1)
+    init_session = init.sid if init is not None and pid1_is_engine(processes, regex) else None
     out = []
     for pid in sorted(processes):
         proc = processes[pid]
@@ -57,7 +79,9 @@ def find_orphans(
         if proc.pgid not in (0, pid) and (leader is None or leader.is_zombie):
             why = "has exited" if leader is None else "is a zombie"
             out.append(Orphan(proc, f"its process group leader {proc.pgid} {why}", True))
-        elif proc.ppid == 1 and CHILD_ENGINE_TITLE.search(proc.command):
+        elif (
+            proc.ppid == 1 and CHILD_ENGINE_TITLE.search(proc.command) and proc.sid != init_session
+        ):
             out.append(Orphan(proc, "a vLLM child process re-parented to PID 1", False))
     return out
 

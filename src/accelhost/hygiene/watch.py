@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from accelhost.host.base import Host
-from accelhost.hygiene.checks import STATUS_ORDER, DoctorReport, run_checks
+from accelhost.hygiene.checks import CHECK_NAMES, STATUS_ORDER, DoctorReport, run_checks
 from accelhost.hygiene.cleaner import CleanFilters, Journal, RemoveSegment, execute, plan_clean
 from accelhost.hygiene.facts import HostFacts, read_facts
 from accelhost.hygiene.options import HygieneOptions
@@ -63,12 +63,24 @@ class HygieneCollector(Collector):
         self._lock = threading.Lock()
         self._round: Round | None = None
         self._runs = 0
+        self._failures = 0
+        self._failed = False
         self._clean_actions: dict[tuple[str, str], int] = {}
 
     def update(self, rnd: Round) -> None:
         with self._lock:
             self._round = rnd
+            self._failed = False
             self._runs += 1
+
+    def fail(self) -> None:
+        """A round broke: drop the last round's numbers (they no longer describe the host)
+        and export every check as UNKNOWN until a round succeeds again."""
+        with self._lock:
+            self._round = None
+            self._failed = True
+            self._runs += 1
+            self._failures += 1
 
     def count_clean(self, kind: str, result: str) -> None:
         with self._lock:
@@ -78,9 +90,15 @@ class HygieneCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             rnd, runs, cleaned = self._round, self._runs, dict(self._clean_actions)
+            failures, failed = self._failures, self._failed
         runs_total = CounterMetricFamily("accelhost_watch_runs", "Rounds of checks run")
         runs_total.add_metric([], runs)
         yield runs_total
+        failed_total = CounterMetricFamily(
+            "accelhost_watch_round_failures", "Rounds that could not run at all"
+        )
+        failed_total.add_metric([], failures)
+        yield failed_total
         actions = CounterMetricFamily(
             "accelhost_clean_actions", "Actions taken by --auto-clean", labels=["kind", "result"]
         )
@@ -88,6 +106,15 @@ class HygieneCollector(Collector):
             actions.add_metric([kind, result], n)
         yield actions
         if rnd is None:
+            if failed:
+                unknown = GaugeMetricFamily(
+                    "accelhost_check_status",
+                    "Check status: 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN",
+                    labels=["check"],
+                )
+                for name in CHECK_NAMES:
+                    unknown.add_metric([name], STATUS_ORDER["UNKNOWN"])
+                yield unknown
             return
         last = GaugeMetricFamily(
             "accelhost_watch_last_run_timestamp_seconds", "When the last round finished"
@@ -140,15 +167,20 @@ class HygieneCollector(Collector):
                 "Device memory in use by no listed process",
                 labels=["device"],
             )
+            # Without the per-process table (a failed compute-apps query) nothing can be
+            # attributed: no unattributed sample rather than "all of it".
+            per_process = "device_processes" not in facts.errors
             for d in known:
                 assert d.used_mib is not None and d.total_mib is not None
                 attributed = sum(r.memory_mib or 0 for r in d.processes)
                 used.add_metric([d.label], d.used_mib * MIB)
                 tot.add_metric([d.label], d.total_mib * MIB)
-                unatt.add_metric([d.label], max(0, d.used_mib - attributed) * MIB)
+                if per_process and all(r.memory_mib is not None for r in d.processes):
+                    unatt.add_metric([d.label], max(0, d.used_mib - attributed) * MIB)
             yield used
             yield tot
-            yield unatt
+            if per_process:
+                yield unatt
 
 
 def json_logger(stream: Any = None) -> Callable[[dict[str, Any]], None]:
@@ -284,6 +316,7 @@ class Watcher:
             try:
                 self.run_once()
             except Exception as exc:  # a bad round is logged; the watch goes on
+                self.collector.fail()
                 self.log({"event": "round_failed", "error": f"{type(exc).__name__}: {exc}"})
             done += 1
             if rounds is not None and done >= rounds:
