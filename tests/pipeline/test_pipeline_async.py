@@ -156,3 +156,59 @@ def test_async_stage_stuck_awaiting_is_cancelled_on_early_exit() -> None:
         break
     assert time.monotonic() - t0 < 10
     assert not _pipeline_threads()
+
+
+def test_cancelled_again_while_tearing_down_still_joins_every_worker() -> None:
+    """A second cancel (a timeout or task group on top) must not skip the join."""
+    gate = threading.Event()
+    seen: list[int] = []
+
+    def held(x: int) -> int:
+        if x >= 3:
+            gate.wait(3)  # busy in user code: the teardown has to wait for it
+        return x
+
+    async def consume(pipe: Pipeline) -> None:
+        async for x in pipe.stream(agen(None)):
+            seen.append(x)
+
+    async def main() -> None:
+        pipe = Pipeline(Stage(held, workers=2), queue_size=2, join_timeout=10)
+        task = asyncio.create_task(consume(pipe))
+        while len(seen) < 3:
+            await asyncio.sleep(0.005)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        assert not task.done(), "the teardown should still be waiting for the stage"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not _pipeline_threads()
+        s = pipe.stats()
+        assert s["running"] is False
+        assert pipe.stats()["wall_s"] == s["wall_s"]  # the run has an end
+
+    try:
+        asyncio.run(main())
+    finally:
+        gate.set()
+
+
+def test_stop_async_iteration_in_an_async_stage_keeps_the_failing_item() -> None:
+    from accelhost.pipeline import PipelineError
+
+    async def bad(x: int) -> int:
+        if x == 2:
+            raise StopAsyncIteration("early")
+        return x
+
+    async def main() -> None:
+        pipe = Pipeline(Stage(bad, kind="async", workers=2))
+        with pytest.raises(PipelineError, match="StopAsyncIteration: early") as info:
+            async for _ in pipe.stream(agen(10)):
+                pass
+        assert isinstance(info.value.__cause__, StopAsyncIteration)
+        assert info.value.pipeline_item == 2
+
+    asyncio.run(main())
+    assert not _pipeline_threads()

@@ -123,3 +123,59 @@ def test_cpu_stages_in_processes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*argv, "--items", "8", "--cpu-kind", "process", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["accelhost"]["items"] == 8
+
+
+@pytest.mark.parametrize("where", ["missing-dir/t.json", "", "."])
+def test_unwritable_trace_path_fails_before_running(
+    where: str,
+    tmp_path: object,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ran: list[str] = []
+    monkeypatch.setattr(bench, "bench", lambda *a, **k: ran.append("bench"))
+    path = f"{tmp_path}/{where}" if where else ""
+    assert main(["bench", "pipeline", "--items", "3", "--trace", path]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("accelhost: --trace")
+    assert ran == []  # refused up front, not after minutes of benchmark
+
+
+def test_trace_is_written_after_the_timed_run(
+    tmp_path: object, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accelhost.pipeline import Pipeline
+
+    events: list[str] = []
+    real_finish = bench.Progress.finish
+    real_write = Pipeline.write_trace
+
+    def finish(self: bench.Progress) -> None:  # called once the clock has stopped
+        events.append(f"stop {self.label}")
+        real_finish(self)
+
+    def write(self: Pipeline, path: str) -> None:
+        events.append("write trace")
+        real_write(self, path)
+
+    monkeypatch.setattr(bench.Progress, "finish", finish)
+    monkeypatch.setattr(Pipeline, "write_trace", write)
+    argv = ["bench", "pipeline", "--pre", "0", "--device", "0", "--post", "0", "--items", "5"]
+    assert main([*argv, "--trace", f"{tmp_path}/t.json", "--json"]) == 0
+    assert events[-2:] == ["stop accelhost", "write trace"]
+    assert json.loads(capsys.readouterr().out)["accelhost"]["items"] == 5
+
+
+def test_trace_write_error_is_one_line(
+    tmp_path: object, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from accelhost.pipeline import Pipeline
+
+    def write(self: Pipeline, path: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Pipeline, "write_trace", write)
+    argv = ["bench", "pipeline", "--pre", "0", "--device", "0", "--post", "0", "--items", "5"]
+    assert main([*argv, "--trace", f"{tmp_path}/t.json"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "No space left on device" in err[0] and "--trace" in err[0]

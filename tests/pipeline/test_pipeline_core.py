@@ -352,3 +352,49 @@ def test_ctrl_c_while_waiting_for_results_stops_everything() -> None:
         timer.cancel()
         timer.join()
     assert not _pipeline_threads()
+
+
+def test_stop_iteration_in_a_stage_keeps_the_failing_item() -> None:
+    """A generator cannot raise StopIteration (PEP 479): it must not become a bare
+    RuntimeError that has lost the item."""
+
+    def first_word(x: int) -> int:
+        if x == forward(4):
+            return next(iter([]))  # a stage bug that raises StopIteration
+        return x
+
+    pipe = Pipeline(Stage(forward), Stage(first_word, workers=2))
+    with pytest.raises(PipelineError, match="StopIteration") as info:
+        list(pipe.run(range(20)))
+    exc = info.value
+    assert isinstance(exc.__cause__, StopIteration)
+    assert exc.pipeline_item == 4
+    assert exc.pipeline_stage == "first_word"
+    if sys.version_info >= (3, 11):
+        assert any("stage 2 (first_word)" in n for n in exc.__notes__)
+    assert not _pipeline_threads()
+
+
+@pytest.mark.parametrize("wait_ms", [float("inf"), 1e300])
+def test_batch_that_waits_for_a_full_batch_with_a_trickle(wait_ms: float) -> None:
+    """A wait longer than the platform's longest timeout must not crash the worker."""
+    sizes: list[int] = []
+
+    def grouped(xs: list[int]) -> list[int]:
+        sizes.append(len(xs))
+        return xs
+
+    def trickle() -> Any:
+        for i in range(10):
+            time.sleep(0.002)
+            yield i
+
+    pipe = Pipeline(Stage(grouped, batch=Batch(4, wait_ms)))
+    assert list(pipe.run(trickle())) == list(range(10))
+    assert sizes == [4, 4, 2]  # full batches, then what was left at the end
+
+
+@pytest.mark.parametrize("wait_ms", [float("nan"), -1, "5"])
+def test_batch_wait_must_be_a_number(wait_ms: Any) -> None:
+    with pytest.raises(PipelineError, match="max_wait_ms"):
+        Batch(4, wait_ms)

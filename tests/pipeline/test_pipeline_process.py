@@ -52,6 +52,19 @@ def raise_unpicklable(x: int) -> int:
     raise Unpicklable(x)
 
 
+class TwoArgs(Exception):
+    """Pickles fine, but unpickling calls TwoArgs(a) and fails: a value like this can leave
+    a worker process and still not arrive."""
+
+    def __init__(self, a: int, b: int) -> None:
+        super().__init__(a)
+        self.b = b
+
+
+def two_args_on_three(x: int) -> object:
+    return TwoArgs(x, 0) if x == 3 else x + 100
+
+
 def test_process_stage_results_in_order() -> None:
     pipe = Pipeline(Stage(square, workers=2, kind="process"), Stage(str), queue_size=4)
     assert list(pipe.run(range(100))) == [str(x * x) for x in range(100)]
@@ -211,3 +224,22 @@ def test_unpicklable_value_fails_only_its_own_item() -> None:
     out = list(pipe.run(range(8)))
     assert isinstance(out[3], Exception) and out[3].pipeline_item == 3
     assert [v for i, v in enumerate(out) if i != 3] == [x * x for x in range(8) if x != 3]
+
+
+def test_result_that_cannot_be_unpickled_fails_only_its_own_item() -> None:
+    pipe = Pipeline(Stage(two_args_on_three, kind="process"), on_error="return")
+    out = list(pipe.run(range(40)))  # a cheap stage: several items per message
+    err = out[3]
+    assert isinstance(err, PipelineError) and "cannot be unpickled" in str(err)
+    assert isinstance(err.__cause__, TypeError)
+    assert err.pipeline_item == 3
+    assert [v for i, v in enumerate(out) if i != 3] == [x + 100 for x in range(40) if x != 3]
+    assert not multiprocessing.active_children()
+
+
+def test_result_that_cannot_be_unpickled_names_the_item_when_raised() -> None:
+    pipe = Pipeline(Stage(two_args_on_three, workers=2, kind="process"))
+    with pytest.raises(PipelineError, match="cannot be unpickled") as info:
+        list(pipe.run(range(40)))
+    assert info.value.pipeline_item == 3
+    assert not multiprocessing.active_children()

@@ -125,3 +125,44 @@ def test_stats_while_running() -> None:
     finally:
         gen.close()
     assert pipe.stats()["running"] is False
+
+
+def test_prometheus_idle_counter_never_goes_down() -> None:
+    """A call in progress counts as idle until it returns; the exported counter must not
+    then drop back (Prometheus would read a counter reset, and rate() a spike)."""
+    import threading
+
+    prometheus_client = pytest.importorskip("prometheus_client")
+    entered, release = threading.Event(), threading.Event()
+
+    def held(x: int) -> int:
+        entered.set()
+        release.wait(10)
+        return x
+
+    pipe = Pipeline(Stage(held, device=True))
+    registry = prometheus_client.CollectorRegistry()
+    registry.register(pipe.prometheus_collector(pipeline="p"))
+    labels = {"pipeline": "p", "stage": "held"}
+
+    def idle() -> float:
+        value = registry.get_sample_value("accelhost_pipeline_stage_idle_seconds_total", labels)
+        assert value is not None
+        return value
+
+    results: list[int] = []
+    consumer = threading.Thread(target=lambda: results.extend(pipe.run([1])))
+    consumer.start()
+    try:
+        assert entered.wait(10)
+        time.sleep(0.2)  # the call runs: stats() counts it as idle until it returns
+        during = idle()
+        release.set()
+        consumer.join(10)
+        after = idle()
+    finally:
+        release.set()
+        consumer.join(10)
+    assert results == [1]
+    assert during > 0.1
+    assert after >= during

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from accelhost.cli.common import print_json, render_table
+from accelhost.errors import AccelhostError
 
 
 def register(subparsers: Any) -> None:
@@ -75,6 +76,11 @@ def handle_pipeline(args: argparse.Namespace) -> int:
             return _fail("--items: must be at least 1")
     if args.real and args.cpu_kind == "process":
         return _fail("--cpu-kind process does not combine with --real (its stages hold a model)")
+    if args.trace is not None:
+        try:
+            bench.check_writable(args.trace)
+        except AccelhostError as exc:
+            return _fail(str(exc))
     if args.real:
         wl = bench.real_workload(n)
     else:

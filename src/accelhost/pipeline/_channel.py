@@ -155,7 +155,8 @@ class Channel(Generic[T]):
                         left = deadline - perf_counter()
                         if left <= 0:
                             return []
-                        self._not_empty.wait(left)
+                        # a Batch may wait "forever" (inf): wait() takes no more than this
+                        self._not_empty.wait(min(left, threading.TIMEOUT_MAX))
                 if self._aborted:
                     raise Aborted
             return self._take(max_n)

@@ -56,7 +56,7 @@ class Batch:
 
     A batch is handed on when it holds `max_size` items or `max_wait_ms` after its first
     item arrived, whichever comes first, so a trickle of requests is not held back waiting
-    for a full batch.
+    for a full batch. `max_wait_ms=math.inf` waits for a full batch (or the end of input).
     """
 
     max_size: int
@@ -65,8 +65,10 @@ class Batch:
     def __post_init__(self) -> None:
         if not isinstance(self.max_size, int) or self.max_size < 1:
             raise PipelineError(f"Batch max_size must be an integer >= 1, not {self.max_size!r}")
-        if self.max_wait_ms < 0:
-            raise PipelineError(f"Batch max_wait_ms must be >= 0, not {self.max_wait_ms!r}")
+        wait = self.max_wait_ms
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not wait >= 0:
+            # `not >= 0` also refuses NaN; inf is allowed: wait for a full batch (or the end)
+            raise PipelineError(f"Batch max_wait_ms must be a number >= 0, not {wait!r}")
 
 
 @dataclass
@@ -354,10 +356,32 @@ class _Run:
         return out, nxt
 
     def raise_if_failed(self) -> None:
-        if self.error is not None:
-            raise self.error
+        exc = self.error
+        if exc is None:
+            pass
+        elif isinstance(exc, (StopIteration, StopAsyncIteration)):
+            # run() and stream() are generators: Python turns these two into a bare
+            # RuntimeError when they leave one (PEP 479), which would lose the failing
+            # item. Say so here, keep the item, and chain the original.
+            raise _stop_error(exc) from exc
+        else:
+            raise exc
         if self.aborted:
             raise PipelineError("the pipeline was aborted")
+
+
+def _stop_error(exc: BaseException) -> PipelineError:
+    text = str(exc)
+    err = PipelineError(
+        f"{type(exc).__name__}{': ' + text if text else ''} was raised in the pipeline; "
+        "it cannot leave a generator, so it is this error's __cause__"
+    )
+    for attr in ("pipeline_item", "pipeline_index", "pipeline_stage"):
+        if hasattr(exc, attr):
+            setattr(err, attr, getattr(exc, attr))
+    for note in getattr(exc, "__notes__", []):
+        exc_note(err, note)
+    return err
 
 
 def exc_note(exc: BaseException, note: str) -> None:
@@ -467,11 +491,20 @@ class Pipeline:
         finally:
             if not ok:
                 r.abort()
-            if feeder is not None:
-                feeder.cancel()
-                await asyncio.gather(feeder, return_exceptions=True)
+            deadline = perf_counter() + self.join_timeout
             try:
-                await r.afinish(perf_counter() + self.join_timeout)
+                if feeder is not None:
+                    feeder.cancel()
+                    await asyncio.gather(feeder, return_exceptions=True)
+                await r.afinish(deadline)
+            except BaseException:
+                # Cancelled again while tearing down (a second cancel(), a timeout or a
+                # task group on top): the join must still happen, or worker threads,
+                # processes and the abort pipe outlive the stream. Block for it instead;
+                # finish() is bounded by the same deadline.
+                r.abort()
+                r.finish(deadline)
+                raise
             finally:
                 self._active = False
         r.raise_if_failed()

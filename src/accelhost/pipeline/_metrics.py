@@ -6,6 +6,7 @@ metric updates, and a scrape costs one `stats()` call.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +24,34 @@ def collector(pipe: Pipeline, prefix: str, pipeline: str) -> Any:
         raise PipelineError("Prometheus export needs prometheus-client installed") from exc
 
     class PipelineCollector(Collector):
+        def __init__(self) -> None:
+            self._lock = threading.Lock()
+            self._run: object = None
+            self._idle: dict[int, float] = {}
+
+        def _monotonic_idle(self, run: object, stats: dict[str, Any]) -> list[float]:
+            """Idle seconds that never go down within one run, as a counter must not.
+
+            `stats()` credits a call's time as busy only when the call returns, so until
+            then that time counts as idle, and idle drops back when the call ends: a
+            scrape between the two would read it as a counter reset, and rate() as a
+            spike. Hold the highest value seen until the real one catches up; a new run
+            is a new count (a reset, which counters may have).
+            """
+            with self._lock:
+                if run is not self._run:
+                    self._run, self._idle = run, {}
+                for i, st in enumerate(stats["stages"]):
+                    self._idle[i] = max(self._idle.get(i, 0.0), st["idle_s"])
+                return [self._idle[i] for i in range(len(stats["stages"]))]
+
         def collect(self) -> Iterator[Any]:
-            stats = pipe.stats()
+            for _ in range(3):  # stats of the run that is current before and after
+                run = pipe._run
+                stats = pipe.stats()
+                if pipe._run is run:
+                    break
+            idle_s = self._monotonic_idle(run, stats)
             labels = ["pipeline", "stage"]
             items = CounterMetricFamily(
                 f"{prefix}_stage_items", "Items a stage has processed", labels=labels
@@ -48,12 +75,12 @@ def collector(pipe: Pipeline, prefix: str, pipeline: str) -> Any:
                 "Time-weighted mean of the items waiting before the stage",
                 labels=labels,
             )
-            for st in stats["stages"]:
+            for i, st in enumerate(stats["stages"]):
                 lv = [pipeline, str(st["name"])]
                 items.add_metric(lv, st["items"])
                 errors.add_metric(lv, st["errors"])
                 busy.add_metric(lv, st["busy_s"])
-                idle.add_metric(lv, st["idle_s"])
+                idle.add_metric(lv, idle_s[i])
                 depth.add_metric(lv, st["queue_depth"]["now"])
                 depth_mean.add_metric(lv, st["queue_depth"]["mean"])
             yield from (items, errors, busy, idle, depth, depth_mean)

@@ -19,6 +19,11 @@ from typing import Any
 
 Reply = tuple[bool, Any, float, float]
 
+# Sent instead of a list of values: "send your last replies again, each pickled on its
+# own", for when a reply arrived whole but cannot be unpickled in the parent (a value
+# whose class rebuilds differently there); one bad result then fails only its own item.
+RESEND = "accelhost-pipeline-resend"
+
 
 class RemoteError(Exception):
     """Stands in for an exception from a worker process that could not be pickled."""
@@ -60,6 +65,9 @@ def child_main(fn: Callable[[Any], Any], conn: Connection, batch: bool, current:
     the exact item that killed it."""
     # Ctrl-C reaches the whole process group; the parent decides how the pipeline ends.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from multiprocessing.reduction import ForkingPickler
+
+    last: list[Reply] = []
     while True:
         try:
             msg = conn.recv()
@@ -67,6 +75,12 @@ def child_main(fn: Callable[[Any], Any], conn: Connection, batch: bool, current:
             return
         if msg is None:
             return
+        if isinstance(msg, str):  # RESEND
+            try:
+                conn.send([bytes(ForkingPickler.dumps(r)) for r in last])
+            except (EOFError, OSError):
+                return
+            continue
         calls = [msg] if batch else msg
         replies: list[Reply] = []
         for i, value in enumerate(calls):
@@ -82,4 +96,6 @@ def child_main(fn: Callable[[Any], Any], conn: Connection, batch: bool, current:
         except (EOFError, OSError):
             return
         except Exception:
-            conn.send([_picklable(r) for r in replies])
+            replies = [_picklable(r) for r in replies]
+            conn.send(replies)
+        last = replies

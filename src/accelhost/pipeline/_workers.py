@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import pickle
 import threading
 from collections.abc import Awaitable, Callable
 from multiprocessing.connection import Connection
@@ -274,8 +275,6 @@ def _send(
 
 
 def _picklable(value: Any) -> bool:
-    import pickle
-
     try:
         pickle.dumps(value)
         return True
@@ -292,6 +291,46 @@ def _await_reply(
     batched: bool,
     current: Any,
 ) -> list[Any]:
+    try:
+        return _receive(r, si, proc, conn, envs, batched, current)
+    except _Undecodable:
+        pass
+    # The replies arrived whole but cannot be unpickled here: have them sent again one by
+    # one, so that only the result that cannot be rebuilt fails, and it names its item.
+    from accelhost.pipeline._proc import RESEND
+
+    try:
+        conn.send(RESEND)
+    except OSError:
+        _died(r, si, proc, envs, batched)
+    replies: list[Any] = []
+    for part in _receive(r, si, proc, conn, envs, batched, current):
+        try:
+            replies.append(pickle.loads(part))
+        except Exception as exc:
+            err = PipelineError(
+                f"stage {si + 1} ({r.pipe.stages[si].name}): a result came back from the "
+                f"worker process but cannot be unpickled here: {type(exc).__name__}: {exc}"
+            )
+            err.__cause__ = exc
+            now = perf_counter()
+            replies.append((False, err, now, now))
+    return replies
+
+
+class _Undecodable(Exception):
+    """A reply that arrived in full but could not be unpickled."""
+
+
+def _receive(
+    r: _Run,
+    si: int,
+    proc: BaseProcess,
+    conn: Connection,
+    envs: list[_Env],
+    batched: bool,
+    current: Any,
+) -> list[Any]:
     ready = mp_wait([conn, proc.sentinel, r.abort_r])
     if conn in ready:
         try:
@@ -299,6 +338,8 @@ def _await_reply(
             return replies
         except (EOFError, OSError):
             pass
+        except Exception as exc:
+            raise _Undecodable from exc
     if r.aborted:
         raise Aborted
     if not batched and 0 <= current.value < len(envs):

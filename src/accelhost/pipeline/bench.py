@@ -235,6 +235,8 @@ def run_accelhost(
 ) -> Result:
     from accelhost.pipeline import Pipeline, Stage
 
+    pipes: list[Pipeline] = []
+
     def body(device: Callable[[Any], Any]) -> list[Any]:
         pipe = Pipeline(
             Stage(wl.pre, name="pre", kind=cpu_kind),  # type: ignore[arg-type]
@@ -243,15 +245,35 @@ def run_accelhost(
             queue_size=queue_size,
             trace=trace is not None,
         )
+        pipes.append(pipe)
         out = []
         for value in pipe.run(wl.items):
             out.append(value)
             progress.step()
-        if trace is not None:
-            pipe.write_trace(trace)
         return out
 
-    return _measure(wl, progress, "accelhost", body)
+    res = _measure(wl, progress, "accelhost", body)
+    if trace is not None:  # after the clock stopped: writing the file is not the run's time
+        try:
+            pipes[0].write_trace(trace)
+        except OSError as exc:
+            raise AccelhostError(f"--trace: cannot write {trace}: {exc.strerror or exc}") from exc
+    return res
+
+
+def check_writable(path: str) -> None:
+    """Raise AccelhostError now if `path` cannot be written, before minutes of benchmark."""
+    import os
+
+    if not path:
+        raise AccelhostError("--trace: needs a file name")
+    if os.path.isdir(path):
+        raise AccelhostError(f"--trace: {path} is a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise AccelhostError(f"--trace: the directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise AccelhostError(f"--trace: {path} is not writable")
 
 
 METHODS = ("serial", "asyncio_recipe", "accelhost")
