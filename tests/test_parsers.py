@@ -92,6 +92,21 @@ def test_lscpu_nodes_padded_and_offline_rows() -> None:
     assert parse_cpu_nodes("CPU NODE\n") == ({}, {})
 
 
+def test_lscpu_nodes_dense_shape_behaves_as_a_dict() -> None:
+    text = "CPU NODE\n  0    0\n  1    0\n  2    1\n  3    1\n  4    0\n"
+    cpu_node, node_cpus = parse_cpu_nodes(text)
+    assert cpu_node == {0: 0, 1: 0, 2: 1, 3: 1, 4: 0}
+    assert dict(cpu_node) == {0: 0, 1: 0, 2: 1, 3: 1, 4: 0} and len(cpu_node) == 5
+    assert node_cpus == {0: (0, 1, 4), 1: (2, 3)}
+    assert cpu_node[2] == 1 and cpu_node.get(9) is None and cpu_node.get(9, -1) == -1
+    assert 4 in cpu_node and 5 not in cpu_node and -1 not in cpu_node and True not in cpu_node
+    with pytest.raises(KeyError):
+        cpu_node[5]
+    assert list(cpu_node) == [0, 1, 2, 3, 4]
+    # the same rows written sparsely parse to an equal mapping
+    assert parse_cpu_nodes("CPU NODE\n0 0\n1 0\n2 1\n3 1\n4 0\n")[0] == cpu_node
+
+
 def test_lscpu_threads_per_core() -> None:
     assert parse_threads_per_core("Thread(s) per core:              2\n") == 2
     assert parse_threads_per_core("Thread(s) per core: n/a\n") is None

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
 from itertools import groupby
 from operator import itemgetter
+from typing import Any
 
 from accelhost.errors import ParseError
 
@@ -16,7 +18,52 @@ _CANONICAL = [str(i) for i in range(8192)]
 NO_NUMA = "lscpu command output error, no NUMA node available. Please check!"
 
 
-def parse_cpu_nodes(text: str | None) -> tuple[dict[int, int], dict[int, tuple[int, ...]]]:
+class CpuNodes(Mapping[int, int]):
+    """cpu -> node for CPUs numbered 0..n-1, held as one list.
+
+    The common shape of `lscpu -e`: a 640-CPU host then costs a list of node ids rather
+    than a 640-entry dict, which is most of what parsing that output used to cost.
+    """
+
+    __slots__ = ("_nodes",)
+
+    def __init__(self, nodes: list[int]) -> None:
+        self._nodes = nodes
+
+    def __getitem__(self, cpu: int) -> int:
+        if type(cpu) is int and 0 <= cpu < len(self._nodes):
+            return self._nodes[cpu]
+        raise KeyError(cpu)
+
+    def get(self, cpu: int, default: Any = None) -> Any:
+        if type(cpu) is int and 0 <= cpu < len(self._nodes):
+            return self._nodes[cpu]
+        return default
+
+    def __contains__(self, cpu: object) -> bool:
+        return type(cpu) is int and 0 <= cpu < len(self._nodes)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(len(self._nodes)))
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CpuNodes):
+            return self._nodes == other._nodes
+        return Mapping.__eq__(self, other)
+
+    def __hash__(self) -> int:  # a Mapping is not hashable; equality above is by value
+        raise TypeError("unhashable type: 'CpuNodes'")
+
+    def __repr__(self) -> str:
+        return f"CpuNodes({dict(enumerate(self._nodes))!r})"
+
+
+def parse_cpu_nodes(
+    text: str | None,
+) -> tuple[Mapping[int, int], dict[int, tuple[int, ...]]]:
     """(cpu -> node, node -> CPUs in file order). Empty output gives two empty maps.
 
     Lines whose first non-blank character is a digit are rows `cpu node`; a row whose
@@ -27,35 +74,29 @@ def parse_cpu_nodes(text: str | None) -> tuple[dict[int, int], dict[int, tuple[i
     tokens = text.split()
     body = tokens[2:] if tokens[:2] == ["CPU", "NODE"] else tokens
     cpu_col, node_col = body[0::2], body[1::2]
-    distinct = set(node_col)
-    if (
-        len(cpu_col) == len(node_col)
-        and cpu_col == _CANONICAL[: len(cpu_col)]
-        and all(n.isdigit() for n in distinct)
-    ):
-        # The usual shape: CPUs 0..n-1 in order, a handful of node ids. Converting each
-        # distinct node id once keeps a 640-CPU host well under a tenth of a millisecond.
-        as_int = {n: int(n) for n in distinct}
-        nodes = list(map(as_int.__getitem__, node_col))
-        cpu_node = dict(enumerate(nodes))
-        grouped: dict[int, list[int]] = {}
-        start = 0
-        for node, run in groupby(nodes):
-            count = len(list(run))
-            grouped.setdefault(node, []).extend(range(start, start + count))
-            start += count
-        return cpu_node, {n: tuple(c) for n, c in grouped.items()}
+    if len(cpu_col) == len(node_col) and cpu_col == _CANONICAL[: len(cpu_col)]:
+        # The usual shape: CPUs 0..n-1 in order, nodes in a few runs. Work per run, not
+        # per CPU: a 640-CPU host is eight runs.
+        runs = [(node, len(list(run))) for node, run in groupby(node_col)]
+        if all(node.isdigit() for node, _ in runs):
+            nodes: list[int] = []
+            grouped: dict[int, list[int]] = {}
+            for node_text, count in runs:
+                node = int(node_text)
+                grouped.setdefault(node, []).extend(range(len(nodes), len(nodes) + count))
+                nodes += [node] * count
+            return CpuNodes(nodes), {n: tuple(c) for n, c in grouped.items()}
     pairs = _ROW.findall(text)
     if not pairs and _ANY_DIGIT_ROW.search(text):
         bad = next(ln for ln in text.splitlines() if ln.strip()[:1].isdigit())
         raise ParseError("lscpu -e=CPU,NODE", f"cannot read row {bad.strip()!r}")
     cpus = [int(c) for c, _ in pairs]
-    nodes = [int(n) for _, n in pairs]
-    cpu_node = dict(zip(cpus, nodes, strict=True))
-    grouped = {}
-    for node, run_pairs in groupby(zip(nodes, cpus, strict=True), key=itemgetter(0)):
-        grouped.setdefault(node, []).extend(map(itemgetter(1), run_pairs))
-    return cpu_node, {n: tuple(c) for n, c in grouped.items()}
+    node_ids = [int(n) for _, n in pairs]
+    cpu_node = dict(zip(cpus, node_ids, strict=True))
+    by_node: dict[int, list[int]] = {}
+    for node, run_pairs in groupby(zip(node_ids, cpus, strict=True), key=itemgetter(0)):
+        by_node.setdefault(node, []).extend(map(itemgetter(1), run_pairs))
+    return cpu_node, {n: tuple(c) for n, c in by_node.items()}
 
 
 def parse_threads_per_core(text: str | None) -> int | None:
