@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -24,9 +25,12 @@ class Accelerator:
     uuid: str | None = None
 
 
-@dataclass(frozen=True)
-class DeviceProcess:
-    """A row of a device's process table (`npu-smi info`, `nvidia-smi` compute apps)."""
+class DeviceProcess(NamedTuple):
+    """A row of a device's process table (`npu-smi info`, `nvidia-smi` compute apps).
+
+    A NamedTuple, like the other per-row parser records: a busy host has hundreds of
+    rows, and a tuple costs a fraction of a frozen dataclass to build.
+    """
 
     npu_id: int
     chip_id: int | None

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from accelhost.topology import DeviceProcess
 
 SOURCE = "npu-smi info"
 
 
-@dataclass(frozen=True)
-class NpuChip:
+class NpuChip(NamedTuple):
     """One chip of the upper table. Memory is the last `used / total` pair (HBM on A2/A3)."""
 
     npu_id: int

@@ -9,7 +9,7 @@ other non-numeric rows are skipped.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from accelhost.errors import ParseError
 
@@ -17,8 +17,7 @@ SOURCE = "npu-smi info -m"
 _COLUMNS = re.compile(r"\s{2,}")
 
 
-@dataclass(frozen=True)
-class MapEntry:
+class MapEntry(NamedTuple):
     npu_id: int
     chip_id: int
     logical_id: int

@@ -23,11 +23,12 @@ def parse_npu_topo(text: str | None) -> dict[int, tuple[int, ...]]:
     for line in text.splitlines():
         if not line.startswith("NPU"):
             continue
-        tokens = line.split()
-        first = tokens[0]
-        if len(tokens) < 2 or not first[3:].isdigit():
+        # only the first and the last token matter: no need to split the whole matrix row
+        head, _, rest = line.partition(" ")
+        first = head.split("\t", 1)[0]
+        if not first[3:].isdigit() or not rest.strip():
             continue
-        last = tokens[-1]
+        last = line.rsplit(None, 1)[-1]
         if not last[:1].isdigit():
             continue
         if last not in seen:
