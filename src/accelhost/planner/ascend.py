@@ -84,11 +84,18 @@ def total_npus(topo: Topology, running: Sequence[int]) -> int:
     return len(logical_ids(topo)) or len(topo.affinity) or len(running)
 
 
+def _sorted_unique(cpus: Sequence[int]) -> list[int]:
+    """Sorted unique CPUs; a contiguous ascending list (the usual cpuset) is taken as is."""
+    if cpus and list(cpus) == list(range(cpus[0], cpus[0] + len(cpus))):
+        return list(cpus)
+    return sorted(set(cpus))
+
+
 def global_slice_pools(
     allowed: Sequence[int], total: int, running: Sequence[int], minimum: int
 ) -> Pools:
     """Slice the sorted allowed CPUs by global logical NPU id (NUMA ignored on purpose)."""
-    cpus = sorted(set(allowed))
+    cpus = _sorted_unique(allowed)
     if not running or not cpus:
         return {}
     base, extra = divmod(len(cpus), total)
@@ -200,18 +207,19 @@ def cluster_pools(topo: Topology, running: Sequence[int]) -> Pools:
     return {n: pools[n] for n in running}
 
 
-def split_roles(device: int, pool: Sequence[int], family: str, topo: Topology) -> DevicePlan:
+def split_roles(
+    device: int, cpus: Sequence[int], family: str, topo: Topology, pci: str | None = None
+) -> DevicePlan:
     """IRQ, main, ACL and release CPUs of one pool (§6)."""
+    pool = tuple(cpus)
     node = numa_node_of(pool, topo.cpu_node)
-    acc = topo.accelerator(device)
-    pci = acc.pci if acc else None
     if family == "950":
         if len(pool) < MIN_CPUS_PER_NPU_WITHOUT_IRQ:
             raise PlanError(
                 "The number of CPUs is insufficient. Each NPU requires at least "
                 f"{MIN_CPUS_PER_NPU_WITHOUT_IRQ} CPUs."
             )
-        return DevicePlan(device, tuple(pool), main=tuple(pool), numa_node=node, pci=pci)
+        return DevicePlan(device, pool, main=pool, numa_node=node, pci=pci)
     if len(pool) < MIN_CPUS_PER_NPU:
         raise PlanError(
             "The number of CPUs is insufficient. Each NPU requires at least "
@@ -219,9 +227,9 @@ def split_roles(device: int, pool: Sequence[int], family: str, topo: Topology) -
         )
     return DevicePlan(
         device,
-        tuple(pool),
-        irq=(pool[0], pool[1]),
-        main=tuple(pool[2:-2]),
+        pool,
+        irq=pool[:2],
+        main=pool[2:-2],
         acl=(pool[-2],),
         release=(pool[-1],),
         numa_node=node,
@@ -283,7 +291,8 @@ def plan_ascend(
             f"no CPU pool for NPU {missing[0]}: the allowed CPU list is empty "
             "('Cpus_allowed_list' of /proc/self/status)"
         )
-    plans = tuple(split_roles(n, pools[n], family, topo) for n in running)
+    pci = {a.index: a.pci for a in topo.accelerators}
+    plans = tuple(split_roles(n, pools[n], family, topo, pci.get(n)) for n in running)
     return Plan(
         device_type=family,
         mode=mode,
