@@ -7,6 +7,9 @@ really changes every thread:
   accelhost (library)  build the thread steps (list /proc/PID/task, read every comm, assign
                        roles) and execute them (sched_setaffinity + read-back per thread):
                        what `bind_current_process` and `accelhost bind` do per process.
+  system calls only    the system calls the library path cannot do without, in a bare
+                       loop: open/read/close of every comm, sched_setaffinity and the
+                       read-back per thread. The floor: what is left above it is Python.
   taskset -acp         one `taskset -acp CPUS PID` from Python (what the reference runs),
                        with no role threads at all.
   reference path       `taskset -acp` + `ps -Te` + one `taskset -cp` per ACL/release thread,
@@ -101,7 +104,25 @@ def main() -> int:
             done = execute(prepared.steps)
             assert all(r.status == "ok" for r in done), [r.line for r in done if r.status != "ok"]
 
-        contenders: dict[str, Callable[[int], None]] = {"accelhost (library)": ours}
+        def floor(i: int) -> None:
+            cpu = {(a, b)[i % 2]}
+            dfd = os.open(f"/proc/{pid}/task", os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                tids = os.listdir(dfd)
+                for entry in tids:
+                    fd = os.open(f"{entry}/comm", os.O_RDONLY, dir_fd=dfd)
+                    os.read(fd, 64)
+                    os.close(fd)
+                for entry in tids:
+                    os.sched_setaffinity(int(entry), cpu)
+                    os.sched_getaffinity(int(entry))
+            finally:
+                os.close(dfd)
+
+        contenders: dict[str, Callable[[int], None]] = {
+            "accelhost (library)": ours,
+            "system calls only (floor)": floor,
+        }
         if taskset:
 
             def plain(i: int) -> None:

@@ -23,8 +23,9 @@ from accelhost.apply.steps import (
     Step,
     ThreadAffinity,
     Unresolved,
+    thread_step,
 )
-from accelhost.apply.threads import RoleMatcher, assign, list_threads, scan_named_threads
+from accelhost.apply.threads import RoleMatcher, list_threads, scan_named_threads, thread_steps
 from accelhost.cpulist import cpu_mask, format_cpulist
 from accelhost.plans import DevicePlan, Plan, ThreadRole
 
@@ -100,10 +101,8 @@ def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None 
     notes: list[str] = []
     pid = options.pid
     if pid is not None and options.threads:
-        threads = list_threads(pid)
         roles = roles_of(plan, dev, options.extra_roles)
-        for a in assign(threads, dev.main, roles):
-            steps.append(ThreadAffinity(pid, a.tid, a.name, a.role, a.cpus))
+        steps += thread_steps(pid, dev.main, roles)  # list_threads + assign, in one pass
         warnings += traps.omp_warnings(traps.process_environ(pid), f"process {pid}")
         planned = [*dev.main, *(c for r in roles for c in r.cpus)]
         warnings += traps.outside_cpuset_warning(pid, planned)
@@ -334,7 +333,6 @@ def build_unbind_threads(pid: int) -> Prepared:
             if online.strip()
             else sorted(os.sched_getaffinity(0))
         )
-    steps: list[Step] = [
-        ThreadAffinity(pid, t.tid, t.name, "unbind", tuple(cpus)) for t in list_threads(pid)
-    ]
+    want = tuple(cpus)
+    steps: list[Step] = [thread_step(pid, t.tid, t.name, "unbind", want) for t in list_threads(pid)]
     return Prepared(tuple(steps))
