@@ -19,8 +19,48 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 
+# A worker whose current call has run this long no longer keeps the items it holds: idle
+# peers take the unstarted ones, the next stage takes the finished ones.
+STALL_S = 1e-3
+
+
 class Aborted(Exception):
     """Raised by every blocking operation once the pipeline is being torn down."""
+
+
+class Hold(Generic[T]):
+    """What one worker holds outside the channels while it works through a chunk.
+
+    `todo`: items taken from its input channel and not started yet; `done`: items finished
+    and not yet put into its output channel; `since`: when its current call started (0.0
+    between calls); `lent`: items handed to a worker process that it may give back
+    unstarted. Once a call has run for STALL_S, the channels' getters take `todo` and
+    `done` items themselves, so one slow call holds back no item but its own. Both are
+    deques: popleft is atomic, so the worker and a thief never get the same item.
+    """
+
+    __slots__ = ("todo", "done", "since", "lent")
+
+    def __init__(self) -> None:
+        self.todo: deque[T] = deque()
+        self.done: deque[T] = deque()
+        self.since = 0.0
+        self.lent = 0
+
+    def stalled(self, now: float) -> bool:
+        since = self.since
+        return since > 0.0 and now - since > STALL_S
+
+
+def drain(items: deque[T], max_n: int = 1 << 30) -> list[T]:
+    """Pop up to max_n items from the left of a deque that another thread may also pop."""
+    out: list[T] = []
+    try:
+        while len(out) < max_n:
+            out.append(items.popleft())
+    except IndexError:
+        pass
+    return out
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:
@@ -47,6 +87,9 @@ class Channel(Generic[T]):
         self._aborted = False
         self._aget: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._aput: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        # holds of this channel's consumers (their todo) and producers (their done)
+        self._takers: list[Hold[T]] = []
+        self._givers: list[Hold[T]] = []
         # time-weighted depth: the integral of depth over time, updated on every change
         self._t0 = perf_counter()
         self._t_last = self._t0
@@ -124,6 +167,29 @@ class Channel(Generic[T]):
                 self._not_empty.notify_all()
                 self._wake(self._aget)
 
+    def add_hold(self, hold: Hold[T], consumer: bool) -> None:
+        """Register a worker's hold: as a consumer its `todo` comes from here, as a
+        producer its `done` goes here; getters take either from a stalled worker."""
+        with self._lock:
+            (self._takers if consumer else self._givers).append(hold)
+
+    def _rescue(self, max_n: int) -> tuple[list[T], bool]:
+        """(items taken from stalled workers' holds, whether any hold still has items)."""
+        now = perf_counter()
+        got: list[T] = []
+        held = False
+        for h in self._givers:
+            if h.done:
+                if h.stalled(now):
+                    got += drain(h.done, max_n - len(got))
+                held = held or bool(h.done)
+        for h in self._takers:
+            if h.todo or h.lent:
+                if h.todo and h.stalled(now) and len(got) < max_n:
+                    got += drain(h.todo, max_n - len(got))
+                held = held or bool(h.todo) or h.lent > 0
+        return got, held
+
     # -- consumer side ----------------------------------------------------------------
     def _take(self, max_n: int) -> list[T]:
         items = self._items
@@ -147,16 +213,24 @@ class Channel(Generic[T]):
                 while not self._items:
                     if self._aborted:
                         raise Aborted
-                    if self._producers <= 0:
+                    held = False
+                    if self._takers or self._givers:
+                        got, held = self._rescue(max_n)
+                        if got:
+                            return got
+                    if self._producers <= 0 and not held:
                         return None
-                    if deadline is None:
-                        self._not_empty.wait()
-                    else:
+                    # while a worker holds items, look again after STALL_S: nothing
+                    # notifies when its call becomes slow
+                    wait_s: float | None = STALL_S if held else None
+                    if deadline is not None:
                         left = deadline - perf_counter()
                         if left <= 0:
                             return []
                         # a Batch may wait "forever" (inf): wait() takes no more than this
-                        self._not_empty.wait(min(left, threading.TIMEOUT_MAX))
+                        left = min(left, threading.TIMEOUT_MAX)
+                        wait_s = left if wait_s is None else min(wait_s, left)
+                    self._not_empty.wait(wait_s)
                 if self._aborted:
                     raise Aborted
             return self._take(max_n)
@@ -170,19 +244,27 @@ class Channel(Generic[T]):
                     raise Aborted
                 if self._items:
                     return self._take(max_n)
-                if self._producers <= 0:
+                held = False
+                if self._takers or self._givers:
+                    got, held = self._rescue(max_n)
+                    if got:
+                        return got
+                if self._producers <= 0 and not held:
                     return None
                 fut: asyncio.Future[None] = loop.create_future()
                 entry = (loop, fut)
                 self._aget.append(entry)
             try:
-                if deadline is None:
-                    await fut
-                else:
+                wait_s: float | None = STALL_S if held else None
+                if deadline is not None:
                     left = deadline - loop.time()
                     if left <= 0:
                         return []
-                    await asyncio.wait({fut}, timeout=left)
+                    wait_s = left if wait_s is None else min(wait_s, left)
+                if wait_s is None:
+                    await fut
+                else:
+                    await asyncio.wait({fut}, timeout=wait_s)
             finally:
                 self._forget(self._aget, entry)
 

@@ -33,6 +33,7 @@ OnError = Literal["raise", "skip", "return"]
 
 # Stages that cost next to nothing pull and push items in chunks of up to this many, so
 # that a zero-cost stage does not pay one lock round trip and thread wake-up per item.
+# A slow call does not hold the rest of its chunk back: see Hold in _channel.
 CHUNK_MAX = 64
 # Below this mean cost per item a stage is "cheap" and works in chunks; above it a stage
 # takes one item at a time so that several workers share the load fairly.
@@ -183,6 +184,8 @@ class _Run:
     procs: list[BaseProcess] = field(default_factory=list)
     conns: list[Connection] = field(default_factory=list)
     currents: list[Any] = field(default_factory=list)
+    limits: list[Any] = field(default_factory=list)
+    locks: list[Any] = field(default_factory=list)
     stats: list[_WorkerStats] = field(default_factory=list)
     error: BaseException | None = None
     aborted: bool = False
@@ -619,9 +622,13 @@ class Pipeline:
                 parent, child = ctx.Pipe(duplex=True)
                 current = ctx.RawValue("q", 0)
                 r.currents.append(current)
+                limit = ctx.RawValue("q", 0)
+                r.limits.append(limit)
+                lock = ctx.Lock()
+                r.locks.append(lock)
                 p = ctx.Process(  # type: ignore[attr-defined]
                     target=child_main,
-                    args=(st.fn, child, st.batch is not None, current),
+                    args=(st.fn, child, st.batch is not None, current, limit, lock),
                     name=f"accelhost-pipeline-{st.name}",
                     daemon=True,
                 )

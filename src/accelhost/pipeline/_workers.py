@@ -18,7 +18,7 @@ from multiprocessing.connection import wait as mp_wait
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from accelhost.pipeline._channel import Aborted, Channel
+from accelhost.pipeline._channel import STALL_S, Aborted, Channel, Hold, drain
 from accelhost.pipeline._core import (
     CHEAP_S,
     CHUNK_MAX,
@@ -87,22 +87,36 @@ def thread_worker(r: _Run, si: int, ws: _WorkerStats) -> None:
         if st.batch is not None:
             _thread_batches(r, si, ws)
             return
+        # A chunk waits in `todo` and its results in `done`, where the channels' getters
+        # can reach them: if one call turns out slow, idle peers take the unstarted items
+        # and the next stage the finished ones (see Hold), instead of both waiting for it.
+        hold: Hold[_Env] = Hold()
+        todo, done = hold.todo, hold.done
+        inq.add_hold(hold, consumer=True)
+        outq.add_hold(hold, consumer=False)
         chunk = 1
         cost = 0.0  # running mean seconds per item, to choose the chunk size
         while True:
             envs = inq.get_many(chunk)
             if envs is None:
                 return
-            out: list[_Env] = []
+            todo.extend(envs)
             flushed = perf_counter()
-            for env in envs:
+            while todo:
+                try:
+                    env = todo.popleft()
+                except IndexError:  # a peer took the rest
+                    break
                 if env.error is None:
                     t0 = perf_counter()
+                    hold.since = t0
                     try:
                         env.value = fn(env.value)
                     except Exception as exc:
+                        hold.since = 0.0
                         ws.errors += 1
                         _item_failed(r, [env], si, exc)
+                    hold.since = 0.0
                     t1 = perf_counter()
                     dt = t1 - t0
                     ws.busy += dt
@@ -113,11 +127,13 @@ def thread_worker(r: _Run, si: int, ws: _WorkerStats) -> None:
                         spans.append((t0, t1, env.seq, 1))
                 else:
                     t1 = perf_counter()
-                out.append(env)
+                done.append(env)
                 if t1 - flushed > FLUSH_S:
-                    outq.put_many(out)
-                    out = []
+                    out = drain(done)
+                    if out:
+                        outq.put_many(out)
                     flushed = t1
+            out = drain(done)
             if out:
                 outq.put_many(out)
             chunk = CHUNK_MAX if cost < CHEAP_S else 1
@@ -171,12 +187,23 @@ def process_driver(r: _Run, si: int, ws: _WorkerStats, pi: int) -> None:
     batched = st.batch is not None
     max_size = st.batch.max_size if st.batch is not None else 1
     wait_s = st.batch.max_wait_ms / 1000 if st.batch is not None else 0.0
+    # Items of a chunk that the worker process gives back unstarted wait in `todo`, where
+    # idle peers can take them (see Hold and _Lender).
+    hold: Hold[_Env] = Hold()
+    if not batched:
+        inq.add_hold(hold, consumer=True)
+    lender = _Lender(hold, current, r.limits[pi], r.locks[pi])
     chunk = 1
     cost = 0.0
     stop_child = False
     try:
         while True:
-            got = inq.get_many(max_size if batched else chunk)
+            if hold.todo:
+                got: list[_Env] | None = drain(hold.todo, chunk)
+                if not got:  # peers took them
+                    continue
+            else:
+                got = inq.get_many(max_size if batched else chunk)
             if got is None:
                 stop_child = True
                 return
@@ -185,12 +212,24 @@ def process_driver(r: _Run, si: int, ws: _WorkerStats, pi: int) -> None:
             if batched:
                 envs, eof = _collect_batch(inq, got, max_size, wait_s)
             good = [e for e in envs if e.error is None]
+            undone: list[_Env] = []
             if good:
                 current.value = 0  # before sending: the child moves it from here on
+                lender.lend(len(good) if not batched else 0)
                 good = _send(r, si, ws, proc, conn, good, batched)
                 values = [e.value for e in good]
-                if good:
-                    replies = _await_reply(r, si, proc, conn, good, batched, current)
+                if not good:
+                    lender.settle()
+                else:
+                    replies = _await_reply(
+                        r, si, proc, conn, good, batched, current, lender if len(good) > 1 else None
+                    )
+                    if not batched and len(replies) < len(good):
+                        # answered early (time cap) or gave the rest away (lender.revoke)
+                        undone = good[len(replies) :]
+                        good = good[: len(replies)]
+                        hold.todo.extendleft(reversed(undone[: lender.given_at - len(good)]))
+                    lender.settle()
                     if batched:
                         ok, value, t0, t1 = replies[0]
                         if ok:
@@ -222,7 +261,11 @@ def process_driver(r: _Run, si: int, ws: _WorkerStats, pi: int) -> None:
                             if ws.spans is not None:
                                 ws.spans.append((t0, t1, env.seq, 1))
                     ws.items += len(good)
-            outq.put_many(envs)
+            if undone:
+                skip = {id(e) for e in undone}
+                envs = [e for e in envs if id(e) not in skip]
+            if envs:
+                outq.put_many(envs)
             if eof:
                 stop_child = True
                 return
@@ -241,6 +284,48 @@ def process_driver(r: _Run, si: int, ws: _WorkerStats, pi: int) -> None:
             proc.terminate()
             proc.join(1.0)
         outq.producer_done()
+
+
+class _Lender:
+    """The parent's side of a chunk lent to a worker process.
+
+    The child claims each item of a chunk under `lock` before starting it, and only while
+    its index is below `limit`. When the chunk has taken STALL_S (one call is slow),
+    `revoke` lowers `limit` to just past the item the child is on and puts the rest in the
+    hold's `todo`, where idle peers take them; the child answers for the items it did.
+    """
+
+    def __init__(self, hold: Hold[_Env], current: Any, limit: Any, lock: Any) -> None:
+        self.hold, self.current, self.limit, self.lock = hold, current, limit, lock
+        self.given_at = 0  # items from this index on were given to the hold on revoke
+        self.sent = 0.0
+
+    def lend(self, n: int) -> None:
+        self.limit.value = n
+        self.given_at = n
+        self.hold.lent = max(0, n - 1)
+        self.sent = perf_counter()
+
+    def revoke(self, envs: list[_Env]) -> None:
+        # a child killed while it held the lock never releases it: then keep the chunk
+        # and go back to watching the child, which reports its death
+        if not self.lock.acquire(timeout=0.1):
+            return
+        try:
+            stop = self.current.value + 1
+            if stop >= self.limit.value:
+                return
+            self.limit.value = stop
+        finally:
+            self.lock.release()
+        self.given_at = stop
+        hold = self.hold
+        hold.since = self.sent  # more than STALL_S ago: idle peers may take them now
+        hold.todo.extend(envs[stop:])
+
+    def settle(self) -> None:
+        self.hold.since = 0.0
+        self.hold.lent = 0
 
 
 def _send(
@@ -290,9 +375,10 @@ def _await_reply(
     envs: list[_Env],
     batched: bool,
     current: Any,
+    lender: _Lender | None = None,
 ) -> list[Any]:
     try:
-        return _receive(r, si, proc, conn, envs, batched, current)
+        return _receive(r, si, proc, conn, envs, batched, current, lender)
     except _Undecodable:
         pass
     # The replies arrived whole but cannot be unpickled here: have them sent again one by
@@ -330,8 +416,13 @@ def _receive(
     envs: list[_Env],
     batched: bool,
     current: Any,
+    lender: _Lender | None = None,
 ) -> list[Any]:
-    ready = mp_wait([conn, proc.sentinel, r.abort_r])
+    waits: list[Connection | int] = [conn, proc.sentinel, r.abort_r]
+    ready = mp_wait(waits, STALL_S if lender is not None else None)
+    if not ready and lender is not None:  # a slow call: let peers have the rest
+        lender.revoke(envs)
+        ready = mp_wait(waits)
     if conn in ready:
         try:
             replies: list[Any] = conn.recv()
