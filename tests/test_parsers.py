@@ -311,3 +311,20 @@ def test_parsers_raise_only_parse_errors_on_garbage(text: str, index: int) -> No
     # any other exception (IndexError, ValueError...) fails the test
     with contextlib.suppress(ParseError):
         PARSERS[index](text)  # type: ignore[operator]
+
+
+def test_cgroup_cpuset_candidates_walk_up_to_the_roots() -> None:
+    from accelhost.parsers.sysfs import cgroup_cpuset_candidates
+
+    paths = cgroup_cpuset_candidates("0::/a/b\n")
+    assert (
+        paths.index("/sys/fs/cgroup/a/b/cpuset.cpus.effective")
+        < paths.index("/sys/fs/cgroup/a/cpuset.cpus.effective")
+        < paths.index("/sys/fs/cgroup/cpuset.cpus.effective")
+    )
+    v1 = cgroup_cpuset_candidates("5:cpuset:/docker/c1\n")
+    assert v1[:3] == [
+        "/sys/fs/cgroup/cpuset/docker/c1/cpuset.effective_cpus",
+        "/sys/fs/cgroup/cpuset/docker/cpuset.effective_cpus",
+        "/sys/fs/cgroup/cpuset/cpuset.effective_cpus",
+    ]

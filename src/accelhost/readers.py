@@ -16,6 +16,7 @@ from accelhost.parsers.npusmi_map import parse_npu_map
 from accelhost.parsers.npusmi_topo import parse_npu_topo
 from accelhost.parsers.procstatus import parse_allowed_cpus
 from accelhost.parsers.ps import parse_thread_ids
+from accelhost.parsers.sysfs import cgroup_cpuset_candidates
 from accelhost.topology import Accelerator, Topology
 
 NPU_MAP = ["npu-smi", "info", "-m"]
@@ -157,27 +158,16 @@ def _sysfs_nodes(host: Host) -> tuple[dict[int, int], dict[int, tuple[int, ...]]
     return cpu_node, dict(sorted(node_cpus.items()))
 
 
-def read_cgroup_cpuset(host: Host) -> tuple[int, ...] | None:
-    """The effective cpuset of this process's cgroup (v2 or v1); None when unknown.
+def read_cgroup_cpuset(host: Host, pid: int | str = "self") -> tuple[int, ...] | None:
+    """The effective cpuset of a process's cgroup (v2 or v1); None when unknown.
 
     It is the truer source of a container's CPUs: `Cpus_allowed_list` shrinks when
     something (libgomp with OMP_PROC_BIND) pinned the process earlier.
     """
-    cgroup = host.read_file("/proc/self/cgroup")
+    cgroup = host.read_file(f"/proc/{pid}/cgroup")
     if not cgroup:
         return None
-    candidates: list[str] = []
-    for line in cgroup.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, path = parts
-        path = path.rstrip("/")
-        if controllers == "":
-            candidates.append(f"/sys/fs/cgroup{path}/cpuset.cpus.effective")
-        elif "cpuset" in controllers.split(","):
-            candidates.append(f"/sys/fs/cgroup/cpuset{path}/cpuset.effective_cpus")
-    for path in candidates:
+    for path in cgroup_cpuset_candidates(cgroup):
         text = host.read_file(path)
         if text is not None and text.strip():
             try:

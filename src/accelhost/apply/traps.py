@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from accelhost.cpulist import format_cpulist, parse_cpulist
 from accelhost.errors import ParseError
+from accelhost.parsers.sysfs import cgroup_cpuset_candidates
 
 OMP_VARS = ("OMP_PROC_BIND", "GOMP_CPU_AFFINITY")
 
@@ -60,17 +61,7 @@ def cgroup_cpuset(pid: int) -> list[int] | None:
     text = _read(f"/proc/{pid}/cgroup")
     if text is None:
         return None
-    candidates: list[str] = []
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        _, controllers, path = parts
-        path = path.strip().lstrip("/")
-        if controllers == "":
-            candidates += _upwards("/sys/fs/cgroup", path, "cpuset.cpus.effective")
-        elif "cpuset" in controllers.split(","):
-            candidates += _upwards("/sys/fs/cgroup/cpuset", path, "cpuset.effective_cpus")
+    candidates = cgroup_cpuset_candidates(text)
     for candidate in candidates:
         value = _read(candidate)
         if value is not None and value.strip():
@@ -79,11 +70,6 @@ def cgroup_cpuset(pid: int) -> list[int] | None:
             except ParseError:
                 continue
     return None
-
-
-def _upwards(mount: str, path: str, name: str) -> list[str]:
-    parts = [p for p in path.split("/") if p]
-    return [os.path.join(mount, *parts[:n], name) for n in range(len(parts), -1, -1)]
 
 
 def omp_warnings(env: Mapping[str, str] | None, who: str) -> list[str]:

@@ -72,12 +72,12 @@ def cache_indices_from_dir(names: Iterable[str]) -> list[int]:
 
 
 def cgroup_cpuset_candidates(proc_cgroup: str) -> list[str]:
-    """Paths where this process's effective cpuset may be, most specific first.
+    """Paths where a process's effective cpuset may be, most specific first.
 
-    From `/proc/self/cgroup`: the unified hierarchy (`0::/path`) gives
-    `cpuset.cpus.effective`, a v1 `cpuset` controller gives `cpuset.effective_cpus`. Without
-    a cgroup namespace the listed path is the host's and does not exist inside the
-    container, so the mount roots come after it.
+    From `/proc/PID/cgroup`: the unified hierarchy (`0::/path`) gives
+    `cpuset.cpus.effective`, a v1 `cpuset` controller gives `cpuset.effective_cpus`; then
+    the parents of that path. Without a cgroup namespace the listed path is the host's and
+    does not exist inside the container, so the mount roots come after them.
     """
     v2: list[str] = []
     v1: list[str] = []
@@ -86,12 +86,14 @@ def cgroup_cpuset_candidates(proc_cgroup: str) -> list[str]:
         if len(parts) != 3:
             continue
         _hid, controllers, path = parts
-        path = path.rstrip("/")
+        levels = [p for p in path.split("/") if p]
+        ancestors = ["/" + "/".join(levels[:n]) if n else "" for n in range(len(levels), -1, -1)]
         if controllers == "":
-            v2.append(f"{CGROUP_ROOT}{path}/cpuset.cpus.effective")
-            v2.append(f"{CGROUP_ROOT}/unified{path}/cpuset.cpus.effective")
+            v2.append(f"{CGROUP_ROOT}{ancestors[0]}/cpuset.cpus.effective")
+            v2.append(f"{CGROUP_ROOT}/unified{ancestors[0]}/cpuset.cpus.effective")
+            v2.extend(f"{CGROUP_ROOT}{anc}/cpuset.cpus.effective" for anc in ancestors[1:])
         elif "cpuset" in controllers.split(","):
-            v1.append(f"{CGROUP_ROOT}/cpuset{path}/cpuset.effective_cpus")
+            v1.extend(f"{CGROUP_ROOT}/cpuset{anc}/cpuset.effective_cpus" for anc in ancestors)
     roots = [
         f"{CGROUP_ROOT}/cpuset.cpus.effective",
         f"{CGROUP_ROOT}/cpuset/cpuset.effective_cpus",
