@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 from accelhost.apply.steps import ThreadAffinity, thread_step
@@ -98,30 +98,33 @@ def _decode(raw: bytes) -> str:
 
 
 def list_threads(pid: int, proc: str = "/proc") -> list[ThreadInfo]:
-    """Every thread of `pid` with its name, ascending; ApplyError when the process is gone.
-
-    Names are opened relative to the task directory: on a 500-thread engine the path walk
-    from /proc is most of the cost.
-    """
+    """Every thread of `pid` with its name, ascending; ApplyError when the process is gone."""
     dfd = _task_dir(pid, proc)
-    out = []
-    opn, rd, cls, rdonly = os.open, os.read, os.close, os.O_RDONLY  # the hot loop
     try:
-        for tid in _tids(dfd):
-            try:
-                fd = opn(f"{tid}/comm", rdonly, dir_fd=dfd)
-            except OSError:  # a thread that exited while we listed
-                continue
-            try:
-                raw = rd(fd, 64)
-            except OSError:
-                continue
-            finally:
-                cls(fd)
-            out.append(ThreadInfo(tid, _decode(raw)))
-        return out
+        return [ThreadInfo(tid, _decode(raw)) for tid, raw in _raw_names(dfd)]
     finally:
         os.close(dfd)
+
+
+def _raw_names(dfd: int) -> Iterator[tuple[int, bytes]]:
+    """(tid, raw comm) of every thread under an open task directory, ascending.
+
+    Threads that exit while we list are skipped. Names are opened relative to the
+    directory: on a 500-thread engine the path walk from /proc is most of the cost.
+    """
+    opn, rd, cls, rdonly = os.open, os.read, os.close, os.O_RDONLY  # the hot loop
+    for tid in _tids(dfd):
+        try:
+            fd = opn(f"{tid}/comm", rdonly, dir_fd=dfd)
+        except OSError:
+            continue
+        try:
+            raw = rd(fd, 64)
+        except OSError:
+            continue
+        finally:
+            cls(fd)
+        yield tid, raw
 
 
 def thread_steps(
@@ -135,24 +138,14 @@ def thread_steps(
     """
     dfd = _task_dir(pid, proc)  # first: a gone process is the error to give
     out = []
-    opn, rd, cls, rdonly, make = os.open, os.read, os.close, os.O_RDONLY, thread_step
+    make = thread_step
     try:
         matchers = [(RoleMatcher(r), r.name, tuple(sorted(set(r.cpus)))) for r in roles if r.cpus]
         # The usual roles (acl_thread, release_thread) are literals: a substring test each.
         literals = [(m.literal, name, cpus) for m, name, cpus in matchers if m.literal is not None]
         only_literals = len(literals) == len(matchers)
         main_cpus = tuple(sorted(set(main)))
-        for tid in _tids(dfd):
-            try:
-                fd = opn(f"{tid}/comm", rdonly, dir_fd=dfd)
-            except OSError:  # a thread that exited while we listed
-                continue
-            try:
-                raw = rd(fd, 64)
-            except OSError:
-                continue
-            finally:
-                cls(fd)
+        for tid, raw in _raw_names(dfd):
             try:  # comm is almost always valid UTF-8; same result as _decode when it is
                 name = raw.decode().rstrip("\n")
             except UnicodeDecodeError:
