@@ -293,6 +293,14 @@ class _Run:
             with self.window_cond:
                 self.window_cond.notify()
 
+    def start_feeder(self, iterable: Iterable[Any]) -> None:
+        """Feed `iterable` from a thread of the run's own (joined when the run ends)."""
+        feeder = threading.Thread(
+            target=self.feed, args=(iterable,), name="accelhost-pipeline-feed", daemon=True
+        )
+        self.threads.append(feeder)
+        feeder.start()
+
     def feed(self, iterable: Iterable[Any]) -> None:
         first = self.channels[0]
         try:
@@ -437,11 +445,7 @@ class Pipeline:
         r = self._start()
         ok = False
         try:
-            feeder = threading.Thread(
-                target=r.feed, args=(iterable,), name="accelhost-pipeline-feed", daemon=True
-            )
-            r.threads.append(feeder)
-            feeder.start()
+            r.start_feeder(iterable)
             last = r.channels[-1]
             pending: dict[int, _Env] = {}
             nxt = 0
@@ -472,11 +476,7 @@ class Pipeline:
             if isinstance(source, AsyncIterable):
                 feeder = asyncio.get_running_loop().create_task(r.afeed(source))
             else:
-                t = threading.Thread(
-                    target=r.feed, args=(source,), name="accelhost-pipeline-feed", daemon=True
-                )
-                r.threads.append(t)
-                t.start()
+                r.start_feeder(source)
             last = r.channels[-1]
             pending: dict[int, _Env] = {}
             nxt = 0
