@@ -207,3 +207,21 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
         return CliResult(rc, captured.out, captured.err)
 
     return run
+
+
+def irq_args(tree, state, plan):
+    """`accelhost bind` arguments for the IRQ step alone, on a fake host-root tree."""
+    return (
+        "bind",
+        "--plan",
+        plan,
+        "--device",
+        "0",
+        "--irq-only",
+        "--host-root",
+        str(tree.root),
+        "--state-dir",
+        str(state),
+        "--irqbalance",
+        "keep",
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from apply_helpers import FULL, OTHER_PCI, PCI
+from apply_helpers import FULL, OTHER_PCI, PCI, irq_args
 
 from accelhost.apply.build import BindOptions, build_irq
 from accelhost.apply.execute import execute
@@ -27,23 +27,6 @@ A3_PLAN = {
         },
     },
 }
-
-
-def irq_args(tree, state, plan):
-    return (
-        "bind",
-        "--plan",
-        plan,
-        "--device",
-        "0",
-        "--irq-only",
-        "--host-root",
-        str(tree.root),
-        "--state-dir",
-        str(state),
-        "--irqbalance",
-        "keep",
-    )
 
 
 def test_irq_masks_are_written_and_nothing_else(fake_tree, plan_file, cli, tmp_path):

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 
-from apply_helpers import FULL, PCI, thread_cpus
+from apply_helpers import FULL, PCI, irq_args, thread_cpus
 
 from accelhost.apply import irq as irqmod
 from accelhost.apply.build import BindOptions, build_irq
@@ -236,26 +236,9 @@ def test_irqbalance_config_keeps_its_permissions(fake_tree, tmp_path):
     assert os.listdir(cfg.parent) == ["irqbalance"]  # no temporary file left behind
 
 
-def irq_only(tree, state, plan):
-    return (
-        "bind",
-        "--plan",
-        plan,
-        "--device",
-        "0",
-        "--irq-only",
-        "--host-root",
-        str(tree.root),
-        "--state-dir",
-        str(state),
-        "--irqbalance",
-        "keep",
-    )
-
-
 def test_unbind_keeps_the_saved_mask_it_could_not_write_back(fake_tree, plan_file, cli, tmp_path):
     state = tmp_path / "state"
-    assert cli(*irq_only(fake_tree, state, plan_file(A3))).rc == 0
+    assert cli(*irq_args(fake_tree, state, plan_file(A3))).rc == 0
     cq = fake_tree.root / "proc/irq/201/smp_affinity"
     cq.unlink()
     cq.mkdir()  # the write back fails (EISDIR)
@@ -281,7 +264,7 @@ def test_a_damaged_state_file_is_neither_overwritten_nor_ignored(
     damaged = state / "irq-state.json"
     damaged.write_text('{"format": "accelhost-irq-state/1", "irqs": {"x": {"irq": 2')
     before = fake_tree.masks()
-    res = cli(*irq_only(fake_tree, state, plan_file(A3)))
+    res = cli(*irq_args(fake_tree, state, plan_file(A3)))
     assert res.rc == 1
     assert fake_tree.masks() == before
     assert damaged.read_text().endswith('"irq": 2')
