@@ -10,11 +10,20 @@ from collections.abc import Iterable
 from accelhost.errors import ParseError
 
 
-def parse_cpulist(text: str, source: str = "cpu list") -> list[int]:
+# The largest CPU count any Linux build can be configured for (x86-64 and powerpc with
+# CONFIG_NR_CPUS=8192); a list naming a CPU at or beyond it is corrupt or hostile, and
+# refusing it keeps a bad recording from expanding a hundred million ids into memory.
+MAX_CPUS = 8192
+
+
+def parse_cpulist(text: str, source: str = "cpu list", limit: int = MAX_CPUS) -> list[int]:
     """`0-3, 8,10-11` -> [0, 1, 2, 3, 8, 10, 11], in written order (duplicates kept).
 
-    Whitespace after commas is allowed, as in `Cpus_allowed_list` of some kernels.
-    An empty or blank text is the empty list.
+    Also the kernel's stride form `0-10:2` (every second id of 0-10, as in the
+    `isolcpus=`/`cpuset` grammar and `taskset -c`). Whitespace after commas is allowed, as
+    in `Cpus_allowed_list` of some kernels. An empty or blank text is the empty list.
+    Every id must be below `limit`, and the whole list no longer than `limit` items:
+    anything beyond is a ParseError, never a huge allocation.
     """
     text = text.strip()
     if not text:
@@ -23,22 +32,36 @@ def parse_cpulist(text: str, source: str = "cpu list") -> list[int]:
     for part in text.split(","):
         part = part.strip()
         if not part:
-            raise ParseError(source, f"empty item in CPU list {text!r}")
-        lo, sep, hi = part.partition("-")
+            raise ParseError(source, f"empty item in CPU list {_short(text)}")
+        span, colon, stride_text = part.partition(":")
+        lo, sep, hi = span.partition("-")
         try:
-            if sep:
-                a, b = int(lo), int(hi)
-                if a > b or a < 0:
-                    raise ValueError
-                out.extend(range(a, b + 1))
-            else:
-                a = int(lo)
-                if a < 0:
-                    raise ValueError
-                out.append(a)
+            a = _nonneg(lo)
+            b = _nonneg(hi) if sep else a
+            stride = _nonneg(stride_text) if colon else 1
+            if a > b or stride < 1 or (colon and not sep):
+                raise ValueError
         except ValueError:
-            raise ParseError(source, f"not a CPU list: {text!r}") from None
+            raise ParseError(source, f"not a CPU list: {_short(text)}") from None
+        if b >= limit:
+            raise ParseError(source, f"id {b} in {_short(text)} is beyond the limit of {limit}")
+        if len(out) + (b - a) // stride + 1 > limit:
+            raise ParseError(source, f"{_short(text)} names more than {limit} ids")
+        out.extend(range(a, b + 1, stride))
     return out
+
+
+def _nonneg(text: str) -> int:
+    """A plain decimal number (no sign, no underscores, at most 9 digits)."""
+    text = text.strip()
+    if not text.isdigit() or not text.isascii() or len(text) > 9:
+        raise ValueError(text)
+    return int(text)
+
+
+def _short(text: str, width: int = 60) -> str:
+    """A quoted excerpt of a user's or file's text, so that an error stays one line."""
+    return repr(text if len(text) <= width else text[:width] + "...")
 
 
 def is_cpulist(text: str) -> bool:
@@ -88,8 +111,23 @@ def cpu_mask(cpus: Iterable[int]) -> str:
 def parse_cpu_mask(text: str, source: str = "cpu mask") -> list[int]:
     """`00000008,00000000` -> [35]; the inverse of cpu_mask (any number of groups)."""
     digits = text.strip().replace(",", "")
+    if len(digits) > MAX_CPUS // 4:
+        raise ParseError(source, f"a CPU mask of more than {MAX_CPUS} bits: {_short(text)}")
     try:
         value = int(digits, 16) if digits else 0
     except ValueError:
-        raise ParseError(source, f"not a CPU mask: {text.strip()!r}") from None
+        raise ParseError(source, f"not a CPU mask: {_short(text.strip())}") from None
     return [i for i in range(value.bit_length()) if value >> i & 1]
+
+
+# Accelerator ids: no host has more than this many devices of one kind (an NPU or GPU
+# index is a small number; PCI allows 65536 functions per domain, far beyond any box).
+MAX_DEVICES = 4096
+
+
+def parse_device_list(text: str, source: str = "--device") -> list[int]:
+    """`0-3,5` -> [0, 1, 2, 3, 5]: device ids in the CPU-list grammar, unique, written order."""
+    ids = parse_cpulist(text, source, limit=MAX_DEVICES)
+    if not ids:
+        raise ParseError(source, "no device id given")
+    return list(dict.fromkeys(ids))

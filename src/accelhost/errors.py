@@ -11,6 +11,14 @@ class AccelhostError(Exception):
     """Base of every error a user's input or host can cause."""
 
 
+class UsageError(AccelhostError):
+    """The command line itself is wrong (a bad value, options that do not go together).
+
+    The CLI exits 2 for it, as argparse does for its own usage errors, so that scripts and
+    monitors can tell "you asked wrongly" (2) from "it could not be done" (1).
+    """
+
+
 class SnapshotError(AccelhostError):
     """A snapshot file that cannot be read: missing, bad JSON, wrong format or types."""
 

@@ -8,7 +8,67 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from accelhost.errors import ParseError, UsageError
 from accelhost.host.base import Host
+
+# One default for every "how long may a process take to stop after SIGTERM" (run, clean,
+# watch --auto-clean): Kubernetes' terminationGracePeriodSeconds, which operators know,
+# and long enough for vLLM's own graceful shutdown.
+DEFAULT_GRACE_S = 30.0
+
+
+def device_ids(text: str) -> list[int]:
+    """argparse type for --device: `0-3,5` -> [0, 1, 2, 3, 5]; a usage error otherwise."""
+    from accelhost.cpulist import parse_device_list
+
+    try:
+        return parse_device_list(text)
+    except ParseError as exc:
+        raise argparse.ArgumentTypeError(exc.problem) from None
+
+
+def add_device_option(
+    parser: argparse.ArgumentParser,
+    help: str,
+    *,
+    required: bool = False,
+) -> None:
+    """`--device LIST` (alias `--devices`): device ids in the CPU-list grammar (`0-3,5`).
+
+    The value is always a list; a command that takes one device checks with one_device().
+    Ids are the host's (the `npu-smi info` / `nvidia-smi` index, the N of /dev/davinciN or
+    /dev/nvidiaN), which is also what plan keys are.
+    """
+    parser.add_argument(
+        "--device",
+        "--devices",
+        dest="device",
+        type=device_ids,
+        metavar="LIST",
+        required=required,
+        help=help,
+    )
+
+
+def one_device(args: argparse.Namespace, what: str = "this command") -> int | None:
+    """The single id of --device, or None when it was not given; UsageError for several."""
+    ids: list[int] | None = getattr(args, "device", None)
+    if ids is None:
+        return None
+    if len(ids) != 1:
+        raise UsageError(f"{what} takes one device, got --device {','.join(map(str, ids))}")
+    return ids[0]
+
+
+def add_grace_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=DEFAULT_GRACE_S,
+        metavar="SECONDS",
+        help=f"how long {what} may take to stop after SIGTERM before SIGKILL "
+        f"(default {DEFAULT_GRACE_S:g})",
+    )
 
 
 def add_snapshot_option(parser: argparse.ArgumentParser) -> None:

@@ -13,7 +13,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from accelhost.errors import AccelhostError, PlanError
+from accelhost.errors import AccelhostError, PlanError, UsageError
 
 # command name -> module that registers it (one module may register several commands)
 COMMANDS: dict[str, str] = {
@@ -40,7 +40,7 @@ DESCRIPTION = (
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     from accelhost import __version__
 
-    parser = argparse.ArgumentParser(prog="accelhost", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(prog="accelhost", description=DESCRIPTION, allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"accelhost {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = [COMMANDS[only]] if only in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
@@ -52,6 +52,17 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    # No abbreviations anywhere: `plan --device 3` must not silently mean `--devices`, and a
+    # flag added later must not turn a user's working abbreviation into "ambiguous option".
+    # argparse reads allow_abbrev when parsing, so setting it after registration covers
+    # every sub-command (and their own sub-commands) without each module remembering it.
+    pending = list(sub.choices.values())
+    while pending:
+        child = pending.pop()
+        child.allow_abbrev = False
+        for action in child._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                pending.extend(action.choices.values())
     return parser
 
 
@@ -66,6 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         status = func(args)
+    except UsageError as exc:
+        # the same status argparse gives its own usage errors
+        print(f"accelhost {args.command}: {exc}", file=sys.stderr)
+        return 2
     except PlanError as exc:
         print(f"accelhost: cannot plan: {exc.reason}", file=sys.stderr)
         return 1
