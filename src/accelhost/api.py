@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from accelhost.errors import PlanError
 from accelhost.family import ASCEND_FAMILIES, normalize_family
 from accelhost.host.base import Host
 from accelhost.host.live import LiveHost
 from accelhost.plans import Plan
+
+if TYPE_CHECKING:
+    from accelhost.planner.roles import RoleSpec
 
 
 def live_host() -> LiveHost:
@@ -25,7 +29,7 @@ def plan(
     pci: Sequence[str] | None = None,
     numa_from: str = "numa_node",
     reserve_irq: int = 0,
-    thread_roles: Sequence[tuple[str, str, int]] = (),
+    thread_roles: Sequence[RoleSpec | tuple[str, str, int]] = (),
 ) -> Plan:
     """The CPU plan of every visible accelerator of `host` (PlanError when none can be made).
 

@@ -71,7 +71,7 @@ def test_verify_passes_then_names_the_repinned_thread(spawn, plan_file, cli):
     assert drift == [f"thread {acl} (acl_thread) drifted: plan CPUs 1 [acl], actual 0"]
 
 
-def test_thread_role_option_adds_a_role(spawn, plan_file, cli):
+def test_thread_role_with_a_cpu_list_pins_to_exactly_those_cpus(spawn, plan_file, cli):
     child = spawn(*NAMES)
     res = cli(
         "bind",
@@ -82,7 +82,7 @@ def test_thread_role_option_adds_a_role(spawn, plan_file, cli):
         "--pid",
         str(child.pid),
         "--thread-role",
-        "busy=^work:1",
+        "busy=^work@1",
     )
     assert res.rc == 0, res.err
     assert thread_cpus(child.pid, child.tid("worker")) == [1]
@@ -96,7 +96,7 @@ def test_thread_role_option_adds_a_role(spawn, plan_file, cli):
         "--pid",
         str(child.pid),
         "--thread-role",
-        "busy=^work:1",
+        "busy=^work@1",
     )
     assert ok.rc == 0, ok.out
 
@@ -143,7 +143,7 @@ def test_mistakes_are_one_line(spawn, plan_file, cli, tmp_path):
     assert res.rc == 1
     assert res.err == "accelhost: cannot plan: device 5 is not in the plan (planned devices: 0)\n"
     res = cli("bind", "--plan", plan_file(PLAN), "--device", "0")
-    assert res.rc == 1 and "--pid PID is required" in res.err
+    assert res.rc == 2 and "--pid PID is required" in res.err  # a usage error
     res = cli("bind", "--plan", plan_file({"devices": {}}), "--device", "0", "--pid", "1")
     assert res.rc == 1 and "Traceback" not in res.err
 

@@ -9,7 +9,7 @@ from gpu_hosts import dgx_like
 from accelhost.cpulist import format_cpulist
 from accelhost.errors import PlanError
 from accelhost.gpu import plan_gpus, read_gpu_facts
-from accelhost.planner.roles import add_roles, parse_thread_role
+from accelhost.planner.roles import add_roles
 from accelhost.plans import DevicePlan, Plan, ThreadRole
 
 
@@ -88,32 +88,3 @@ def test_a_role_already_in_the_plan_is_not_added_twice() -> None:
     plan = add_roles(gpu_plan(), thread_roles=[("nccl", "NCCL", 1)])
     with pytest.raises(PlanError, match="already has a thread role 'nccl'"):
         add_roles(plan, thread_roles=[("nccl", "NCCL", 1)])
-
-
-@pytest.mark.parametrize(
-    ("text", "parsed"),
-    [
-        ("nccl=^NCCL:2", ("nccl", "^NCCL", 2)),
-        ("io=a=b:c:1", ("io", "a=b:c", 1)),
-        ("engine=EngineCore_\\d+:4", ("engine", "EngineCore_\\d+", 4)),
-    ],
-)
-def test_parse_thread_role(text: str, parsed: tuple[str, str, int]) -> None:
-    assert parse_thread_role(text) == parsed
-
-
-@pytest.mark.parametrize(
-    ("text", "match"),
-    [
-        ("nccl", "expected NAME=PATTERN:COUNT"),
-        ("nccl=NCCL", "expected NAME=PATTERN:COUNT"),
-        ("=NCCL:2", "must be a word"),
-        ("nccl=:2", "the pattern is empty"),
-        ("nccl=(:2", "is not a regular expression"),
-        ("nccl=NCCL:0", "COUNT '0'"),
-        ("nccl=NCCL:two", "COUNT 'two'"),
-    ],
-)
-def test_parse_thread_role_errors_say_what_is_wrong(text: str, match: str) -> None:
-    with pytest.raises(PlanError, match=match):
-        parse_thread_role(text)

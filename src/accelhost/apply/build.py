@@ -47,7 +47,6 @@ class BindOptions:
     irqbalance: str = "stop"
     host_root: str = "/"
     state_dir: str = irqmod.DEFAULT_STATE_DIR
-    extra_roles: tuple[ThreadRole, ...] = ()
     host_threads: bool = True
     membind: bool = False
 
@@ -67,9 +66,12 @@ def live_host() -> Host:
     return LiveHost()
 
 
-def roles_of(plan: Plan, dev: DevicePlan, extra: tuple[ThreadRole, ...]) -> list[ThreadRole]:
-    """The plan's thread roles, the extra ones, and (950) the host threads, last to win."""
-    roles = [*dev.roles(), *extra]
+def roles_of(plan: Plan, dev: DevicePlan) -> list[ThreadRole]:
+    """The device's thread roles and (950) the host threads, in the order they win (last).
+
+    Roles given on a command line are in the device's plan already (`driver.with_roles`).
+    """
+    roles = dev.roles()
     ht = plan.host_threads
     if ht is not None and ht.cpus:
         roles.append(host_role(plan))
@@ -101,7 +103,7 @@ def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None 
     notes: list[str] = []
     pid = options.pid
     if pid is not None and options.threads:
-        roles = roles_of(plan, dev, options.extra_roles)
+        roles = roles_of(plan, dev)
         steps += thread_steps(pid, dev.main, roles)  # list_threads + assign, in one pass
         warnings += traps.omp_warnings(traps.process_environ(pid), f"process {pid}")
         planned = [*dev.main, *(c for r in roles for c in r.cpus)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from typing import NamedTuple
 
 from accelhost.apply.steps import ThreadAffinity, thread_step
@@ -106,14 +107,18 @@ def list_threads(pid: int, proc: str = "/proc") -> list[ThreadInfo]:
         os.close(dfd)
 
 
-def _raw_names(dfd: int) -> Iterator[tuple[int, bytes]]:
+def _raw_names(dfd: int, skip: AbstractSet[int] = frozenset()) -> Iterator[tuple[int, bytes]]:
     """(tid, raw comm) of every thread under an open task directory, ascending.
 
-    Threads that exit while we list are skipped. Names are opened relative to the
-    directory: on a 500-thread engine the path walk from /proc is most of the cost.
+    Threads that exit while we list are skipped, and so are the tids in `skip` (a retry
+    round after the first pass). Names are opened relative to the directory: on a
+    500-thread engine the path walk from /proc is most of the cost.
     """
     opn, rd, cls, rdonly = os.open, os.read, os.close, os.O_RDONLY  # the hot loop
-    for tid in _tids(dfd):
+    tids = _tids(dfd)
+    if skip:
+        tids = [t for t in tids if t not in skip]
+    for tid in tids:
         try:
             fd = opn(f"{tid}/comm", rdonly, dir_fd=dfd)
         except OSError:
@@ -128,13 +133,18 @@ def _raw_names(dfd: int) -> Iterator[tuple[int, bytes]]:
 
 
 def thread_steps(
-    pid: int, main: Sequence[int], roles: Sequence[ThreadRole], proc: str = "/proc"
+    pid: int,
+    main: Sequence[int],
+    roles: Sequence[ThreadRole],
+    proc: str = "/proc",
+    skip: AbstractSet[int] = frozenset(),
 ) -> list[ThreadAffinity]:
     """`assign(list_threads(pid), main, roles)` as ThreadAffinity steps, in one pass.
 
     The hot path of a bind (a 500-thread engine): each name is read, matched and turned into
     its step at once, with no ThreadInfo or Assignment in between, and the step made by
-    `thread_step`. Same steps, in the same order, as the two-pass way.
+    `thread_step`. Same steps, in the same order, as the two-pass way. Threads in `skip`
+    are left out (the driver's retry rounds).
     """
     dfd = _task_dir(pid, proc)  # first: a gone process is the error to give
     out = []
@@ -145,7 +155,7 @@ def thread_steps(
         literals = [(m.literal, name, cpus) for m, name, cpus in matchers if m.literal is not None]
         only_literals = len(literals) == len(matchers)
         main_cpus = tuple(sorted(set(main)))
-        for tid, raw in _raw_names(dfd):
+        for tid, raw in _raw_names(dfd, skip):
             try:  # comm is almost always valid UTF-8; same result as _decode when it is
                 name = raw.decode().rstrip("\n")
             except UnicodeDecodeError:

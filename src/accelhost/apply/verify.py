@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from accelhost.apply.build import BindOptions, device_irqs, host_role, roles_of, target_node
+from accelhost.apply.driver import role_warnings
 from accelhost.apply.irq import read_mask
 from accelhost.apply.threads import RoleMatcher, assign, get_affinity, list_threads
 from accelhost.cpulist import cpu_mask, format_cpulist, parse_cpu_mask
@@ -88,8 +89,10 @@ def verify(plan: Plan, device: int, options: BindOptions, host: Host | None = No
     threads = 0
     pid = options.pid
     if pid is not None and options.threads:
-        roles = roles_of(plan, dev, options.extra_roles)
-        for a in assign(list_threads(pid), dev.main, roles):
+        roles = roles_of(plan, dev)
+        assigned = assign(list_threads(pid), dev.main, roles)
+        info.extend(f"warning: {w}" for w in role_warnings(roles, {a.role for a in assigned}, pid))
+        for a in assigned:
             actual = get_affinity(a.tid)
             if actual is None:  # exited meanwhile
                 continue

@@ -4,26 +4,25 @@ Call it after the model is loaded and warmed up, so the runtime's threads (ACL, 
 NCCL, ...) exist and get their CPUs. It never raises into the worker unless `strict=True`:
 a failed bind must not stop an engine from serving. Messages go through `logging` under
 `accelhost.apply`. Importing it loads only the plan types and a few standard modules;
-the applier itself is imported on the first call.
+the applier (the one bind driver, `accelhost.apply.driver`) is imported on the first call.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from accelhost.errors import AccelhostError, ApplyError
-from accelhost.family import ASCEND_FAMILIES
 from accelhost.plans import Plan, ThreadRole
 
 if TYPE_CHECKING:
     from accelhost.apply.steps import ApplyReport
+    from accelhost.planner.roles import RoleSpec
 
 log = logging.getLogger("accelhost.apply")
 
-NON_ARM = "CPU binding skipped: non-ARM CPU detected."
-ARM_MACHINES = ("aarch64", "arm64", "armv8l", "armv8b")
 DEFAULT_STATE_DIR = "/var/lib/accelhost"
 
 
@@ -58,61 +57,50 @@ def bind_current_process(
     irqbalance: str = "stop",
     host_root: str = "/",
     state_dir: str = DEFAULT_STATE_DIR,
-    thread_roles: tuple[ThreadRole, ...] = (),
+    thread_roles: Sequence[ThreadRole | RoleSpec | str] = (),
 ) -> ApplyReport:
     """Bind every thread of this process to `device`'s CPUs in `plan`, then its memory and IRQs.
 
-    Ascend plans are bound on ARM hosts only, as the reference does, unless `any_arch`.
-    Returns the report (`report.ok`, `report.lines()`); with `strict=True` a bad plan or a
-    failed step raises `AccelhostError` instead of only logging a warning.
+    The same driver as `accelhost bind --pid <this process>` (apply/driver.py): Ascend plans
+    are bound on ARM hosts only, as the reference does, unless `any_arch`. `thread_roles`
+    are `--thread-role` strings (`nccl=^NCCL:2`, `nccl=^NCCL@40-41`), RoleSpecs or
+    ThreadRoles. Returns the report (`report.ok`, `report.lines()`); with `strict=True` a
+    bad plan or a failed step raises `AccelhostError` instead of only logging a warning.
     """
-    # Imported here: `import accelhost` in a worker should cost next to nothing.
-    from accelhost.apply.build import BindOptions, build_bind
-    from accelhost.apply.execute import execute, plan_only
-    from accelhost.apply.steps import ApplyReport
-
+    pid = os.getpid()
     try:
-        the_plan = load_plan(plan)
-        the_plan.device(device)  # an unknown device is a plan error, before anything else
-        if (
-            the_plan.device_type in ASCEND_FAMILIES
-            and not any_arch
-            and os.uname().machine.lower() not in ARM_MACHINES
-        ):
-            log.warning(NON_ARM)
-            return ApplyReport((), (), dry_run, device, os.getpid(), NON_ARM)
+        # Imported here: `import accelhost` in a worker should cost next to nothing.
+        from accelhost.apply import driver
+        from accelhost.apply.build import BindOptions
+        from accelhost.planner.roles import parse_role_spec
+
+        roles = [parse_role_spec(r) if isinstance(r, str) else r for r in thread_roles]
         options = BindOptions(
-            pid=os.getpid(),
+            pid=pid,
             memory=migrate_memory,
             irq=irq,
             irqbalance=irqbalance,
             host_root=host_root,
             state_dir=state_dir,
-            extra_roles=tuple(thread_roles),
         )
-        prepared = build_bind(the_plan, device, options)
-        for warning in prepared.warnings:
-            log.warning("%s", warning)
-        results = plan_only(prepared.steps) if dry_run else execute(prepared.steps)
-        report = ApplyReport(
-            tuple(results),
-            prepared.warnings,
-            dry_run,
-            device,
-            os.getpid(),
-            None,
-            prepared.notes,
+        report = driver.bind(
+            load_plan(plan), device, options, roles=roles, dry_run=dry_run, any_arch=any_arch
         )
     except AccelhostError as exc:
         if strict:
             raise
         log.warning("CPU binding skipped: %s", exc)
-        return ApplyReport((), (), dry_run, device, os.getpid(), str(exc))
+        return _skipped(dry_run, device, pid, str(exc))
     except Exception as exc:  # a worker must keep serving whatever went wrong here
         if strict:
             raise
         log.warning("CPU binding skipped after an unexpected error: %r", exc, exc_info=True)
-        return ApplyReport((), (), dry_run, device, os.getpid(), repr(exc))
+        return _skipped(dry_run, device, pid, repr(exc))
+    if report.skipped is not None:
+        log.warning("%s", report.skipped)
+        return report
+    for warning in report.warnings:
+        log.warning("%s", warning)
     for note in report.notes:
         log.info("%s", note)
     failed = report.failed
@@ -121,7 +109,11 @@ def bind_current_process(
         if strict:
             raise ApplyError("; ".join(f"{r.step.describe()}: {r.detail}" for r in failed))
     else:
-        log.info(
-            "bound process %d to device %d (%d steps)", os.getpid(), device, len(report.results)
-        )
+        log.info("bound process %d to device %d (%d steps)", pid, device, len(report.results))
     return report
+
+
+def _skipped(dry_run: bool, device: int, pid: int, why: str) -> ApplyReport:
+    from accelhost.apply.steps import ApplyReport
+
+    return ApplyReport((), (), dry_run, device, pid, why)

@@ -12,17 +12,19 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from accelhost.cli.common import add_json_option, print_json
-from accelhost.errors import ApplyError, ParseError, PlanError
+from accelhost.cli.common import add_device_option, add_json_option, one_device, print_json
+from accelhost.errors import ApplyError, PlanError, UsageError
+from accelhost.planner.roles import ROLE_HELP, ROLE_METAVAR
 
 if TYPE_CHECKING:
-    from accelhost.apply.build import BindOptions, Prepared
+    from accelhost.apply.build import BindOptions
     from accelhost.apply.steps import ApplyReport
-    from accelhost.plans import Plan, ThreadRole
+    from accelhost.planner.roles import RoleSpec
+    from accelhost.plans import Plan
 
 EPILOG = (
-    "exit status: 0 every step succeeded, 2 some steps failed (partial), "
-    "1 nothing applied or bad input"
+    "exit status: 0 every step succeeded, 2 some steps failed (partial) or a usage error, "
+    "1 nothing applied (a bad plan file, an unknown device, a process that is gone)"
 )
 
 
@@ -68,6 +70,7 @@ def register(sub: Any) -> None:
         help="strict: allocate only on the device's node (default: prefer it)",
     )
     _irq_options(ex)
+    _role_option(ex)
     add_json_option(ex)
     ex.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]")
     ex.set_defaults(func=cmd_exec)
@@ -98,7 +101,7 @@ def register(sub: Any) -> None:
     )
     un.add_argument("--irq", action="store_true", help="restore the saved IRQ masks")
     un.add_argument("--pid", type=int, help="give this process's threads all allowed CPUs")
-    un.add_argument("--device", type=int, help="with --irq: only this device's IRQs")
+    add_device_option(un, "with --irq: only this device's IRQs")
     un.add_argument("--host-root", metavar="DIR", help="with --irq: only IRQs saved under DIR")
     un.add_argument("--state-dir", metavar="DIR", default=None, help=STATE_HELP)
     un.add_argument("--dry-run", action="store_true", help="print the steps, change nothing")
@@ -119,7 +122,8 @@ def _plan_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="a plan from `accelhost plan --json` (or hand-written); default: plan this host now",
     )
-    p.add_argument("--device", type=int, required=True, help="the device (logical id)")
+    # Optional at parse time: a command that still needs it says so (`give --device`).
+    add_device_option(p, "the device (the host's id, as plan keys are)")
     p.add_argument("--device-type", help="accelerator family when planning (A2, A3, ...)")
     p.add_argument("--strategy", help="planning strategy when planning this host")
     p.add_argument(
@@ -155,41 +159,32 @@ def _irq_options(p: argparse.ArgumentParser) -> None:
 
 
 def _role_option(p: argparse.ArgumentParser) -> None:
+    # Parsed in the handler by the one role parser, so a bad spec is a UsageError (exit 2)
+    # with the same words in every command.
     p.add_argument(
         "--thread-role",
         action="append",
         default=[],
-        type=parse_thread_role,
-        metavar="NAME=PATTERN:CPUS",
-        help="also pin threads whose name matches PATTERN (a regular expression) to CPUS "
-        "(a CPU list); repeatable, later roles win",
+        metavar=ROLE_METAVAR,
+        help=ROLE_HELP,
     )
 
 
-def parse_thread_role(text: str) -> ThreadRole:
-    from accelhost.cpulist import parse_cpulist
-    from accelhost.plans import ThreadRole
+def thread_roles(args: argparse.Namespace) -> list[RoleSpec]:
+    from accelhost.planner.roles import parse_role_spec
 
-    name, eq, rest = text.partition("=")
-    pattern, colon, cpus = rest.rpartition(":")
-    if not eq or not colon or not name or not pattern:
-        raise argparse.ArgumentTypeError(f"expected NAME=PATTERN:CPUS, got {text!r}")
-    try:
-        cpu_list = parse_cpulist(cpus, "--thread-role CPUS")
-    except ParseError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if not cpu_list:
-        raise argparse.ArgumentTypeError(f"no CPUs in {text!r}")
-    import re
-
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise argparse.ArgumentTypeError(f"bad pattern {pattern!r}: {exc}") from None
-    return ThreadRole(name, pattern, tuple(cpu_list))
+    return [parse_role_spec(text) for text in getattr(args, "thread_role", ())]
 
 
-def load_plan(args: argparse.Namespace) -> Plan:
+def device_of(args: argparse.Namespace, what: str) -> int:
+    """The one device the command applies to; UsageError when none (or several) is given."""
+    device = one_device(args, what)
+    if device is None:
+        raise UsageError(f"give --device N (the device whose plan to {what.split()[-1]})")
+    return device
+
+
+def load_plan(args: argparse.Namespace, device: int) -> Plan:
     from accelhost.apply.worker import load_plan as load
 
     if args.plan:
@@ -213,17 +208,17 @@ def load_plan(args: argparse.Namespace) -> Plan:
         kwargs["numa_from"] = args.numa_from
     if args.reserve_irq:
         if args.reserve_irq < 0:
-            raise PlanError("--reserve-irq must be 0 or more")
+            raise UsageError("--reserve-irq must be 0 or more")
         kwargs["reserve_irq"] = args.reserve_irq
     host = LiveHost()
     try:
         plan = make_plan(host, **kwargs)
-        plan.device(args.device)
+        plan.device(device)
         return plan
     except PlanError:
         # No engine runs on the device yet (`exec`, or a worker still starting): plan for
-        # the device named on the command line, as `accelhost plan --devices N` does.
-        return make_plan(host, devices=[args.device], **kwargs)
+        # the device named on the command line, as `accelhost plan --device N` does.
+        return make_plan(host, devices=[device], **kwargs)
 
 
 def _options(args: argparse.Namespace, **kw: Any) -> BindOptions:
@@ -234,7 +229,6 @@ def _options(args: argparse.Namespace, **kw: Any) -> BindOptions:
         host_root=getattr(args, "host_root", "/") or "/",
         irqbalance=getattr(args, "irqbalance", "stop"),
         state_dir=getattr(args, "state_dir", None) or DEFAULT_STATE_DIR,
-        extra_roles=tuple(getattr(args, "thread_role", ())),
         **kw,
     )
 
@@ -254,36 +248,18 @@ def _quiet_library_log() -> None:
         logger.addHandler(logging.NullHandler())
 
 
-def _finish(
-    args: argparse.Namespace, prepared: Prepared, *, device: int | None, pid: int | None
-) -> int:
-    from accelhost.apply.execute import execute, plan_only, report
-
-    _quiet_library_log()
-
-    if not args.json:
-        _warn(prepared.warnings)
-    results = plan_only(prepared.steps) if args.dry_run else execute(prepared.steps)
-    rep = report(
-        results,
-        prepared.warnings,
-        dry_run=args.dry_run,
-        device=device,
-        pid=pid,
-        notes=prepared.notes,
-    )
-    _print_report(args, rep)
-    return rep.exit_status
-
-
 def _print_report(args: argparse.Namespace, rep: ApplyReport, out: Any = None) -> None:
+    """The report as JSON or lines; the same for bind, exec and unbind, dry run or not."""
     stream = out or sys.stdout
     if args.json:
         print_json(rep.to_dict(), stream)
         return
+    _warn(rep.warnings)
+    if rep.skipped is not None:
+        print(f"accelhost: {rep.skipped}", file=sys.stderr)
     for line in rep.lines():
         print(line, file=stream)
-    if not rep.dry_run:
+    if not rep.dry_run and rep.skipped is None:
         counts: dict[str, int] = {}
         for r in rep.results:
             counts[r.status] = counts.get(r.status, 0) + 1
@@ -294,18 +270,20 @@ def _print_report(args: argparse.Namespace, rep: ApplyReport, out: Any = None) -
 
 
 def cmd_bind(args: argparse.Namespace) -> int:
-    from accelhost.apply.build import build_bind
+    from accelhost.apply import driver
 
     if args.irq_only and args.no_irq:
-        raise ApplyError("--irq-only and --no-irq exclude each other")
+        raise UsageError("--irq-only and --no-irq exclude each other")
     if args.pid is None and not args.irq_only:
-        raise ApplyError("--pid PID is required (or --irq-only to bind the device's IRQs only)")
+        raise UsageError("--pid PID is required (or --irq-only to bind the device's IRQs only)")
+    roles = thread_roles(args)
+    device = device_of(args, "bind")
     if args.pid is not None and not args.irq_only and not os.path.isdir(f"/proc/{args.pid}"):
         raise ApplyError(f"process {args.pid} does not exist")
-    plan = load_plan(args)
-    if args.irq_only and plan.device_type != "950" and not plan.device(args.device).irq:
+    plan = load_plan(args, device)
+    if args.irq_only and plan.device_type != "950" and not plan.device(device).irq:
         raise ApplyError(
-            f"--irq-only: the plan reserves no IRQ CPUs for device {args.device} "
+            f"--irq-only: the plan reserves no IRQ CPUs for device {device} "
             "(its 'irq' list is empty): nothing to bind"
         )
     options = _options(
@@ -315,38 +293,32 @@ def cmd_bind(args: argparse.Namespace) -> int:
         memory=not (args.irq_only or args.no_memory),
         irq=not args.no_irq,
     )
-    prepared = build_bind(plan, args.device, options)
-    return _finish(args, prepared, device=args.device, pid=options.pid)
+    _quiet_library_log()
+    # The CLI binds on any architecture: naming the process is the override.
+    rep = driver.bind(plan, device, options, roles=roles, dry_run=args.dry_run, any_arch=True)
+    _print_report(args, rep)
+    return rep.exit_status
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    from accelhost.apply.build import build_exec
-    from accelhost.apply.execute import execute, plan_only, report
+    from accelhost.apply import driver
 
     argv = list(args.command)
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
-        raise ApplyError("no command to run: accelhost exec --device N -- COMMAND [ARG...]")
-    plan = load_plan(args)
+        raise UsageError("no command to run: accelhost exec --device N -- COMMAND [ARG...]")
+    roles = thread_roles(args)
+    device = device_of(args, "exec")
+    plan = load_plan(args, device)
     options = _options(args, membind=args.membind, memory=not args.no_memory, irq=not args.no_irq)
-    prepared = build_exec(plan, args.device, argv, options)
-    if not args.json:
-        _warn(prepared.warnings)
+    _quiet_library_log()
+    rep = driver.exec_report(
+        plan, device, argv, options, roles=roles, dry_run=args.dry_run, any_arch=True
+    )
     if args.dry_run:
-        rep = report(
-            plan_only(prepared.steps),
-            prepared.warnings,
-            dry_run=True,
-            device=args.device,
-            notes=prepared.notes,
-        )
         _print_report(args, rep)
         return rep.exit_status
-    _quiet_library_log()
-    rep = report(
-        execute(prepared.steps), prepared.warnings, device=args.device, notes=prepared.notes
-    )
     # The command owns standard output from here on: the report goes to standard error.
     _print_report(args, rep, sys.stderr)
     sys.stdout.flush()
@@ -363,13 +335,21 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from accelhost.apply.driver import with_roles
     from accelhost.apply.verify import verify
 
+    roles = thread_roles(args)
+    device = device_of(args, "verify")
     if args.pid is not None and not os.path.isdir(f"/proc/{args.pid}"):
         raise ApplyError(f"process {args.pid} does not exist")
-    plan = load_plan(args)
+    plan = with_roles(load_plan(args, device), device, roles)
+    if args.pid is None and not _irqs_to_check(plan, device, args.no_irq):
+        raise UsageError(
+            f"nothing to check: give --pid PID (the plan has no IRQ CPUs for device {device}"
+            + (", and --no-irq was given)" if args.no_irq else ")")
+        )
     options = _options(args, pid=args.pid, irq=not args.no_irq)
-    rep = verify(plan, args.device, options)
+    rep = verify(plan, device, options)
     if args.json:
         print_json(rep.to_dict())
     else:
@@ -378,18 +358,32 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return rep.exit_status
 
 
+def _irqs_to_check(plan: Plan, device: int, no_irq: bool) -> bool:
+    """Whether verify without --pid has anything to compare: IRQ masks or 950 host threads."""
+    if plan.host_threads is not None and plan.host_threads.cpus:
+        return True
+    return not no_irq and plan.device_type != "950" and bool(plan.device(device).irq)
+
+
 def cmd_unbind(args: argparse.Namespace) -> int:
-    from accelhost.apply.build import Prepared, build_unbind_irq, build_unbind_threads
+    from accelhost.apply.build import build_unbind_irq, build_unbind_threads
+    from accelhost.apply.execute import execute, plan_only
     from accelhost.apply.irq import DEFAULT_STATE_DIR
+    from accelhost.apply.steps import ApplyReport
 
     if not args.irq and args.pid is None:
-        raise ApplyError("say what to unbind: --irq (restore IRQ masks) and/or --pid PID")
+        raise UsageError("say what to unbind: --irq (restore IRQ masks) and/or --pid PID")
+    device = one_device(args, "unbind")
     steps: list[Any] = []
     notes: list[str] = []
     if args.pid is not None:
         steps += build_unbind_threads(args.pid).steps
     if args.irq:
-        p = build_unbind_irq(args.state_dir or DEFAULT_STATE_DIR, args.device, args.host_root)
+        p = build_unbind_irq(args.state_dir or DEFAULT_STATE_DIR, device, args.host_root)
         steps += p.steps
         notes += p.notes
-    return _finish(args, Prepared(tuple(steps), (), tuple(notes)), device=args.device, pid=args.pid)
+    _quiet_library_log()
+    results = plan_only(steps) if args.dry_run else execute(steps)
+    rep = ApplyReport(tuple(results), (), args.dry_run, device, args.pid, None, tuple(notes))
+    _print_report(args, rep)
+    return rep.exit_status

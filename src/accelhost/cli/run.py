@@ -78,9 +78,28 @@ def register(subparsers: Any) -> None:
     p.add_argument("--device", type=int, metavar="N", help="device for --preflight-util")
     p.add_argument(
         "--bind",
-        type=int,
         metavar="DEVICE",
-        help="apply the CPU plan of DEVICE to the engine once it has opened the device",
+        help="apply the CPU plan of DEVICE to the engine once it has opened the device "
+        "(the same driver as `accelhost bind`)",
+    )
+    p.add_argument(
+        "--plan",
+        metavar="FILE",
+        help="with --bind: the plan to apply (from `accelhost plan --json`); default: plan "
+        "this host (or --snapshot) before the start",
+    )
+    p.add_argument(
+        "--thread-role",
+        action="append",
+        default=[],
+        metavar="NAME=PATTERN:COUNT|NAME=PATTERN@CPULIST",
+        help="with --bind: as for `accelhost bind` (repeatable)",
+    )
+    p.add_argument(
+        "--any-arch",
+        action="store_true",
+        help="with --bind: bind Ascend plans on non-ARM hosts too (default: skip, as the "
+        "reference does)",
     )
     p.add_argument(
         "--bind-delay",
@@ -167,9 +186,17 @@ def handler(args: argparse.Namespace) -> int:
         run_preflight(facts_host, args.preflight_util, args.device, log)
     bind = None
     if args.bind is not None:
-        from accelhost.supervisor.integrations import make_plan
+        from accelhost.supervisor.integrations import bind_plan
 
-        bind = BindRequest(args.bind, make_plan(facts_host, args.bind), args.bind_delay)
+        device, plan = bind_plan(
+            facts_host, args.bind, args.plan, args.thread_role, args.any_arch, log
+        )
+        if plan is not None:  # None: skipped on this architecture, and said so
+            bind = BindRequest(device, plan, args.bind_delay)
+    elif args.plan or args.thread_role or args.any_arch:
+        from accelhost.errors import UsageError
+
+        raise UsageError("run: --plan, --thread-role and --any-arch go with --bind DEVICE")
     options = SupervisorOptions(
         argv=argv,
         grace_s=args.grace,

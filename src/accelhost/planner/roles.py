@@ -1,10 +1,15 @@
 """Extra roles inside a pool: CPUs kept for device interrupts and for named threads.
 
-Works on any plan by carving from `main`: on a GPU plan `main` is the whole pool, so IRQ
-CPUs are the first K of the pool and thread roles come from its end; on an Ascend plan the
+Also the one grammar of `--thread-role` for every command (plan, bind, exec, verify,
+run --bind): `NAME=PATTERN:COUNT` takes COUNT CPUs of the pool, `NAME=PATTERN@CPULIST`
+names the CPUs outright.
+
+A COUNT role is carved from `main`: on a GPU plan `main` is the whole pool, so IRQ CPUs
+are the first K of the pool and thread roles come from its end; on an Ascend plan the
 same cut applies on top of the default split (its SQ/CQ IRQ, ACL and release CPUs stay).
 Interrupt CPUs come first because the IRQ step writes masks in pool order, and thread
-roles from the end so that `main` stays one contiguous run where the pool is one.
+roles from the end so that `main` stays one contiguous run where the pool is one. A
+CPULIST role leaves `main` as it is: the user said exactly where those threads go.
 """
 
 from __future__ import annotations
@@ -12,90 +17,156 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import NamedTuple
 
-from accelhost.errors import PlanError
+from accelhost.cpulist import parse_cpulist
+from accelhost.errors import ParseError, PlanError, UsageError
 from accelhost.plans import DevicePlan, Plan, ThreadRole
 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+# What may follow the last `@` of a CPULIST role: the kernel's list grammar, strides too.
+_CPULIST_RE = re.compile(r"^[0-9][0-9,:\s-]*$")
+ROLE_METAVAR = "NAME=PATTERN:COUNT|NAME=PATTERN@CPULIST"
+ROLE_HELP = (
+    "also pin threads whose name matches PATTERN (a regular expression, searched) to COUNT "
+    "CPUs taken from the end of the device's main CPUs, or to the CPUs of CPULIST (e.g. "
+    "5, 40-41, 0-10:2; main is left as it is); repeatable, later roles win"
+)
 
 
-def parse_thread_role(text: str) -> tuple[str, str, int]:
-    """`NAME=PATTERN:COUNT` -> (name, pattern, count); PlanError saying what is wrong.
+class RoleSpec(NamedTuple):
+    """One `--thread-role`: `ncpus` CPUs of the pool, or exactly `cpus` when given."""
 
-    The pattern is a regular expression searched in thread names and may itself contain
-    `=` or `:`: the name ends at the first `=`, the count starts after the last `:`.
+    name: str
+    pattern: str
+    ncpus: int = 0
+    cpus: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, role: RoleSpec | ThreadRole | tuple[str, str, int]) -> RoleSpec:
+        """A ThreadRole is a CPULIST role; a (name, pattern, count) tuple a COUNT role."""
+        if isinstance(role, RoleSpec):
+            return role
+        if isinstance(role, ThreadRole):
+            return cls(role.name, role.pattern, 0, tuple(role.cpus))
+        name, pattern, count = role
+        return cls(name, pattern, count)
+
+
+def parse_role_spec(text: str) -> RoleSpec:
+    """`NAME=PATTERN:COUNT` or `NAME=PATTERN@CPULIST`; UsageError saying what is wrong.
+
+    The pattern may itself contain `=`, `:` or `@`: the name ends at the first `=`; the
+    CPU list starts after the last `@` when what follows reads as a CPU list, else the
+    count starts after the last `:`.
     """
-    usage = f"--thread-role {text!r}: expected NAME=PATTERN:COUNT, e.g. nccl=^NCCL:2"
+    usage = (
+        f"--thread-role {text!r}: expected NAME=PATTERN:COUNT (COUNT CPUs of the pool, "
+        "e.g. nccl=^NCCL:2) or NAME=PATTERN@CPULIST (e.g. nccl=^NCCL@40-41)"
+    )
     name, eq, rest = text.partition("=")
-    pattern, colon, count_text = rest.rpartition(":")
-    if not eq or not colon:
-        raise PlanError(usage)
     name = name.strip()
+    if not eq:
+        raise UsageError(usage)
     if not _NAME_RE.match(name):
-        raise PlanError(f"{usage} (name {name!r} must be a word such as nccl or zmq_io)")
-    if not pattern:
-        raise PlanError(f"{usage} (the pattern is empty)")
+        raise UsageError(f"{usage}; the name {name!r} must be a word such as nccl or zmq_io")
+    at_pattern, at, cpu_text = rest.rpartition("@")
+    if at and _CPULIST_RE.match(cpu_text.strip()):
+        pattern = _pattern(at_pattern, usage)
+        try:
+            cpus = tuple(sorted(set(parse_cpulist(cpu_text, "--thread-role CPULIST"))))
+        except ParseError as exc:
+            raise UsageError(f"{usage}; {exc}") from None
+        if not cpus:
+            raise UsageError(f"{usage}; the CPU list {cpu_text!r} names no CPU")
+        return RoleSpec(name, pattern, 0, cpus)
+    pattern_text, colon, count_text = rest.rpartition(":")
+    if not colon:
+        raise UsageError(usage)
+    pattern = _pattern(pattern_text, usage)
+    count_text = count_text.strip()
+    if not count_text.isdigit() or int(count_text) < 1:
+        raise UsageError(
+            f"{usage}; COUNT {count_text!r} must be a whole number of CPUs >= 1 "
+            "(a CPU list is written after @)"
+        )
+    return RoleSpec(name, pattern, int(count_text))
+
+
+# The name `plan` calls it by.
+parse_thread_role = parse_role_spec
+
+
+def _pattern(text: str, usage: str) -> str:
+    if not text:
+        raise UsageError(f"{usage}; the pattern is empty")
     try:
-        re.compile(pattern)
+        re.compile(text)
     except re.error as exc:
-        raise PlanError(
-            f"{usage} (pattern {pattern!r} is not a regular expression: {exc})"
-        ) from None
-    if not count_text.strip().isdigit() or int(count_text) < 1:
-        raise PlanError(f"{usage} (COUNT {count_text!r} must be a whole number of CPUs >= 1)")
-    return name, pattern, int(count_text)
+        raise UsageError(f"{usage}; pattern {text!r} is not a regular expression: {exc}") from None
+    return text
 
 
 def add_roles(
     plan: Plan,
     *,
     reserve_irq: int = 0,
-    thread_roles: Sequence[tuple[str, str, int]] = (),
+    thread_roles: Sequence[RoleSpec | ThreadRole | tuple[str, str, int]] = (),
+    device: int | None = None,
 ) -> Plan:
-    """The plan with K IRQ CPUs and the named thread roles taken out of each device's main.
+    """The plan with K IRQ CPUs and the named thread roles added to each device (or only
+    to `device`, so a plan file's other devices need not have room for them).
 
-    The first `reserve_irq` CPUs of `main` join `irq`; each thread role, in the order given,
-    takes the last COUNT CPUs still in `main`. PlanError when a pool would be left with no
-    main CPU, or a role name repeats.
+    The first `reserve_irq` CPUs of `main` join `irq`; each COUNT role, in the order given,
+    takes the last COUNT CPUs still in `main`; a CPULIST role gets its CPUs as they are.
+    PlanError when a pool would be left with no main CPU, or a role name repeats.
     """
     if reserve_irq < 0:
         raise PlanError(f"--reserve-irq must be 0 or more, not {reserve_irq}")
+    specs = [RoleSpec.of(r) for r in thread_roles]
     names: list[str] = []
-    for name, _pattern, count in thread_roles:
-        if count < 1:
-            raise PlanError(f"thread role {name!r} needs at least one CPU, not {count}")
-        if name in names:
-            raise PlanError(f"thread role {name!r} given twice")
-        names.append(name)
-    if reserve_irq == 0 and not thread_roles:
+    for spec in specs:
+        if spec.ncpus < 1 and not spec.cpus:
+            raise PlanError(f"thread role {spec.name!r} needs at least one CPU, not {spec.ncpus}")
+        if spec.name in names:
+            raise PlanError(f"thread role {spec.name!r} given twice")
+        names.append(spec.name)
+    if reserve_irq == 0 and not specs:
         return plan
+    if device is not None:
+        plan.device(device)  # PlanError naming the planned devices
     return replace(
         plan,
-        devices=tuple(_split(dev, reserve_irq, thread_roles) for dev in plan.devices),
+        devices=tuple(
+            _split(dev, reserve_irq, specs) if device in (None, dev.device) else dev
+            for dev in plan.devices
+        ),
     )
 
 
-def _split(
-    dev: DevicePlan, reserve_irq: int, thread_roles: Sequence[tuple[str, str, int]]
-) -> DevicePlan:
-    taken = reserve_irq + sum(count for _n, _p, count in thread_roles)
-    if taken >= len(dev.main):
+def _split(dev: DevicePlan, reserve_irq: int, specs: Sequence[RoleSpec]) -> DevicePlan:
+    counted = [s for s in specs if not s.cpus]
+    taken = reserve_irq + sum(s.ncpus for s in counted)
+    if taken and taken >= len(dev.main):
         wants = [f"{reserve_irq} IRQ"] if reserve_irq else []
-        wants += [f"{count} {name}" for name, _p, count in thread_roles]
+        wants += [f"{s.ncpus} {s.name}" for s in counted]
         raise PlanError(
             f"device {dev.device}: its pool of {len(dev.pool)} CPUs has {len(dev.main)} main "
             f"CPU(s), too few for {' + '.join(wants)} CPUs and at least one main CPU"
         )
     existing = {role.name for role in dev.thread_roles}
-    for name, _p, _c in thread_roles:
-        if name in existing:
-            raise PlanError(f"device {dev.device} already has a thread role {name!r}")
+    for spec in specs:
+        if spec.name in existing:
+            raise PlanError(f"device {dev.device} already has a thread role {spec.name!r}")
     main = list(dev.main)
     irq = tuple(dev.irq) + tuple(main[:reserve_irq])
     main = main[reserve_irq:]
     roles = list(dev.thread_roles)
-    for name, pattern, count in thread_roles:
-        cpus = main[-count:]
-        main = main[:-count]
-        roles.append(ThreadRole(name, pattern, tuple(cpus)))
+    for spec in specs:
+        if spec.cpus:
+            roles.append(ThreadRole(spec.name, spec.pattern, spec.cpus))
+            continue
+        cpus = main[-spec.ncpus :]
+        main = main[: -spec.ncpus]
+        roles.append(ThreadRole(spec.name, spec.pattern, tuple(cpus)))
     return replace(dev, irq=irq, main=tuple(main), thread_roles=tuple(roles))

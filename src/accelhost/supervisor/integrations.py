@@ -1,23 +1,24 @@
 """Glue to the doctor's preflight and the applier, imported only when their options are used.
 
 Neither is reimplemented here: the preflight is `accelhost.hygiene.preflight.preflight`, the
-plan is `accelhost.api.plan`, and binding is the applier's `build_bind` + `execute`, the
-same steps `accelhost bind --pid` runs. A build without them says so in one line.
+plan is `accelhost.api.plan` or a plan file, and binding is the one bind driver
+(`accelhost.apply.driver.bind`) that `accelhost bind --pid` also calls: the same ARM
+policy, roles, retries and report. A build without them says so in one line.
 """
 
 from __future__ import annotations
 
 import logging
-import platform
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from accelhost.errors import AccelhostError
+from accelhost.errors import AccelhostError, ParseError, UsageError
 from accelhost.host.base import Host
 from accelhost.procs import ProcessInfo, open_fd_targets
 
 if TYPE_CHECKING:
+    from accelhost.apply.steps import ApplyReport
     from accelhost.plans import Plan
 
 _ACCEL_NODE = re.compile(r"^/dev/(?:davinci|nvidia)(\d+)$|^/dev/dri/renderD\d+$|^/dev/accel/")
@@ -44,21 +45,49 @@ def run_preflight(host: Host, util: float, device: int | None, log: Callable[[st
         log(f"preflight: {report.reason}")
 
 
-def make_plan(host: Host, device: int) -> Plan:
-    """The CPU plan, made before the engine starts so a host that cannot be planned for is
-    refused up front (PlanError), not discovered minutes later."""
+def bind_plan(
+    host: Host,
+    device_text: str,
+    plan_file: str | None,
+    role_texts: Sequence[str],
+    any_arch: bool,
+    log: Callable[[str], None],
+) -> tuple[int, Plan | None]:
+    """`--bind DEVICE [--plan FILE] [--thread-role ...]`: the device and the plan to apply,
+    made before the engine starts so a host that cannot be planned for (PlanError) or a bad
+    option (UsageError) is refused up front, not discovered minutes later. The plan is None
+    when the ARM policy skips it (said through `log`)."""
+    from accelhost.cpulist import parse_device_list
+
     try:
-        from accelhost.api import plan
+        ids = parse_device_list(device_text)
+    except ParseError as exc:
+        raise UsageError(f"run: --bind {device_text!r}: {exc.problem}") from None
+    if len(ids) != 1:
+        raise UsageError(f"run: --bind takes one device, got {device_text!r}")
+    device = ids[0]
+    try:
+        from accelhost.apply import driver
+        from accelhost.apply.worker import load_plan
+        from accelhost.planner.roles import parse_role_spec
     except ImportError as exc:
         raise _unavailable("--bind", exc) from None
-    the_plan = plan(host)
-    the_plan.device(device)  # PlanError naming the planned devices when it is not there
-    try:
-        import accelhost.apply.build  # noqa: F401
-        import accelhost.apply.execute  # noqa: F401
-    except ImportError as exc:
-        raise _unavailable("--bind", exc) from None
-    return the_plan
+    roles = [parse_role_spec(text) for text in role_texts]
+    if plan_file:
+        the_plan = load_plan(plan_file)
+    else:
+        try:
+            from accelhost.api import plan
+        except ImportError as exc:
+            raise _unavailable("--bind", exc) from None
+        the_plan = plan(host)
+    # PlanError naming the planned devices when it is not there, or a role that cannot fit.
+    the_plan = driver.with_roles(the_plan, device, roles)
+    skip = driver.arch_skip(the_plan, any_arch)
+    if skip is not None:
+        log(f"--bind: {skip} (--any-arch binds anyway)")
+        return device, None
+    return device, the_plan
 
 
 def holders_of_device(host: Host, tree: dict[int, ProcessInfo], device: int) -> list[int]:
@@ -88,42 +117,39 @@ def bind_tree(
     cmd_pid: int | None,
     reason: str,
     log: Callable[[str], None],
-) -> None:
+) -> list[ApplyReport]:
     """Apply the plan to the engine's processes: those holding the device, else the command.
 
     IRQ and host-thread steps are per host, so they go with the first process only. A
-    failed step is logged, never fatal: a bind must not stop an engine from serving."""
-    from accelhost.apply.build import BindOptions, build_bind
-    from accelhost.apply.execute import execute
-    from accelhost.apply.steps import FAILED
-    from accelhost.family import ASCEND_FAMILIES
+    failed step is logged, never fatal: a bind must not stop an engine from serving. The
+    ARM policy was applied by `bind_plan` before the start.
+    """
+    from accelhost.apply import driver
+    from accelhost.apply.build import BindOptions
 
     # execute() also logs failed steps; we report them ourselves, once, with our prefix.
     apply_log = logging.getLogger("accelhost.apply")
     if not apply_log.handlers:
         apply_log.addHandler(logging.NullHandler())
 
-    if plan.device_type in ASCEND_FAMILIES and platform.machine().lower() not in (
-        "aarch64",
-        "arm64",
-        "armv8l",
-        "armv8b",
-    ):
-        log("--bind: CPU binding skipped: non-ARM CPU detected.")
-        return
     pids = holders_of_device(host, tree, device) or ([cmd_pid] if cmd_pid else [])
     log(f"--bind: binding pid(s) {', '.join(map(str, pids))} to device {device} ({reason})")
+    reports = []
     for n, pid in enumerate(pids):
         opts = BindOptions(pid=pid, irq=n == 0, host_threads=n == 0)
         try:
-            prepared = build_bind(plan, device, opts, host)
+            report = driver.bind(plan, device, opts, any_arch=True, host=host)
         except (AccelhostError, OSError) as exc:
             log(f"--bind: pid {pid}: {exc}")
             continue
-        for warning in prepared.warnings:
+        reports.append(report)
+        for warning in report.warnings:
             log(f"--bind: {warning}")
-        results = execute(prepared.steps, host)
-        failed = [r for r in results if r.status == FAILED]
-        log(f"--bind: pid {pid}: {len(results) - len(failed)} step(s) done, {len(failed)} failed")
+        failed = report.failed
+        done = len(report.results) - len(failed)
+        log(f"--bind: pid {pid}: {done} step(s) done, {len(failed)} failed")
         for r in failed:
             log(f"--bind: {r.line}")
+        for note in report.notes:
+            log(f"--bind: {note}")
+    return reports

@@ -1,0 +1,161 @@
+"""The one bind driver: `bind`, `exec`, `run --bind` and `bind_current_process` come here.
+
+So that the four ways of binding cannot drift apart, each of them only gathers its input
+(a plan, a device, options, extra thread roles) and calls `bind` or `exec_report`, which
+decide alike:
+
+- ARM: an Ascend plan is bound on ARM hosts only, as the reference does, unless
+  `any_arch` (the CLI's `bind` and `exec` pass it: naming a pid or a command is asking).
+- Roles: `--thread-role` specs (COUNT or CPULIST) are added to the device's plan by the
+  planner's own `add_roles`, so `nccl=^NCCL:2` means the same CPUs in `plan` and `bind`.
+- Retry: threads that exit between listing and pinning are `skipped`; threads that appear
+  while binding are listed again and pinned, for up to RETRY_ROUNDS rounds.
+- Report: one `ApplyReport`; a dry run's steps are exactly the steps a real run starts
+  with. A role that matched no thread is a warning in it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from accelhost.apply.build import BindOptions, Prepared, build_bind, build_exec, roles_of
+from accelhost.apply.execute import execute, plan_only
+from accelhost.apply.steps import ApplyReport, StepResult, ThreadAffinity
+from accelhost.apply.threads import thread_steps
+from accelhost.cpulist import format_cpulist
+from accelhost.errors import ApplyError
+from accelhost.family import ASCEND_FAMILIES
+from accelhost.planner.roles import RoleSpec, add_roles
+from accelhost.plans import Plan, ThreadRole
+
+if TYPE_CHECKING:
+    from accelhost.host.base import Host
+
+NON_ARM = "CPU binding skipped: non-ARM CPU detected."
+ARM_MACHINES = ("aarch64", "arm64", "armv8l", "armv8b")
+# Threads an engine starts while we pin: list again this many times at most. An engine
+# that keeps starting threads is not warmed up yet; what comes later `verify` will name.
+RETRY_ROUNDS = 3
+
+RoleInput = RoleSpec | ThreadRole | tuple[str, str, int]
+
+
+def arch_skip(plan: Plan, any_arch: bool, machine: str | None = None) -> str | None:
+    """Why this plan is not bound on this host (the reference's sentence), or None."""
+    if any_arch or plan.device_type not in ASCEND_FAMILIES:
+        return None
+    if (machine or os.uname().machine).lower() in ARM_MACHINES:
+        return None
+    return NON_ARM
+
+
+def with_roles(plan: Plan, device: int, roles: Sequence[RoleInput] = ()) -> Plan:
+    """The plan with extra thread roles added to `device` (PlanError for an unknown one)."""
+    plan.device(device)
+    if not roles:
+        return plan
+    return add_roles(plan, thread_roles=roles, device=device)
+
+
+def role_warnings(roles: Sequence[ThreadRole], got: set[str], pid: int) -> list[str]:
+    """One warning per role that no thread of `pid` got (`got`: the roles given out)."""
+    return [
+        f"thread role {role.name!r} (pattern {role.pattern!r}) matched no thread of process "
+        f"{pid}: CPUs {format_cpulist(role.cpus)} stay unused (bind after the engine has "
+        "started these threads)"
+        for role in roles
+        if role.cpus and role.name != "host" and role.name not in got
+    ]
+
+
+def bind(
+    plan: Plan,
+    device: int,
+    options: BindOptions,
+    *,
+    roles: Sequence[RoleInput] = (),
+    dry_run: bool = False,
+    any_arch: bool = False,
+    host: Host | None = None,
+) -> ApplyReport:
+    """Bind `options.pid` (threads, memory) and the device's IRQs; the report of it.
+
+    Raises AccelhostError for input that cannot be bound at all (unknown device, a process
+    that is gone, a bad role); a step that fails is a result, not an exception.
+    """
+    plan = with_roles(plan, device, roles)  # an unknown device or bad role: before anything
+    skip = arch_skip(plan, any_arch)
+    if skip is not None:
+        return ApplyReport((), (), dry_run, device, options.pid, skip)
+    prepared = build_bind(plan, device, options, host)
+    pid = options.pid
+    results = plan_only(prepared.steps) if dry_run else _run(prepared, plan, device, pid, host)
+    warnings = list(prepared.warnings)
+    if pid is not None and options.threads:
+        got = {r.step.role for r in results if type(r.step) is ThreadAffinity and r.step.pid == pid}
+        warnings += role_warnings(roles_of(plan, plan.device(device)), got, pid)
+    return ApplyReport(tuple(results), tuple(warnings), dry_run, device, pid, None, prepared.notes)
+
+
+def _run(
+    prepared: Prepared, plan: Plan, device: int, pid: int | None, host: Host | None
+) -> list[StepResult]:
+    """Execute the steps; after the process's own thread steps, pin threads born meanwhile."""
+    steps = prepared.steps
+    n = 0
+    for step in steps:
+        if not (isinstance(step, ThreadAffinity) and step.pid == pid):
+            break
+        n += 1
+    results = execute(steps[:n], host)
+    if pid is not None and n:
+        dev = plan.device(device)
+        roles = roles_of(plan, dev)
+        seen = {s.tid for s in steps[:n] if isinstance(s, ThreadAffinity)}
+        for _ in range(RETRY_ROUNDS):
+            try:
+                new = thread_steps(pid, dev.main, roles, skip=seen)
+            except ApplyError:  # the process exited meanwhile: its results say so
+                break
+            if not new:
+                break
+            seen.update(s.tid for s in new)
+            results += execute(new, host)
+    results += execute(steps[n:], host)
+    return results
+
+
+def exec_report(
+    plan: Plan,
+    device: int,
+    argv: Sequence[str],
+    options: BindOptions,
+    *,
+    roles: Sequence[RoleInput] = (),
+    dry_run: bool = False,
+    any_arch: bool = False,
+    host: Host | None = None,
+) -> ApplyReport:
+    """Bind this process (IRQs, own CPUs, memory policy) for `argv`; the caller execs it.
+
+    Thread roles cannot be applied before their threads exist: their COUNT CPUs are kept
+    out of `main`, and a note says to pin them later with `bind`.
+    """
+    plan = with_roles(plan, device, roles)
+    skip = arch_skip(plan, any_arch)
+    if skip is not None:
+        return ApplyReport((), (), dry_run, device, os.getpid(), skip)
+    prepared = build_exec(plan, device, list(argv), options, host)
+    notes = list(prepared.notes)
+    for role in plan.device(device).thread_roles:
+        notes.append(
+            f"thread role {role.name!r}: CPUs {format_cpulist(role.cpus)} are kept for threads "
+            f"matching {role.pattern!r}; pin them once they exist (`accelhost bind` or "
+            "accelhost.bind_current_process)"
+        )
+    results = plan_only(prepared.steps) if dry_run else execute(prepared.steps, host)
+    return ApplyReport(
+        tuple(results), prepared.warnings, dry_run, device, os.getpid(), None, tuple(notes)
+    )
