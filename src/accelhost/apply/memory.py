@@ -1,4 +1,5 @@
-"""NUMA memory: migrate_pages(2), set_mempolicy(2), get_mempolicy(2) through ctypes.
+"""NUMA memory: move_pages(2), migrate_pages(2), set_mempolicy(2), get_mempolicy(2) via ctypes,
+and the parsers of /proc/PID/smaps and /proc/PID/numa_maps that say what may move.
 
 No numactl needed; the `migratepages` tool is only a fallback where the system call is
 unavailable (an architecture whose syscall number we do not know, or a kernel without it).
@@ -35,6 +36,21 @@ _SYSCALLS: dict[str, tuple[int, int, int]] = {
     "ppc64le": (261, 260, 258),
     "s390x": (270, 269, 287),
 }
+
+
+# move_pages(2): generic table 239.
+_MOVE_PAGES = {
+    "x86_64": 279,
+    "amd64": 279,
+    "aarch64": 239,
+    "arm64": 239,
+    "riscv64": 239,
+    "loongarch64": 239,
+    "ppc64": 301,
+    "ppc64le": 301,
+    "s390x": 310,
+}
+MPOL_MF_MOVE = 1 << 1  # only pages mapped by this process alone (no CAP_SYS_NICE needed)
 
 
 class SyscallUnavailable(OSError):
@@ -84,6 +100,29 @@ def migrate_pages(pid: int, from_nodes: list[int], to_nodes: list[int]) -> int:
     old, maxnode = _mask(from_nodes, highest)
     new, _ = _mask(to_nodes, highest)
     return _syscall(nr, ctypes.c_int(pid), ctypes.c_ulong(maxnode), old, new)
+
+
+def move_pages(pid: int, addresses: list[int], node: int) -> list[int]:
+    """Move the pages at `addresses` of `pid` to `node`; each page's status as the kernel
+    gives it: the node it is on now, or a negative errno (-ENOENT: not present, -EBUSY:
+    pinned, -EACCES: mapped by other processes too, -EFAULT: no such mapping)."""
+    nr = _MOVE_PAGES.get(platform.machine().lower())
+    if nr is None:
+        raise SyscallUnavailable(f"no move_pages number known for {platform.machine()}")
+    count = len(addresses)
+    pages = (ctypes.c_void_p * count)(*addresses)
+    nodes = (ctypes.c_int * count)(*([node] * count))
+    status = (ctypes.c_int * count)()
+    _syscall(
+        nr,
+        ctypes.c_int(pid),
+        ctypes.c_ulong(count),
+        pages,
+        nodes,
+        status,
+        ctypes.c_int(MPOL_MF_MOVE),
+    )
+    return list(status)
 
 
 def set_mempolicy(mode: str, nodes: list[int]) -> None:
@@ -166,6 +205,94 @@ def parse_numa_maps(text: str) -> NumaUsage:
         for node, count in _NODE_FIELD.findall(line):
             pages[int(node)] = pages.get(int(node), 0) + int(count)
     return NumaUsage(pages, tuple(policies))
+
+
+@dataclass(frozen=True)
+class VmArea:
+    """One mapping of /proc/PID/smaps: its range, permissions, path and what pins it."""
+
+    start: int
+    end: int
+    perms: str
+    path: str
+    flags: frozenset[str] = frozenset()
+    rss_kb: int = 0
+    locked_kb: int = 0
+
+
+_SMAPS_HEAD = re.compile(r"^([0-9a-f]+)-([0-9a-f]+) (\S{4}) \S+ \S+ \S+ ?\s*(.*)$")
+
+
+def parse_smaps(text: str) -> list[VmArea]:
+    """Every mapping with its VmFlags (lo: locked, io/pf: I/O or PFN map, sh: shared)."""
+    out: list[VmArea] = []
+    head: tuple[int, int, str, str] | None = None
+    flags: frozenset[str] = frozenset()
+    rss = locked = 0
+
+    def close() -> None:
+        if head is not None:
+            out.append(VmArea(*head, flags=flags, rss_kb=rss, locked_kb=locked))
+
+    for line in text.splitlines():
+        m = _SMAPS_HEAD.match(line)
+        if m:
+            close()
+            head = (int(m.group(1), 16), int(m.group(2), 16), m.group(3), m.group(4).strip())
+            flags, rss, locked = frozenset(), 0, 0
+        elif line.startswith("VmFlags:"):
+            flags = frozenset(line.split()[1:])
+        elif line.startswith("Rss:"):
+            rss = _kb(line)
+        elif line.startswith("Locked:"):
+            locked = _kb(line)
+    close()
+    return out
+
+
+def _kb(line: str) -> int:
+    parts = line.split()
+    return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+
+
+@dataclass(frozen=True)
+class NumaRegion:
+    """One /proc/PID/numa_maps line: resident pages per node and the page size."""
+
+    pages: dict[int, int]
+    page_kb: int
+    policy: str
+
+
+def parse_numa_regions(text: str) -> dict[int, NumaRegion]:
+    """Start address -> the region's resident pages per node (hugetlb pages counted once)."""
+    out: dict[int, NumaRegion] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        try:
+            start = int(parts[0], 16)
+        except ValueError:
+            continue
+        pages = {int(n): int(c) for n, c in _NODE_FIELD.findall(line)}
+        m = re.search(r"\bkernelpagesize_kB=(\d+)", line)
+        out[start] = NumaRegion(pages, int(m.group(1)) if m else 4, parts[1])
+    return out
+
+
+def kb_per_node(regions: dict[int, NumaRegion]) -> dict[int, int]:
+    """Resident kB per node, summed over every region (huge pages at their size)."""
+    out: dict[int, int] = {}
+    for r in regions.values():
+        for node, count in r.pages.items():
+            out[node] = out.get(node, 0) + count * r.page_kb
+    return dict(sorted(out.items()))
+
+
+def read_proc(pid: int, name: str, root: str = "/") -> str | None:
+    """/proc/PID/NAME under `root` (a node agent sees the host's /proc at /host/proc)."""
+    return _read(os.path.join(root, f"proc/{pid}/{name}"))
 
 
 def numa_usage(pid: int, root: str = "/") -> NumaUsage | None:

@@ -136,3 +136,116 @@ def host_threads_warning(found: int, pattern: str) -> list[str]:
         else ""
     )
     return [f"no '{pattern}' threads found on this host; nothing to pin for them.{hint}"]
+
+
+# -- clobbered affinity: what the process's threads show before (or after) binding -------
+
+# Variables with which an OpenMP runtime pins threads itself (libgomp, LLVM/Intel OpenMP).
+OMP_PIN_VARS = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINITY")
+_FALSE = ("false", "0", "")
+
+
+def thread_affinities(pid: int) -> dict[int, frozenset[int]]:
+    """Each live thread's CPUs (threads that exit while being read are left out)."""
+    try:
+        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task") if t.isdigit()]
+    except OSError:
+        return {}
+    out = {}
+    for tid in tids:
+        try:
+            out[tid] = frozenset(os.sched_getaffinity(tid))
+        except OSError:
+            continue
+    return out
+
+
+def clobber_warnings(pid: int, planned: Sequence[int] = ()) -> list[str]:
+    """Known pathological narrowings of `pid`'s threads, each with what to do about it."""
+    return classify_clobber(
+        pid,
+        thread_affinities(pid),
+        cgroup_cpuset(pid) or _online_cpus(),
+        process_environ(pid),
+        planned,
+    )
+
+
+def classify_clobber(
+    pid: int,
+    affinities: Mapping[int, frozenset[int]],
+    cpuset: Sequence[int] | None,
+    env: Mapping[str, str] | None,
+    planned: Sequence[int] = (),
+) -> list[str]:
+    """Pure: the warnings for these thread affinities. CPUs the plan itself asks for
+    (`planned`) are never pathological: after a bind to one CPU, every thread is on it."""
+    if not affinities:
+        return []
+    allowed = set(cpuset or ())
+    plan_cpus = set(planned)
+    env = env or {}
+    omp = {k: env[k] for k in OMP_PIN_VARS if k in env}
+    omp_text = " ".join(f"{k}={v}" for k, v in omp.items())
+    sets = set(affinities.values())
+    if len(sets) == 1:
+        (only,) = sets
+        if len(only) == 1 and len(allowed) > 1 and not only <= plan_cpus:
+            return [_one_cpu(pid, len(affinities), only, allowed, env, omp_text)]
+        return []
+    singles = {tid: s for tid, s in affinities.items() if len(s) == 1}
+    pinned = frozenset().union(*singles.values()) if singles else frozenset()
+    if omp and len(pinned) > 1 and 2 * len(singles) >= len(affinities) and not pinned <= plan_cpus:
+        return [
+            f"{len(singles)} of the {len(affinities)} threads of process {pid} are each pinned "
+            f"to one CPU ({format_cpulist(sorted(pinned))}) by the OpenMP runtime ({omp_text}): "
+            "binding moves the threads that exist, but the runtime pins the threads it starts "
+            "later again. Turn the engine's own pinning off when accelhost binds (vLLM's CPU "
+            "backend: VLLM_CPU_OMP_THREADS_BIND=nobind; else unset "
+            f"{', '.join(omp)})"
+        ]
+    return []
+
+
+def _one_cpu(
+    pid: int,
+    threads: int,
+    only: frozenset[int],
+    allowed: set[int],
+    env: Mapping[str, str],
+    omp_text: str,
+) -> str:
+    (cpu,) = only
+    head = (
+        f"every thread of process {pid} ({threads}) runs on CPU {cpu} only, of the "
+        f"{len(allowed)} CPUs its cgroup allows ({format_cpulist(sorted(allowed))})"
+    )
+    bind = env.get("OMP_PROC_BIND", "").strip().lower()
+    if "OMP_PROC_BIND" in env and bind not in _FALSE:
+        return (
+            f"{head}: OMP_PROC_BIND={env['OMP_PROC_BIND']} is set, and torch's bundled libgomp "
+            "pins the whole process to CPU 0 with it before any binding (vllm-ascend #11307). "
+            "Unset OMP_PROC_BIND (or set OMP_PROC_BIND=false) in the engine's environment and "
+            "restart it; binding now fixes the threads that exist, but OpenMP threads started "
+            "later follow OMP_PROC_BIND again"
+        )
+    if omp_text:
+        return (
+            f"{head}: the OpenMP runtime pinned it ({omp_text}). Unset these in the engine's "
+            "environment (vLLM's CPU backend: VLLM_CPU_OMP_THREADS_BIND=nobind) and restart it"
+        )
+    return (
+        f"{head}: something pinned it before binding (taskset, numactl, a launcher's CPU "
+        "binding). Check the engine's start command; a plan made from this process's allowed "
+        "CPUs would see one CPU"
+    )
+
+
+def _online_cpus() -> list[int] | None:
+    text = _read("/sys/devices/system/cpu/online")
+    if text is None or not text.strip():
+        return None
+    try:
+        return sorted(set(parse_cpulist(text)))
+    except ParseError:
+        return None

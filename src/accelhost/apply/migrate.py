@@ -1,0 +1,284 @@
+"""Move a process's memory onto its device's node region by region, within a time budget.
+
+Whole-process `migrate_pages(2)` stalled engines (vllm-ascend #17286: a 206 GiB pinned,
+shared host table after warm-up). Here only the process's own private pages move, with
+`move_pages(2)` in batches, the regions with most pages off the node first, and the time
+budget is checked before every batch: a batch is at most BATCH_PAGES pages, so a bind
+never runs past its budget by more than one batch. What must not move is skipped by rule
+(`select_regions`, pure); the step says what it skipped and why, and gives the resident
+memory per node (from /proc/PID/numa_maps) before and after.
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from accelhost.apply import memory
+from accelhost.apply.steps import FAILED, NOOP, OK, Step, StepResult
+
+DEFAULT_BUDGET_MS = 1000
+BATCH_PAGES = 1024  # 4 MiB of 4 KiB pages: a few milliseconds of copying at most
+
+# Mappings the kernel makes for itself.
+KERNEL_MAPPINGS = frozenset({"[vsyscall]", "[vvar]", "[vvar_vclock]", "[vdso]", "[uprobes]"})
+
+
+@dataclass(frozen=True)
+class Region:
+    """A mapping chosen to move: its range, page size and resident pages off the target."""
+
+    start: int
+    end: int
+    page_kb: int
+    off_node: int
+    path: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "start": hex(self.start),
+            "end": hex(self.end),
+            "page_kb": self.page_kb,
+            "pages_off_node": self.off_node,
+            "path": self.path,
+        }
+
+
+def skip_reason(area: memory.VmArea) -> str | None:
+    """Why a mapping must not move, or None. Pure: the rules, one place."""
+    if area.path in KERNEL_MAPPINGS:
+        return "kernel mapping"
+    if area.flags & {"io", "pf"}:
+        return "I/O or PFN mapping"
+    if area.path.startswith("/dev/") and not area.path.startswith("/dev/zero"):
+        return "device mapping"
+    if "lo" in area.flags or area.locked_kb:
+        return "locked or pinned"
+    if area.perms[3:4] == "s" or "sh" in area.flags:
+        return "shared mapping"
+    if area.path.startswith("/") and "w" not in area.perms:
+        return "read-only file mapping (page cache other processes share)"
+    return None
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What would move (largest first) and what is skipped, by reason: kB and count."""
+
+    regions: tuple[Region, ...]
+    skipped: tuple[tuple[str, int, int], ...]  # (reason, mappings, resident kB)
+    in_place: int  # mappings with every resident page on the target already
+
+
+def select_regions(
+    areas: Sequence[memory.VmArea], numa: dict[int, memory.NumaRegion], to_node: int
+) -> Selection:
+    """Pure: the process's own mappings with resident pages off `to_node`, most first."""
+    chosen: list[Region] = []
+    skipped: dict[str, list[int]] = {}
+    in_place = 0
+    for area in areas:
+        reason = skip_reason(area)
+        if reason is not None:
+            counts = skipped.setdefault(reason, [0, 0])
+            counts[0] += 1
+            counts[1] += area.rss_kb
+            continue
+        info = numa.get(area.start)
+        if info is None:
+            in_place += 1
+            continue
+        off = sum(n for node, n in info.pages.items() if node != to_node)
+        if not off:
+            in_place += 1
+            continue
+        chosen.append(Region(area.start, area.end, info.page_kb, off, area.path))
+    chosen.sort(key=lambda r: (-r.off_node, r.start))
+    return Selection(
+        tuple(chosen), tuple((r, c[0], c[1]) for r, c in sorted(skipped.items())), in_place
+    )
+
+
+@dataclass(frozen=True)
+class MoveRegions(Step):
+    """Move the selected regions of `pid` to `to_node`, stopping when the budget is spent."""
+
+    kind: ClassVar[str] = "memory"
+    pid: int
+    to_node: int
+    budget_ms: int
+    regions: tuple[Region, ...]
+    skipped: tuple[tuple[str, int, int], ...]
+    before_kb: tuple[tuple[int, int], ...]
+    root: str = "/"
+
+    def describe(self) -> str:
+        pages = sum(r.off_node for r in self.regions)
+        skip = "; ".join(f"{n} {reason} ({kb} kB)" for reason, n, kb in self.skipped)
+        return (
+            f"move {len(self.regions)} regions of process {self.pid} ({pages} resident pages "
+            f"off node {self.to_node}) to node {self.to_node} with move_pages(2), within "
+            f"{self.budget_ms} ms; resident now {_per_node(self.before_kb)}"
+            + (f"; skip {skip}" if skip else "")
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "description": self.describe(),
+            "pid": self.pid,
+            "to_node": self.to_node,
+            "budget_ms": self.budget_ms,
+            "regions": [r.to_dict() for r in self.regions],
+            "skipped": [{"reason": r, "mappings": n, "kb": kb} for r, n, kb in self.skipped],
+            "resident_kb_before": {str(n): kb for n, kb in self.before_kb},
+        }
+
+
+def _per_node(pairs: Sequence[tuple[int, int]] | dict[int, int]) -> str:
+    items = pairs.items() if isinstance(pairs, dict) else pairs
+    return ", ".join(f"N{n}={kb} kB" for n, kb in items) or "nothing resident"
+
+
+def build_move(pid: int, to_node: int, budget_ms: int, root: str = "/") -> MoveRegions | str:
+    """The step for `pid`, or why there is none (its maps cannot be read)."""
+    smaps = memory.read_proc(pid, "smaps", root)
+    numa_text = memory.read_proc(pid, "numa_maps", root)
+    if smaps is None or numa_text is None:
+        return f"cannot read /proc/{pid}/smaps and numa_maps under {root}"
+    numa = memory.parse_numa_regions(numa_text)
+    sel = select_regions(memory.parse_smaps(smaps), numa, to_node)
+    before = tuple(memory.kb_per_node(numa).items())
+    return MoveRegions(pid, to_node, budget_ms, sel.regions, sel.skipped, before, root)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the budgeted run did: per-page statuses counted, and what was left untried."""
+
+    batches: int = 0
+    on_node: int = 0
+    absent: int = 0
+    refused: tuple[tuple[str, int], ...] = ()  # (errno name, pages)
+    regions_done: int = 0
+    regions_left: int = 0
+    pages_left: int = 0
+    elapsed_ms: float = 0.0
+
+
+Mover = Callable[[int, list[int], int], list[int]]
+Clock = Callable[[], float]
+
+
+def move_within_budget(
+    step: MoveRegions,
+    *,
+    mover: Mover = memory.move_pages,
+    clock: Clock = time.monotonic,
+    batch_pages: int = BATCH_PAGES,
+) -> Outcome:
+    """Move the step's regions, checking the budget before every batch."""
+    start = clock()
+    deadline = start + step.budget_ms / 1000.0
+    batches = on_node = absent = done = 0
+    refused: dict[str, int] = {}
+    for index, region in enumerate(step.regions):
+        size = region.page_kb * 1024
+        addr = region.start
+        while addr < region.end:
+            if clock() >= deadline:
+                left = step.regions[index:]
+                return Outcome(
+                    batches,
+                    on_node,
+                    absent,
+                    tuple(sorted(refused.items())),
+                    done,
+                    len(left),
+                    sum(r.off_node for r in left),
+                    (clock() - start) * 1000.0,
+                )
+            count = min(batch_pages, (region.end - addr) // size)
+            if count <= 0:  # a tail shorter than one page: nothing addressable left
+                break
+            statuses = mover(step.pid, [addr + i * size for i in range(count)], step.to_node)
+            batches += 1
+            for s in statuses:
+                if s == step.to_node:
+                    on_node += 1
+                elif s in (-errno.ENOENT, -errno.EFAULT):
+                    absent += 1
+                elif s < 0:
+                    name = errno.errorcode.get(-s, str(-s))
+                    refused[name] = refused.get(name, 0) + 1
+            addr += count * size
+        done += 1
+    return Outcome(
+        batches, on_node, absent, tuple(sorted(refused.items())), done, 0, 0,
+        (clock() - start) * 1000.0,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class MoveResult(StepResult):
+    """A StepResult that also carries the per-node memory before and after, for --json."""
+
+    outcome: Outcome | None = None
+    after_kb: tuple[tuple[int, int], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out = StepResult.to_dict(self)
+        out["resident_kb_after"] = {str(n): kb for n, kb in self.after_kb}
+        if self.outcome is not None:
+            o = self.outcome
+            out["moved"] = {
+                "batches": o.batches,
+                "pages_on_node": o.on_node,
+                "pages_not_present": o.absent,
+                "pages_refused": dict(o.refused),
+                "regions_done": o.regions_done,
+                "regions_left": o.regions_left,
+                "pages_left": o.pages_left,
+                "elapsed_ms": round(o.elapsed_ms, 1),
+            }
+        return out
+
+
+def run_move(step: MoveRegions, mover: Mover = memory.move_pages) -> MoveResult:
+    """Run the step; never raises: a process that exits or a kernel without the call fails
+    the step with a reason."""
+    if not step.regions:
+        return MoveResult(
+            step,
+            NOOP,
+            f"nothing to move: every movable page is on node {step.to_node}",
+            None,
+            step.before_kb,
+        )
+    try:
+        outcome = move_within_budget(step, mover=mover)
+    except ProcessLookupError:
+        return MoveResult(step, FAILED, f"process {step.pid} has exited")
+    except OSError as exc:
+        return MoveResult(step, FAILED, f"move_pages(2): {exc.strerror or exc}")
+    text = memory.read_proc(step.pid, "numa_maps", step.root)
+    after = tuple(memory.kb_per_node(memory.parse_numa_regions(text)).items()) if text else ()
+    parts = [
+        f"{outcome.regions_done} of {len(step.regions)} regions done in "
+        f"{outcome.elapsed_ms:.0f} ms ({outcome.on_node} pages now on node {step.to_node}, "
+        f"{outcome.absent} not present)"
+    ]
+    if outcome.refused:
+        parts.append(
+            "the kernel kept " + ", ".join(f"{n} pages ({name})" for name, n in outcome.refused)
+        )
+    if outcome.regions_left:
+        parts.append(
+            f"stopped at the {step.budget_ms} ms budget: {outcome.regions_left} regions "
+            f"({outcome.pages_left} pages off node) left; raise --migrate-budget-ms to move more"
+        )
+    parts.append(f"resident before {_per_node(step.before_kb)}; after {_per_node(after)}")
+    return MoveResult(step, OK, "; ".join(parts), outcome, after)
