@@ -4,9 +4,11 @@
 
 Measured on the same child process, alternating between two CPU sets so that every run
 really changes every thread:
-  accelhost (library)  build the thread steps (list /proc/PID/task, read every comm, assign
-                       roles) and execute them (sched_setaffinity + read-back per thread):
-                       what `bind_current_process` and `accelhost bind` do per process.
+  accelhost (library)  the one bind driver (`accelhost.apply.driver.bind`): build the
+                       thread steps (list /proc/PID/task, read every comm, assign roles),
+                       execute them (sched_setaffinity + read-back per thread), list the
+                       task directory once more for threads born meanwhile: what
+                       `bind_current_process`, `accelhost bind` and `run --bind` do.
   system calls only    the system calls the library path cannot do without, in a bare
                        loop: open/read/close of every comm, sched_setaffinity and the
                        read-back per thread. The floor: what is left above it is Python.
@@ -70,8 +72,8 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    from accelhost.apply.build import BindOptions, build_bind
-    from accelhost.apply.execute import execute
+    from accelhost.apply import driver
+    from accelhost.apply.build import BindOptions
     from accelhost.plans import Plan
 
     cpus = sorted(os.sched_getaffinity(0))
@@ -100,8 +102,8 @@ def main() -> int:
         options = BindOptions(pid=pid, memory=False, irq=False)
 
         def ours(i: int) -> None:
-            prepared = build_bind(plans[i % 2], 0, options)
-            done = execute(prepared.steps)
+            # The one driver every entry point calls (with its retry listing of new threads).
+            done = driver.bind(plans[i % 2], 0, options, any_arch=True).results
             assert all(r.status == "ok" for r in done), [r.line for r in done if r.status != "ok"]
 
         def floor(i: int) -> None:

@@ -17,29 +17,38 @@ from accelhost.cpulist import parse_cpulist
 # A child whose threads name themselves (writing their own comm), then wait for stdin to close.
 CHILD = r"""
 import sys, threading
-stop = threading.Event()
-def run(name, ready):
+own = {}  # name -> (thread, its own stop event), for "end NAME"
+def run(name, ready, mine):
     tid = threading.get_native_id()
     with open(f"/proc/self/task/{tid}/comm", "w") as fh:
         fh.write(name)
     ready.set()
-    stop.wait()
+    mine.wait()
+def start(name):
+    ready, mine = threading.Event(), threading.Event()
+    t = threading.Thread(target=run, args=(name, ready, mine), daemon=True)
+    t.start()
+    ready.wait()
+    own[name] = (t, mine)
 if len(sys.argv) > 2 and sys.argv[1] == "--count":
     threading.stack_size(256 * 1024)
     names = [f"worker{i}" for i in range(int(sys.argv[2]))]
 else:
     names = sys.argv[1:]
 for name in names:
-    ready = threading.Event()
-    threading.Thread(target=run, args=(name, ready), daemon=True).start()
-    ready.wait()
+    start(name)
 print("ready", flush=True)
-for line in sys.stdin:  # "spawn NAME": one more thread, created by the main thread
-    ready = threading.Event()
-    threading.Thread(target=run, args=(line.split()[1], ready), daemon=True).start()
-    ready.wait()
+for line in sys.stdin:  # "spawn NAME": one more thread; "end NAME": that thread exits
+    verb, name = line.split()
+    if verb == "spawn":
+        start(name)
+    else:
+        t, mine = own.pop(name)
+        mine.set()
+        t.join()
     print("ok", flush=True)
-stop.set()
+for t, mine in own.values():
+    mine.set()
 """
 
 
@@ -63,8 +72,15 @@ class Child:
         return self.tids()[name][0]
 
     def spawn_thread(self, name: str) -> None:
+        self._ask(f"spawn {name}")
+
+    def end_thread(self, name: str) -> None:
+        """Make the thread of that name exit; returns once it has."""
+        self._ask(f"end {name}")
+
+    def _ask(self, line: str) -> None:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(f"spawn {name}\n")
+        self.proc.stdin.write(f"{line}\n")
         self.proc.stdin.flush()
         assert self.proc.stdout.readline().strip() == "ok"
 

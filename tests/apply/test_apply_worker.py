@@ -96,12 +96,35 @@ def test_never_raises_unless_strict():
     assert out["raised"] == "ApplyError" and "acl_thread" in out["message"]
 
 
-def test_worker_import_is_cheap():
+def test_worker_import_pulls_in_only_what_it_needs():
+    """Importing the worker entry point loads the plan types and errors, nothing else of
+    accelhost; the first call loads the applier (the one bind driver), never the CLI."""
     code = (
-        "import sys, accelhost.apply.worker, accelhost; accelhost.bind_current_process;"
-        "bad = [m for m in sys.modules if m.startswith(('argparse', 'accelhost.cli', "
-        "'prometheus_client', 'subprocess', 'ctypes'))];"
-        "print(bad)"
+        "import sys, json, accelhost.apply.worker, accelhost; accelhost.bind_current_process\n"
+        "mods = lambda: sorted(m for m in sys.modules if m.startswith('accelhost'))\n"
+        "heavy = ('argparse', 'accelhost.cli', 'prometheus_client', 'subprocess', 'ctypes')\n"
+        "at_import = mods()\n"
+        "bad = [m for m in sys.modules if m.startswith(heavy)]\n"
+        "plan = {'devices': {'0': {'main': sorted(__import__('os').sched_getaffinity(0))}}}\n"
+        "accelhost.bind_current_process(plan, 0, dry_run=True, irq=False)\n"
+        "after = [m for m in mods() if m.startswith(('accelhost.cli', 'accelhost.hygiene'))]\n"
+        "print(json.dumps({'import': at_import, 'bad': bad, 'after_call': after}))"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert res.stdout.strip() == "[]", res.stderr
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["import"] == [
+        "accelhost",
+        "accelhost.apply",
+        "accelhost.apply.worker",
+        "accelhost.errors",
+        "accelhost.plans",
+    ]
+    assert out["bad"] == [] and out["after_call"] == []
+
+
+def test_thread_roles_take_the_same_grammar_in_the_worker():
+    out, _ = run_worker(GENERIC, device=0, thread_roles=["busy=^acl@0"])
+    assert out["ok"] and out["cpus"] == {"python": [0], "acl_thread": [0]}
+    out, log = run_worker(GENERIC, device=0, thread_roles=["busy=acl:0"])
+    assert out["skipped"].startswith("--thread-role 'busy=acl:0'") and "COUNT '0'" in log

@@ -91,7 +91,7 @@ def bind(
         return ApplyReport((), (), dry_run, device, options.pid, skip)
     prepared = build_bind(plan, device, options, host)
     pid = options.pid
-    results = plan_only(prepared.steps) if dry_run else _run(prepared, plan, device, pid, host)
+    results = plan_only(prepared.steps) if dry_run else run_steps(prepared, plan, device, pid, host)
     warnings = list(prepared.warnings)
     if pid is not None and options.threads:
         got = {r.step.role for r in results if type(r.step) is ThreadAffinity and r.step.pid == pid}
@@ -99,7 +99,7 @@ def bind(
     return ApplyReport(tuple(results), tuple(warnings), dry_run, device, pid, None, prepared.notes)
 
 
-def _run(
+def run_steps(
     prepared: Prepared, plan: Plan, device: int, pid: int | None, host: Host | None
 ) -> list[StepResult]:
     """Execute the steps; after the process's own thread steps, pin threads born meanwhile."""
