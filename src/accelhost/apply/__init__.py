@@ -2,6 +2,12 @@
 
 Applying a plan is two phases so that `--dry-run` can show exactly what a real run does:
 `build` reads the host and returns a list of step dataclasses (`steps`), and `execute`
-runs them in order and reports each outcome. Modules here import only the standard
-library so that `accelhost.apply.worker` stays cheap to import inside inference workers.
+runs them in order and reports each outcome. `driver` is the one bind driver that
+`accelhost bind`, `exec`, `run --bind` and `worker.bind_current_process` all call (ARM
+policy, thread roles, retry of threads born while binding, the report). Around them:
+`threads` (list, match and pin threads), `irq` and `irqbalance` (device interrupts),
+`memory` and `migrate` (NUMA pages), `traps` (warnings before binding), `identity` (which
+device a process holds), `verify` (drift). Modules here import only the standard library,
+and `worker` imports the rest on its first call, so that it stays cheap to import inside
+inference workers.
 """
