@@ -106,12 +106,12 @@ def device_of_nodes(
     if not ids:
         held = f"; it holds {', '.join(unknown)}, which name no device id" if unknown else ""
         raise UsageError(
-            f"process {pid} holds no device node ({BUILTIN_NODES}{held}): pass --device N, "
+            f"process {pid} holds no device node ({BUILTIN_NODES}{held}): give --device N, "
             "or --device-glob GLOB for other nodes"
         )
     listed = "; ".join(f"device {d}: {', '.join(p)}" for d, p in sorted(ids.items()))
     raise UsageError(
-        f"process {pid} holds several devices ({listed}): pass --device N to say which"
+        f"process {pid} holds several devices ({listed}): give --device N to say which"
     )
 
 

@@ -79,11 +79,12 @@ def test_migrate_pages_syscall_runs_on_this_kernel(spawn):
     assert memory.migrate_pages(child.pid, nodes, [nodes[0]]) == 0
 
 
-def test_memory_step_calls_the_kernel_when_several_nodes_have_memory(
+def test_memory_step_selects_regions_when_several_nodes_have_memory(
     spawn, plan_file, cli, fake_tree
 ):
-    # The fake sysfs claims nodes 0 and 1 hold memory: the step runs migrate_pages(2)
-    # for real (node 1 is empty here, so nothing moves) and says how.
+    # The fake sysfs claims nodes 0 and 1 hold memory: the step reads the process's real
+    # maps, skips what must not move, and (every page being on node 0 here) moves nothing,
+    # saying where the memory is before and after.
     (fake_tree.root / "sys/devices/system/node/has_memory").write_text("0-1\n")
     child = spawn("worker")
     res = cli(
@@ -100,8 +101,10 @@ def test_memory_step_calls_the_kernel_when_several_nodes_have_memory(
     )
     assert res.rc == 0, res.out
     step = next(s for s in json.loads(res.out)["steps"] if s["kind"] == "memory")
-    assert step["status"] == "ok" and step["detail"].startswith("via migrate_pages(2)")
-    assert step["from_nodes"] == [0, 1] and step["to_node"] == 0
+    assert step["status"] == "noop" and step["memory_nodes"] == [0, 1]
+    assert step["to_node"] == 0 and step["regions"] == []
+    assert "kernel mapping" in {s["reason"] for s in step["skipped"]}
+    assert int(step["resident_kb_before"]["0"]) > 0 and int(step["resident_kb_after"]["0"]) > 0
 
 
 def test_mempolicy_round_trip_in_a_child():

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from accelhost.apply import irq as irqmod
 from accelhost.apply import traps
+from accelhost.apply.migrate import DEFAULT_BUDGET_MS, build_move
 from accelhost.apply.steps import (
     ExecCommand,
     IrqAffinity,
     IrqBalance,
     MemPolicy,
-    MigratePages,
     OwnAffinity,
     SaveIrqState,
     Step,
@@ -49,6 +49,7 @@ class BindOptions:
     state_dir: str = irqmod.DEFAULT_STATE_DIR
     host_threads: bool = True
     membind: bool = False
+    migrate_budget_ms: int = DEFAULT_BUDGET_MS
 
 
 @dataclass(frozen=True)
@@ -108,12 +109,13 @@ def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None 
         warnings += traps.omp_warnings(traps.process_environ(pid), f"process {pid}")
         planned = [*dev.main, *(c for r in roles for c in r.cpus)]
         warnings += traps.outside_cpuset_warning(pid, planned)
+        warnings += traps.clobber_warnings(pid, planned)
     if options.threads and options.host_threads:
         ht_steps, ht_warnings = _host_thread_steps(plan, pid)
         steps += ht_steps
         warnings += ht_warnings
     if pid is not None and options.memory:
-        steps += _memory_steps(dev, pid, options.host_root)
+        steps += _memory_steps(dev, pid, options.host_root, options.migrate_budget_ms)
     if options.irq:
         irq_steps, irq_warnings, irq_notes = build_irq(plan, dev, options, host)
         steps += irq_steps
@@ -135,7 +137,7 @@ def _host_thread_steps(plan: Plan, pid: int | None) -> tuple[list[Step], list[st
     return steps, traps.host_threads_warning(len(found), ht.pattern)
 
 
-def _memory_steps(dev: DevicePlan, pid: int, root: str) -> list[Step]:
+def _memory_steps(dev: DevicePlan, pid: int, root: str, budget_ms: int) -> list[Step]:
     from accelhost.apply.memory import memory_nodes
 
     nodes = memory_nodes(root)
@@ -150,7 +152,11 @@ def _memory_steps(dev: DevicePlan, pid: int, root: str) -> list[Step]:
                     f"the NUMA node of CPU {dev.pool[0]} is unknown",
                 )
             ]
-    return [MigratePages(pid, tuple(nodes or [node]), node, root)]
+    # Region by region within the budget (apply/migrate.py), never the whole process.
+    step = build_move(pid, node, budget_ms, nodes)
+    if isinstance(step, str):
+        return [Unresolved(f"move pages of process {pid} to node {node}", step)]
+    return [step]
 
 
 def device_irqs(

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from accelhost.apply import irq as irqmod
+from accelhost.apply.migrate import MoveRegions, run_move
 from accelhost.apply.steps import (
     FAILED,
-    NOOP,
     OK,
     PLANNED,
     SKIPPED,
@@ -24,7 +24,6 @@ from accelhost.apply.steps import (
     IrqAffinity,
     IrqBalance,
     MemPolicy,
-    MigratePages,
     OwnAffinity,
     SaveIrqState,
     Step,
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("accelhost.apply")
 
 UNSAVED = "not written: the current masks could not be saved for `unbind --irq`"
-NO_MIGRATEPAGES = "The 'migratepages' command is not available, skipping memory binding."
 
 
 def plan_only(steps: Sequence[Step]) -> list[StepResult]:
@@ -98,6 +96,9 @@ def execute(steps: Sequence[Step], host: Host | None = None) -> list[StepResult]
                     continue
                 status, detail = FAILED, _kernel_set(got)
         elif isinstance(step, ExecCommand):
+            continue
+        elif isinstance(step, MoveRegions):  # its result carries per-node memory for --json
+            append(run_move(step))
             continue
         elif unsaved and isinstance(step, IrqAffinity):
             # Writing it now would lose the mask `unbind --irq` is to put back.
@@ -165,8 +166,6 @@ def _run(step: Step, host: Host | None) -> tuple[str, str]:
         if set(got) != set(step.cpus):
             return FAILED, f"the kernel set CPUs {format_cpulist(got)} instead (cpuset)"
         return OK, ""
-    if isinstance(step, MigratePages):
-        return _migrate(step, host)
     if isinstance(step, MemPolicy):
         from accelhost.apply.memory import SyscallUnavailable, set_mempolicy
 
@@ -212,41 +211,6 @@ def _thread_error(exc: OSError) -> tuple[str, str]:
 
 def _kernel_set(got: set[int]) -> str:
     return f"the kernel set CPUs {format_cpulist(got)} instead (cpuset)"
-
-
-def _migrate(step: MigratePages, host: Host | None) -> tuple[str, str]:
-    from accelhost.apply.memory import SyscallUnavailable, migrate_pages, numa_usage
-
-    sources = [n for n in step.from_nodes if n != step.to_node]
-    if not sources:
-        return NOOP, "no-op on a one-node host"
-    before = numa_usage(step.pid, step.root)
-    how = "migrate_pages(2)"
-    try:
-        not_moved = migrate_pages(step.pid, list(step.from_nodes), [step.to_node])
-    except ProcessLookupError:
-        return FAILED, f"process {step.pid} has exited"
-    except SyscallUnavailable:
-        from accelhost.apply.build import live_host
-
-        h = host or live_host()
-        result = h.run(["migratepages", str(step.pid), format_cpulist(sources), str(step.to_node)])
-        if result is None:
-            return FAILED, f"migrate_pages(2) unavailable; {NO_MIGRATEPAGES}"
-        if not result.ok:
-            return FAILED, f"migratepages exited with status {result.rc}"
-        not_moved, how = 0, "migratepages"
-    after = numa_usage(step.pid, step.root)
-    detail = [f"via {how}"]
-    if before is not None and after is not None:
-        moved = sum(before.pages.get(n, 0) - after.pages.get(n, 0) for n in sources)
-        detail.append(
-            f"about {max(moved, 0)} pages left nodes {format_cpulist(sources)} "
-            f"(numa_maps before: {before.summary()}; after: {after.summary()})"
-        )
-    if not_moved:
-        detail.append(f"the kernel could not move {not_moved} pages")
-    return OK, "; ".join(detail)
 
 
 def _irq(step: IrqAffinity) -> tuple[str, str]:

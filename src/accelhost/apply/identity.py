@@ -141,3 +141,21 @@ def device_of_local_rank(
             dev, f"{found.how}; /dev/nvidia{found.device} is {pci}, plan device {dev}"
         )
     return found
+
+
+def device_for_command(
+    pid: int, plan_path: str | None, globs: Sequence[str] = (), host: Host | None = None
+) -> Identified:
+    """`bind`/`verify --pid P` without --device: the device P holds, joined to the plan
+    file's `pci` when it has them (when planning this host, the node's number)."""
+    from accelhost.errors import ApplyError
+
+    h = _host(host)
+    if h.list_dir(f"/proc/{pid}") is None:
+        raise ApplyError(f"process {pid} does not exist")
+    plan = None
+    if plan_path:
+        from accelhost.apply.worker import load_plan
+
+        plan = load_plan(plan_path)
+    return device_of_pid(pid, plan, globs, h)

@@ -113,9 +113,15 @@ class MoveRegions(Step):
     regions: tuple[Region, ...]
     skipped: tuple[tuple[str, int, int], ...]
     before_kb: tuple[tuple[int, int], ...]
-    root: str = "/"
+    nodes: tuple[int, ...] = ()  # the host's memory nodes, when known
 
     def describe(self) -> str:
+        if len(self.nodes) == 1 and self.nodes == (self.to_node,):
+            return (
+                f"move pages of process {self.pid} to NUMA node {self.to_node} (only node "
+                f"{self.to_node} has memory: nothing to move); resident now "
+                f"{_per_node(self.before_kb)}"
+            )
         pages = sum(r.off_node for r in self.regions)
         skip = "; ".join(f"{n} {reason} ({kb} kB)" for reason, n, kb in self.skipped)
         return (
@@ -135,6 +141,7 @@ class MoveRegions(Step):
             "regions": [r.to_dict() for r in self.regions],
             "skipped": [{"reason": r, "mappings": n, "kb": kb} for r, n, kb in self.skipped],
             "resident_kb_before": {str(n): kb for n, kb in self.before_kb},
+            "memory_nodes": list(self.nodes),
         }
 
 
@@ -143,16 +150,22 @@ def _per_node(pairs: Sequence[tuple[int, int]] | dict[int, int]) -> str:
     return ", ".join(f"N{n}={kb} kB" for n, kb in items) or "nothing resident"
 
 
-def build_move(pid: int, to_node: int, budget_ms: int, root: str = "/") -> MoveRegions | str:
-    """The step for `pid`, or why there is none (its maps cannot be read)."""
-    smaps = memory.read_proc(pid, "smaps", root)
-    numa_text = memory.read_proc(pid, "numa_maps", root)
+def build_move(
+    pid: int, to_node: int, budget_ms: int, nodes: Sequence[int] = ()
+) -> MoveRegions | str:
+    """The step for `pid`, or why there is none (its maps cannot be read).
+
+    The maps are read from this namespace's /proc, never under --host-root: move_pages(2)
+    acts on the pids of the caller's namespace, so the two must be the same process.
+    """
+    smaps = memory.read_proc(pid, "smaps")
+    numa_text = memory.read_proc(pid, "numa_maps")
     if smaps is None or numa_text is None:
-        return f"cannot read /proc/{pid}/smaps and numa_maps under {root}"
+        return f"cannot read /proc/{pid}/smaps and /proc/{pid}/numa_maps"
     numa = memory.parse_numa_regions(numa_text)
     sel = select_regions(memory.parse_smaps(smaps), numa, to_node)
     before = tuple(memory.kb_per_node(numa).items())
-    return MoveRegions(pid, to_node, budget_ms, sel.regions, sel.skipped, before, root)
+    return MoveRegions(pid, to_node, budget_ms, sel.regions, sel.skipped, before, tuple(nodes))
 
 
 @dataclass(frozen=True)
@@ -251,10 +264,11 @@ def run_move(step: MoveRegions, mover: Mover = memory.move_pages) -> MoveResult:
     """Run the step; never raises: a process that exits or a kernel without the call fails
     the step with a reason."""
     if not step.regions:
+        one = " (no-op on a one-node host)" if len(step.nodes) == 1 else ""
         return MoveResult(
             step,
             NOOP,
-            f"nothing to move: every movable page is on node {step.to_node}",
+            f"nothing to move: every movable page is on node {step.to_node}{one}",
             None,
             step.before_kb,
         )
@@ -264,7 +278,7 @@ def run_move(step: MoveRegions, mover: Mover = memory.move_pages) -> MoveResult:
         return MoveResult(step, FAILED, f"process {step.pid} has exited")
     except OSError as exc:
         return MoveResult(step, FAILED, f"move_pages(2): {exc.strerror or exc}")
-    text = memory.read_proc(step.pid, "numa_maps", step.root)
+    text = memory.read_proc(step.pid, "numa_maps")
     after = tuple(memory.kb_per_node(memory.parse_numa_regions(text)).items()) if text else ()
     parts = [
         f"{outcome.regions_done} of {len(step.regions)} regions done in "

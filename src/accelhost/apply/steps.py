@@ -83,29 +83,6 @@ class OwnAffinity(Step):
 
 
 @dataclass(frozen=True)
-class MigratePages(Step):
-    """Move a process's pages from `from_nodes` onto `to_node` (migrate_pages(2))."""
-
-    kind: ClassVar[str] = "memory"
-    pid: int
-    from_nodes: tuple[int, ...]
-    to_node: int
-    root: str = "/"
-
-    def describe(self) -> str:
-        others = [n for n in self.from_nodes if n != self.to_node]
-        if not others:
-            return (
-                f"move pages of process {self.pid} to NUMA node {self.to_node} "
-                f"(only node {self.to_node} has memory: nothing to move)"
-            )
-        return (
-            f"move pages of process {self.pid} from nodes {_cpus(tuple(others))} "
-            f"to node {self.to_node}"
-        )
-
-
-@dataclass(frozen=True)
 class MemPolicy(Step):
     """Set the memory policy the exec'ed command starts with (inherited across execve)."""
 

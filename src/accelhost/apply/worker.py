@@ -47,8 +47,10 @@ def load_plan(plan: Plan | dict[str, Any] | str | os.PathLike[str]) -> Plan:
 
 def bind_current_process(
     plan: Plan | dict[str, Any] | str | os.PathLike[str],
-    device: int,
+    device: int | None = None,
     *,
+    local_rank: int | None = None,
+    migrate_budget_ms: int | None = None,
     dry_run: bool = False,
     any_arch: bool = False,
     strict: bool = False,
@@ -64,7 +66,11 @@ def bind_current_process(
     The same driver as `accelhost bind --pid <this process>` (apply/driver.py): Ascend plans
     are bound on ARM hosts only, as the reference does, unless `any_arch`. `thread_roles`
     are `--thread-role` strings (`nccl=^NCCL:2`, `nccl=^NCCL@40-41`), RoleSpecs or
-    ThreadRoles. Returns the report (`report.ok`, `report.lines()`); with `strict=True` a
+    ThreadRoles. Without `device`, the device is the one of worker `local_rank` (the R-th
+    entry of ASCEND_RT_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES / ..., mapped to the host id:
+    `accelhost.apply.identity.device_of_local_rank`); the report's `device` is that host id.
+    `migrate_budget_ms` bounds the memory migration (default 1000). Returns the report
+    (`report.ok`, `report.lines()`); with `strict=True` a
     bad plan or a failed step raises `AccelhostError` instead of only logging a warning.
     """
     pid = os.getpid()
@@ -72,9 +78,19 @@ def bind_current_process(
         # Imported here: `import accelhost` in a worker should cost next to nothing.
         from accelhost.apply import driver
         from accelhost.apply.build import BindOptions
+        from accelhost.apply.migrate import DEFAULT_BUDGET_MS
         from accelhost.planner.roles import parse_role_spec
 
         roles = [parse_role_spec(r) if isinstance(r, str) else r for r in thread_roles]
+        the_plan = load_plan(plan)
+        if device is None:
+            from accelhost.apply.identity import device_of_local_rank
+
+            if local_rank is None:
+                raise ApplyError("say which device: device=N, or local_rank=R")
+            found = device_of_local_rank(the_plan, local_rank)
+            device = found.device
+            log.info("device %d: %s", device, found.how)
         options = BindOptions(
             pid=pid,
             memory=migrate_memory,
@@ -82,9 +98,10 @@ def bind_current_process(
             irqbalance=irqbalance,
             host_root=host_root,
             state_dir=state_dir,
+            migrate_budget_ms=DEFAULT_BUDGET_MS if migrate_budget_ms is None else migrate_budget_ms,
         )
         report = driver.bind(
-            load_plan(plan), device, options, roles=roles, dry_run=dry_run, any_arch=any_arch
+            the_plan, device, options, roles=roles, dry_run=dry_run, any_arch=any_arch
         )
     except AccelhostError as exc:
         if strict:
@@ -113,7 +130,7 @@ def bind_current_process(
     return report
 
 
-def _skipped(dry_run: bool, device: int, pid: int, why: str) -> ApplyReport:
+def _skipped(dry_run: bool, device: int | None, pid: int, why: str) -> ApplyReport:
     from accelhost.apply.steps import ApplyReport
 
     return ApplyReport((), (), dry_run, device, pid, why)

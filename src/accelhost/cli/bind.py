@@ -45,6 +45,8 @@ def register(sub: Any) -> None:
     bind.add_argument("--irq-only", action="store_true", help="run only the IRQ step")
     bind.add_argument("--no-irq", action="store_true", help="leave IRQs alone")
     bind.add_argument("--no-memory", action="store_true", help="do not move memory pages")
+    _migrate_option(bind)
+    _device_glob_option(bind)
     _irq_options(bind)
     _role_option(bind)
     add_json_option(bind)
@@ -87,6 +89,7 @@ def register(sub: Any) -> None:
     ver.add_argument("--pid", type=int, help="the worker process (omit to check IRQs only)")
     ver.add_argument("--no-irq", action="store_true", help="do not check IRQ masks")
     ver.add_argument("--host-root", metavar="DIR", default="/", help=HOST_ROOT_HELP)
+    _device_glob_option(ver)
     _role_option(ver)
     add_json_option(ver)
     ver.set_defaults(func=cmd_verify)
@@ -158,6 +161,31 @@ def _irq_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-dir", metavar="DIR", default=None, help=STATE_HELP)
 
 
+def _device_glob_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--device-glob",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="without --device: also treat open files matching GLOB as device nodes, the "
+        "number their name ends with being the device id (adds to /dev/davinciN, "
+        "/dev/nvidiaN, /dev/accel/accelN, /dev/dri/renderD*)",
+    )
+
+
+def _migrate_option(p: argparse.ArgumentParser) -> None:
+    from accelhost.apply.migrate import DEFAULT_BUDGET_MS
+
+    p.add_argument(
+        "--migrate-budget-ms",
+        type=int,
+        default=DEFAULT_BUDGET_MS,
+        metavar="MS",
+        help="stop moving memory pages after this long, between two batches "
+        f"(default {DEFAULT_BUDGET_MS})",
+    )
+
+
 def _role_option(p: argparse.ArgumentParser) -> None:
     # Parsed in the handler by the one role parser, so a bad spec is a UsageError (exit 2)
     # with the same words in every command.
@@ -179,6 +207,17 @@ def thread_roles(args: argparse.Namespace) -> list[RoleSpec]:
 def device_of(args: argparse.Namespace, what: str) -> int:
     """The one device the command applies to; UsageError when none (or several) is given."""
     device = one_device(args, what)
+    if (
+        device is None
+        and getattr(args, "pid", None) is not None
+        and not getattr(args, "irq_only", False)
+    ):
+        # No --device: the device the process holds open (exit 2 for none or several).
+        from accelhost.apply.identity import device_for_command
+
+        found = device_for_command(args.pid, args.plan, args.device_glob)
+        args.device_found = found.to_dict()
+        return found.device
     if device is None:
         raise UsageError(f"give --device N (the device whose plan to {what.split()[-1]})")
     return device
@@ -251,9 +290,12 @@ def _quiet_library_log() -> None:
 def _print_report(args: argparse.Namespace, rep: ApplyReport, out: Any = None) -> None:
     """The report as JSON or lines; the same for bind, exec and unbind, dry run or not."""
     stream = out or sys.stdout
+    found = getattr(args, "device_found", None)
     if args.json:
-        print_json(rep.to_dict(), stream)
+        print_json({**rep.to_dict(), **({"device_found": found} if found else {})}, stream)
         return
+    if found:
+        print(f"device {found['device']}: {found['how']}", file=stream)
     _warn(rep.warnings)
     if rep.skipped is not None:
         print(f"accelhost: {rep.skipped}", file=sys.stderr)
@@ -292,6 +334,7 @@ def cmd_bind(args: argparse.Namespace) -> int:
         threads=not args.irq_only,
         memory=not (args.irq_only or args.no_memory),
         irq=not args.no_irq,
+        migrate_budget_ms=args.migrate_budget_ms,
     )
     _quiet_library_log()
     # The CLI binds on any architecture: naming the process is the override.
@@ -350,9 +393,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
         )
     options = _options(args, pid=args.pid, irq=not args.no_irq)
     rep = verify(plan, device, options)
+    found = getattr(args, "device_found", None)
     if args.json:
-        print_json(rep.to_dict())
+        print_json({**rep.to_dict(), **({"device_found": found} if found else {})})
     else:
+        if found:
+            print(f"device {found['device']}: {found['how']}")
         for line in rep.lines():
             print(line)
     return rep.exit_status

@@ -1,0 +1,159 @@
+"""vLLM plugin: every worker binds itself to its device's CPUs after warm-up.
+
+Installed with accelhost as the `vllm.general_plugins` entry point `accelhost`; vLLM loads
+it in every process it starts. It does nothing unless ACCELHOST_PLAN names a plan file.
+Then it wraps `compile_or_warm_up_model` of vLLM's worker wrapper (the last step of a
+worker's start-up: model loaded, KV cache allocated, warm-up run, so the runtime's
+threads exist), and after it returns binds the worker process with
+`bind_current_process`: the device is the worker's local rank resolved through the
+visible-devices variable (on the CPU backend, which has no device, the local rank is the
+device id). It logs one line saying what it did, and a failure to bind is logged, never
+raised: the engine keeps serving.
+
+vllm-ascend binds CPUs itself after warm-up (`enable_cpu_binding`, on by default); the
+two would fight, so the plugin turns that off in the worker and says so.
+
+Environment: ACCELHOST_PLAN (the plan file), ACCELHOST_MIGRATE_BUDGET_MS (memory
+migration budget; 0 skips migration), ACCELHOST_BIND_IRQ=1 (also bind the device's IRQs:
+needs root, and is better done once per host with `accelhost bind --irq-only`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+ENV_PLAN = "ACCELHOST_PLAN"
+ENV_BUDGET = "ACCELHOST_MIGRATE_BUDGET_MS"
+ENV_IRQ = "ACCELHOST_BIND_IRQ"
+HOOK = "compile_or_warm_up_model"
+_MARK = "_accelhost_bind_installed"
+
+# A child of vLLM's logger, so the line shows up with vLLM's own (same handler, format).
+log = logging.getLogger("vllm.accelhost")
+
+ASCEND_OFF = (
+    "vllm-ascend's own CPU binding (enable_cpu_binding) turned off in this worker: accelhost "
+    "binds it from ACCELHOST_PLAN instead. To keep vllm-ascend's, unset ACCELHOST_PLAN"
+)
+ASCEND_ADVICE = (
+    "vllm-ascend binds CPUs itself after warm-up: start vLLM with --additional-config "
+    "'{\"enable_cpu_binding\": false}' so it does not fight accelhost's binding"
+)
+
+
+def register() -> None:
+    """The entry point vLLM calls in each of its processes."""
+    path = os.environ.get(ENV_PLAN, "").strip()
+    if not path:
+        return
+    try:
+        import importlib
+
+        wrapper = importlib.import_module("vllm.v1.worker.worker_base").WorkerWrapperBase
+    except Exception as exc:  # an incompatible vLLM must still start
+        log.warning("accelhost: %s is set but vLLM's worker cannot be hooked (%r)", ENV_PLAN, exc)
+        return
+    install(wrapper, path)
+
+
+def install(wrapper_cls: type, plan_path: str) -> bool:
+    """Wrap the warm-up of `wrapper_cls` so that a bind follows it; False if already done.
+
+    vLLM's worker wrapper forwards unknown attributes to the worker, so a method defined on
+    the wrapper class runs in place of the worker's, for every worker class.
+    """
+    if getattr(wrapper_cls, _MARK, False):
+        return False
+    own = wrapper_cls.__dict__.get(HOOK)
+
+    def compile_or_warm_up_model(self: Any, *args: Any, **kwargs: Any) -> Any:
+        worker = getattr(self, "worker", self)
+        before_warm_up(worker)
+        call: Callable[..., Any] = own.__get__(self) if own is not None else getattr(worker, HOOK)
+        result = call(*args, **kwargs)
+        bind_worker(worker, plan_path)
+        return result
+
+    compile_or_warm_up_model.__doc__ = "vLLM's warm-up, then accelhost's bind (ACCELHOST_PLAN)."
+    setattr(wrapper_cls, HOOK, compile_or_warm_up_model)
+    setattr(wrapper_cls, _MARK, True)
+    return True
+
+
+def before_warm_up(worker: Any) -> None:
+    """On vllm-ascend, turn its own CPU binding off (it would run inside the warm-up)."""
+    import importlib
+    import importlib.util
+
+    try:
+        if importlib.util.find_spec("vllm_ascend") is None:
+            return
+    except (ImportError, ValueError):
+        return
+    try:
+        config = importlib.import_module("vllm_ascend.ascend_config").get_ascend_config()
+        if getattr(config, "enable_cpu_binding", False):
+            config.enable_cpu_binding = False
+            log.warning("accelhost: %s", ASCEND_OFF)
+    except Exception:  # an older or newer vllm-ascend: say what to do instead
+        log.warning("accelhost: %s", ASCEND_ADVICE)
+
+
+def worker_device(worker: Any) -> tuple[int | None, int, str]:
+    """(device or None to resolve from the local rank, local rank, backend name)."""
+    local_rank = int(worker.local_rank)
+    device = getattr(worker, "device", None)
+    backend = str(getattr(device, "type", device) or "unknown")
+    if backend == "cpu":
+        return local_rank, local_rank, backend
+    return None, local_rank, backend
+
+
+def bind_worker(worker: Any, plan_path: str, env: Mapping[str, str] | None = None) -> Any:
+    """Bind this worker process; one log line either way. Never raises."""
+    environ = os.environ if env is None else env
+    try:
+        from accelhost.apply.worker import bind_current_process
+
+        device, local_rank, backend = worker_device(worker)
+        budget = int(environ.get(ENV_BUDGET, "") or -1)
+        kwargs: dict[str, Any] = {
+            "irq": environ.get(ENV_IRQ, "") == "1",
+            "migrate_memory": budget != 0,
+        }
+        if budget > 0:
+            kwargs["migrate_budget_ms"] = budget
+        if device is not None:
+            report = bind_current_process(plan_path, device=device, **kwargs)
+            how = f"{backend} backend: local rank {local_rank} is the device id"
+        else:
+            report = bind_current_process(plan_path, local_rank=local_rank, **kwargs)
+            how = f"{backend} backend, local rank {local_rank}"
+        log.info("accelhost: %s", summary(report, os.getpid(), how))
+        return report
+    except Exception as exc:  # the engine must keep serving whatever went wrong here
+        log.warning("accelhost: binding this worker failed, the engine goes on unbound: %r", exc)
+        return None
+
+
+def summary(report: Any, pid: int, how: str) -> str:
+    """One line: what the bind did to this worker."""
+    if report.skipped:
+        return f"worker {pid} not bound ({how}): {report.skipped}"
+    threads = [r for r in report.results if r.step.kind == "thread"]
+    ok = [r for r in threads if r.status == "ok"]
+    cpus = sorted({c for r in ok for c in getattr(r.step, "cpus", ())})
+    from accelhost.cpulist import format_cpulist
+
+    failed = len(report.failed)
+    tail = f"; {failed} steps failed (see warnings)" if failed else ""
+    memory = next((r for r in report.results if r.step.kind == "memory"), None)
+    mem = f"; memory: {memory.status}" if memory is not None else ""
+    return (
+        f"bound worker {pid} to device {report.device} ({how}) after warm-up: "
+        f"{len(ok)} of {len(threads)} threads on CPUs {format_cpulist(cpus) or '-'}"
+        f"{mem}{tail}"
+    )
