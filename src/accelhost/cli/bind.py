@@ -12,14 +12,25 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from accelhost.cli.bind_args import (
+    HOST_ROOT_HELP,
+    STATE_HELP,
+    bind_options,
+    device_glob_option,
+    device_of,
+    irq_options,
+    load_plan,
+    migrate_option,
+    plan_options,
+    role_option,
+    thread_roles,
+    warn,
+)
 from accelhost.cli.common import add_device_option, add_json_option, one_device, print_json
-from accelhost.errors import ApplyError, PlanError, UsageError
-from accelhost.planner.roles import ROLE_HELP, ROLE_METAVAR
+from accelhost.errors import ApplyError, UsageError
 
 if TYPE_CHECKING:
-    from accelhost.apply.build import BindOptions
     from accelhost.apply.steps import ApplyReport
-    from accelhost.planner.roles import RoleSpec
     from accelhost.plans import Plan
 
 EPILOG = (
@@ -39,16 +50,16 @@ def register(sub: Any) -> None:
         epilog=EPILOG,
         formatter_class=fmt,
     )
-    _plan_options(bind)
+    plan_options(bind)
     bind.add_argument("--pid", type=int, help="the worker process (required unless --irq-only)")
     bind.add_argument("--dry-run", action="store_true", help="print the steps, change nothing")
     bind.add_argument("--irq-only", action="store_true", help="run only the IRQ step")
     bind.add_argument("--no-irq", action="store_true", help="leave IRQs alone")
     bind.add_argument("--no-memory", action="store_true", help="do not move memory pages")
-    _migrate_option(bind)
-    _device_glob_option(bind)
-    _irq_options(bind)
-    _role_option(bind)
+    migrate_option(bind)
+    device_glob_option(bind)
+    irq_options(bind)
+    role_option(bind)
     add_json_option(bind)
     bind.set_defaults(func=cmd_bind)
 
@@ -62,7 +73,7 @@ def register(sub: Any) -> None:
         epilog=EPILOG,
         formatter_class=fmt,
     )
-    _plan_options(ex)
+    plan_options(ex)
     ex.add_argument("--dry-run", action="store_true", help="print the steps, run nothing")
     ex.add_argument("--no-irq", action="store_true", help="leave IRQs alone")
     ex.add_argument("--no-memory", action="store_true", help="leave the memory policy alone")
@@ -71,8 +82,8 @@ def register(sub: Any) -> None:
         action="store_true",
         help="strict: allocate only on the device's node (default: prefer it)",
     )
-    _irq_options(ex)
-    _role_option(ex)
+    irq_options(ex)
+    role_option(ex)
     add_json_option(ex)
     ex.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]")
     ex.set_defaults(func=cmd_exec)
@@ -85,12 +96,12 @@ def register(sub: Any) -> None:
         "line per thread or IRQ that drifted.",
         formatter_class=fmt,
     )
-    _plan_options(ver)
+    plan_options(ver)
     ver.add_argument("--pid", type=int, help="the worker process (omit to check IRQs only)")
     ver.add_argument("--no-irq", action="store_true", help="do not check IRQ masks")
     ver.add_argument("--host-root", metavar="DIR", default="/", help=HOST_ROOT_HELP)
-    _device_glob_option(ver)
-    _role_option(ver)
+    device_glob_option(ver)
+    role_option(ver)
     add_json_option(ver)
     ver.set_defaults(func=cmd_verify)
 
@@ -112,171 +123,6 @@ def register(sub: Any) -> None:
     un.set_defaults(func=cmd_unbind)
 
 
-HOST_ROOT_HELP = (
-    "prefix of every /proc and /sys path of the IRQ and memory steps (node agents see the "
-    "host at /host)"
-)
-STATE_HELP = "where IRQ masks are saved for `unbind --irq` (default /var/lib/accelhost)"
-
-
-def _plan_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--plan",
-        metavar="FILE",
-        help="a plan from `accelhost plan --json` (or hand-written); default: plan this host now",
-    )
-    # Optional at parse time: a command that still needs it says so (`give --device`).
-    add_device_option(p, "the device (the host's id, as plan keys are)")
-    p.add_argument("--device-type", help="accelerator family when planning (A2, A3, ...)")
-    p.add_argument("--strategy", help="planning strategy when planning this host")
-    p.add_argument(
-        "--pci",
-        metavar="ADDRS",
-        help="when planning: these PCI devices (sysfs only), comma-separated",
-    )
-    p.add_argument(
-        "--numa-from",
-        choices=["numa_node", "local_cpulist"],
-        default="numa_node",
-        help="when planning PCI devices: where each device's NUMA node comes from",
-    )
-    p.add_argument(
-        "--reserve-irq",
-        type=int,
-        default=0,
-        metavar="K",
-        help="when planning: reserve the first K CPUs of the pool for the device's IRQs",
-    )
-
-
-def _irq_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host-root", metavar="DIR", default="/", help=HOST_ROOT_HELP)
-    p.add_argument(
-        "--irqbalance",
-        choices=("stop", "ban", "keep"),
-        default="stop",
-        help="if irqbalance runs: stop it (default, as the reference; warns), ban the IRQ "
-        "CPUs and IRQs in its configuration and restart it, or keep it as it is",
-    )
-    p.add_argument("--state-dir", metavar="DIR", default=None, help=STATE_HELP)
-
-
-def _device_glob_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--device-glob",
-        action="append",
-        default=[],
-        metavar="GLOB",
-        help="without --device: also treat open files matching GLOB as device nodes, the "
-        "number their name ends with being the device id (adds to /dev/davinciN, "
-        "/dev/nvidiaN, /dev/accel/accelN, /dev/dri/renderD*)",
-    )
-
-
-def _migrate_option(p: argparse.ArgumentParser) -> None:
-    from accelhost.apply.migrate import DEFAULT_BUDGET_MS
-
-    p.add_argument(
-        "--migrate-budget-ms",
-        type=int,
-        default=DEFAULT_BUDGET_MS,
-        metavar="MS",
-        help="stop moving memory pages after this long, between two batches "
-        f"(default {DEFAULT_BUDGET_MS})",
-    )
-
-
-def _role_option(p: argparse.ArgumentParser) -> None:
-    # Parsed in the handler by the one role parser, so a bad spec is a UsageError (exit 2)
-    # with the same words in every command.
-    p.add_argument(
-        "--thread-role",
-        action="append",
-        default=[],
-        metavar=ROLE_METAVAR,
-        help=ROLE_HELP,
-    )
-
-
-def thread_roles(args: argparse.Namespace) -> list[RoleSpec]:
-    from accelhost.planner.roles import parse_role_spec
-
-    return [parse_role_spec(text) for text in getattr(args, "thread_role", ())]
-
-
-def device_of(args: argparse.Namespace, what: str) -> int:
-    """The one device the command applies to; UsageError when none (or several) is given."""
-    device = one_device(args, what)
-    if (
-        device is None
-        and getattr(args, "pid", None) is not None
-        and not getattr(args, "irq_only", False)
-    ):
-        # No --device: the device the process holds open (exit 2 for none or several).
-        from accelhost.apply.identity import device_for_command
-
-        found = device_for_command(args.pid, args.plan, args.device_glob)
-        args.device_found = found.to_dict()
-        return found.device
-    if device is None:
-        raise UsageError(f"give --device N (the device whose plan to {what.split()[-1]})")
-    return device
-
-
-def load_plan(args: argparse.Namespace, device: int) -> Plan:
-    from accelhost.apply.worker import load_plan as load
-
-    if args.plan:
-        return load(args.plan)
-    try:
-        from accelhost.api import plan as make_plan
-    except ImportError:
-        raise ApplyError("no planner in this installation: pass --plan FILE") from None
-    from accelhost.apply.traps import narrowed_warning
-    from accelhost.host.live import LiveHost
-
-    _warn(narrowed_warning(os.getpid()))
-    kwargs: dict[str, Any] = {}
-    if args.device_type:
-        kwargs["device_type"] = args.device_type
-    if args.strategy:
-        kwargs["strategy"] = args.strategy
-    if args.pci:
-        kwargs["pci"] = [a.strip() for a in args.pci.split(",") if a.strip()]
-    if args.numa_from != "numa_node":
-        kwargs["numa_from"] = args.numa_from
-    if args.reserve_irq:
-        if args.reserve_irq < 0:
-            raise UsageError("--reserve-irq must be 0 or more")
-        kwargs["reserve_irq"] = args.reserve_irq
-    host = LiveHost()
-    try:
-        plan = make_plan(host, **kwargs)
-        plan.device(device)
-        return plan
-    except PlanError:
-        # No engine runs on the device yet (`exec`, or a worker still starting): plan for
-        # the device named on the command line, as `accelhost plan --device N` does.
-        return make_plan(host, devices=[device], **kwargs)
-
-
-def _options(args: argparse.Namespace, **kw: Any) -> BindOptions:
-    from accelhost.apply.build import BindOptions
-    from accelhost.apply.irq import DEFAULT_STATE_DIR
-
-    return BindOptions(
-        host_root=getattr(args, "host_root", "/") or "/",
-        irqbalance=getattr(args, "irqbalance", "stop"),
-        state_dir=getattr(args, "state_dir", None) or DEFAULT_STATE_DIR,
-        **kw,
-    )
-
-
-def _warn(lines: Any) -> None:
-    for line in lines:
-        print(f"accelhost: warning: {line}", file=sys.stderr)
-
-
 def _quiet_library_log() -> None:
     """The CLI reports every failed step itself: keep logging's last-resort handler from
     printing the library's warning a second time, unprefixed."""
@@ -296,7 +142,7 @@ def _print_report(args: argparse.Namespace, rep: ApplyReport, out: Any = None) -
         return
     if found:
         print(f"device {found['device']}: {found['how']}", file=stream)
-    _warn(rep.warnings)
+    warn(rep.warnings)
     if rep.skipped is not None:
         print(f"accelhost: {rep.skipped}", file=sys.stderr)
     for line in rep.lines():
@@ -328,7 +174,7 @@ def cmd_bind(args: argparse.Namespace) -> int:
             f"--irq-only: the plan reserves no IRQ CPUs for device {device} "
             "(its 'irq' list is empty): nothing to bind"
         )
-    options = _options(
+    options = bind_options(
         args,
         pid=None if args.irq_only else args.pid,
         threads=not args.irq_only,
@@ -354,7 +200,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
     roles = thread_roles(args)
     device = device_of(args, "exec")
     plan = load_plan(args, device)
-    options = _options(args, membind=args.membind, memory=not args.no_memory, irq=not args.no_irq)
+    options = bind_options(
+        args, membind=args.membind, memory=not args.no_memory, irq=not args.no_irq
+    )
     _quiet_library_log()
     rep = driver.exec_report(
         plan, device, argv, options, roles=roles, dry_run=args.dry_run, any_arch=True
@@ -391,7 +239,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             f"nothing to check: give --pid PID (the plan has no IRQ CPUs for device {device}"
             + (", and --no-irq was given)" if args.no_irq else ")")
         )
-    options = _options(args, pid=args.pid, irq=not args.no_irq)
+    options = bind_options(args, pid=args.pid, irq=not args.no_irq)
     rep = verify(plan, device, options)
     found = getattr(args, "device_found", None)
     if args.json:
