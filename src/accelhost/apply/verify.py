@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from accelhost.apply import traps
 from accelhost.apply.build import BindOptions, device_irqs, host_role, roles_of, target_node
 from accelhost.apply.driver import role_warnings
 from accelhost.apply.irq import read_mask
@@ -92,6 +93,8 @@ def verify(plan: Plan, device: int, options: BindOptions, host: Host | None = No
         roles = roles_of(plan, dev)
         assigned = assign(list_threads(pid), dev.main, roles)
         info.extend(f"warning: {w}" for w in role_warnings(roles, {a.role for a in assigned}, pid))
+        planned = [*dev.main, *(c for r in roles for c in r.cpus)]
+        info.extend(f"warning: {w}" for w in traps.clobber_warnings(pid, planned))
         for a in assigned:
             actual = get_affinity(a.tid)
             if actual is None:  # exited meanwhile
