@@ -96,9 +96,7 @@ def test_skip_rules_on_a_real_process(child: Child) -> None:
     vdso = next(a for a in areas.values() if a.path == "[vdso]")
     assert skip_reason(vdso) == "kernel mapping"
     text = next(a for a in areas.values() if a.path == sys.executable or "libc" in a.path)
-    readonly = next(
-        a for a in areas.values() if a.path == text.path and "w" not in a.perms
-    )
+    readonly = next(a for a in areas.values() if a.path == text.path and "w" not in a.perms)
     assert skip_reason(readonly).startswith("read-only file mapping")
 
 
