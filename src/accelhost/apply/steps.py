@@ -255,6 +255,9 @@ class ApplyReport:
     pid: int | None = None
     skipped: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # How the device was found when it was not given (`{"device": N, "how": ...}`), so that
+    # every entry point's `--json` / `to_dict()` has the same fields; None when given.
+    device_found: dict[str, Any] | None = None
 
     @property
     def failed(self) -> list[StepResult]:
@@ -295,4 +298,5 @@ class ApplyReport:
             "notes": list(self.notes),
             "steps": [r.to_dict() for r in self.results],
             "exit_status": self.exit_status,
+            "device_found": self.device_found,
         }

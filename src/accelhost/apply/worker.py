@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from accelhost.errors import AccelhostError, ApplyError
@@ -74,6 +75,7 @@ def bind_current_process(
     bad plan or a failed step raises `AccelhostError` instead of only logging a warning.
     """
     pid = os.getpid()
+    device_found: dict[str, Any] | None = None
     try:
         # Imported here: `import accelhost` in a worker should cost next to nothing.
         from accelhost.apply import driver
@@ -90,6 +92,7 @@ def bind_current_process(
                 raise ApplyError("say which device: device=N, or local_rank=R")
             found = device_of_local_rank(the_plan, local_rank)
             device = found.device
+            device_found = found.to_dict()
             log.info("device %d: %s", device, found.how)
         options = BindOptions(
             pid=pid,
@@ -103,6 +106,8 @@ def bind_current_process(
         report = driver.bind(
             the_plan, device, options, roles=roles, dry_run=dry_run, any_arch=any_arch
         )
+        if device_found is not None:
+            report = replace(report, device_found=device_found)
     except AccelhostError as exc:
         if strict:
             raise

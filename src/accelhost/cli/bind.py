@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from accelhost.cli.bind_args import (
@@ -137,8 +138,10 @@ def _print_report(args: argparse.Namespace, rep: ApplyReport, out: Any = None) -
     """The report as JSON or lines; the same for bind, exec and unbind, dry run or not."""
     stream = out or sys.stdout
     found = getattr(args, "device_found", None)
+    if found and rep.device_found is None:
+        rep = replace(rep, device_found=found)
     if args.json:
-        print_json({**rep.to_dict(), **({"device_found": found} if found else {})}, stream)
+        print_json(rep.to_dict(), stream)
         return
     if found:
         print(f"device {found['device']}: {found['how']}", file=stream)
