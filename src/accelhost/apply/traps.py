@@ -185,7 +185,11 @@ def classify_clobber(
     allowed = set(cpuset or ())
     plan_cpus = set(planned)
     env = env or {}
-    omp = {k: env[k] for k in OMP_PIN_VARS if k in env}
+    omp = {
+        k: env[k]
+        for k in OMP_PIN_VARS
+        if k in env and not (k == "OMP_PROC_BIND" and env[k].strip().lower() in _FALSE)
+    }
     omp_text = " ".join(f"{k}={v}" for k, v in omp.items())
     sets = set(affinities.values())
     if len(sets) == 1:
