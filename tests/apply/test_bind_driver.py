@@ -176,3 +176,15 @@ def test_run_bind_options_need_bind(plan_file):
     assert res.returncode == 2 and "go with --bind DEVICE" in res.stderr
     res = accelhost("run", "--bind", "0,1", "--plan", plan_file(PLAN), "--", "true")
     assert res.returncode == 2 and "--bind takes one device" in res.stderr
+
+
+def test_run_bind_takes_the_same_role_grammar(plan_file):
+    """`run --bind --thread-role acl=^acl_thread:1`: one CPU of the pool (the last of main),
+    as in `plan` and `bind`; the child waits until its acl_thread is on CPU 1."""
+    path = plan_file({"devices": {"0": {"main": [0, 1]}}})
+    run = accelhost(
+        "run", "--bind", "0", "--plan", path, "--thread-role", "acl=^acl_thread:1",
+        "--bind-delay", "2", "--", *child_argv("wait"),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["cpus"] == BOUND
