@@ -11,3 +11,7 @@ device a process holds), `verify` (drift). Modules here import only the standard
 and `worker` imports the rest on its first call, so that it stays cheap to import inside
 inference workers.
 """
+
+# The memory step's default time budget (`--migrate-budget-ms`, `migrate_budget_ms=`): here,
+# not in `migrate`, so that the CLI can show it in --help without importing the applier.
+DEFAULT_MIGRATE_BUDGET_MS = 1000

@@ -83,12 +83,22 @@ def device_glob_option(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _budget_ms(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected milliseconds, 0 or more, got {text!r}")
+    return value
+
+
 def migrate_option(p: argparse.ArgumentParser) -> None:
-    from accelhost.apply.migrate import DEFAULT_BUDGET_MS
+    from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS as DEFAULT_BUDGET_MS
 
     p.add_argument(
         "--migrate-budget-ms",
-        type=int,
+        type=_budget_ms,
         default=DEFAULT_BUDGET_MS,
         metavar="MS",
         help="stop moving memory pages after this long, between two batches "
