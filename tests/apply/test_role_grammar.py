@@ -160,7 +160,7 @@ def test_a_bad_role_spec_is_exit_2_and_one_line_in_every_command(command, plan_f
 # ---- --device and what each command needs ---------------------------------------------------
 
 
-def test_device_grammar(spawn, plan_file, cli):
+def test_device_grammar(spawn, plan_file, cli, tmp_path):
     child = spawn("worker")
     path = plan_file({"devices": {"0": {"main": [0]}, "1": {"main": [1]}}})
     pid = ("--pid", str(child.pid))
@@ -172,6 +172,10 @@ def test_device_grammar(spawn, plan_file, cli):
     assert alias.rc == 0, alias.err
     assert thread_cpus(child.pid, child.pid) == [1]
     assert cli("verify", "--plan", path, "--device", "1", *pid).rc == 0
+    no_device = cli("exec", "--plan", path, "--", "true")
+    assert no_device.rc == 2 and "give --device" in no_device.err
+    unbind = cli("unbind", "--irq", "--device", "0,1", "--state-dir", str(tmp_path))
+    assert unbind.rc == 2 and "unbind takes one device" in unbind.err
     with pytest.raises(SystemExit) as bad:  # argparse's own usage error
         cli("verify", "--plan", path, "--device", "x", *pid)
     assert bad.value.code == 2
