@@ -106,10 +106,11 @@ def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None 
     if pid is not None and options.threads:
         roles = roles_of(plan, dev)
         steps += thread_steps(pid, dev.main, roles)  # list_threads + assign, in one pass
-        warnings += traps.omp_warnings(traps.process_environ(pid), f"process {pid}")
         planned = [*dev.main, *(c for r in roles for c in r.cpus)]
+        # What the threads show says more than the environment alone: one warning, not two.
+        clobbered = traps.clobber_warnings(pid, planned)
+        warnings += clobbered or traps.omp_warnings(traps.process_environ(pid), f"process {pid}")
         warnings += traps.outside_cpuset_warning(pid, planned)
-        warnings += traps.clobber_warnings(pid, planned)
     if options.threads and options.host_threads:
         ht_steps, ht_warnings = _host_thread_steps(plan, pid)
         steps += ht_steps
