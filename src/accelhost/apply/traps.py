@@ -161,13 +161,21 @@ def thread_affinities(pid: int) -> dict[int, frozenset[int]]:
 
 
 def clobber_warnings(pid: int, planned: Sequence[int] = ()) -> list[str]:
-    """Known pathological narrowings of `pid`'s threads, each with what to do about it."""
+    """Known pathological narrowings of `pid`'s threads, each with what to do about it.
+
+    Cheap in the common case (a bind runs it on every call): when the main thread has
+    several CPUs and no OpenMP pinning variable is set, neither pattern can hold, and the
+    other threads are not read.
+    """
+    env = process_environ(pid)
+    try:
+        main = os.sched_getaffinity(pid)
+    except OSError:
+        return []
+    if len(main) > 1 and not any(k in (env or {}) for k in OMP_PIN_VARS):
+        return []
     return classify_clobber(
-        pid,
-        thread_affinities(pid),
-        cgroup_cpuset(pid) or _online_cpus(),
-        process_environ(pid),
-        planned,
+        pid, thread_affinities(pid), cgroup_cpuset(pid) or _online_cpus(), env, planned
     )
 
 
