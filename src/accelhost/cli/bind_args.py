@@ -36,7 +36,11 @@ def plan_options(p: argparse.ArgumentParser) -> None:
         help="a plan from `accelhost plan --json` (or hand-written); default: plan this host now",
     )
     # Optional at parse time: a command that still needs it says so (`give --device`).
-    add_device_option(p, "the device (the host's id, as plan keys are)")
+    add_device_option(
+        p,
+        "the device (the host's id, as plan keys are); bind and verify with --pid and "
+        "without --device: the device the process holds open",
+    )
     p.add_argument("--device-type", help="accelerator family when planning (A2, A3, ...)")
     p.add_argument("--strategy", help="planning strategy when planning this host")
     p.add_argument(
