@@ -21,8 +21,18 @@ CHILD = r"""
 import json, logging, os, sys
 from types import SimpleNamespace
 
-logging.basicConfig(level=logging.INFO, format="%(name)s|%(levelname)s|%(message)s",
-                    stream=sys.stderr)
+args = json.loads(sys.argv[1])
+fmt = logging.Formatter("%(name)s|%(levelname)s|%(message)s")
+if args.get("vllm_logging"):  # as vLLM configures it: a handler on "vllm" only
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(fmt)
+    vllm_logger = logging.getLogger("vllm")
+    vllm_logger.addHandler(handler)
+    vllm_logger.setLevel(logging.INFO)
+    vllm_logger.propagate = False
+else:
+    logging.basicConfig(level=logging.INFO, format="%(name)s|%(levelname)s|%(message)s",
+                        stream=sys.stderr)
 from accelhost.integrations import vllm_plugin
 
 seen = {}
@@ -47,7 +57,6 @@ class Wrapper:  # vLLM's WorkerWrapperBase forwards unknown attributes to its wo
     def __getattr__(self, name):
         return getattr(self.worker, name)
 
-args = json.loads(sys.argv[1])
 first = vllm_plugin.install(Wrapper, args["plan"])
 second = vllm_plugin.install(Wrapper, args["plan"])
 result = Wrapper(Worker(args["rank"], args["backend"])).compile_or_warm_up_model()
@@ -58,10 +67,13 @@ print(json.dumps({"installed": [first, second], "result": result, "cpus": cpus, 
 VISIBLE = ("ASCEND_RT_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
 
 
-def run(plan: str, rank: int, backend: str, env: dict[str, str] | None = None) -> tuple[dict, str]:
+def run(
+    plan: str, rank: int, backend: str, env: dict[str, str] | None = None, **more: object
+) -> tuple[dict, str]:
     clean = {k: v for k, v in os.environ.items() if k not in VISIBLE}
+    spec = {"plan": plan, "rank": rank, "backend": backend, **more}
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps({"plan": plan, "rank": rank, "backend": backend})],
+        [sys.executable, "-c", CHILD, json.dumps(spec)],
         env={**clean, **(env or {})},
         capture_output=True,
         text=True,
@@ -150,3 +162,14 @@ def test_register_does_nothing_without_a_plan() -> None:
         [sys.executable, "-c", code], env=clean, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "False" and out.stderr == ""
+
+
+def test_the_applier_s_warnings_go_through_vllm_s_logger(plan: str) -> None:
+    # vLLM configures only its own logger: the applier's warnings (here: OMP_PROC_BIND in
+    # the worker's environment) would otherwise go to Python's bare last-resort output.
+    out, err = run(plan, 0, "cpu", {"OMP_PROC_BIND": "TRUE"}, vllm_logging=True)
+    assert out["cpus"] == [0]
+    warned = [line for line in err.splitlines() if line.startswith("accelhost.apply|WARNING|")]
+    assert len(warned) == 1 and "OMP_PROC_BIND=TRUE" in warned[0], err
+    assert len(plugin_lines(err)) == 1
+    assert not any(line.startswith("process ") for line in err.splitlines())  # no bare line

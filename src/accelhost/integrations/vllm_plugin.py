@@ -112,9 +112,28 @@ def worker_device(worker: Any) -> tuple[int | None, int, str]:
     return None, local_rank, backend
 
 
+class _ToVllm(logging.Handler):
+    """Hands the applier's warnings to vLLM's logger, so they carry the worker's prefix."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        log.handle(record)
+
+
 def bind_worker(worker: Any, plan_path: str, env: Mapping[str, str] | None = None) -> Any:
-    """Bind this worker process; one log line either way. Never raises."""
-    environ = os.environ if env is None else env
+    """Bind this worker process; one log line either way (and the applier's warnings,
+    through vLLM's logger when nothing else shows them). Never raises."""
+    applier = logging.getLogger("accelhost.apply")
+    forward = None if applier.hasHandlers() else _ToVllm(logging.WARNING)
+    if forward is not None:
+        applier.addHandler(forward)
+    try:
+        return _bind(worker, plan_path, os.environ if env is None else env)
+    finally:
+        if forward is not None:
+            applier.removeHandler(forward)
+
+
+def _bind(worker: Any, plan_path: str, environ: Mapping[str, str]) -> Any:
     try:
         from accelhost.apply.worker import bind_current_process
 
