@@ -222,3 +222,13 @@ def test_a_process_that_is_gone_fails_the_step() -> None:
     region = Region(0x10000, 0x11000, 4, 1, "")
     result = run_move(MoveRegions(proc.pid, 0, 1000, (region,), (), ()))
     assert result.status == "failed" and "exited" in result.detail
+
+
+def test_one_node_host_does_not_read_smaps(child: Child) -> None:
+    # With the host's memory nodes known to be just the target, nothing can be off it:
+    # the step reports where memory is without walking every mapping.
+    step = build_move(child.pid, 0, 1000, nodes=[0])
+    assert isinstance(step, MoveRegions)
+    assert step.regions == () and step.skipped == ()
+    assert dict(step.before_kb)[0] >= 8 * 1024
+    assert "only node 0 has memory: nothing to move" in step.describe()

@@ -158,8 +158,13 @@ def build_move(
     The maps are read from this namespace's /proc, never under --host-root: move_pages(2)
     acts on the pids of the caller's namespace, so the two must be the same process.
     """
-    smaps = memory.read_proc(pid, "smaps")
     numa_text = memory.read_proc(pid, "numa_maps")
+    if tuple(nodes) == (to_node,) and numa_text is not None:
+        # One node: nothing can be off it. Reading smaps walks every page table of the
+        # process under its mmap lock; do not make the engine pay that for nothing.
+        before = tuple(memory.kb_per_node(memory.parse_numa_regions(numa_text)).items())
+        return MoveRegions(pid, to_node, budget_ms, (), (), before, tuple(nodes))
+    smaps = memory.read_proc(pid, "smaps")
     if smaps is None or numa_text is None:
         return f"cannot read /proc/{pid}/smaps and /proc/{pid}/numa_maps"
     numa = memory.parse_numa_regions(numa_text)
