@@ -360,9 +360,9 @@ EXAMPLES = {
 
 def record_example(name: str) -> dict[str, Any]:
     """What `accelhost snapshot` would write on that host: only what the reader read."""
-    from accelhost.gpu import read_gpu_facts
     from accelhost.host.record import RecordingHost
+    from accelhost.readers.gpu import read_gpu_topology
 
     recorder = RecordingHost(EXAMPLES[name]().host())
-    read_gpu_facts(recorder)
+    read_gpu_topology(recorder)
     return recorder.to_snapshot(device_type="nvidia")

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from accelhost.cpulist import MAX_DEVICES, MAX_PID, parse_id
+from accelhost.errors import ParseError
 from accelhost.topology import DeviceProcess
 
 SOURCE = "npu-smi info"
@@ -70,7 +72,7 @@ def parse_npu_smi_info(text: str | None) -> NpuSmiInfo:
         return None
 
     i_pid, i_name, i_mem = col("process id"), col("process name"), col("process memory")
-    processes = []
+    processes: list[DeviceProcess] = []
     for line in lines[start + 1 :]:
         if not (line.startswith("| ") and line[2:].lstrip()[:1].isdigit()):
             continue  # separators and `| No running processes found in NPU 3 |`
@@ -84,16 +86,18 @@ def parse_npu_smi_info(text: str | None) -> NpuSmiInfo:
         if has_chip:
             if len(ids) < 2 or not ids[1].isdigit():
                 continue
-            chip = int(ids[1])
+            chip = parse_id(ids[1], SOURCE, MAX_DEVICES, "chip id")
         pid_text = cells[i_pid] if i_pid is not None and i_pid < len(cells) else ""
         mem_text = cells[i_mem] if i_mem is not None and i_mem < len(cells) else ""
+        if len(processes) >= MAX_PID:
+            raise ParseError(SOURCE, f"more than {MAX_PID} process rows")
         processes.append(
             DeviceProcess(
-                npu_id=int(ids[0]),
+                npu_id=parse_id(ids[0], SOURCE, MAX_DEVICES, "NPU id"),
                 chip_id=chip,
-                pid=int(pid_text) if pid_text.isdigit() else -1,
+                pid=parse_id(pid_text, SOURCE, MAX_PID, "process id") if pid_text.isdigit() else -1,
                 name=cells[i_name] if i_name is not None and i_name < len(cells) else "",
-                memory_mb=int(mem_text) if mem_text.isdigit() else None,
+                memory_mb=_number(mem_text),
             )
         )
     return NpuSmiInfo(chips=chips, processes=tuple(processes), id_column=id_column)
@@ -102,7 +106,12 @@ def parse_npu_smi_info(text: str | None) -> NpuSmiInfo:
 # A row of the upper table: `| <digits>[ <name>] | <cell> | <cell> |`. With a name it is an
 # NPU's first row (`| 0  910B3 | OK | power temp hugepages |`), without one a chip row
 # (`| 1 | 0000:C1:00.1 | aicore memory hbm |`).
-_UPPER_ROW = re.compile(r"^[ \t]*\| +(\d+)([ \t][^|\n]*)?\|([^|\n]*)\|([^|\n]*)\|", re.MULTILINE)
+_UPPER_ROW = re.compile(r"^[ \t]*\| +([0-9]+)([ \t][^|\n]*)?\|([^|\n]*)\|([^|\n]*)\|", re.MULTILINE)
+
+
+def _number(text: str) -> int | None:
+    """A count (megabytes): plain ASCII digits, at most 18 of them; None otherwise."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
 
 
 def _last_pair(cell: str) -> tuple[int | None, int | None]:
@@ -111,8 +120,10 @@ def _last_pair(cell: str) -> tuple[int | None, int | None]:
     if len(parts) < 2:
         return None, None
     before, after = parts[-2].split(), parts[-1].split()
-    if before and after and before[-1].isdigit() and after[0].isdigit():
-        return int(before[-1]), int(after[0])
+    if before and after:
+        used, total = _number(before[-1]), _number(after[0])
+        if used is not None and total is not None:
+            return used, total
     return None, None
 
 
@@ -125,12 +136,16 @@ def _parse_chips(text: str) -> tuple[NpuChip, ...]:
     for first, rest, second, third in _UPPER_ROW.findall(text):
         label = rest.strip()
         if label:  # an NPU row: id, name, health
-            npu, name, health = int(first), " ".join(label.split()), second.strip() or None
+            npu = parse_id(first, SOURCE, MAX_DEVICES, "NPU id")
+            name, health = " ".join(label.split()), second.strip() or None
             continue
         if npu is None:
             continue
         used, total = _last_pair(third)
         bus_cell = second.split()
         bus = bus_cell[0].lower() if bus_cell else None
-        chips.append(NpuChip(npu, int(first), name, bus, used, total, health))
+        if len(chips) >= MAX_DEVICES:
+            raise ParseError(SOURCE, f"more than {MAX_DEVICES} chips")
+        chip = parse_id(first, SOURCE, MAX_DEVICES, "chip id")
+        chips.append(NpuChip(npu, chip, name, bus, used, total, health))
     return tuple(chips)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from accelhost.cpulist import MAX_DEVICES, parse_id
 from accelhost.errors import ParseError
 
 SOURCE = "npu-smi info -m"
@@ -49,6 +50,15 @@ def parse_npu_map(text: str | None) -> list[MapEntry]:
             continue
         if not (logic_text.isdigit() and npu_text.isdigit() and chip_text.isdigit()):
             continue
+        if len(entries) >= MAX_DEVICES:
+            raise ParseError(SOURCE, f"more than {MAX_DEVICES} chips")
         name = " ".join(cells[i_name:]) if i_name is not None and i_name < len(cells) else ""
-        entries.append(MapEntry(int(npu_text), int(chip_text), int(logic_text), name))
+        entries.append(
+            MapEntry(
+                parse_id(npu_text, SOURCE, MAX_DEVICES, "NPU id"),
+                parse_id(chip_text, SOURCE, MAX_DEVICES, "chip id"),
+                parse_id(logic_text, SOURCE, MAX_DEVICES, "logical id"),
+                name,
+            )
+        )
     return entries

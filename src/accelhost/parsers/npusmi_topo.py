@@ -7,7 +7,7 @@ no CPU Affinity column give nothing.
 
 from __future__ import annotations
 
-from accelhost.cpulist import parse_cpulist
+from accelhost.cpulist import MAX_DEVICES, parse_cpulist, parse_id
 from accelhost.errors import ParseError
 
 SOURCE = "npu-smi info -t topo"
@@ -38,5 +38,5 @@ def parse_npu_topo(text: str | None) -> dict[int, tuple[int, ...]]:
                 seen[last] = None
         cpus = seen[last]
         if cpus is not None:
-            out[int(first[3:])] = cpus
+            out[parse_id(first[3:], SOURCE, MAX_DEVICES, "NPU id")] = cpus
     return out
