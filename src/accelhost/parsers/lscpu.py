@@ -17,6 +17,9 @@ _ANY_DIGIT_ROW = re.compile(r"^[ \t]*[0-9]", re.MULTILINE)
 # "0", "1", ... as lscpu prints CPU ids: comparing a column against it is cheaper than int().
 _CANONICAL = [str(i) for i in range(MAX_CPUS)]
 SOURCE = "lscpu -e=CPU,NODE"
+# A row is `cpu node` padded to a few columns; 64 bytes a row is far more than lscpu
+# prints, and refusing anything longer unsplit keeps a giant table from costing memory.
+_MAX_TEXT = 64 * (MAX_CPUS + 1)
 NO_NUMA = "lscpu command output error, no NUMA node available. Please check!"
 
 
@@ -73,6 +76,8 @@ def parse_cpu_nodes(
     """
     if not text:
         return {}, {}
+    if len(text) > _MAX_TEXT:
+        raise ParseError(SOURCE, f"{len(text)} bytes: more rows than a kernel has CPUs")
     tokens = text.split()
     body = tokens[2:] if tokens[:2] == ["CPU", "NODE"] else tokens
     cpu_col, node_col = body[0::2], body[1::2]
