@@ -65,7 +65,7 @@ PARSERS: dict[str, list[Parser]] = {
         procstat.parse_proc_stat,
         lambda t: procstat.parse_status_field(t, "Pid"),
     ],
-    "accelhost.parsers.procstatus": [procstatus.parse_allowed_cpus, procstatus.find_allowed_cpus],
+    "accelhost.parsers.procstatus": [procstatus.find_allowed_cpus],
     "accelhost.parsers.ps": [ps.parse_thread_ids, ps.keep_thread_lines],
     "accelhost.parsers.sysfs": [
         lambda t: sysfs.normalize_pci_address(t),

@@ -65,14 +65,6 @@ def _short(text: str, width: int = 60) -> str:
     return repr(text if len(text) <= width else text[:width] + "...")
 
 
-def is_cpulist(text: str) -> bool:
-    """True when `text` is a non-empty CPU list (used to recognise table columns)."""
-    try:
-        return bool(parse_cpulist(text))
-    except ParseError:
-        return False
-
-
 def format_cpulist(cpus: Iterable[int]) -> str:
     """[0, 1, 2, 5, 7, 8] -> `0-2,5,7-8` (sorted, unique); empty -> ``."""
     ordered = sorted(set(cpus))

@@ -20,7 +20,6 @@ SOURCE = "lscpu -e=CPU,NODE"
 # A row is `cpu node` padded to a few columns; 64 bytes a row is far more than lscpu
 # prints, and refusing anything longer unsplit keeps a giant table from costing memory.
 _MAX_TEXT = 64 * (MAX_CPUS + 1)
-NO_NUMA = "lscpu command output error, no NUMA node available. Please check!"
 
 
 class CpuNodes(Mapping[int, int]):

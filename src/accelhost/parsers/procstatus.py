@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from accelhost.cpulist import parse_cpulist
-from accelhost.errors import ParseError
 
 SOURCE = "/proc/self/status"
+# vllm-ascend's own words when the line is missing (the Ascend reader raises them)
 MISSING_LINE = "Can not found specific 'Cpus_allowed_list' in the '/proc/self/status' file."
 
 
@@ -20,13 +20,3 @@ def find_allowed_cpus(text: str, source: str = SOURCE) -> list[int] | None:
             parts = line.split(None, 1)
             return parse_cpulist(parts[1] if len(parts) > 1 else "", f"{source} Cpus_allowed_list")
     return None
-
-
-def parse_allowed_cpus(text: str | None, source: str = SOURCE) -> list[int]:
-    """As vllm-ascend reads it: a missing file is the empty list, a missing line an error."""
-    if text is None:
-        return []
-    cpus = find_allowed_cpus(text, source)
-    if cpus is None:
-        raise ParseError(source, MISSING_LINE)
-    return cpus
