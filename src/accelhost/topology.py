@@ -14,11 +14,14 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Accelerator:
-    """One accelerator (an Ascend chip, a GPU, any PCI device) as a worker addresses it."""
+class Accelerator(NamedTuple):
+    """One accelerator (an Ascend chip, a GPU, any PCI device) as a worker addresses it.
 
-    index: int
+    A NamedTuple, like the parser records: every plan builds one per device, and a tuple
+    costs a fraction of a frozen dataclass to build.
+    """
+
+    index: int  # type: ignore[assignment]  # shadows tuple.index(), never called here
     name: str = ""
     npu_id: int | None = None
     chip_id: int | None = None
@@ -66,6 +69,9 @@ class CpuDetail:
     allowed_source: str = "/proc/self/status"
 
 
+NO_CPU_DETAIL = CpuDetail()
+
+
 @dataclass(frozen=True)
 class Topology:
     """What the planners read. `None` means "not known on this host", `()` means "none".
@@ -91,7 +97,7 @@ class Topology:
     visible_env: str | None = None
     host_thread_tids: tuple[int, ...] = ()
     notes: tuple[str, ...] = ()
-    cpu: CpuDetail = field(default_factory=CpuDetail)
+    cpu: CpuDetail = NO_CPU_DETAIL
 
     @property
     def indices(self) -> tuple[int, ...]:

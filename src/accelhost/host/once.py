@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from accelhost.host.base import CommandResult, Host, command_key
+from accelhost.host.base import CommandResult, Host
 
 
 class ReadOnce:
@@ -20,6 +20,8 @@ class ReadOnce:
     Meant for one short read (a plan, a topology, a doctor's look): a long-lived watcher
     must not wrap its host, or it would never see the machine change.
     """
+
+    answers_fixed = True
 
     def __init__(self, inner: Host) -> None:
         self.inner = inner
@@ -43,21 +45,24 @@ class ReadOnce:
         return self.inner.is_live
 
     def run(self, argv: Sequence[str]) -> CommandResult | None:
+        key = " ".join(argv)  # command_key, inlined: planners ask this on every plan
+        if key in self._commands:  # answered before: no lock needed to read it back
+            return self._commands[key]
         return self.run_many([argv])[0]
 
     def run_many(self, argvs: Sequence[Sequence[str]]) -> list[CommandResult | None]:
-        keys = [command_key(a) for a in argvs]
+        keys = [" ".join(a) for a in argvs]  # command_key, inlined (a hot path)
         with self._lock:
-            missing = [a for a, k in zip(argvs, keys, strict=True) if k not in self._commands]
-            missing = list({command_key(a): a for a in missing}.values())
+            missing = {k: a for a, k in zip(argvs, keys, strict=True) if k not in self._commands}
             if missing:
                 # the inner host runs them together (concurrently on a live host)
-                results = self.inner.run_many(missing)
-                for argv, result in zip(missing, results, strict=True):
-                    self._commands[command_key(argv)] = result
+                results = self.inner.run_many(list(missing.values()))
+                self._commands.update(zip(missing, results, strict=True))
             return [self._commands[k] for k in keys]
 
     def read_file(self, path: str) -> str | None:
+        if path in self._files:
+            return self._files[path]
         with self._lock:
             if path not in self._files:
                 self._files[path] = self.inner.read_file(path)
@@ -86,6 +91,7 @@ class ReadOnce:
 def read_once(host: Host) -> Host:
     """`host` wrapped so that each command, file, directory and variable is read once.
 
-    A host that is already wrapped is returned as it is, so layers can each ask for it.
+    A host whose answers are fixed already (one wrapped before, a snapshot: its class says
+    `answers_fixed = True`) is returned as it is, so layers can each ask for it freely.
     """
-    return host if isinstance(host, ReadOnce) else ReadOnce(host)
+    return host if getattr(host, "answers_fixed", False) else ReadOnce(host)

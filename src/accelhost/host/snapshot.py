@@ -29,6 +29,9 @@ MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 class SnapshotHost:
     """Answers the host calls from a recorded snapshot dictionary."""
 
+    # Every answer is in memory and never changes: `read_once` need not wrap it.
+    answers_fixed = True
+
     def __init__(self, data: Mapping[str, Any], source: str = "<snapshot>") -> None:
         _validate(data, source)
         self.source = source

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from accelhost.cpulist import MAX_DEVICES, MAX_PID, parse_id
+from accelhost.cpulist import MAX_DEVICES, MAX_PID
 from accelhost.errors import ParseError
 from accelhost.topology import DeviceProcess
 
@@ -49,8 +49,16 @@ def _cells(line: str) -> list[str]:
 
 
 def parse_npu_smi_info(text: str | None) -> NpuSmiInfo:
+    """Chips and processes; ids beyond what a host can have are a ParseError."""
     if not text:
         return NpuSmiInfo()
+    try:
+        return _parse(text)
+    except ValueError:  # int() of a number thousands of digits long
+        raise ParseError(SOURCE, "a number too long to be an id or a count") from None
+
+
+def _parse(text: str) -> NpuSmiInfo:
     lines = text.splitlines()
     start = next(
         (i for i, ln in enumerate(lines) if "Process id" in ln and ln.strip().startswith("| NPU")),
@@ -80,26 +88,31 @@ def parse_npu_smi_info(text: str | None) -> NpuSmiInfo:
         if len(cells) < 2:
             continue
         ids = cells[0].split()
-        if not ids or not ids[0].isdigit():
+        if not ids or not ids[0].isdecimal():
             continue
         chip: int | None = None
         if has_chip:
-            if len(ids) < 2 or not ids[1].isdigit():
+            if len(ids) < 2 or not ids[1].isdecimal():
                 continue
-            chip = parse_id(ids[1], SOURCE, MAX_DEVICES, "chip id")
+            chip = int(ids[1])
+        npu = int(ids[0])
         pid_text = cells[i_pid] if i_pid is not None and i_pid < len(cells) else ""
         mem_text = cells[i_mem] if i_mem is not None and i_mem < len(cells) else ""
-        if len(processes) >= MAX_PID:
-            raise ParseError(SOURCE, f"more than {MAX_PID} process rows")
+        pid = int(pid_text) if pid_text.isdecimal() else -1
+        # comparisons, not calls: this loop runs for every process of a busy host
+        if npu >= MAX_DEVICES or (chip or 0) >= MAX_DEVICES or pid >= MAX_PID:
+            raise ParseError(SOURCE, f"an id beyond what a host can have in {line[:60]!r}")
         processes.append(
             DeviceProcess(
-                npu_id=parse_id(ids[0], SOURCE, MAX_DEVICES, "NPU id"),
+                npu_id=npu,
                 chip_id=chip,
-                pid=parse_id(pid_text, SOURCE, MAX_PID, "process id") if pid_text.isdigit() else -1,
+                pid=pid,
                 name=cells[i_name] if i_name is not None and i_name < len(cells) else "",
-                memory_mb=_number(mem_text),
+                memory_mb=int(mem_text) if mem_text.isdecimal() else None,
             )
         )
+    if len(processes) > MAX_PID:
+        raise ParseError(SOURCE, f"more than {MAX_PID} process rows")
     return NpuSmiInfo(chips=chips, processes=tuple(processes), id_column=id_column)
 
 
@@ -109,21 +122,14 @@ def parse_npu_smi_info(text: str | None) -> NpuSmiInfo:
 _UPPER_ROW = re.compile(r"^[ \t]*\| +([0-9]+)([ \t][^|\n]*)?\|([^|\n]*)\|([^|\n]*)\|", re.MULTILINE)
 
 
-def _number(text: str) -> int | None:
-    """A count (megabytes): plain ASCII digits, at most 18 of them; None otherwise."""
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
-
-
 def _last_pair(cell: str) -> tuple[int | None, int | None]:
     """The last `used / total` of a cell (`0  0 / 0  3400 / 65536` -> 3400, 65536)."""
     parts = cell.split("/")
     if len(parts) < 2:
         return None, None
     before, after = parts[-2].split(), parts[-1].split()
-    if before and after:
-        used, total = _number(before[-1]), _number(after[0])
-        if used is not None and total is not None:
-            return used, total
+    if before and after and before[-1].isdecimal() and after[0].isdecimal():
+        return int(before[-1]), int(after[0])
     return None, None
 
 
@@ -136,7 +142,7 @@ def _parse_chips(text: str) -> tuple[NpuChip, ...]:
     for first, rest, second, third in _UPPER_ROW.findall(text):
         label = rest.strip()
         if label:  # an NPU row: id, name, health
-            npu = parse_id(first, SOURCE, MAX_DEVICES, "NPU id")
+            npu = int(first)
             name, health = " ".join(label.split()), second.strip() or None
             continue
         if npu is None:
@@ -144,8 +150,10 @@ def _parse_chips(text: str) -> tuple[NpuChip, ...]:
         used, total = _last_pair(third)
         bus_cell = second.split()
         bus = bus_cell[0].lower() if bus_cell else None
-        if len(chips) >= MAX_DEVICES:
-            raise ParseError(SOURCE, f"more than {MAX_DEVICES} chips")
-        chip = parse_id(first, SOURCE, MAX_DEVICES, "chip id")
+        chip = int(first)
+        if npu >= MAX_DEVICES or chip >= MAX_DEVICES:
+            raise ParseError(SOURCE, f"a chip id beyond what a host can have: {first[:20]}")
         chips.append(NpuChip(npu, chip, name, bus, used, total, health))
+    if len(chips) > MAX_DEVICES:
+        raise ParseError(SOURCE, f"more than {MAX_DEVICES} chips")
     return tuple(chips)
