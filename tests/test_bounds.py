@@ -49,6 +49,11 @@ def _with(data: dict[str, Any], section: str, key: str, value: Any) -> dict[str,
     return data
 
 
+def _without(data: dict[str, Any], path: str) -> dict[str, Any]:
+    del data["files"][path]
+    return data
+
+
 GIANT_LSCPU = "CPU NODE\n" + "".join(f"{i} 0\n" for i in range(200_000))
 GIANT_MAP = "\tNPU ID  Chip ID  Chip Logic ID  Chip Name\n" + "".join(
     f"\t{i}       0        {i}        910B3\n" for i in range(20_000)
@@ -72,6 +77,15 @@ HOSTILE: dict[str, Callable[[], dict[str, Any]]] = {
         "files",
         "/sys/bus/pci/devices/0000:1b:00.0/numa_node",
         "99999999999\n",
+    ),
+    "huge node id in a sysfs listing": lambda: _without(
+        _with(
+            dgx_like().snapshot(),
+            "dirs",
+            "/sys/devices/system/node",
+            ["node0", "node4294967296", "possible"],
+        ),
+        "/sys/devices/system/node/possible",
     ),
     "huge node id in lscpu": lambda: _with(
         _ascend(), "commands", "lscpu -e=CPU,NODE", "CPU NODE\n0 0\n1 99999999\n"

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from gpu_hosts import QUERY, TOPO, FakeGpu, FakeHost, dgx_like
 
+from accelhost.api import plan as make_plan
 from accelhost.cpulist import format_cpulist
 from accelhost.errors import ParseError, PlanError
 from accelhost.host.base import CommandResult
@@ -244,3 +245,10 @@ def test_nvml_is_a_last_resort_on_live_hosts_only(monkeypatch: pytest.MonkeyPatc
     replayed = read_gpu_topology(SnapshotHost(data))
     assert replayed is not None and replayed.accelerators[0].numa_node is None
     assert calls == []
+
+
+def test_pci_family_without_addresses_says_what_is_missing() -> None:
+    with pytest.raises(
+        PlanError, match=r"no GPU to plan: no PCI device given \(name them with --pci\)"
+    ):
+        make_plan(dgx_like().host(), device_type="pci")

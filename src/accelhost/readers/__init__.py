@@ -47,6 +47,7 @@ __all__ = [
 
 
 NO_SMI = "nvidia-smi is not installed (name PCI devices with --pci)"
+NO_PCI = "no PCI device given (name them with --pci)"
 
 
 def read_topology(
@@ -66,7 +67,9 @@ def read_topology(
         found = read_gpu_topology(host, pci=pci)
         assert found is not None  # with addresses given there is always a topology
         return found
-    if family in ("nvidia", "pci"):
+    if family == "pci":
+        return plain_topology(host, family, notes=(NO_PCI,))
+    if family == "nvidia":
         return read_gpu_topology(host) or plain_topology(host, family, notes=(NO_SMI,))
     map_res, info_res, *_ = host.run_many([NPU_MAP, NPU_INFO, NPU_TOPO, LSCPU_NODES, LSCPU])
     if family is None and map_res is None and info_res is None:
