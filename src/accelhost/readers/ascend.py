@@ -6,6 +6,8 @@ exactly (the Ascend binding rules of the project's spec).
 
 from __future__ import annotations
 
+from operator import itemgetter
+
 from accelhost.errors import ParseError
 from accelhost.family import family_from_chip_names
 from accelhost.host.base import Host
@@ -46,19 +48,16 @@ def read_ascend_topology(host: Host, family: str | None) -> Topology:
             notes.append("cannot tell the Ascend family from the chip names; pass --device-type")
     cpu_node, node_cpus = read_lscpu_nodes(host)
     bus = {(c.npu_id, c.chip_id): c.bus_id for c in info.chips}
+    # positional and keyed by a C getter: this runs for every chip on every plan
     accelerators = tuple(
         sorted(
             (
                 Accelerator(
-                    index=e.logical_id,
-                    name=e.name,
-                    npu_id=e.npu_id,
-                    chip_id=e.chip_id,
-                    pci=bus.get((e.npu_id, e.chip_id)),
+                    e.logical_id, e.name, e.npu_id, e.chip_id, bus.get((e.npu_id, e.chip_id))
                 )
                 for e in entries
             ),
-            key=lambda a: a.index,
+            key=itemgetter(0),
         )
     )
     tids: tuple[int, ...] = ()
