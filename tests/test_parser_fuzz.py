@@ -146,6 +146,7 @@ HOSTILE_TEXTS = [
     "inf, nan, 0000:1b:00.0\n",
     f"  812 {BIG} ?  00:00:00 uvb_poll_window_thread\n",
     "0-4294967295",
+    "NCPU Affinity",  # found by the fuzz property: the words inside another cell
     "²,٣",
 ]
 

@@ -85,6 +85,8 @@ def parse_topo_matrix(text: str, source: str = "nvidia-smi topo -m") -> dict[int
     if header_at is None:
         return {}
     header = _cells(lines[header_at])
+    if "CPU Affinity" not in header:  # the words inside some other cell: no such column
+        return {}
     # a tab-separated header starts with the empty cell above the row labels
     offset = 0 if header and header[0] == "" else 1
     cpu_col = header.index("CPU Affinity") + offset
