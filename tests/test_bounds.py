@@ -189,3 +189,17 @@ def test_plain_host_with_hostile_allowed_list_is_refused() -> None:
     error, peak = peak_of(lambda: read_topology(machine.host()))
     assert isinstance(error, ParseError) and "Cpus_allowed_list" in str(error)
     assert peak < FEW_MB
+
+
+def test_hostile_snapshot_through_the_cli_is_one_line_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from accelhost.cli.main import main
+
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(HOSTILE["Cpus_allowed_list 0-99999999 (Ascend)"]()))
+    for command in (["plan", "--device", "0"], ["topo"]):
+        assert main([*command, "--snapshot", str(path)]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert "/proc/self/status Cpus_allowed_list: id 99999999" in err
