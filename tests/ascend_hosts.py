@@ -1,7 +1,7 @@
 """Build recorded Ascend hosts (snapshot dicts) in the formats the real tools print.
 
 Used by planner tests and property tests: the text goes through the same parsers as a
-real host's would.
+real host's would. The snapshot itself is built by `fakehost.FakeMachine`, the one builder.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import Any
 
 from accelhost.cpulist import format_cpulist
 from accelhost.host.snapshot import SnapshotHost
+from fakehost import FakeMachine
 
 NAMES = {"A2": "910B3", "A3": "Ascend910", "310P": "310P3", "950": "Ascend950DT"}
 
@@ -140,18 +141,14 @@ class AscendHost:
         if topo:
             commands["npu-smi info -t topo"] = topo
         env = {} if self.visible is None else {"ASCEND_RT_VISIBLE_DEVICES": self.visible}
-        return {
-            "format": "accelhost-snapshot/1",
-            "machine": "aarch64",
-            "device_type": self.family,
-            "env": env,
-            "files": {
-                "/proc/self/status": "Name:\tpython3\nCpus_allowed_list:\t"
-                + format_cpulist(self.allowed)
-                + "\n"
-            },
-            "commands": commands,
-        }
+        status = f"Name:\tpython3\nCpus_allowed_list:\t{format_cpulist(self.allowed)}\n"
+        return FakeMachine(
+            machine="aarch64",
+            device_type=self.family,
+            env=env,
+            files={"/proc/self/status": status},
+            commands=commands,
+        ).snapshot()
 
     def host(self) -> SnapshotHost:
         return SnapshotHost(self.snapshot())

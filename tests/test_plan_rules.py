@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 import accelhost
@@ -287,6 +289,44 @@ def test_no_accelerator_here_is_one_line_and_exit_1(capsys: pytest.CaptureFixtur
 
 
 def test_cli_refusal_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["plan", "--snapshot", "example:a2-192cpu-8npu-sees-npu0", "--devices", "x"]) == 1
+    assert main(["plan", "--snapshot", "example:a2-192cpu-8npu-sees-npu0", "--device", "9"]) == 1
     err = capsys.readouterr().err
-    assert err == "accelhost: cannot plan: --devices takes comma-separated integers, not 'x'\n"
+    assert err.startswith("accelhost: cannot plan: ") and err.count("\n") == 1
+
+
+A2_EXAMPLE = "example:a2-192cpu-8npu-sees-npu0"
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["--devices", "x"], "argument --device/--devices: not a CPU list: 'x'"),
+        (["--device", "0-99999"], "beyond the limit"),
+        (["--device-type", "A9"], "unknown device type 'A9'"),
+        (["--reserve-irq", "-1"], "--reserve-irq must be 0 or more"),
+        (["--pci", "zz:00.0"], "--pci: not a PCI address: 'zz:00.0'"),
+    ],
+)
+def test_plan_usage_errors_exit_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], argv: list[str], problem: str
+) -> None:
+    with contextlib.suppress(SystemExit):  # argparse's own errors exit through SystemExit
+        status = main(["plan", "--snapshot", A2_EXAMPLE, *argv])
+        raise SystemExit(status)
+    err = capsys.readouterr().err
+    assert problem in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as exited:
+        raise SystemExit(main(["plan", "--snapshot", A2_EXAMPLE, *argv])) from None
+    assert exited.value.code == 2
+
+
+def test_plan_device_takes_ranges_and_the_devices_alias(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    for flag, value in (("--device", "1-2,5"), ("--devices", "1,2,5"), ("--device", "0-6:2")):
+        assert main(["plan", "--snapshot", "example:a3-640cpu-16npu", flag, value, "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        want = ["1", "2", "5"] if value != "0-6:2" else ["0", "2", "4", "6"]
+        assert sorted(out["devices"], key=int) == want

@@ -1,5 +1,13 @@
 """accelhost: host-side toolkit for accelerator inference servers.
 
+What lives where (data flows one way for every family):
+- `host/`: the only reader of the machine (live, snapshot, recording, `read_once`);
+- `parsers/` and `cpulist`: pure text -> typed facts, every id and list bounded;
+- `readers/`: the facts layer, host -> one `Topology` (`topology`), family decided once;
+- `planner/`: pure `Topology` -> `Plan` (`plans`), Ascend and GPU strategies, roles;
+- `apply/`: the only writer; `hygiene/`, `supervisor/`, `pipeline/`: the other pillars;
+- `cli/`: the command line; `api`: `plan(host)`, the library's front door.
+
 The worker-side import must stay cheap (no CLI, no table rendering, no metrics): names are
 resolved lazily on first use.
 """

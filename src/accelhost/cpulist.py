@@ -13,6 +13,8 @@ from accelhost.errors import ParseError
 # CONFIG_NR_CPUS=8192); a list naming a CPU at or beyond it is corrupt or hostile, and
 # refusing it keeps a bad recording from expanding a hundred million ids into memory.
 MAX_CPUS = 8192
+# Linux builds for at most 2**10 NUMA nodes (CONFIG_NODES_SHIFT <= 10).
+MAX_NODES = 1024
 
 
 def parse_cpulist(text: str, source: str = "cpu list", limit: int = MAX_CPUS) -> list[int]:
@@ -61,14 +63,6 @@ def _nonneg(text: str) -> int:
 def _short(text: str, width: int = 60) -> str:
     """A quoted excerpt of a user's or file's text, so that an error stays one line."""
     return repr(text if len(text) <= width else text[:width] + "...")
-
-
-def is_cpulist(text: str) -> bool:
-    """True when `text` is a non-empty CPU list (used to recognise table columns)."""
-    try:
-        return bool(parse_cpulist(text))
-    except ParseError:
-        return False
 
 
 def format_cpulist(cpus: Iterable[int]) -> str:
@@ -122,6 +116,30 @@ def parse_cpu_mask(text: str, source: str = "cpu mask") -> list[int]:
 # Accelerator ids: no host has more than this many devices of one kind (an NPU or GPU
 # index is a small number; PCI allows 65536 functions per domain, far beyond any box).
 MAX_DEVICES = 4096
+
+
+# Process and thread ids never exceed PID_MAX_LIMIT (2**22 on 64-bit kernels).
+MAX_PID = 1 << 22
+
+
+def parse_id(text: str, source: str, limit: int, what: str = "id") -> int:
+    """A plain decimal id below `limit` (a CPU, node, device, chip or process id).
+
+    Tools print ids as short decimal numbers; anything else in an id column (a sign, a
+    non-ASCII digit, a thousand digits) is a corrupt or hostile recording, refused with a
+    ParseError instead of a ValueError or a huge number flowing into the planners.
+    """
+    # the common case first, without a call: planners parse hundreds of ids per host
+    if len(text) <= 9 and text.isdigit() and text.isascii():
+        value = int(text)
+    else:
+        try:
+            value = _nonneg(text)
+        except ValueError:
+            raise ParseError(source, f"not a {what}: {_short(text.strip())}") from None
+    if value >= limit:
+        raise ParseError(source, f"{what} {value} is beyond the limit of {limit}")
+    return value
 
 
 def parse_device_list(text: str, source: str = "--device") -> list[int]:

@@ -16,7 +16,8 @@ from accelhost.errors import PlanError
 
 PLAN_FORMAT = "accelhost-plan/1"
 
-# Thread-name patterns of the Ascend runtime threads that get their own CPU (§6, §7).
+# Thread-name patterns of the Ascend runtime threads that get their own CPU (the roles
+# inside a pool, and how they are applied, in the project's spec for Ascend binding).
 ACL_THREAD = "acl_thread"
 RELEASE_THREAD = "release_thread"
 UVB_THREAD = "uvb_poll_window_thread"

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from accelhost.host.base import Host, command_key
+from accelhost.host.once import read_once
 from accelhost.host.record import RecordingHost
 from accelhost.hygiene.facts import keep_alloc_vars
 from accelhost.parsers.ps import keep_thread_lines
@@ -65,7 +66,8 @@ def record_snapshot(
     from accelhost.hygiene import read_facts
 
     rec = recorder(inner)
-    topo = read_topology(rec, device_type=device_type)
+    once = read_once(rec)  # what the planner and the doctor both read is read once
+    topo = read_topology(once, device_type=device_type)
     if doctor:
-        read_facts(rec)
+        read_facts(once)
     return rec.to_snapshot(device_type=topo.family)

@@ -1,7 +1,9 @@
 """Immutable facts about one host: CPUs, NUMA nodes, allowed CPUs, accelerators.
 
-Vendor-neutral on purpose: Ascend NPUs and PCI GPUs are both `Accelerator`s with an index
-(the logical id a worker uses), an optional PCI address, NUMA node and CPU affinity.
+One `Topology` for every family: Ascend NPUs, NVIDIA GPUs and plain PCI devices are all
+`Accelerator`s with an index (the logical id a worker uses), an optional PCI address, NUMA
+node and CPU affinity. The CPU details that only some strategies need (SMT siblings,
+sockets, caches: torchrun's GPU rules) are the typed part `Topology.cpu`.
 Built by `accelhost.readers.read_topology(host)`; consumed by planners, which are pure.
 """
 
@@ -12,17 +14,27 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Accelerator:
-    """One accelerator (an Ascend chip, a GPU, any PCI device) as a worker addresses it."""
+class Accelerator(NamedTuple):
+    """One accelerator (an Ascend chip, a GPU, any PCI device) as a worker addresses it.
 
-    index: int
+    A NamedTuple, like the parser records: every plan builds one per device, and a tuple
+    costs a fraction of a frozen dataclass to build.
+    """
+
+    index: int  # type: ignore[assignment]  # shadows tuple.index(), never called here
     name: str = ""
     npu_id: int | None = None
     chip_id: int | None = None
     pci: str | None = None
     numa_node: int | None = None
     uuid: str | None = None
+    # Where `numa_node` / the affinity came from (`sysfs`, `nvidia-smi topo -m`, `nvml`,
+    # `unknown`); `in_sysfs` is False when /sys/bus/pci/devices/<pci> had neither
+    # `numa_node` nor `local_cpulist` (a mistyped `--pci`, or a container hiding the tree).
+    numa_source: str = "sysfs"
+    cpus_source: str = "sysfs"
+    in_sysfs: bool = True
+    msi_irqs: tuple[int, ...] = ()
 
 
 class DeviceProcess(NamedTuple):
@@ -40,12 +52,35 @@ class DeviceProcess(NamedTuple):
 
 
 @dataclass(frozen=True)
+class CpuDetail:
+    """CPU facts beyond nodes and allowed CPUs, read from sysfs where a strategy needs them.
+
+    `siblings` / `caches` map an allowed CPU to the full sibling list / the CPUs sharing
+    its highest-level data or unified cache (allowed or not: torchrun keys cores and
+    complexes by their lowest member). `packages` maps CPUs to their socket, read for the
+    lowest allowed CPU of each node only. `possible_nodes` are every node id that exists.
+    """
+
+    possible_nodes: tuple[int, ...] = ()
+    siblings: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    packages: Mapping[int, int] = field(default_factory=dict)
+    caches: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    cpuset_path: str | None = None
+    allowed_source: str = "/proc/self/status"
+
+
+NO_CPU_DETAIL = CpuDetail()
+
+
+@dataclass(frozen=True)
 class Topology:
     """What the planners read. `None` means "not known on this host", `()` means "none".
 
-    `cpu_node` / `node_cpus` come from `lscpu -e=CPU,NODE` (node CPUs in file order);
-    `affinity` maps a device index to its reported CPU affinity in written order;
-    `processes` are every device process on the host, not only this one's.
+    `cpu_node` / `node_cpus` come from `lscpu -e=CPU,NODE` on Ascend and plain hosts
+    (node CPUs in file order) and from sysfs on GPU hosts (CPU-less memory nodes as `()`);
+    `affinity` maps a device index to its reported CPU affinity in written order (GPUs:
+    their `local_cpulist`); `processes` are every device process on the host, not only
+    this one's; `visible_env` is the family's visibility variable as the host has it.
     """
 
     machine: str
@@ -62,6 +97,7 @@ class Topology:
     visible_env: str | None = None
     host_thread_tids: tuple[int, ...] = ()
     notes: tuple[str, ...] = ()
+    cpu: CpuDetail = NO_CPU_DETAIL
 
     @property
     def indices(self) -> tuple[int, ...]:
@@ -69,6 +105,7 @@ class Topology:
         return tuple(sorted(a.index for a in self.accelerators))
 
     def accelerator(self, index: int) -> Accelerator | None:
+        """The accelerator whose logical id is `index`, if the host has it."""
         for acc in self.accelerators:
             if acc.index == index:
                 return acc

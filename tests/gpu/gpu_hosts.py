@@ -3,6 +3,7 @@
 The trees are written the way the kernel and nvidia-smi write them, so tests go through
 the same readers and parsers as a live host. `shuffle` reorders everything a host may
 list in any order (directory listings, nvidia-smi rows) to check that nothing depends on it.
+The snapshot itself is built by `fakehost.FakeMachine`, the one builder.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from accelhost.cpulist import format_cpulist
 from accelhost.host.snapshot import SnapshotHost
+from fakehost import FakeMachine
 
 QUERY = "nvidia-smi --query-gpu=index,pci.bus_id,uuid --format=csv,noheader"
 TOPO = "nvidia-smi topo -m"
@@ -141,17 +143,14 @@ class FakeHost:
         if shuffle is not None:
             for names in dirs.values():
                 shuffle.shuffle(names)
-        data: dict[str, Any] = {
-            "format": "accelhost-snapshot/1",
-            "machine": self.machine,
-            "env": dict(self.env),
-            "files": files,
-            "dirs": dirs,
-            "commands": commands,
-        }
-        if self.device_type:
-            data["device_type"] = self.device_type
-        return data
+        return FakeMachine(
+            machine=self.machine,
+            device_type=self.device_type,
+            env=dict(self.env),
+            files=files,
+            dirs=dirs,
+            commands=commands,
+        ).snapshot()
 
     def host(self, shuffle: random.Random | None = None) -> SnapshotHost:
         return SnapshotHost(self.snapshot(shuffle), source="fake-host")
@@ -360,9 +359,9 @@ EXAMPLES = {
 
 def record_example(name: str) -> dict[str, Any]:
     """What `accelhost snapshot` would write on that host: only what the reader read."""
-    from accelhost.gpu import read_gpu_facts
     from accelhost.host.record import RecordingHost
+    from accelhost.readers.gpu import read_gpu_topology
 
     recorder = RecordingHost(EXAMPLES[name]().host())
-    read_gpu_facts(recorder)
+    read_gpu_topology(recorder)
     return recorder.to_snapshot(device_type="nvidia")

@@ -9,10 +9,11 @@ import pytest
 from gpu_hosts import EXAMPLES, QUERY, TOPO
 
 from accelhost.cpulist import format_cpulist
-from accelhost.gpu import gpu_topology, plan_gpus, read_gpu_facts
 from accelhost.host.record import RecordingHost
 from accelhost.host.snapshot import load_snapshot
+from accelhost.planner.gpu import plan_gpus
 from accelhost.planner.roles import add_roles
+from accelhost.readers.gpu import read_gpu_topology
 
 
 def example_data(name: str) -> dict[str, object]:
@@ -28,12 +29,12 @@ def test_examples_hold_exactly_what_the_reader_reads(name: str) -> None:
     assert data["device_type"] == "nvidia"
     assert set(data["commands"]) == {QUERY, TOPO}  # type: ignore[call-overload]
     recorder = RecordingHost(load_snapshot(f"example:{name}"))
-    read_gpu_facts(recorder)
+    read_gpu_topology(recorder)
     assert recorder.to_snapshot(device_type="nvidia") == data
 
 
 def plan_of(name: str, strategy: str = "exclusive") -> dict[int, str]:
-    facts = read_gpu_facts(load_snapshot(f"example:{name}"))
+    facts = read_gpu_topology(load_snapshot(f"example:{name}"))
     assert facts is not None
     return {d.device: format_cpulist(d.pool) for d in plan_gpus(facts, strategy=strategy).devices}
 
@@ -44,9 +45,9 @@ def test_two_socket_eight_gpu_host() -> None:
 
 
 def test_one_node_host_with_minus_one_nodes() -> None:
-    facts = read_gpu_facts(load_snapshot("example:gpu-1node-numa-minus1"))
+    facts = read_gpu_topology(load_snapshot("example:gpu-1node-numa-minus1"))
     assert facts is not None
-    assert {g.numa_node for g in facts.gpus} == {None}
+    assert {g.numa_node for g in facts.accelerators} == {None}
     plan = plan_gpus(facts)
     assert plan.messages == ()  # one node: -1 can only mean node 0
     assert {d.device: format_cpulist(d.pool) for d in plan.devices} == {
@@ -60,10 +61,10 @@ def test_one_node_host_with_minus_one_nodes() -> None:
 
 
 def test_cpuset_slice_host() -> None:
-    facts = read_gpu_facts(load_snapshot("example:gpu-cpuset-slice"))
+    facts = read_gpu_topology(load_snapshot("example:gpu-cpuset-slice"))
     assert facts is not None
-    assert format_cpulist(facts.cpu.allowed) == "0-15,112-127"
-    assert gpu_topology(facts).visible_env == "0,1"
+    assert format_cpulist(facts.allowed_cpus) == "0-15,112-127"
+    assert facts.visible_env == "0,1"
     assert plan_of("gpu-cpuset-slice") == {0: "0-7,112-119", 1: "8-15,120-127"}
     assert plan_of("gpu-cpuset-slice", strategy="socket") == {
         0: "0-15,112-127",

@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accelhost.errors import PlanError
-from accelhost.gpu import STRATEGIES, plan_gpus, read_gpu_facts
+from accelhost.planner.gpu import STRATEGIES, plan_gpus
 from accelhost.plans import Plan
+from accelhost.readers.gpu import read_gpu_topology
 
 SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -24,7 +25,7 @@ def cases(draw: Any) -> RandomCase:
 
 def plan_or_reason(case: RandomCase, strategy: str, seed: int | None = None) -> Plan | str:
     shuffle = None if seed is None else random.Random(seed)
-    facts = read_gpu_facts(case.host.host(shuffle))
+    facts = read_gpu_topology(case.host.host(shuffle))
     assert facts is not None
     try:
         return plan_gpus(facts, strategy=strategy)

@@ -8,13 +8,14 @@ from gpu_hosts import dgx_like
 
 from accelhost.cpulist import format_cpulist
 from accelhost.errors import PlanError
-from accelhost.gpu import plan_gpus, read_gpu_facts
+from accelhost.planner.gpu import plan_gpus
 from accelhost.planner.roles import add_roles
 from accelhost.plans import DevicePlan, Plan, ThreadRole
+from accelhost.readers.gpu import read_gpu_topology
 
 
 def gpu_plan() -> Plan:
-    facts = read_gpu_facts(dgx_like().host())
+    facts = read_gpu_topology(dgx_like().host())
     assert facts is not None
     return plan_gpus(facts)
 

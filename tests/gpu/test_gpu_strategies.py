@@ -7,13 +7,14 @@ from gpu_hosts import FakeGpu, FakeHost, dgx_like, smt_pairs
 
 from accelhost.cpulist import format_cpulist, parse_cpulist
 from accelhost.errors import PlanError
-from accelhost.gpu import plan_gpus, read_gpu_facts
-from accelhost.gpu.facts import GpuFacts
+from accelhost.planner.gpu import plan_gpus
 from accelhost.plans import Plan
+from accelhost.readers.gpu import read_gpu_topology
+from accelhost.topology import Topology
 
 
-def facts_of(host: FakeHost) -> GpuFacts:
-    facts = read_gpu_facts(host.host())
+def facts_of(host: FakeHost) -> Topology:
+    facts = read_gpu_topology(host.host())
     assert facts is not None
     return facts
 
@@ -279,7 +280,7 @@ def test_socket_refuses_without_package_ids() -> None:
     data["files"] = {k: v for k, v in data["files"].items() if "physical_package_id" not in k}
     from accelhost.host.snapshot import SnapshotHost
 
-    facts = read_gpu_facts(SnapshotHost(data))
+    facts = read_gpu_topology(SnapshotHost(data))
     assert facts is not None
     with pytest.raises(PlanError, match="cannot tell the socket of NUMA node 1"):
         plan_gpus(facts, strategy="socket")

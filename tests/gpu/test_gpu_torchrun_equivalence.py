@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accelhost.errors import PlanError
-from accelhost.gpu import STRATEGIES, plan_gpus, read_gpu_facts
+from accelhost.planner.gpu import STRATEGIES, plan_gpus
+from accelhost.readers.gpu import read_gpu_topology
 
 pytest.importorskip("torch.numa.binding")
 
@@ -30,7 +31,7 @@ def cases(draw: Any) -> RandomCase:
 def _compare(case: RandomCase, strategy: str) -> None:
     snapshot = case.host.snapshot()
     reference = torchrun_sets(snapshot, case.pcis_by_ordinal(), strategy)
-    facts = read_gpu_facts(case.host.host())
+    facts = read_gpu_topology(case.host.host())
     assert facts is not None
     try:
         plan = plan_gpus(facts, strategy=strategy)
@@ -44,8 +45,8 @@ def _compare(case: RandomCase, strategy: str) -> None:
         theirs = reference[ordinal]
         if isinstance(theirs, TorchrunError):
             assert strategy == "socket", f"GPU {index}: torchrun failed ({theirs}), we gave {ours}"
-            allowed = set(facts.cpu.allowed)
-            assert any(not allowed.intersection(cpus) for cpus in facts.cpu.node_cpus.values())
+            allowed = set(facts.allowed_cpus)
+            assert any(not allowed.intersection(cpus) for cpus in facts.node_cpus.values())
             continue
         assert ours == theirs, f"GPU {index} (cuda:{ordinal}) {strategy}"
 

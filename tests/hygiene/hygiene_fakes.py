@@ -1,4 +1,4 @@
-"""Build recorded hosts (snapshot dictionaries) for the pure checks."""
+"""Build recorded hosts for the pure checks (the snapshot itself: `fakehost.FakeMachine`)."""
 
 # ruff: noqa: E501  (npu-smi tables are wide)
 
@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelhost.host.snapshot import SNAPSHOT_FORMAT, SnapshotHost
+from accelhost.host.snapshot import SnapshotHost
+from fakehost import FakeMachine
 
 BTIME = 1_700_000_000
 UPTIME = 10_000.0
@@ -110,16 +111,15 @@ class FakeHost:
         dirs = {**self.dirs, "/proc": sorted(str(p) for p in self.pids) + ["self", "stat"]}
         if "/sys/kernel/mm/hugepages" not in dirs:
             dirs["/sys/kernel/mm/hugepages"] = []
-        data = {
-            "format": SNAPSHOT_FORMAT,
-            "machine": "aarch64",
-            "env": self.env,
-            "files": files,
-            "dirs": dirs,
-            "links": self.links,
-            "commands": self.commands,
-        }
-        return data
+        machine = FakeMachine(
+            machine="aarch64",
+            env=self.env,
+            files=files,
+            dirs=dirs,
+            links=self.links,
+            commands=self.commands,
+        )
+        return machine.snapshot()
 
 
 def npu_smi(used: list[int], total: int, procs: list[tuple[int, int, str, int]]) -> str:

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from accelhost.cli.common import (
+    add_device_option,
     add_json_option,
     add_snapshot_option,
     host_from_args,
@@ -13,27 +14,37 @@ from accelhost.cli.common import (
     render_table,
 )
 from accelhost.cpulist import format_cpulist
-from accelhost.errors import PlanError
+from accelhost.errors import ParseError, UsageError
+from accelhost.family import FAMILIES, normalize_family
 from accelhost.plans import Plan
+
+
+def device_type_arg(text: str) -> str:
+    """argparse type for --device-type: a family name in any case; a usage error otherwise."""
+    from accelhost.errors import PlanError
+
+    try:
+        return normalize_family(text)
+    except PlanError as exc:
+        raise argparse.ArgumentTypeError(exc.reason) from None
+
+
+def add_device_type_option(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument("--device-type", metavar="TYPE", type=device_type_arg, help=help)
 
 
 def add_plan_options(parser: argparse.ArgumentParser) -> None:
     """The options that shape a plan; shared with the commands that plan before binding."""
     add_snapshot_option(parser)
-    parser.add_argument(
-        "--device-type",
-        metavar="TYPE",
-        help="accelerator family: A2, A3, 310P, 950, nvidia or pci (default: detected)",
-    )
+    add_device_type_option(parser, f"accelerator family: {', '.join(FAMILIES)} (default: detected)")
     parser.add_argument(
         "--strategy",
         help="Ascend: global_slice, topo_affinity, cluster (default by family); "
         "GPU: exclusive (default), node, socket, core-complex",
     )
-    parser.add_argument(
-        "--devices",
-        metavar="IDS",
-        help="plan for these logical device ids (e.g. 0,1) instead of the ones an engine "
+    add_device_option(
+        parser,
+        "plan for these logical device ids (e.g. 0-3,5) instead of the ones an engine "
         "already runs on; use it before the engine starts",
     )
     parser.add_argument(
@@ -67,35 +78,31 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
 def plan_from_args(args: argparse.Namespace) -> Plan:
     from accelhost.api import plan
 
-    devices = _ids(args.devices, "--devices") if args.devices else None
-    pci = [p.strip() for p in args.pci.split(",") if p.strip()] if args.pci else None
+    pci = None
+    if args.pci is not None:
+        from accelhost.readers.gpu import pci_addresses
+
+        try:
+            pci = pci_addresses([args.pci])
+        except ParseError as exc:
+            raise UsageError(str(exc)) from None
     roles = []
     if args.thread_role:
         from accelhost.planner.roles import parse_thread_role
 
         roles = [parse_thread_role(text) for text in args.thread_role]
     if args.reserve_irq < 0:
-        raise PlanError("--reserve-irq must be 0 or more")
+        raise UsageError("--reserve-irq must be 0 or more")
     return plan(
         host_from_args(args),
         device_type=args.device_type,
         strategy=args.strategy,
-        devices=devices,
+        devices=args.device,
         pci=pci,
         numa_from=args.numa_from,
         reserve_irq=args.reserve_irq,
         thread_roles=roles,
     )
-
-
-def _ids(text: str, option: str) -> list[int]:
-    try:
-        ids = [int(t) for t in text.split(",") if t.strip()]
-    except ValueError:
-        raise PlanError(f"{option} takes comma-separated integers, not {text!r}") from None
-    if not ids or any(i < 0 for i in ids):
-        raise PlanError(f"{option} takes comma-separated non-negative integers, not {text!r}")
-    return ids
 
 
 def render_plan(plan: Plan) -> str:

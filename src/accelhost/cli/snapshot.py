@@ -9,6 +9,7 @@ import sys
 import tempfile
 
 from accelhost.cli.common import dumps_json
+from accelhost.cli.plan import add_device_type_option
 from accelhost.errors import AccelhostError
 
 
@@ -49,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "any read-only command, on any machine.",
     )
     parser.add_argument("-o", "--output", metavar="FILE", help="where to write (default: stdout)")
-    parser.add_argument("--device-type", metavar="TYPE", help="record this accelerator family")
+    add_device_type_option(parser, "record this accelerator family")
     parser.add_argument(
         "--plan-only", action="store_true", help="record only what the planner reads"
     )

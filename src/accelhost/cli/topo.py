@@ -12,7 +12,9 @@ from accelhost.cli.common import (
     print_json,
     render_table,
 )
+from accelhost.cli.plan import add_device_type_option
 from accelhost.cpulist import format_cpulist
+from accelhost.errors import ParseError, UsageError
 from accelhost.topology import Topology
 
 
@@ -137,7 +139,15 @@ def _ascend_rows(topo: Topology) -> list[str]:
 def run_topo(args: argparse.Namespace) -> int:
     from accelhost.readers import read_topology
 
-    topo = read_topology(host_from_args(args), device_type=args.device_type)
+    pci = None
+    if args.pci is not None:
+        from accelhost.readers.gpu import pci_addresses
+
+        try:
+            pci = pci_addresses([args.pci])
+        except ParseError as exc:
+            raise UsageError(str(exc)) from None
+    topo = read_topology(host_from_args(args), device_type=args.device_type, pci=pci)
     if args.json:
         print_json(topology_dict(topo))
     else:
@@ -154,6 +164,9 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "CPU affinity.",
     )
     add_snapshot_option(parser)
-    parser.add_argument("--device-type", metavar="TYPE", help="override the detected family")
+    add_device_type_option(parser, "override the detected family")
+    parser.add_argument(
+        "--pci", metavar="ADDRS", help="show these PCI devices (sysfs only), comma-separated"
+    )
     add_json_option(parser)
     parser.set_defaults(func=run_topo)

@@ -2,8 +2,24 @@
 
 Everything accelhost learns about a machine comes through `Host`: run a command and get its
 text, read a file, list a directory, read a symlink, look up an environment variable and
-the CPU architecture. `LiveHost` asks this machine; `SnapshotHost` answers from a recorded
-JSON file; `RecordingHost` wraps a live host and writes down what was asked.
+the CPU architecture. What lives where:
+- `base`: the `Host` protocol and `CommandResult`;
+- `live`: `LiveHost`, this machine (C locale, timeouts, independent commands at once);
+- `snapshot`: `SnapshotHost` / `load_snapshot`, a recorded JSON file (bounded in size);
+- `record`: `RecordingHost`, which wraps a host and writes down what was asked;
+- `once`: `read_once(host)`, which wraps a host so that each command, file, directory,
+  link and variable is read at most once however many readers ask.
+
+Reading facts once, for any code that looks at a host through several readers (the
+planner does, and the doctor can)::
+
+    host = read_once(LiveHost())         # or a SnapshotHost; wrapping twice is harmless
+    topo = read_topology(host)           # npu-smi / nvidia-smi / lscpu run once here ...
+    facts = read_facts(host)             # ... and are not run again here
+
+Keep such a wrapper for one look at the host: a watcher that loops must not, or it would
+never see the machine change. The typed readers of single facts (allowed CPUs, cgroup
+cpuset, NUMA nodes) are in `accelhost.readers.cpus`.
 
 Only `base` is imported eagerly: `accelhost.procs` (and so `accelhost run`, PID 1 of every
 container) needs the `Host` protocol, not snapshots, recordings or a thread pool.
@@ -19,9 +35,11 @@ __all__ = [
     "Host",
     "LiveHost",
     "RecordingHost",
+    "ReadOnce",
     "SnapshotHost",
     "command_key",
     "load_snapshot",
+    "read_once",
 ]
 
 _LAZY = {
@@ -30,10 +48,13 @@ _LAZY = {
     "SNAPSHOT_FORMAT": "accelhost.host.snapshot",
     "SnapshotHost": "accelhost.host.snapshot",
     "load_snapshot": "accelhost.host.snapshot",
+    "ReadOnce": "accelhost.host.once",
+    "read_once": "accelhost.host.once",
 }
 
 if TYPE_CHECKING:
     from accelhost.host.live import LiveHost
+    from accelhost.host.once import ReadOnce, read_once
     from accelhost.host.record import RecordingHost
     from accelhost.host.snapshot import SNAPSHOT_FORMAT, SnapshotHost, load_snapshot
 

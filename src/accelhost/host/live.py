@@ -66,11 +66,21 @@ class LiveHost:
             return list(pool.map(self.run, argvs))
 
     def read_file(self, path: str) -> str | None:
+        # Plain os calls: half the cost of a buffered file object, and a bind or a doctor
+        # reads many small /proc and /sys files (the one file reader of live code).
         try:
-            with open(path, "rb") as fh:
-                return fh.read().decode("utf-8", "replace")
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             return None
+        chunks = []
+        try:
+            while chunk := os.read(fd, 65536):
+                chunks.append(chunk)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return b"".join(chunks).decode("utf-8", "replace")
 
     def list_dir(self, path: str) -> list[str] | None:
         try:

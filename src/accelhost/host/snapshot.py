@@ -1,12 +1,16 @@
 """The snapshot host: one recorded machine in one JSON file (format accelhost-snapshot/1).
 
 Replay is exact: nothing falls back to the live machine. A malformed file is refused with
-one `SnapshotError` naming the file and the problem.
+one `SnapshotError` naming the file and the problem; a file larger than any real recording
+(`MAX_SNAPSHOT_BYTES`) is refused before it is read, so a corrupt or hostile one costs
+neither time nor memory.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -17,10 +21,16 @@ from accelhost.host.base import CommandResult, command_key
 
 SNAPSHOT_FORMAT = "accelhost-snapshot/1"
 EXAMPLE_PREFIX = "example:"
+# A 640-CPU host records into a few hundred kilobytes; 64 MiB leaves room for any real
+# machine (and a doctor's view of thousands of processes) while refusing a giant file.
+MAX_SNAPSHOT_BYTES = 64 * 1024 * 1024
 
 
 class SnapshotHost:
     """Answers the host calls from a recorded snapshot dictionary."""
+
+    # Every answer is in memory and never changes: `read_once` need not wrap it.
+    answers_fixed = True
 
     def __init__(self, data: Mapping[str, Any], source: str = "<snapshot>") -> None:
         _validate(data, source)
@@ -86,27 +96,50 @@ def load_snapshot(path: str | Path) -> SnapshotHost:
                 f"snapshot {text_path}: no such bundled example "
                 f"(have: {', '.join(example_names())})"
             )
-        raw = resource.read_text(encoding="utf-8")
+        raw = resource.read_bytes()
     else:
-        try:
-            raw = Path(text_path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise SnapshotError(f"snapshot {text_path}: no such file") from None
-        except IsADirectoryError:
-            raise SnapshotError(
-                f"snapshot {text_path}: is a directory, not a snapshot file"
-            ) from None
-        except UnicodeDecodeError:
-            raise SnapshotError(f"snapshot {text_path}: not UTF-8 text") from None
-        except OSError as exc:
-            raise SnapshotError(f"snapshot {text_path}: cannot read: {exc.strerror}") from None
+        raw = _read_bounded(text_path)
+    if len(raw) > MAX_SNAPSHOT_BYTES:
+        raise SnapshotError(_too_big(text_path, len(raw)))
     try:
-        data = json.loads(raw)
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise SnapshotError(f"snapshot {text_path}: not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise SnapshotError(
             f"{text_path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from None
+    except RecursionError:
+        raise SnapshotError(f"snapshot {text_path}: JSON nested too deeply") from None
     return SnapshotHost(data, source=text_path)
+
+
+def _too_big(path: str, size: int) -> str:
+    return (
+        f"snapshot {path}: {size} bytes, more than the {MAX_SNAPSHOT_BYTES // (1024 * 1024)} "
+        "MiB any recorded host needs; refused unread"
+    )
+
+
+def _read_bounded(path: str) -> bytes:
+    """The bytes of a regular file no larger than MAX_SNAPSHOT_BYTES (checked before
+    reading, and again while reading in case it grows)."""
+    try:
+        with open(path, "rb") as fh:
+            info = os.fstat(fh.fileno())
+            if stat.S_ISDIR(info.st_mode):
+                raise IsADirectoryError
+            if not stat.S_ISREG(info.st_mode):
+                raise SnapshotError(f"snapshot {path}: not a regular file")
+            if info.st_size > MAX_SNAPSHOT_BYTES:
+                raise SnapshotError(_too_big(path, info.st_size))
+            return fh.read(MAX_SNAPSHOT_BYTES + 1)
+    except FileNotFoundError:
+        raise SnapshotError(f"snapshot {path}: no such file") from None
+    except IsADirectoryError:
+        raise SnapshotError(f"snapshot {path}: is a directory, not a snapshot file") from None
+    except OSError as exc:
+        raise SnapshotError(f"snapshot {path}: cannot read: {exc.strerror}") from None
 
 
 def _validate(data: Any, source: str) -> None:

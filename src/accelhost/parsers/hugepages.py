@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from accelhost.errors import ParseError
 
-_SIZE_DIR = re.compile(r"^hugepages-(\d+)kB$")
+_SIZE_DIR = re.compile(r"^hugepages-([0-9]{1,15})kB$")
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,18 @@ from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
+from accelhost.cpulist import MAX_CPUS, MAX_NODES, parse_id
 from accelhost.errors import ParseError
 
 # A data row: optional indent, a CPU id, a node id. Rows with `-` as node are skipped.
-_ROW = re.compile(r"^[ \t]*(\d+)[ \t]+(\d+)", re.MULTILINE)
-_ANY_DIGIT_ROW = re.compile(r"^[ \t]*\d", re.MULTILINE)
+_ROW = re.compile(r"^[ \t]*([0-9]+)[ \t]+([0-9]+)", re.MULTILINE)
+_ANY_DIGIT_ROW = re.compile(r"^[ \t]*[0-9]", re.MULTILINE)
 # "0", "1", ... as lscpu prints CPU ids: comparing a column against it is cheaper than int().
-_CANONICAL = [str(i) for i in range(8192)]
-NO_NUMA = "lscpu command output error, no NUMA node available. Please check!"
+_CANONICAL = [str(i) for i in range(MAX_CPUS)]
+SOURCE = "lscpu -e=CPU,NODE"
+# A row is `cpu node` padded to a few columns; 64 bytes a row is far more than lscpu
+# prints, and refusing anything longer unsplit keeps a giant table from costing memory.
+_MAX_TEXT = 64 * (MAX_CPUS + 1)
 
 
 class CpuNodes(Mapping[int, int]):
@@ -71,6 +75,8 @@ def parse_cpu_nodes(
     """
     if not text:
         return {}, {}
+    if len(text) > _MAX_TEXT:
+        raise ParseError(SOURCE, f"{len(text)} bytes: more rows than a kernel has CPUs")
     tokens = text.split()
     body = tokens[2:] if tokens[:2] == ["CPU", "NODE"] else tokens
     cpu_col, node_col = body[0::2], body[1::2]
@@ -82,16 +88,18 @@ def parse_cpu_nodes(
             nodes: list[int] = []
             grouped: dict[int, list[int]] = {}
             for node_text, count in runs:
-                node = int(node_text)
+                node = parse_id(node_text, SOURCE, MAX_NODES, "NUMA node")
                 grouped.setdefault(node, []).extend(range(len(nodes), len(nodes) + count))
                 nodes += [node] * count
             return CpuNodes(nodes), {n: tuple(c) for n, c in grouped.items()}
     pairs = _ROW.findall(text)
     if not pairs and _ANY_DIGIT_ROW.search(text):
-        bad = next(ln for ln in text.splitlines() if ln.strip()[:1].isdigit())
-        raise ParseError("lscpu -e=CPU,NODE", f"cannot read row {bad.strip()!r}")
-    cpus = [int(c) for c, _ in pairs]
-    node_ids = [int(n) for _, n in pairs]
+        bad = next(ln for ln in text.splitlines() if ln.strip()[:1] in "0123456789")
+        raise ParseError(SOURCE, f"cannot read row {bad.strip()[:60]!r}")
+    if len(pairs) > MAX_CPUS:
+        raise ParseError(SOURCE, f"{len(pairs)} rows: more CPUs than a kernel can have")
+    cpus = [parse_id(c, SOURCE, MAX_CPUS, "CPU") for c, _ in pairs]
+    node_ids = [parse_id(n, SOURCE, MAX_NODES, "NUMA node") for _, n in pairs]
     cpu_node = dict(zip(cpus, node_ids, strict=True))
     by_node: dict[int, list[int]] = {}
     for node, run_pairs in groupby(zip(node_ids, cpus, strict=True), key=itemgetter(0)):
@@ -106,5 +114,5 @@ def parse_threads_per_core(text: str | None) -> int | None:
     for line in text.splitlines():
         if "Thread(s) per core:" in line:
             value = line.split(":", 1)[1].strip()
-            return int(value) if value.isdigit() else None
+            return int(value) if value.isascii() and value.isdigit() and len(value) < 4 else None
     return None

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from accelhost.cpulist import MAX_DEVICES, MAX_PID
+from accelhost.errors import ParseError
 from accelhost.topology import DeviceProcess
 
 SOURCE = "npu-smi info"
@@ -47,8 +49,16 @@ def _cells(line: str) -> list[str]:
 
 
 def parse_npu_smi_info(text: str | None) -> NpuSmiInfo:
+    """Chips and processes; ids beyond what a host can have are a ParseError."""
     if not text:
         return NpuSmiInfo()
+    try:
+        return _parse(text)
+    except ValueError:  # int() of a number thousands of digits long
+        raise ParseError(SOURCE, "a number too long to be an id or a count") from None
+
+
+def _parse(text: str) -> NpuSmiInfo:
     lines = text.splitlines()
     start = next(
         (i for i, ln in enumerate(lines) if "Process id" in ln and ln.strip().startswith("| NPU")),
@@ -70,7 +80,7 @@ def parse_npu_smi_info(text: str | None) -> NpuSmiInfo:
         return None
 
     i_pid, i_name, i_mem = col("process id"), col("process name"), col("process memory")
-    processes = []
+    processes: list[DeviceProcess] = []
     for line in lines[start + 1 :]:
         if not (line.startswith("| ") and line[2:].lstrip()[:1].isdigit()):
             continue  # separators and `| No running processes found in NPU 3 |`
@@ -78,31 +88,38 @@ def parse_npu_smi_info(text: str | None) -> NpuSmiInfo:
         if len(cells) < 2:
             continue
         ids = cells[0].split()
-        if not ids or not ids[0].isdigit():
+        if not ids or not ids[0].isdecimal():
             continue
         chip: int | None = None
         if has_chip:
-            if len(ids) < 2 or not ids[1].isdigit():
+            if len(ids) < 2 or not ids[1].isdecimal():
                 continue
             chip = int(ids[1])
+        npu = int(ids[0])
         pid_text = cells[i_pid] if i_pid is not None and i_pid < len(cells) else ""
         mem_text = cells[i_mem] if i_mem is not None and i_mem < len(cells) else ""
+        pid = int(pid_text) if pid_text.isdecimal() else -1
+        # comparisons, not calls: this loop runs for every process of a busy host
+        if npu >= MAX_DEVICES or (chip or 0) >= MAX_DEVICES or pid >= MAX_PID:
+            raise ParseError(SOURCE, f"an id beyond what a host can have in {line[:60]!r}")
         processes.append(
             DeviceProcess(
-                npu_id=int(ids[0]),
+                npu_id=npu,
                 chip_id=chip,
-                pid=int(pid_text) if pid_text.isdigit() else -1,
+                pid=pid,
                 name=cells[i_name] if i_name is not None and i_name < len(cells) else "",
-                memory_mb=int(mem_text) if mem_text.isdigit() else None,
+                memory_mb=int(mem_text) if mem_text.isdecimal() else None,
             )
         )
+    if len(processes) > MAX_PID:
+        raise ParseError(SOURCE, f"more than {MAX_PID} process rows")
     return NpuSmiInfo(chips=chips, processes=tuple(processes), id_column=id_column)
 
 
 # A row of the upper table: `| <digits>[ <name>] | <cell> | <cell> |`. With a name it is an
 # NPU's first row (`| 0  910B3 | OK | power temp hugepages |`), without one a chip row
 # (`| 1 | 0000:C1:00.1 | aicore memory hbm |`).
-_UPPER_ROW = re.compile(r"^[ \t]*\| +(\d+)([ \t][^|\n]*)?\|([^|\n]*)\|([^|\n]*)\|", re.MULTILINE)
+_UPPER_ROW = re.compile(r"^[ \t]*\| +([0-9]+)([ \t][^|\n]*)?\|([^|\n]*)\|([^|\n]*)\|", re.MULTILINE)
 
 
 def _last_pair(cell: str) -> tuple[int | None, int | None]:
@@ -111,7 +128,7 @@ def _last_pair(cell: str) -> tuple[int | None, int | None]:
     if len(parts) < 2:
         return None, None
     before, after = parts[-2].split(), parts[-1].split()
-    if before and after and before[-1].isdigit() and after[0].isdigit():
+    if before and after and before[-1].isdecimal() and after[0].isdecimal():
         return int(before[-1]), int(after[0])
     return None, None
 
@@ -125,12 +142,18 @@ def _parse_chips(text: str) -> tuple[NpuChip, ...]:
     for first, rest, second, third in _UPPER_ROW.findall(text):
         label = rest.strip()
         if label:  # an NPU row: id, name, health
-            npu, name, health = int(first), " ".join(label.split()), second.strip() or None
+            npu = int(first)
+            name, health = " ".join(label.split()), second.strip() or None
             continue
         if npu is None:
             continue
         used, total = _last_pair(third)
         bus_cell = second.split()
         bus = bus_cell[0].lower() if bus_cell else None
-        chips.append(NpuChip(npu, int(first), name, bus, used, total, health))
+        chip = int(first)
+        if npu >= MAX_DEVICES or chip >= MAX_DEVICES:
+            raise ParseError(SOURCE, f"a chip id beyond what a host can have: {first[:20]}")
+        chips.append(NpuChip(npu, chip, name, bus, used, total, health))
+    if len(chips) > MAX_DEVICES:
+        raise ParseError(SOURCE, f"more than {MAX_DEVICES} chips")
     return tuple(chips)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from accelhost.cpulist import MAX_DEVICES
 from accelhost.errors import ParseError
 
 SOURCE = "npu-smi info -m"
@@ -47,8 +48,16 @@ def parse_npu_map(text: str | None) -> list[MapEntry]:
             logic_text = cells[i_logic] if i_logic is not None else npu_text
         except IndexError:
             continue
-        if not (logic_text.isdigit() and npu_text.isdigit() and chip_text.isdigit()):
+        if not (logic_text.isdecimal() and npu_text.isdecimal() and chip_text.isdecimal()):
             continue
         name = " ".join(cells[i_name:]) if i_name is not None and i_name < len(cells) else ""
-        entries.append(MapEntry(int(npu_text), int(chip_text), int(logic_text), name))
+        try:
+            npu, chip, logic = int(npu_text), int(chip_text), int(logic_text)
+        except ValueError:  # thousands of digits
+            npu = chip = logic = MAX_DEVICES
+        if npu >= MAX_DEVICES or chip >= MAX_DEVICES or logic >= MAX_DEVICES:
+            raise ParseError(SOURCE, f"an id beyond what a host can have: {line.strip()[:60]!r}")
+        entries.append(MapEntry(npu, chip, logic, name))
+    if len(entries) > MAX_DEVICES:
+        raise ParseError(SOURCE, f"more than {MAX_DEVICES} chips")
     return entries

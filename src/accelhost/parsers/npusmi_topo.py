@@ -7,7 +7,7 @@ no CPU Affinity column give nothing.
 
 from __future__ import annotations
 
-from accelhost.cpulist import parse_cpulist
+from accelhost.cpulist import MAX_DEVICES, parse_cpulist
 from accelhost.errors import ParseError
 
 SOURCE = "npu-smi info -t topo"
@@ -26,7 +26,7 @@ def parse_npu_topo(text: str | None) -> dict[int, tuple[int, ...]]:
         # only the first and the last token matter: no need to split the whole matrix row
         head, _, rest = line.partition(" ")
         first = head.split("\t", 1)[0]
-        if not first[3:].isdigit() or not rest.strip():
+        if not first[3:].isdecimal() or not rest.strip():
             continue
         last = line.rsplit(None, 1)[-1]
         if not last[:1].isdigit():
@@ -38,5 +38,11 @@ def parse_npu_topo(text: str | None) -> dict[int, tuple[int, ...]]:
                 seen[last] = None
         cpus = seen[last]
         if cpus is not None:
-            out[int(first[3:])] = cpus
+            try:
+                npu = int(first[3:])
+            except ValueError:  # thousands of digits
+                npu = MAX_DEVICES
+            if npu >= MAX_DEVICES:
+                raise ParseError(SOURCE, f"NPU id beyond what a host can have: {first[:20]!r}")
+            out[npu] = cpus
     return out

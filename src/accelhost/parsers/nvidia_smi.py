@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from accelhost.cpulist import parse_cpulist
+from accelhost.cpulist import MAX_DEVICES, parse_cpulist, parse_id
 from accelhost.errors import ParseError
 from accelhost.parsers.sysfs import normalize_pci_address
 
@@ -22,7 +22,7 @@ QUERY_GPU_ARGV: tuple[str, ...] = (
 TOPO_ARGV: tuple[str, ...] = ("nvidia-smi", "topo", "-m")
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
-_GPU_LABEL_RE = re.compile(r"^GPU(\d+)$")
+_GPU_LABEL_RE = re.compile(r"^GPU([0-9]+)$")
 _NOT_AVAILABLE = {"", "N/A", "[N/A]", "n/a"}
 
 
@@ -56,7 +56,7 @@ def parse_query_gpu(text: str, source: str = "nvidia-smi --query-gpu") -> list[G
         raw_index, raw_pci, raw_uuid = cells
         if not raw_index.isdigit():
             raise ParseError(source, f"line {number}: GPU index {raw_index!r} is not a number")
-        index = int(raw_index)
+        index = parse_id(raw_index, f"{source}, line {number}", MAX_DEVICES, "GPU index")
         if index in rows:
             raise ParseError(source, f"line {number}: GPU {index} listed twice")
         pci = normalize_pci_address(raw_pci, f"{source}, line {number}")
@@ -85,6 +85,8 @@ def parse_topo_matrix(text: str, source: str = "nvidia-smi topo -m") -> dict[int
     if header_at is None:
         return {}
     header = _cells(lines[header_at])
+    if "CPU Affinity" not in header:  # the words inside some other cell: no such column
+        return {}
     # a tab-separated header starts with the empty cell above the row labels
     offset = 0 if header and header[0] == "" else 1
     cpu_col = header.index("CPU Affinity") + offset
@@ -97,7 +99,7 @@ def parse_topo_matrix(text: str, source: str = "nvidia-smi topo -m") -> dict[int
         match = _GPU_LABEL_RE.match(cells[0]) if cells else None
         if match is None:
             continue
-        index = int(match[1])
+        index = parse_id(match[1], f"{source}, line {number}", MAX_DEVICES, "GPU index")
         if cpu_col >= len(cells):
             raise ParseError(source, f"line {number}: GPU{index} row has no CPU Affinity cell")
         cpus = _affinity_cell(cells[cpu_col], source, number)

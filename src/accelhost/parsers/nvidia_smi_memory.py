@@ -49,7 +49,7 @@ def _number(cell: str, source: str, line_no: int) -> int | None:
         return None
     try:
         return int(float(cell))
-    except ValueError:
+    except (ValueError, OverflowError):  # `abc`, `nan`; `inf` and `1e999` overflow
         raise ParseError(source, f"line {line_no}: not a number: {cell!r}") from None
 
 

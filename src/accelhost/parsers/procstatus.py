@@ -3,22 +3,20 @@
 from __future__ import annotations
 
 from accelhost.cpulist import parse_cpulist
-from accelhost.errors import ParseError
 
 SOURCE = "/proc/self/status"
+# vllm-ascend's own words when the line is missing (the Ascend reader raises them)
 MISSING_LINE = "Can not found specific 'Cpus_allowed_list' in the '/proc/self/status' file."
 
 
-def parse_allowed_cpus(text: str | None, source: str = SOURCE) -> list[int]:
-    """The allowed CPU list, in written order. A missing file is the empty list.
+def find_allowed_cpus(text: str, source: str = SOURCE) -> list[int] | None:
+    """The allowed CPU list in written order; None when the file has no such line.
 
     The value is everything after the first token, so `0-3, 8` (spaces after commas)
-    reads whole.
+    reads whole. The one parser of `Cpus_allowed_list` in accelhost.
     """
-    if text is None:
-        return []
     for line in text.splitlines():
         if line.startswith("Cpus_allowed_list"):
             parts = line.split(None, 1)
             return parse_cpulist(parts[1] if len(parts) > 1 else "", f"{source} Cpus_allowed_list")
-    raise ParseError(source, MISSING_LINE)
+    return None

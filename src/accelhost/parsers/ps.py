@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from accelhost.cpulist import MAX_PID
+
 UVB_THREAD = "uvb_poll_window_thread"
 
 
@@ -13,8 +15,9 @@ def parse_thread_ids(text: str | None, name: str = UVB_THREAD) -> list[int]:
     for line in text.splitlines():
         if name in line:
             cols = line.split()
-            if len(cols) > 1 and cols[1].isdigit():
-                tids.append(int(cols[1]))
+            tid = cols[1] if len(cols) > 1 else ""
+            if tid.isascii() and tid.isdigit() and len(tid) <= 7 and int(tid) < MAX_PID:
+                tids.append(int(tid))
     return tids
 
 

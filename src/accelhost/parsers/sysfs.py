@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from accelhost.cpulist import MAX_NODES, parse_id
 from accelhost.errors import ParseError
 
 PCI_DEVICES = "/sys/bus/pci/devices"
@@ -21,8 +22,8 @@ _PCI_RE = re.compile(
     r"^(?:(?P<domain>[0-9a-fA-F]{1,8}):)?(?P<bus>[0-9a-fA-F]{1,2}):"
     r"(?P<dev>[0-9a-fA-F]{1,2})\.(?P<fn>[0-7])$"
 )
-_NODE_DIR_RE = re.compile(r"^node(\d+)$")
-_CACHE_DIR_RE = re.compile(r"^index(\d+)$")
+_NODE_DIR_RE = re.compile(r"^node([0-9]+)$")
+_CACHE_DIR_RE = re.compile(r"^index([0-9]+)$")
 
 
 def normalize_pci_address(text: str, source: str = "PCI address") -> str:
@@ -56,19 +57,31 @@ def parse_numa_node(text: str, source: str) -> int | None:
     """A PCI device's `numa_node`; None for `-1`, which the kernel writes when it does not
     know (one-node hosts, many VMs), so callers cannot mistake "unknown" for a node."""
     value = parse_int_file(text, source)
-    if value < -1:
+    if value < -1 or value >= MAX_NODES:
         raise ParseError(source, f"not a NUMA node: {value}")
     return None if value == -1 else value
 
 
-def node_ids_from_dir(names: Iterable[str]) -> list[int]:
+def node_ids_from_dir(names: Iterable[str], source: str = NODE_ROOT) -> list[int]:
     """Node ids from a listing of /sys/devices/system/node (`node0`, `node1`, ...), sorted."""
-    return sorted(int(m[1]) for name in names if (m := _NODE_DIR_RE.match(name)))
+    return sorted(
+        parse_id(m[1], source, MAX_NODES, "NUMA node")
+        for name in names
+        if (m := _NODE_DIR_RE.match(name))
+    )
 
 
-def cache_indices_from_dir(names: Iterable[str]) -> list[int]:
+# No CPU has more than a handful of cache levels and kinds (index0-3 on most).
+MAX_CACHE_INDICES = 64
+
+
+def cache_indices_from_dir(names: Iterable[str], source: str = "cpu cache directory") -> list[int]:
     """`indexK` entries of /sys/devices/system/cpu/cpuN/cache, sorted by K."""
-    return sorted(int(m[1]) for name in names if (m := _CACHE_DIR_RE.match(name)))
+    return sorted(
+        parse_id(m[1], source, MAX_CACHE_INDICES, "cache index")
+        for name in names
+        if (m := _CACHE_DIR_RE.match(name))
+    )
 
 
 def cgroup_cpuset_candidates(proc_cgroup: str) -> list[str]:

@@ -1,5 +1,55 @@
-"""Planners: pure functions from a `Topology` to a `Plan`, one per strategy."""
+"""Planners: pure functions from a `Topology` to a `Plan`, one per family and strategy.
 
+What lives where:
+- `ascend`: vllm-ascend's pools and roles (global_slice, topo_affinity, cluster);
+- `gpu`: torchrun's `--numa-binding` strategies (exclusive, node, socket, core-complex),
+  with `visible` resolving `CUDA_VISIBLE_DEVICES` into CUDA ordinals;
+- `roles`: IRQ CPUs and named thread roles added on top of any plan.
+
+`plan_topology` is the one place that picks the planner for a topology's family.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from accelhost.errors import PlanError
+from accelhost.family import ASCEND_FAMILIES, GPU_FAMILIES
 from accelhost.planner.ascend import plan_ascend
+from accelhost.planner.gpu import DEFAULT_STRATEGY, NUMA_SOURCES, STRATEGIES, plan_gpus
+from accelhost.plans import Plan
+from accelhost.topology import Topology
 
-__all__ = ["plan_ascend"]
+__all__ = [
+    "DEFAULT_STRATEGY",
+    "NUMA_SOURCES",
+    "STRATEGIES",
+    "plan_ascend",
+    "plan_gpus",
+    "plan_topology",
+]
+
+
+def plan_topology(
+    topo: Topology,
+    *,
+    strategy: str | None = None,
+    devices: Sequence[int] | None = None,
+    numa_from: str = "numa_node",
+) -> Plan:
+    """The plan of `topo` by its family's rules; PlanError when there is nothing to plan."""
+    if topo.family in ASCEND_FAMILIES:
+        return plan_ascend(topo, strategy=strategy, devices=devices)
+    if topo.family in GPU_FAMILIES:
+        return plan_gpus(
+            topo, strategy=strategy or DEFAULT_STRATEGY, numa_from=numa_from, devices=devices
+        )
+    if topo.accelerators:
+        raise PlanError(
+            "cannot tell the accelerator family of this host; pass --device-type "
+            "(A2, A3, 310P, 950, nvidia, pci)"
+        )
+    raise PlanError(
+        "no accelerator found on this host (npu-smi and nvidia-smi are not installed "
+        "and no --pci device was given)"
+    )

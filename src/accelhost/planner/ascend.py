@@ -2,7 +2,8 @@
 
 Pure functions over a `Topology`. Refusals and skips of the reference raise `PlanError`
 with the reference's own message; informational messages are returned in the plan.
-The rules are stated in shared/spec/ascend-binding.md §1-§6.
+The rules are those of the project's spec for Ascend binding (sections 1-6: inputs,
+strategy by family, global_slice, topo_affinity, cluster, roles inside a pool).
 """
 
 from __future__ import annotations
@@ -210,7 +211,7 @@ def cluster_pools(topo: Topology, running: Sequence[int]) -> Pools:
 def split_roles(
     device: int, cpus: Sequence[int], family: str, topo: Topology, pci: str | None = None
 ) -> DevicePlan:
-    """IRQ, main, ACL and release CPUs of one pool (§6)."""
+    """IRQ, main, ACL and release CPUs of one pool (the spec's "roles inside a pool")."""
     pool = tuple(cpus)
     node = numa_node_of(pool, topo.cpu_node)
     if family == "950":

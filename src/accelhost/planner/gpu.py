@@ -1,10 +1,11 @@
 """GPU strategies: the CPU sets torchrun's `--numa-binding` gives, for all GPUs at once.
 
-Pure functions of `GpuFacts`. torchrun computes one GPU's set inside its own worker and
-fails that worker alone; here every visible GPU is planned together and any GPU that
-cannot be planned refuses the whole plan, so a launcher never starts half-bound.
+Pure functions of a GPU (or `--pci`) `Topology`. torchrun computes one GPU's set inside
+its own worker and fails that worker alone; here every visible GPU is planned together
+and any GPU that cannot be planned refuses the whole plan, so a launcher never starts
+half-bound.
 
-Rules (gpu-binding.md), for GPU g on node n with A = allowed CPUs:
+Rules (docs/gpu.md), for GPU g on node n with A = allowed CPUs:
 - node: A ∩ n.
 - socket: A ∩ every node on n's socket (a node's socket: the package of its lowest
   allowed CPU; nodes without allowed CPUs are skipped).
@@ -23,9 +24,9 @@ from dataclasses import dataclass
 
 from accelhost.cpulist import format_cpulist
 from accelhost.errors import PlanError
-from accelhost.gpu.facts import GpuFacts, GpuInfo
-from accelhost.gpu.visible import resolve_visible
+from accelhost.planner.visible import resolve_visible
 from accelhost.plans import DevicePlan, Plan, numa_node_of
+from accelhost.topology import Accelerator, Topology
 
 STRATEGIES: tuple[str, ...] = ("node", "socket", "exclusive", "core-complex")
 DEFAULT_STRATEGY = "exclusive"
@@ -36,13 +37,14 @@ NUMA_SOURCES: tuple[str, ...] = ("numa_node", "local_cpulist")
 class _Placed:
     """A visible GPU with its resolved node and its rank among the node's GPUs."""
 
-    gpu: GpuInfo
+    gpu: Accelerator
+    local_cpus: tuple[int, ...] | None
     ordinal: int
     node: int
 
 
 def plan_gpus(
-    facts: GpuFacts,
+    topo: Topology,
     *,
     strategy: str = DEFAULT_STRATEGY,
     numa_from: str = "numa_node",
@@ -57,44 +59,45 @@ def plan_gpus(
         raise PlanError(f"unknown GPU strategy {strategy!r} (choose: {', '.join(STRATEGIES)})")
     if numa_from not in NUMA_SOURCES:
         raise PlanError(f"unknown NUMA source {numa_from!r} (choose: {', '.join(NUMA_SOURCES)})")
-    if not facts.gpus:
-        why = "; ".join(facts.notes) or "the host lists no device"
+    if not topo.accelerators:
+        why = "; ".join(topo.notes) or "the host lists no device"
         raise PlanError(f"no GPU to plan: {why}")
-    messages: list[str] = list(facts.notes)
-    if facts.family == "nvidia":
-        visible, visible_messages = resolve_visible(facts.visible_env, facts.gpus)
+    messages: list[str] = list(topo.notes)
+    if topo.family == "nvidia":
+        visible, visible_messages = resolve_visible(topo.visible_env, topo.accelerators)
         messages.extend(visible_messages)
     else:
-        visible = tuple(g.index for g in facts.gpus)
+        visible = tuple(g.index for g in topo.accelerators)
     if not visible:
-        raise PlanError(f"no visible GPU (CUDA_VISIBLE_DEVICES={facts.visible_env!r})")
+        raise PlanError(f"no visible GPU (CUDA_VISIBLE_DEVICES={topo.visible_env!r})")
     wanted = tuple(visible) if devices is None else tuple(dict.fromkeys(devices))
     for index in wanted:
         if index not in visible:
             shown = ", ".join(map(str, visible))
             raise PlanError(f"GPU {index} is not visible (visible GPUs: {shown})")
 
-    allowed = set(facts.cpu.allowed)
+    allowed = set(topo.allowed_cpus)
     if not allowed:
         raise PlanError("no allowed CPU (Cpus_allowed_list is empty)")
-    node_cpus = _node_cpus(facts)
+    node_cpus = _node_cpus(topo)
     placed: list[_Placed] = []
     for ordinal, index in enumerate(visible):
-        gpu = facts.gpu(index)
+        gpu = topo.accelerator(index)
         assert gpu is not None  # resolve_visible returns known indices only
-        node = _gpu_node(gpu, numa_from, node_cpus, messages)
-        placed.append(_Placed(gpu, ordinal, node))
+        local = topo.affinity.get(index)
+        node = _gpu_node(gpu, local, numa_from, node_cpus, messages)
+        placed.append(_Placed(gpu, local, ordinal, node))
     for item in placed:
         _check_node(item, node_cpus, allowed, numa_from)
 
     pools = {
-        item.gpu.index: _POOLS[strategy](item, placed, facts, node_cpus, allowed) for item in placed
+        item.gpu.index: _POOLS[strategy](item, placed, topo, node_cpus, allowed) for item in placed
     }
     cpu_node = {cpu: node for node, cpus in node_cpus.items() for cpu in cpus}
     plans = []
     for index in sorted(wanted):
         pool = pools[index]
-        gpu = facts.gpu(index)
+        gpu = topo.accelerator(index)
         assert gpu is not None
         plans.append(
             DevicePlan(
@@ -106,7 +109,7 @@ def plan_gpus(
             )
         )
     return Plan(
-        device_type=facts.family,
+        device_type=topo.family or "pci",
         mode=strategy,
         visible=visible,
         devices=tuple(plans),
@@ -114,26 +117,27 @@ def plan_gpus(
     )
 
 
-def _node_cpus(facts: GpuFacts) -> dict[int, tuple[int, ...]]:
+def _node_cpus(topo: Topology) -> dict[int, tuple[int, ...]]:
     """Node -> CPUs; a host without NUMA information is one node 0 of its allowed CPUs."""
-    if facts.cpu.node_cpus:
-        return dict(facts.cpu.node_cpus)
-    return {0: tuple(facts.cpu.allowed)}
+    if topo.node_cpus:
+        return dict(topo.node_cpus)
+    return {0: tuple(topo.allowed_cpus)}
 
 
 def _gpu_node(
-    gpu: GpuInfo,
+    gpu: Accelerator,
+    local_cpus: tuple[int, ...] | None,
     numa_from: str,
     node_cpus: Mapping[int, Sequence[int]],
     messages: list[str],
 ) -> int:
     with_cpus = [n for n, cpus in node_cpus.items() if cpus]
     if numa_from == "local_cpulist":
-        if not gpu.local_cpus:
+        if not local_cpus:
             raise PlanError(
                 f"GPU {gpu.index} ({gpu.pci}) has no local_cpulist to take its node from"
             )
-        local = set(gpu.local_cpus)
+        local = set(local_cpus)
         counts = Counter({n: len(local & set(cpus)) for n, cpus in node_cpus.items()})
         best = max(counts.values(), default=0)
         if best == 0:
@@ -154,7 +158,7 @@ def _gpu_node(
     if not gpu.in_sysfs and gpu.numa_source == "unknown":
         hint = (
             "; its local CPUs are known: numa_from='local_cpulist' places it by them"
-            if gpu.local_cpus
+            if local_cpus
             else ""
         )
         raise PlanError(
@@ -208,7 +212,7 @@ def _node_allowed(
 def _pool_node(
     item: _Placed,
     placed: Sequence[_Placed],
-    facts: GpuFacts,
+    topo: Topology,
     node_cpus: Mapping[int, Sequence[int]],
     allowed: set[int],
 ) -> tuple[int, ...]:
@@ -218,28 +222,28 @@ def _pool_node(
 def _pool_socket(
     item: _Placed,
     placed: Sequence[_Placed],
-    facts: GpuFacts,
+    topo: Topology,
     node_cpus: Mapping[int, Sequence[int]],
     allowed: set[int],
 ) -> tuple[int, ...]:
     """The GPU's own node first, so pool[0] (IRQ CPUs, memory node) stays next to it."""
-    socket = _socket_of(item.node, facts, node_cpus, allowed)
+    socket = _socket_of(item.node, topo, node_cpus, allowed)
     own = _node_allowed(item.node, node_cpus, allowed)
     others: set[int] = set()
     for node in sorted(node_cpus):
         cpus = _node_allowed(node, node_cpus, allowed)
         if node == item.node or not cpus:
             continue
-        if _socket_of(node, facts, node_cpus, allowed) == socket:
+        if _socket_of(node, topo, node_cpus, allowed) == socket:
             others.update(cpus)
     return tuple(own) + tuple(sorted(others.difference(own)))
 
 
 def _socket_of(
-    node: int, facts: GpuFacts, node_cpus: Mapping[int, Sequence[int]], allowed: set[int]
+    node: int, topo: Topology, node_cpus: Mapping[int, Sequence[int]], allowed: set[int]
 ) -> int:
     lowest = min(_node_allowed(node, node_cpus, allowed))
-    package = facts.cpu.packages.get(lowest)
+    package = topo.cpu.packages.get(lowest)
     if package is None:
         raise PlanError(
             f"cannot tell the socket of NUMA node {node}: no physical_package_id for CPU {lowest}"
@@ -255,13 +259,13 @@ def _node_gpus(item: _Placed, placed: Sequence[_Placed]) -> list[_Placed]:
 def _pool_exclusive(
     item: _Placed,
     placed: Sequence[_Placed],
-    facts: GpuFacts,
+    topo: Topology,
     node_cpus: Mapping[int, Sequence[int]],
     allowed: set[int],
 ) -> tuple[int, ...]:
     cores: dict[int, list[int]] = {}
     for cpu in _node_allowed(item.node, node_cpus, allowed):
-        siblings = facts.cpu.siblings.get(cpu) or (cpu,)
+        siblings = topo.cpu.siblings.get(cpu) or (cpu,)
         cores.setdefault(min(siblings), []).append(cpu)
     keys = sorted(cores)
     peers = _node_gpus(item, placed)
@@ -281,13 +285,13 @@ def _pool_exclusive(
 def _pool_core_complex(
     item: _Placed,
     placed: Sequence[_Placed],
-    facts: GpuFacts,
+    topo: Topology,
     node_cpus: Mapping[int, Sequence[int]],
     allowed: set[int],
 ) -> tuple[int, ...]:
     groups: dict[int, list[int]] = {}
     for cpu in _node_allowed(item.node, node_cpus, allowed):
-        shared = facts.cpu.caches.get(cpu)
+        shared = topo.cpu.caches.get(cpu)
         if not shared:
             raise PlanError(
                 f"core-complex needs cache information, and CPU {cpu} has none "

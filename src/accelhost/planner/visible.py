@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from accelhost.errors import PlanError
-from accelhost.gpu.facts import GpuInfo
+from accelhost.topology import Accelerator
 
 
 def resolve_visible(
-    env: str | None, gpus: Sequence[GpuInfo]
+    env: str | None, gpus: Sequence[Accelerator]
 ) -> tuple[tuple[int, ...], tuple[str, ...]]:
     """(GPU indices in CUDA ordinal order, messages).
 
@@ -43,7 +43,9 @@ def resolve_visible(
     return tuple(out), tuple(messages)
 
 
-def _lookup(entry: str, gpus: Sequence[GpuInfo], by_index: dict[int, GpuInfo]) -> int | None:
+def _lookup(
+    entry: str, gpus: Sequence[Accelerator], by_index: dict[int, Accelerator]
+) -> int | None:
     if entry.isdigit():
         value = int(entry)
         return value if value in by_index else None

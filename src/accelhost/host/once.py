@@ -1,0 +1,97 @@
+"""Read each fact of a host once: a host that remembers every answer it has given.
+
+`plan` and `topo` read a host through several readers (CPUs, NUMA nodes, devices), and
+some facts interest more than one of them; wrapped in `ReadOnce`, a host runs each command
+and reads each file at most once however many readers ask. It is a `Host` itself, so
+every reader, parser and recorder takes it unchanged.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from accelhost.host.base import CommandResult, Host
+
+
+class ReadOnce:
+    """`inner`, with every answer (absent ones too) kept for the next asker.
+
+    Meant for one short read (a plan, a topology, a doctor's look): a long-lived watcher
+    must not wrap its host, or it would never see the machine change.
+    """
+
+    answers_fixed = True
+
+    def __init__(self, inner: Host) -> None:
+        self.inner = inner
+        self._lock = threading.Lock()
+        self._commands: dict[str, CommandResult | None] = {}
+        self._files: dict[str, str | None] = {}
+        self._dirs: dict[str, list[str] | None] = {}
+        self._links: dict[str, str | None] = {}
+        self._env: dict[str, str | None] = {}
+
+    @property
+    def machine(self) -> str:
+        return self.inner.machine
+
+    @property
+    def device_type(self) -> str | None:
+        return self.inner.device_type
+
+    @property
+    def is_live(self) -> bool:
+        return self.inner.is_live
+
+    def run(self, argv: Sequence[str]) -> CommandResult | None:
+        key = " ".join(argv)  # command_key, inlined: planners ask this on every plan
+        if key in self._commands:  # answered before: no lock needed to read it back
+            return self._commands[key]
+        return self.run_many([argv])[0]
+
+    def run_many(self, argvs: Sequence[Sequence[str]]) -> list[CommandResult | None]:
+        keys = [" ".join(a) for a in argvs]  # command_key, inlined (a hot path)
+        with self._lock:
+            missing = {k: a for a, k in zip(argvs, keys, strict=True) if k not in self._commands}
+            if missing:
+                # the inner host runs them together (concurrently on a live host)
+                results = self.inner.run_many(list(missing.values()))
+                self._commands.update(zip(missing, results, strict=True))
+            return [self._commands[k] for k in keys]
+
+    def read_file(self, path: str) -> str | None:
+        if path in self._files:
+            return self._files[path]
+        with self._lock:
+            if path not in self._files:
+                self._files[path] = self.inner.read_file(path)
+            return self._files[path]
+
+    def list_dir(self, path: str) -> list[str] | None:
+        with self._lock:
+            if path not in self._dirs:
+                self._dirs[path] = self.inner.list_dir(path)
+            names = self._dirs[path]
+        return None if names is None else list(names)
+
+    def read_link(self, path: str) -> str | None:
+        with self._lock:
+            if path not in self._links:
+                self._links[path] = self.inner.read_link(path)
+            return self._links[path]
+
+    def getenv(self, name: str) -> str | None:
+        with self._lock:
+            if name not in self._env:
+                self._env[name] = self.inner.getenv(name)
+            return self._env[name]
+
+
+def read_once(host: Host) -> Host:
+    """`host` wrapped so that each command, file, directory and variable is read once.
+
+    A host whose answers are fixed already (one wrapped before, a snapshot: its class says
+    `answers_fixed = True`) is returned as it is, so layers can each ask for it freely.
+    """
+    return host if getattr(host, "answers_fixed", False) else ReadOnce(host)

@@ -1,0 +1,92 @@
+"""An Ascend host's topology: npu-smi for the chips, lscpu for CPUs and nodes.
+
+These are the sources vllm-ascend's CPU binding reads, so its plans can be reproduced
+exactly (the Ascend binding rules of the project's spec).
+"""
+
+from __future__ import annotations
+
+from operator import itemgetter
+
+from accelhost.errors import ParseError
+from accelhost.family import family_from_chip_names
+from accelhost.host.base import Host
+from accelhost.parsers.npusmi_info import parse_npu_smi_info
+from accelhost.parsers.npusmi_map import parse_npu_map
+from accelhost.parsers.npusmi_topo import parse_npu_topo
+from accelhost.parsers.procstatus import MISSING_LINE
+from accelhost.parsers.ps import parse_thread_ids
+from accelhost.readers.cpus import (
+    STATUS,
+    read_allowed_cpus,
+    read_cgroup_cpuset,
+    read_lscpu_nodes,
+    read_threads_per_core,
+)
+from accelhost.topology import Accelerator, Topology
+
+NPU_MAP = ["npu-smi", "info", "-m"]
+NPU_INFO = ["npu-smi", "info"]
+NPU_TOPO = ["npu-smi", "info", "-t", "topo"]
+PS_THREADS = ["ps", "-Te"]
+ASCEND_VISIBLE = "ASCEND_RT_VISIBLE_DEVICES"
+
+
+def _stdout(host: Host, argv: list[str]) -> str | None:
+    result = host.run(argv)
+    return result.stdout if result else None
+
+
+def read_ascend_topology(host: Host, family: str | None) -> Topology:
+    """The Ascend topology of `host`; `family` None is told from the chip names."""
+    entries = parse_npu_map(_stdout(host, NPU_MAP))
+    info = parse_npu_smi_info(_stdout(host, NPU_INFO))
+    notes: list[str] = []
+    if family is None:
+        family = family_from_chip_names([e.name for e in entries] + list(info.names))
+        if family is None and (entries or info.chips):
+            notes.append("cannot tell the Ascend family from the chip names; pass --device-type")
+    cpu_node, node_cpus = read_lscpu_nodes(host)
+    bus = {(c.npu_id, c.chip_id): c.bus_id for c in info.chips}
+    # positional and keyed by a C getter: this runs for every chip on every plan
+    accelerators = tuple(
+        sorted(
+            (
+                Accelerator(
+                    e.logical_id, e.name, e.npu_id, e.chip_id, bus.get((e.npu_id, e.chip_id))
+                )
+                for e in entries
+            ),
+            key=itemgetter(0),
+        )
+    )
+    tids: tuple[int, ...] = ()
+    if family == "950":
+        tids = tuple(parse_thread_ids(_stdout(host, PS_THREADS)))
+    cpuset = read_cgroup_cpuset(host)
+    return Topology(
+        machine=host.machine,
+        family=family,
+        allowed_cpus=ascend_allowed_cpus(host),
+        cpu_node=cpu_node,
+        node_cpus=node_cpus,
+        cpuset=cpuset[0] if cpuset else None,
+        threads_per_core=read_threads_per_core(host),
+        accelerators=accelerators,
+        affinity=parse_npu_topo(_stdout(host, NPU_TOPO)),
+        processes=info.processes,
+        process_table_npu_id=info.id_column == "NPU ID",
+        visible_env=host.getenv(ASCEND_VISIBLE),
+        host_thread_tids=tids,
+        notes=tuple(notes),
+    )
+
+
+def ascend_allowed_cpus(host: Host) -> tuple[int, ...]:
+    """vllm-ascend's rule: no status file is no CPU, a status without the line an error."""
+    allowed = read_allowed_cpus(host)
+    if allowed is not None:
+        return allowed
+    if host.read_file(STATUS) is None:
+        return ()
+    raise ParseError(STATUS, MISSING_LINE)

@@ -1,0 +1,154 @@
+"""The one builder of fake hosts for tests, and a host that counts what is read.
+
+- `FakeMachine`: a recorded machine (files, directories, links, commands, environment)
+  as a snapshot dictionary or a `SnapshotHost`. The family-specific builders
+  (`ascend_hosts.AscendHost`, `gpu/gpu_hosts.FakeHost`) write their texts into one.
+- `CountingHost`: wraps any host and counts every command, file, directory, link and
+  variable asked for, so a test can prove that a command reads each fact once.
+- `fake_tools`: real executables (`npu-smi`, `nvidia-smi`, `lscpu`, ...) on a PATH that
+  print recorded output and log each call, to count what a live host really runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accelhost.host.base import CommandResult, Host, command_key
+from accelhost.host.snapshot import SNAPSHOT_FORMAT, SnapshotHost
+
+
+@dataclass
+class FakeMachine:
+    """A machine as a snapshot records it; absent keys mean absent things."""
+
+    machine: str = "x86_64"
+    device_type: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    dirs: dict[str, list[str]] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)
+    commands: dict[str, Any] = field(default_factory=dict)
+
+    def snapshot(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"format": SNAPSHOT_FORMAT, "machine": self.machine}
+        if self.device_type:
+            data["device_type"] = self.device_type
+        data["env"] = dict(self.env)
+        data["files"] = dict(self.files)
+        data["dirs"] = {k: list(v) for k, v in self.dirs.items()}
+        if self.links:
+            data["links"] = dict(self.links)
+        data["commands"] = dict(self.commands)
+        return data
+
+    def host(self, source: str = "fake-host") -> SnapshotHost:
+        return SnapshotHost(self.snapshot(), source=source)
+
+
+class CountingHost:
+    """`inner`, counting each question by kind and key (a command's argv joined by spaces)."""
+
+    def __init__(self, inner: Host) -> None:
+        self.inner = inner
+        self.commands: Counter[str] = Counter()
+        self.files: Counter[str] = Counter()
+        self.dirs: Counter[str] = Counter()
+        self.links: Counter[str] = Counter()
+        self.env: Counter[str] = Counter()
+
+    @property
+    def machine(self) -> str:
+        return self.inner.machine
+
+    @property
+    def device_type(self) -> str | None:
+        return self.inner.device_type
+
+    @property
+    def is_live(self) -> bool:
+        return self.inner.is_live
+
+    def run(self, argv: Sequence[str]) -> CommandResult | None:
+        self.commands[command_key(argv)] += 1
+        return self.inner.run(argv)
+
+    def run_many(self, argvs: Sequence[Sequence[str]]) -> list[CommandResult | None]:
+        for argv in argvs:
+            self.commands[command_key(argv)] += 1
+        return self.inner.run_many(argvs)
+
+    def read_file(self, path: str) -> str | None:
+        self.files[path] += 1
+        return self.inner.read_file(path)
+
+    def list_dir(self, path: str) -> list[str] | None:
+        self.dirs[path] += 1
+        return self.inner.list_dir(path)
+
+    def read_link(self, path: str) -> str | None:
+        self.links[path] += 1
+        return self.inner.read_link(path)
+
+    def getenv(self, name: str) -> str | None:
+        self.env[name] += 1
+        return self.inner.getenv(name)
+
+    def repeated(self) -> dict[str, int]:
+        """Everything asked for more than once, as `kind key` -> count (empty: all once)."""
+        out: dict[str, int] = {}
+        for kind, counter in (
+            ("command", self.commands),
+            ("file", self.files),
+            ("dir", self.dirs),
+            ("link", self.links),
+            ("env", self.env),
+        ):
+            out.update({f"{kind} {k}": n for k, n in counter.items() if n > 1})
+        return out
+
+
+@dataclass
+class ToolLog:
+    """The calls the fake tools received, one line per call (`tool args...`)."""
+
+    path: Path
+
+    def calls(self) -> Counter[str]:
+        if not self.path.exists():
+            return Counter()
+        return Counter(ln.strip() for ln in self.path.read_text().splitlines() if ln.strip())
+
+
+def fake_tools(directory: Path, outputs: Mapping[str, str], tools: Sequence[str] = ()) -> ToolLog:
+    """Write one executable per tool in `directory` answering the recorded `outputs`.
+
+    `outputs` maps a command key (`npu-smi info -m`) to its standard output; a tool named in
+    `tools` (or in a key) but asked something not recorded exits 1 with no output. Every
+    call is appended to the log, so the test counts what really ran.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    log = directory / "calls.log"
+    names = set(tools) | {key.split(" ", 1)[0] for key in outputs}
+    for name in sorted(names):
+        cases = []
+        for n, (key, text) in enumerate(sorted(outputs.items())):
+            tool, _, args = key.partition(" ")
+            if tool != name:
+                continue
+            out = directory / f"{name}.{n}.out"
+            out.write_text(text)
+            cases.append(f"  {shlex.quote(args)}) cat {shlex.quote(str(out))} ;;\n")
+        script = directory / name
+        script.write_text(
+            "#!/bin/sh\n"
+            f'echo "{name} $*" >> {shlex.quote(str(log))}\n'
+            'case "$*" in\n' + "".join(cases) + "  *) exit 1 ;;\nesac\n"
+        )
+        os.chmod(script, 0o755)
+    return ToolLog(log)
