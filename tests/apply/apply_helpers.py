@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,8 +76,17 @@ class Child:
         self._ask(f"spawn {name}")
 
     def end_thread(self, name: str) -> None:
-        """Make the thread of that name exit; returns once it has."""
+        """Make the thread of that name exit; returns once the kernel has let it go.
+
+        Python's join() returns when the thread's Python work is done, a moment before the
+        kernel task goes; wait for /proc/PID/task/TID to vanish so callers see it gone.
+        """
+        task = Path(f"/proc/{self.pid}/task/{self.tid(name)}")
         self._ask(f"end {name}")
+        deadline = time.monotonic() + 30
+        while task.exists():
+            assert time.monotonic() < deadline, f"thread {name} did not exit"
+            time.sleep(0.005)
 
     def _ask(self, line: str) -> None:
         assert self.proc.stdin is not None and self.proc.stdout is not None
