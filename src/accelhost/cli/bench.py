@@ -44,6 +44,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON for machines")
     p.set_defaults(func=handle_pipeline)
     parser.set_defaults(func=lambda args: _usage(parser))
+    from accelhost.benchbind.cli import register as register_bind
+
+    register_bind(sub)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
