@@ -138,8 +138,7 @@ class Pipeline:
                 # task group on top): the join must still happen, or worker threads,
                 # processes and the abort pipe outlive the stream. Block for it instead;
                 # finish() is bounded by the same deadline.
-                r.abort()
-                r.finish(deadline)
+                r.finish(deadline, abort=True)
                 raise
             finally:
                 self._active = False
@@ -187,8 +186,6 @@ class Pipeline:
 
     def _end(self, r: Run, clean: bool) -> None:
         try:
-            if not clean:
-                r.abort()
-            r.finish(perf_counter() + r.settings.join_timeout)
+            r.finish(perf_counter() + r.settings.join_timeout, abort=not clean)
         finally:
             self._active = False

@@ -14,7 +14,7 @@ import contextlib
 import os
 import threading
 import warnings
-from collections.abc import AsyncIterable, Iterable
+from collections.abc import AsyncIterable, Callable, Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from time import perf_counter
@@ -161,6 +161,10 @@ class Run:
             if self.aborted:
                 return
             self.aborted = True
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        """Wake every waiter of the run; harmless to repeat."""
         for ch in self.channels:
             ch.abort()
         with self.window_cond:
@@ -173,6 +177,11 @@ class Run:
             with contextlib.suppress(RuntimeError):  # the loop already closed
                 loop.call_soon_threadsafe(self._cancel_tasks)
 
+    def _stop(self) -> None:
+        """abort(), made whole even if an earlier abort() was interrupted half way."""
+        self.abort()
+        self._wake_all()
+
     def _cancel_tasks(self) -> None:
         for task in self.tasks:
             task.cancel()
@@ -183,29 +192,24 @@ class Run:
     def pending_threads(self) -> list[threading.Thread]:
         return [t for t in self.threads() if t.is_alive()]
 
-    def finish(self, deadline: float) -> None:
-        """Join every thread, then stop the processes and close what the run opened.
+    def finish(self, deadline: float, abort: bool = False) -> None:
+        """Abort first if asked, join every thread, then stop the processes and close
+        what the run opened.
 
         An exception raised into this thread meanwhile (a second Ctrl-C while the first
         one's teardown runs) does not cut the teardown short, which would leak the pipes
-        and processes: it is held, the teardown goes on (bounded by the deadline), and it
-        is raised at the end.
+        and processes: it is held, the run is aborted, the teardown goes on (bounded by
+        the deadline), and the exception is raised at the end.
         """
-        held: BaseException | None = None
+        held = _steadily(self._stop, None) if abort else None
         for t in self.threads():
             while True:
                 try:
                     t.join(max(0.0, deadline - perf_counter()))
                     break
                 except BaseException as exc:
-                    held = held or exc
-                    self.abort()
-        while True:
-            try:
-                self._reap(deadline)
-                break
-            except BaseException as exc:
-                held = held or exc
+                    held = _steadily(self._stop, held or exc)
+        held = _steadily(lambda: self._reap(deadline), held)
         if held is not None:
             raise held
 
@@ -356,3 +360,14 @@ class Run:
             raise exc
         if self.aborted:
             raise PipelineError("the pipeline was aborted")
+
+
+def _steadily(step: Callable[[], object], held: BaseException | None) -> BaseException | None:
+    """Run `step` to its end even if exceptions are raised into this thread meanwhile
+    (it is run again: every step of a teardown may be); the first such one, or `held`."""
+    while True:
+        try:
+            step()
+            return held
+        except BaseException as exc:
+            held = held or exc
