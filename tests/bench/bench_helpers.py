@@ -1,3 +1,5 @@
+"""Helpers of the bench bind tests (a unique module name: every test dir has a conftest)."""
+
 from __future__ import annotations
 
 import json

@@ -7,8 +7,7 @@ import os
 import sys
 
 import pytest
-
-from conftest import bench_json, run_bench
+from bench_helpers import bench_json, run_bench
 
 SEES_CPUS = "import os; print('cpus=%d' % len(os.sched_getaffinity(0)))"
 ALL_CPUS = len(os.sched_getaffinity(0))
@@ -157,8 +156,9 @@ def test_cpus_outside_this_process_stop_before_any_run(tmp_path):
         (["--device", "0", "--", "true"], "--device needs --plan FILE"),
         (["--cpus", "0", "--plan", "p.json", "--device", "0", "--", "true"], "exclude each other"),
         (["--", "true"], "--cpus LIST or --plan FILE --device N"),
-        (["--cpus", "0", "--repeats", "0", "--", "true"], "--repeats must be at least 1"),
-        (["--cpus", "0", "--warmup", "-1", "--", "true"], "--warmup must be 0 or more"),
+        (["--cpus", "0", "--repeats", "0", "--", "true"], "--repeats must be 1 to 10000"),
+        (["--cpus", "0", "--repeats", "10001", "--", "true"], "--repeats must be 1 to 10000"),
+        (["--cpus", "0", "--warmup", "-1", "--", "true"], "--warmup must be 0 to 10000"),
         (["--cpus", "0", "--metric", "([0-9]", "--", "true"], "is not a regular expression"),
         (["--cpus", "0", "--metric", "[0-9]+", "--", "true"], "has no group"),
         (["--cpus", "x", "--", "true"], "--cpus"),

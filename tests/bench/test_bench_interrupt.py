@@ -1,5 +1,5 @@
 """Ctrl-C: SIGINT to a real `accelhost bench bind` stops the running command (and what it
-started) and prints the report of the runs finished so far."""
+started) and prints the report of the runs finished so far; SIGTERM does the same."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 # Runs 1-3 finish at once; run 4 starts a grandchild and both wait (10 minutes).
 COMMAND = r"""
@@ -61,7 +63,8 @@ def _ours(pid: int, d: Path) -> bool:
     return str(d).encode() in cmdline or cmdline == b"sleep\x00600\x00"
 
 
-def test_sigint_terminates_the_running_child_and_reports_what_was_measured(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_ends_the_running_child_and_reports_what_was_measured(tmp_path, sig):
     runs = tmp_path / "runs"
     runs.mkdir()
     argv = [sys.executable, "-m", "accelhost", "bench", "bind", "--cpus", "0", "--repeats", "5"]
@@ -77,9 +80,9 @@ def test_sigint_terminates_the_running_child_and_reports_what_was_measured(tmp_p
         _wait_for(lambda: grandchild.exists() and grandchild.read_text(), "run 4 to start")
         run4 = int((runs / "run4").read_text())
         assert _alive(run4) and _alive(int(grandchild.read_text()))
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
-        assert proc.returncode == 130, err
+        assert proc.returncode == 128 + sig, err  # 130 for Ctrl-C
         data = json.loads(out)
         assert data["interrupted"] is True
         assert [(r["index"], r["status"]) for r in data["runs"]] == [
@@ -88,6 +91,7 @@ def test_sigint_terminates_the_running_child_and_reports_what_was_measured(tmp_p
             (3, "ok"),
             (4, "interrupted"),
         ]
+        assert data["runs"][3]["detail"] == f"stopped by {sig.name}"
         assert data["arms"]["unbound"]["values"] == [1.0]  # run 4 (unbound) is not counted
         assert data["arms"]["bound"]["values"] == [2.0, 3.0]
         assert "interrupted" in err and "Traceback" not in err

@@ -6,9 +6,9 @@ import os
 import sys
 
 import pytest
+from bench_helpers import bench_json
 
 from accelhost.benchbind.runner import BOUND, UNBOUND, schedule
-from conftest import bench_json
 
 
 def test_schedule_alternates_the_first_arm_of_each_round():

@@ -11,13 +11,14 @@ from typing import Any
 from accelhost.cli.common import add_device_option, add_grace_option, one_device, print_json
 from accelhost.errors import ParseError, UsageError
 
+MAX_REPEATS = 10_000  # the order is a list made up front, and the bootstrap is O(R)
 USAGE_EXAMPLE = "accelhost bench bind --cpus 2-7 -- python3 my_benchmark.py"
 EPILOG = (
     "The bound arm is bound as `accelhost exec` binds (its CPU affinity and memory policy "
     "steps, run in the child before it execs; no IRQ steps). Progress: one line per run on "
     "standard error (redrawn in place on a terminal). Exit status: 0 measured (whatever the "
-    "verdict), 1 an arm has no figure or the binding failed, 2 bad usage, 130 interrupted "
-    "(the report of the runs so far is printed first)."
+    "verdict), 1 an arm has no figure or the binding failed, 2 bad usage, 130 Ctrl-C (143 "
+    "SIGTERM): the running command is stopped and the runs so far are reported."
 )
 
 
@@ -71,10 +72,10 @@ def _check(args: argparse.Namespace) -> tuple[list[str], re.Pattern[str] | None]
         raise UsageError("say how to bind the bound arm: --cpus LIST or --plan FILE --device N")
     if args.cpus is not None and (args.membind or args.no_memory):
         raise UsageError("--membind and --no-memory go with --plan (--cpus binds CPUs only)")
-    if args.repeats < 1:
-        raise UsageError(f"--repeats must be at least 1, got {args.repeats}")
-    if args.warmup < 0:
-        raise UsageError(f"--warmup must be 0 or more, got {args.warmup}")
+    if not 1 <= args.repeats <= MAX_REPEATS:
+        raise UsageError(f"--repeats must be 1 to {MAX_REPEATS}, got {args.repeats}")
+    if not 0 <= args.warmup <= MAX_REPEATS:
+        raise UsageError(f"--warmup must be 0 to {MAX_REPEATS}, got {args.warmup}")
     if args.grace < 0:
         raise UsageError(f"--grace must be 0 or more, got {args.grace:g}")
     metric = None
@@ -163,9 +164,9 @@ def _measure(
         print_json(report.to_dict(setup, outcome, comparison))
     else:
         print(report.text(setup, outcome, comparison))
-    if outcome.interrupted:
+    if outcome.stopped_by is not None:
         print("accelhost: interrupted: the report covers the runs finished so far", file=sys.stderr)
-        return 130
+        return 128 + outcome.stopped_by
     if not comparison.unbound.runs or not comparison.bound.runs:
         print("accelhost: an arm has no figure: see the failed runs", file=sys.stderr)
         return 1

@@ -122,7 +122,11 @@ class Run:
 @dataclass(frozen=True)
 class Outcome:
     runs: tuple[Run, ...]
-    interrupted: bool
+    stopped_by: int | None = None  # the signal that stopped the benchmark early
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stopped_by is not None
 
     def values(self, arm: str) -> list[float]:
         return [
@@ -134,6 +138,19 @@ class BindingError(Exception):
     """A bound run could not be bound: every later one would fail the same way."""
 
 
+class Stopped(Exception):
+    """SIGTERM arrived: stop as for Ctrl-C (the child is in its own session and would
+    otherwise outlive the benchmark)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise Stopped(signum)
+
+
 def run_all(
     argv: Sequence[str],
     binding: Binding,
@@ -143,14 +160,16 @@ def run_all(
     grace: float,
     on_run: Callable[[Run], None] | None = None,
 ) -> Outcome:
-    """Every slot in order; SIGINT stops at once with the runs finished so far.
+    """Every slot in order; SIGINT or SIGTERM stops at once with the runs finished so far.
 
-    The interrupted run (its child terminated) is kept as `interrupted`, not counted.
+    The run that was going (its child terminated, and all in its process group) is kept
+    as `interrupted`, not counted.
     """
     runs: list[Run] = []
     current: list[subprocess.Popen[bytes]] = []  # the running child, for the interrupt
     slot = slots[0] if slots else None
     started = time.perf_counter()
+    previous = _handle(signal.SIGTERM, _raise_stopped)
     try:
         for slot in slots:
             started = time.perf_counter()
@@ -158,18 +177,30 @@ def run_all(
             runs.append(run)
             if on_run is not None:
                 on_run(run)
-    except KeyboardInterrupt:
-        if current:
-            _stop(current[0], grace)
+    except (KeyboardInterrupt, Stopped) as exc:
+        signum = exc.signum if isinstance(exc, Stopped) else int(signal.SIGINT)
+        for proc in current:
+            _stop(proc, grace)
         if slot is not None and (not runs or runs[-1].slot != slot):
             gone = time.perf_counter() - started
-            runs.append(Run(slot, INTERRUPTED, None, gone, None, "stopped by SIGINT"))
-        return Outcome(tuple(runs), True)
+            why = f"stopped by {signal.Signals(signum).name}"
+            runs.append(Run(slot, INTERRUPTED, None, gone, None, why))
+        return Outcome(tuple(runs), signum)
     finally:
-        for proc in current:  # an error other than SIGINT: leave no child behind
+        for proc in current:  # an error other than a stop signal: leave no child behind
             if proc.poll() is None:
                 _stop(proc, grace)
-    return Outcome(tuple(runs), False)
+        if previous is not None:
+            _handle(signal.SIGTERM, previous)
+    return Outcome(tuple(runs))
+
+
+def _handle(signum: int, handler: Any) -> Any:
+    """Install a handler where Python allows it (the main thread); the old one, or None."""
+    try:
+        return signal.signal(signum, handler)
+    except ValueError:
+        return None
 
 
 def _one(
@@ -222,14 +253,15 @@ def _one(
 
 
 def _stop(proc: subprocess.Popen[bytes], grace: float) -> None:
-    """SIGTERM to the child's process group, SIGKILL after `grace` seconds."""
+    """SIGTERM to the child's process group, SIGKILL after `grace` seconds (or at once
+    on a second Ctrl-C)."""
     _signal_group(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
+    except (subprocess.TimeoutExpired, KeyboardInterrupt, Stopped):
         _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
-    # The command's leftovers in its group (it exited, they did not): they go too.
+    # What the command started in its group and left behind goes too.
     _signal_group(proc.pid, signal.SIGKILL)
     for pipe in (proc.stdout, proc.stderr):
         if pipe is not None:
