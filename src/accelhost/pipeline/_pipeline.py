@@ -58,7 +58,7 @@ class Pipeline:
         self._run: Run | None = None
         self._active = False
 
-    def settings(self) -> RunSettings:
+    def _settings(self) -> RunSettings:
         """The settings the next run starts with (a run keeps its own copy)."""
         return RunSettings(
             stages=tuple(self.stages),
@@ -153,7 +153,7 @@ class Pipeline:
         arbitrary moments, so short bursts are neither missed nor overweighted.
         """
         r = self._run
-        return stats(r.settings if r is not None else self.settings(), r, self._active)
+        return stats(r.settings if r is not None else self._settings(), r, self._active)
 
     def prometheus_collector(self, prefix: str = "accelhost_pipeline", pipeline: str = "default"):  # type: ignore[no-untyped-def]
         """A prometheus-client collector reading `stats()` at each scrape."""
@@ -174,7 +174,7 @@ class Pipeline:
     def _start(self) -> Run:
         if self._active:
             raise PipelineError("this pipeline is already running; create another one")
-        r = Run.create(self.settings())
+        r = Run.create(self._settings())
         self._run = r
         self._active = True
         try:
