@@ -171,3 +171,23 @@ def test_usage_errors_exit_2_with_one_line(args, message):
     assert message in res.stderr
     assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
     assert res.stdout == ""
+
+
+@needs_two_cpus
+def test_a_binding_step_that_fails_in_the_child_stops_before_a_bound_run(plan_file, tmp_path):
+    # Node 5 does not exist here: set_mempolicy(2) refuses it in the forked child.
+    plan = plan_file({"devices": {"0": {"main": [1], "numa_node": 5}}})
+    seen = tmp_path / "seen"
+    cmd = "import os, sys; open(sys.argv[1], 'a').write('%d\\n' % len(os.sched_getaffinity(0)))"
+    res = run_bench(
+        "--plan", plan, "--device", "0", "--repeats", "3",
+        "--", sys.executable, "-c", cmd, str(seen),
+    )  # fmt: skip
+    assert res.returncode == 1
+    assert (
+        "accelhost: cannot bind the bound arm: set the memory policy of the new command to "
+        "preferred node 5: Invalid argument" in res.stderr
+    )
+    # Only the first (unbound) warm-up run ran; no run ever ran half-bound.
+    assert seen.read_text().split() == [str(ALL_CPUS)]
+    assert res.stdout == ""

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from accelhost.benchbind.binding import Binding
-from accelhost.benchbind.runner import BOUND, OK, UNBOUND, Figure, Outcome, Run
+from accelhost.benchbind.runner import BOUND, FAILED, OK, UNBOUND, Figure, Outcome, Run
 from accelhost.benchbind.stats import ArmStats, Comparison
 from accelhost.cli.common import render_table
 from accelhost.cpulist import format_cpulist
@@ -105,7 +105,7 @@ def _row(arm: str, s: ArmStats, failed: int) -> list[Any]:
 
 
 def _failed(runs: Sequence[Run], arm: str) -> int:
-    return sum(1 for r in runs if r.slot.arm == arm and not r.slot.warmup and r.status != OK)
+    return sum(1 for r in runs if r.slot.arm == arm and not r.slot.warmup and r.status == FAILED)
 
 
 def _done(runs: Sequence[Run]) -> int:
