@@ -154,6 +154,7 @@ def test_cpus_outside_this_process_stop_before_any_run(tmp_path):
         (["--cpus", "0", "--"], "no command to measure"),
         (["--plan", "p.json", "--", "true"], "--plan needs --device N"),
         (["--device", "0", "--", "true"], "--device needs --plan FILE"),
+        (["--plan", "p.json", "--device", "0,1", "--", "true"], "takes one device"),
         (["--cpus", "0", "--plan", "p.json", "--device", "0", "--", "true"], "exclude each other"),
         (["--", "true"], "--cpus LIST or --plan FILE --device N"),
         (["--cpus", "0", "--repeats", "0", "--", "true"], "--repeats must be 1 to 10000"),
@@ -191,3 +192,10 @@ def test_a_binding_step_that_fails_in_the_child_stops_before_a_bound_run(plan_fi
     # Only the first (unbound) warm-up run ran; no run ever ran half-bound.
     assert seen.read_text().split() == [str(ALL_CPUS)]
     assert res.stdout == ""
+
+
+def test_a_run_killed_by_a_signal_says_which():
+    cmd = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
+    data = bench_json("--cpus", "0", "--repeats", "2", "--", sys.executable, "-c", cmd)
+    assert {(r["returncode"], r["detail"]) for r in data["runs"]} == {(-9, "killed by SIGKILL")}
+    assert data["verdict"] == "inconclusive"

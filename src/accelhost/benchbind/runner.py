@@ -3,6 +3,8 @@
 The imperative shell of the benchmark. The order is decided up front (`schedule`, pure) so
 a test can check it and the report can show it; each run is a fresh child in its own
 session, so Ctrl-C (SIGINT to this process) can stop it and everything it started.
+Children are started with a preexec_fn (see `_one`): the process running this must have
+no other threads, which the CLI has not.
 """
 
 from __future__ import annotations
@@ -242,7 +244,7 @@ def _one(
     current.clear()
     rc = proc.returncode
     if rc != 0:
-        how = f"killed by signal {-rc}" if rc < 0 else f"exit status {rc}"
+        how = f"killed by {_signal_name(-rc)}" if rc < 0 else f"exit status {rc}"
         last = _last_line(err) or _last_line(out)
         return Run(slot, FAILED, None, seconds, rc, how + (f": {last}" if last else ""))
     try:
@@ -271,6 +273,13 @@ def _stop(proc: subprocess.Popen[bytes], grace: float) -> None:
 def _signal_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _drain(fd: int) -> str:
