@@ -26,7 +26,7 @@ def test_parse_duration_rejects(text: str) -> None:
 
 
 def test_json_report_has_the_three_methods(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["bench", "pipeline", "--pre", "1ms", "--device", "2ms", "--post", "1ms"]
+    argv = ["bench", "pipeline", "--pre-time", "1ms", "--device-time", "2ms", "--post-time", "1ms"]
     assert main([*argv, "--items", "12", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert list(report) == ["serial", "asyncio_recipe", "accelhost"]
@@ -39,7 +39,18 @@ def test_json_report_has_the_three_methods(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_zero_cost_efficiency_is_null(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["bench", "pipeline", "--pre", "0", "--device", "0", "--post", "0", "--items", "50"]
+    argv = [
+        "bench",
+        "pipeline",
+        "--pre-time",
+        "0",
+        "--device-time",
+        "0",
+        "--post-time",
+        "0",
+        "--items",
+        "50",
+    ]
     assert main([*argv, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert all(entry["efficiency"] is None for entry in report.values())
@@ -47,7 +58,7 @@ def test_zero_cost_efficiency_is_null(capsys: pytest.CaptureFixture[str]) -> Non
 
 def test_table_and_trace(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
     trace = f"{tmp_path}/bench.json"
-    argv = ["bench", "pipeline", "--pre", "0", "--device", "1ms", "--post", "0"]
+    argv = ["bench", "pipeline", "--pre-time", "0", "--device-time", "1ms", "--post-time", "0"]
     assert main([*argv, "--items", "5", "--trace", trace]) == 0
     out = capsys.readouterr()
     lines = out.out.splitlines()
@@ -63,8 +74,9 @@ def test_table_and_trace(tmp_path: object, capsys: pytest.CaptureFixture[str]) -
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--pre", "10xs"], "--pre"),
-        (["--device", "fast"], "--device"),
+        (["--pre-time", "10xs"], "--pre-time"),
+        (["--device-time", "fast"], "--device-time"),
+        (["--post-time=-1ms"], "--post-time"),
         (["--items", "0"], "--items"),
         (["--items", "many"], "--items"),
         (["--real", "--cpu-kind", "process"], "--cpu-kind"),
@@ -75,7 +87,36 @@ def test_bad_options_exit_2_with_one_line(
 ) -> None:
     assert main(["bench", "pipeline", *args]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("accelhost: ") and needle in err[0]
+    assert len(err) == 1 and err[0].startswith("accelhost bench: ") and needle in err[0]
+
+
+@pytest.mark.parametrize("stage", ["pre", "device", "post"])
+def test_stage_times_of_the_last_release_point_to_the_new_names(
+    stage: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--device` takes device ids in every other command: here it is refused, not read
+    as a duration, and the message names the option to use."""
+    ran: list[str] = []
+    monkeypatch.setattr(bench, "bench", lambda *a, **k: ran.append("bench"))
+    assert main(["bench", "pipeline", f"--{stage}", "5ms", "--items", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--{stage}-time" in err[0]
+    assert ran == []
+
+
+def test_stage_time_options_set_the_workload(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[str] = []
+
+    def fake_bench(wl: bench.Workload, *a: object, **k: object) -> dict[str, object]:
+        seen.append(wl.label)
+        return {}
+
+    monkeypatch.setattr(bench, "bench", fake_bench)
+    argv = ["--pre-time", "1ms", "--device-time", "2ms", "--post-time", "3ms", "--json"]
+    assert main(["bench", "pipeline", *argv, "--items", "3"]) == 0
+    assert seen == ["pre 1 ms, device 2 ms, post 3 ms"]
 
 
 def test_real_without_tokenizers_names_what_to_install(
@@ -119,7 +160,7 @@ def test_progress_bar_draws_on_a_terminal() -> None:
 
 
 def test_cpu_stages_in_processes(capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["bench", "pipeline", "--pre", "1ms", "--device", "1ms", "--post", "1ms"]
+    argv = ["bench", "pipeline", "--pre-time", "1ms", "--device-time", "1ms", "--post-time", "1ms"]
     assert main([*argv, "--items", "8", "--cpu-kind", "process", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["accelhost"]["items"] == 8
@@ -137,7 +178,7 @@ def test_unwritable_trace_path_fails_before_running(
     path = f"{tmp_path}/{where}" if where else ""
     assert main(["bench", "pipeline", "--items", "3", "--trace", path]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("accelhost: --trace")
+    assert len(err) == 1 and err[0].startswith("accelhost bench: --trace")
     assert ran == []  # refused up front, not after minutes of benchmark
 
 
@@ -160,7 +201,18 @@ def test_trace_is_written_after_the_timed_run(
 
     monkeypatch.setattr(bench.Progress, "finish", finish)
     monkeypatch.setattr(Pipeline, "write_trace", write)
-    argv = ["bench", "pipeline", "--pre", "0", "--device", "0", "--post", "0", "--items", "5"]
+    argv = [
+        "bench",
+        "pipeline",
+        "--pre-time",
+        "0",
+        "--device-time",
+        "0",
+        "--post-time",
+        "0",
+        "--items",
+        "5",
+    ]
     assert main([*argv, "--trace", f"{tmp_path}/t.json", "--json"]) == 0
     assert events[-2:] == ["stop accelhost", "write trace"]
     assert json.loads(capsys.readouterr().out)["accelhost"]["items"] == 5
@@ -175,7 +227,18 @@ def test_trace_write_error_is_one_line(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(Pipeline, "write_trace", write)
-    argv = ["bench", "pipeline", "--pre", "0", "--device", "0", "--post", "0", "--items", "5"]
+    argv = [
+        "bench",
+        "pipeline",
+        "--pre-time",
+        "0",
+        "--device-time",
+        "0",
+        "--post-time",
+        "0",
+        "--items",
+        "5",
+    ]
     assert main([*argv, "--trace", f"{tmp_path}/t.json"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "No space left on device" in err[0] and "--trace" in err[0]

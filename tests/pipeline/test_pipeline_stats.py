@@ -55,6 +55,41 @@ def test_stats_count_items_and_split_time() -> None:
     assert s["bubble"] == dev["idle_fraction"]
 
 
+def every_third_fails(x: int) -> int:
+    if x % 3 == 0:
+        raise ValueError(x)
+    return x
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_items_out_counts_results_not_skipped_items(workers: int) -> None:
+    """A known defect of the last release: items dropped by on_error="skip" were
+    counted in items_out, so it disagreed with what the caller received."""
+    pipe = Pipeline(Stage(every_third_fails, workers=workers), Stage(post), on_error="skip")
+    got = list(pipe.run(range(30)))
+    assert sorted(got) == sorted(-x for x in range(30) if x % 3)
+    s = pipe.stats()
+    assert s["items_in"] == 30
+    assert s["items_out"] == len(got) == 20
+    assert s["stages"][0]["errors"] == 10
+
+
+def test_items_out_counts_errors_returned_in_place() -> None:
+    pipe = Pipeline(Stage(every_third_fails), on_error="return")
+    got = list(pipe.run(range(9)))
+    assert [type(v) for v in got].count(ValueError) == 3
+    assert pipe.stats()["items_out"] == len(got) == 9
+
+
+def test_items_out_counts_what_the_caller_took_before_closing() -> None:
+    pipe = Pipeline(Stage(pre), queue_size=4)
+    gen = pipe.run(range(100))
+    taken = [next(gen) for _ in range(7)]
+    gen.close()
+    assert taken == [1, 2, 3, 4, 5, 6, 7]
+    assert pipe.stats()["items_out"] == 7
+
+
 def test_bubble_is_none_without_a_device_stage() -> None:
     pipe = Pipeline(Stage(pre))
     list(pipe.run(range(3)))
@@ -120,7 +155,7 @@ def test_stats_while_running() -> None:
                 break
         s = pipe.stats()
         assert s["running"] is True
-        assert s["items_out"] >= 20
+        assert s["items_out"] == 21  # the 21st was yielded, then the loop broke
         assert s["stages"][1]["items"] >= 20
     finally:
         gen.close()

@@ -8,7 +8,10 @@ import sys
 from typing import Any
 
 from accelhost.cli.common import print_json, render_table
-from accelhost.errors import AccelhostError
+from accelhost.errors import AccelhostError, UsageError
+
+# the stages whose cost `bench pipeline` takes, each as --STAGE-time
+STAGE_TIMES = ("pre", "device", "post")
 
 
 def register(subparsers: Any) -> None:
@@ -21,9 +24,19 @@ def register(subparsers: Any) -> None:
         "recipe, accelhost.pipeline) and compare items/s, device-busy fraction and "
         "efficiency = achieved / (1 / slowest stage).",
     )
-    p.add_argument("--pre", default="10ms", help="CPU time of preprocessing (GIL held)")
-    p.add_argument("--device", default="50ms", help="device time (GIL released)")
-    p.add_argument("--post", default="20ms", help="CPU time of postprocessing (GIL held)")
+    p.add_argument(
+        "--pre-time", default="10ms", metavar="TIME", help="CPU time of preprocessing (GIL held)"
+    )
+    p.add_argument(
+        "--device-time", default="50ms", metavar="TIME", help="device time (GIL released)"
+    )
+    p.add_argument(
+        "--post-time", default="20ms", metavar="TIME", help="CPU time of postprocessing (GIL held)"
+    )
+    # the names of the last release, refused with a pointer: `--device` takes device ids
+    # in every other command, so it cannot mean a duration here
+    for old in STAGE_TIMES:
+        p.add_argument(f"--{old}", dest=f"old_{old}", default=None, help=argparse.SUPPRESS)
     p.add_argument(
         "--items",
         default=None,
@@ -44,6 +57,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON for machines")
     p.set_defaults(func=handle_pipeline)
     parser.set_defaults(func=lambda args: _usage(parser))
+    from accelhost.benchbind.cli import register as register_bind
+
+    register_bind(sub)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -51,36 +67,35 @@ def _usage(parser: argparse.ArgumentParser) -> int:
     return 2
 
 
-def _fail(problem: str) -> int:
-    print(f"accelhost: {problem}", file=sys.stderr)
-    return 2
-
-
 def handle_pipeline(args: argparse.Namespace) -> int:
     from accelhost.pipeline import bench
 
     costs = {}
-    for opt in ("pre", "device", "post"):
+    for stage in STAGE_TIMES:
+        if getattr(args, f"old_{stage}") is not None:
+            raise UsageError(f"--{stage} is now --{stage}-time (--device means device ids)")
         try:
-            costs[opt] = bench.parse_duration(getattr(args, opt))
+            costs[stage] = bench.parse_duration(getattr(args, f"{stage}_time"))
         except ValueError as exc:
-            return _fail(f"--{opt}: {exc}")
+            raise UsageError(f"--{stage}-time: {exc}") from exc
     if args.items is None:
         n = 20000 if not any(costs.values()) and not args.real else 100
     else:
         try:
             n = int(args.items)
         except ValueError:
-            return _fail(f"--items: {args.items!r} is not a whole number")
+            raise UsageError(f"--items: {args.items!r} is not a whole number") from None
         if n < 1:
-            return _fail("--items: must be at least 1")
+            raise UsageError("--items: must be at least 1")
     if args.real and args.cpu_kind == "process":
-        return _fail("--cpu-kind process does not combine with --real (its stages hold a model)")
+        raise UsageError(
+            "--cpu-kind process does not combine with --real (its stages hold a model)"
+        )
     if args.trace is not None:
         try:
             bench.check_writable(args.trace)
         except AccelhostError as exc:
-            return _fail(str(exc))
+            raise UsageError(str(exc)) from exc
     if args.real:
         wl = bench.real_workload(n)
     else:

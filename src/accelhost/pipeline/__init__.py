@@ -2,10 +2,19 @@
 
 `import accelhost.pipeline` pulls in the standard library only; torch helpers live in
 `accelhost.pipeline.torch` and are imported by whoever wants them.
+
+What lives where: `_stage` (Stage, Batch: what the user describes), `_pipeline` (Pipeline:
+starts and ends runs), `_run` (one run's state, settings and per-worker records),
+`_launch` (starts a run's workers), `_thread_worker`, `_process_driver` (with `_proc`, the
+worker process's side) and `_async_worker` (the worker loops), `_channel` (the bounded
+queues), `_stats`, `_trace`, `_metrics` (what a run reports), `_errors` (PipelineError and
+naming the failing item), `bench` and `_realwork` (`accelhost bench pipeline`).
 """
 
 from __future__ import annotations
 
-from accelhost.pipeline._core import Batch, Pipeline, PipelineError, Stage
+from accelhost.pipeline._errors import PipelineError
+from accelhost.pipeline._pipeline import Pipeline
+from accelhost.pipeline._stage import Batch, Stage
 
 __all__ = ["Batch", "Pipeline", "PipelineError", "Stage"]

@@ -63,6 +63,25 @@ def drain(items: deque[T], max_n: int = 1 << 30) -> list[T]:
     return out
 
 
+def collect_batch(
+    inq: Channel[T], first: list[T], max_size: int, wait_s: float
+) -> tuple[list[T], bool]:
+    """Top up a batch until it is full or its first item waited wait_s; (batch, eof)."""
+    items = first
+    if len(items) >= max_size or wait_s <= 0:
+        return items, False
+    deadline = perf_counter() + wait_s
+    while len(items) < max_size:
+        left = deadline - perf_counter()
+        if left <= 0:
+            break
+        more = inq.get_many(max_size - len(items), timeout=left)
+        if more is None:
+            return items, True
+        items.extend(more)
+    return items, False
+
+
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)

@@ -7,20 +7,24 @@ metric updates, and a scrape costs one `stats()` call.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import Any
 
-if TYPE_CHECKING:
-    from accelhost.pipeline._core import Pipeline
+from accelhost.pipeline._errors import PipelineError
 
 
-def collector(pipe: Pipeline, prefix: str, pipeline: str) -> Any:
+def collector(
+    read_stats: Callable[[], dict[str, Any]],
+    current_run: Callable[[], object],
+    prefix: str,
+    pipeline: str,
+) -> Any:
+    """A collector of `read_stats()`; `current_run()` tells one run from the next (any
+    object that changes when a new run starts), so that idle counters restart with it."""
     try:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
         from prometheus_client.registry import Collector
     except ImportError as exc:  # pragma: no cover - a core dependency, but stay clear
-        from accelhost.pipeline._core import PipelineError
-
         raise PipelineError("Prometheus export needs prometheus-client installed") from exc
 
     class PipelineCollector(Collector):
@@ -47,9 +51,9 @@ def collector(pipe: Pipeline, prefix: str, pipeline: str) -> Any:
 
         def collect(self) -> Iterator[Any]:
             for _ in range(3):  # stats of the run that is current before and after
-                run = pipe._run
-                stats = pipe.stats()
-                if pipe._run is run:
+                run = current_run()
+                stats = read_stats()
+                if current_run() is run:
                     break
             idle_s = self._monotonic_idle(run, stats)
             labels = ["pipeline", "stage"]

@@ -1,0 +1,183 @@
+"""The benchmark's answer for people (a table) and machines (JSON), and its progress line."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from accelhost.benchbind.binding import Binding
+from accelhost.benchbind.runner import BOUND, FAILED, OK, UNBOUND, Figure, Outcome, Run
+from accelhost.benchbind.stats import ArmStats, Comparison
+from accelhost.cli.common import render_table
+from accelhost.cpulist import format_cpulist
+
+ORDER = "interleaved rounds, each running both arms; the first arm alternates (round 1 unbound)"
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What was asked: the facts every report repeats so that it stands on its own."""
+
+    argv: tuple[str, ...]
+    binding: Binding
+    figure: Figure
+    repeats: int
+    warmup: int
+    host: str
+    unbound_cpus: tuple[int, ...]  # what the unbound arm inherits from this process
+
+
+def to_dict(setup: Setup, outcome: Outcome, comparison: Comparison) -> dict[str, Any]:
+    data = comparison.to_dict()
+    for arm in (UNBOUND, BOUND):
+        data["arms"][arm]["failed"] = _failed(outcome.runs, arm)
+    data.update(
+        {
+            "figure": "metric" if setup.figure.metric else "wall_time_s",
+            "metric": setup.figure.metric.pattern if setup.figure.metric else None,
+            "command": list(setup.argv),
+            "cpus": list(setup.binding.cpus),
+            "unbound_cpus": list(setup.unbound_cpus),
+            "binding": setup.binding.to_dict(),
+            "host": setup.host,
+            "repeats": setup.repeats,
+            "warmup": setup.warmup,
+            "order": ORDER,
+            "interrupted": outcome.interrupted,
+            "runs": [r.to_dict() for r in outcome.runs],
+        }
+    )
+    return data
+
+
+def text(setup: Setup, outcome: Outcome, comparison: Comparison) -> str:
+    c = comparison
+    good = "higher" if c.higher_is_better else "lower"
+    lines = [
+        f"command: {shlex.join(setup.argv)}",
+        f"host: {setup.host}",
+        f"figure: {setup.figure.label}; {good} is better",
+        f"bound: {setup.binding.label()}",
+        f"unbound: inherits CPUs {format_cpulist(setup.unbound_cpus)} and the default "
+        "memory policy",
+        f"order: {setup.warmup} warm-up round(s) not counted, then {setup.repeats} rounds; {ORDER}",
+        "",
+        render_table(
+            ("arm", "runs", "failed", "mean", "median", "min", "max", "p90", "spread"),
+            [_row(arm, s, _failed(outcome.runs, arm)) for arm, s in _arms(c)],
+        ),
+        "",
+    ]
+    if c.ratio is None:
+        lines.append("ratio of medians bound/unbound: none")
+    else:
+        ci = (
+            f" ({c.confidence * 100:g} % interval {_num(c.ci[0])} .. {_num(c.ci[1])}; "
+            f"bootstrap, {c.resamples} resamples, seed {c.seed})"
+            if c.ci is not None
+            else ""
+        )
+        lines.append(f"ratio of medians bound/unbound: {_num(c.ratio)}{ci}")
+    lines.append(f"verdict: {c.verdict} ({c.why})")
+    bad = [r for r in outcome.runs if r.status != OK]
+    if bad:
+        lines.append("")
+        lines.append("runs without a figure (not counted):")
+        lines += [f"  {_run_name(r)}: {r.status}: {r.detail}" for r in bad]
+    if outcome.interrupted:
+        lines.append("")
+        lines.append(f"interrupted: {_done(outcome.runs)} of the planned runs finished")
+    return "\n".join(lines)
+
+
+def _arms(c: Comparison) -> list[tuple[str, ArmStats]]:
+    return [(UNBOUND, c.unbound), (BOUND, c.bound)]
+
+
+def _row(arm: str, s: ArmStats, failed: int) -> list[Any]:
+    spread = None if s.spread is None else f"{s.spread * 100:.1f}%"
+    nums = (s.mean, s.median, s.min, s.max, s.p90)
+    return [arm, s.runs, failed, *(_num(v) if v is not None else "-" for v in nums), spread or "-"]
+
+
+def _failed(runs: Sequence[Run], arm: str) -> int:
+    return sum(1 for r in runs if r.slot.arm == arm and not r.slot.warmup and r.status == FAILED)
+
+
+def _done(runs: Sequence[Run]) -> int:
+    return sum(1 for r in runs if r.status != "interrupted")
+
+
+def _run_name(r: Run) -> str:
+    return f"run {r.slot.index} {_where(r)}"
+
+
+def _where(r: Run) -> str:
+    kind = "warm-up " if r.slot.warmup else ""
+    return f"({kind}{r.slot.arm}, round {r.slot.round})"
+
+
+def _num(v: float) -> str:
+    return f"{v:.4g}"
+
+
+class Progress:
+    """One line per run on standard error; on a terminal, one line redrawn in place.
+
+    The benchmark can take minutes (R rounds of a real engine's benchmark): the line says
+    where it is and what each arm's median is so far.
+    """
+
+    def __init__(self, total: int, out: TextIO | None = None) -> None:
+        self.total = total
+        self.out = out or sys.stderr
+        self.tty = _isatty(self.out)
+        self.values: dict[str, list[float]] = {UNBOUND: [], BOUND: []}
+        self.drawn = False
+
+    def __call__(self, run: Run) -> None:
+        if run.counted and run.value is not None:
+            self.values[run.slot.arm].append(run.value)
+        what = f"{run.value:.4g}" if run.value is not None else f"{run.status}: {run.detail}"
+        medians = ", ".join(
+            f"{arm} median {_num(_median(vals))}" for arm, vals in self.values.items() if vals
+        )
+        line = f"bench bind: run {run.slot.index}/{self.total} {_where(run)} -> {what}" + (
+            f" | {medians}" if medians else ""
+        )
+        if self.tty:
+            width = _columns(self.out)
+            self.out.write("\r\x1b[K" + line[: width - 1])
+            self.drawn = True
+        else:
+            self.out.write(line + "\n")
+        self.out.flush()
+
+    def done(self) -> None:
+        if self.tty and self.drawn:
+            self.out.write("\r\x1b[K")
+            self.out.flush()
+
+
+def _median(vals: list[float]) -> float:
+    import statistics
+
+    return statistics.median(vals)
+
+
+def _isatty(out: TextIO) -> bool:
+    try:
+        return out.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _columns(out: TextIO) -> int:
+    try:
+        return os.get_terminal_size(out.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return 100

@@ -1,0 +1,294 @@
+"""Run the command in both arms, interleaved, and read one figure from each run.
+
+The imperative shell of the benchmark. The order is decided up front (`schedule`, pure) so
+a test can check it and the report can show it; each run is a fresh child in its own
+session, so Ctrl-C (SIGINT to this process) can stop it and everything it started.
+Children are started with a preexec_fn (see `_one`): the process running this must have
+no other threads, which the CLI has not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Imported here, in the parent: the bound child runs them between fork and exec, where
+# importing (taking the import lock, reading files) is best avoided.
+import accelhost.apply.execute  # noqa: F401
+import accelhost.apply.memory  # noqa: F401
+from accelhost.benchbind.binding import Binding, apply_in_child
+
+UNBOUND = "unbound"
+BOUND = "bound"
+OK = "ok"
+FAILED = "failed"
+INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One run in the order: which arm, in which round, and whether it is a warm-up."""
+
+    index: int  # 1-based position in the whole order
+    arm: str
+    round: int  # 1-based; warm-up rounds come first
+    warmup: bool
+
+
+def schedule(repeats: int, warmup: int) -> list[Slot]:
+    """`warmup` rounds then `repeats` rounds, each running both arms; the first arm of a
+    round alternates (unbound first in round 1, bound first in round 2, ...).
+
+    Alternating keeps "ran second, after the other arm warmed a cache" from landing on
+    one arm only; over an even number of counted rounds each arm goes first equally often.
+    """
+    if repeats < 1 or warmup < 0:
+        raise ValueError("repeats must be at least 1 and warmup at least 0")
+    slots: list[Slot] = []
+    for r in range(warmup + repeats):
+        arms = (UNBOUND, BOUND) if r % 2 == 0 else (BOUND, UNBOUND)
+        for arm in arms:
+            slots.append(Slot(len(slots) + 1, arm, r + 1, r < warmup))
+    return slots
+
+
+class FigureError(Exception):
+    """The run finished but gave no figure (metric absent or not a number)."""
+
+
+@dataclass(frozen=True)
+class Figure:
+    """Where a run's figure comes from: its wall time, or the first group of a regex."""
+
+    metric: re.Pattern[str] | None = None
+
+    @property
+    def label(self) -> str:
+        if self.metric is None:
+            return "wall time (s)"
+        return f"first group of --metric {self.metric.pattern!r} in the command's output"
+
+    def read(self, stdout: str, seconds: float) -> float:
+        if self.metric is None:
+            return seconds
+        match = self.metric.search(stdout)
+        if match is None:
+            raise FigureError(f"--metric {self.metric.pattern!r} not found in the output")
+        text = match.group(1)
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            raise FigureError(f"--metric matched {text!r}, not a number") from None
+        if value != value or value in (float("inf"), float("-inf")):
+            raise FigureError(f"--metric matched {text!r}, not a finite number")
+        return value
+
+
+@dataclass(frozen=True)
+class Run:
+    """What one run gave: a figure, or why not."""
+
+    slot: Slot
+    status: str  # ok, failed, interrupted
+    value: float | None
+    seconds: float
+    returncode: int | None
+    detail: str = ""
+
+    @property
+    def counted(self) -> bool:
+        return self.status == OK and not self.slot.warmup
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.slot.index,
+            "arm": self.slot.arm,
+            "round": self.slot.round,
+            "warmup": self.slot.warmup,
+            "status": self.status,
+            "value": self.value,
+            "seconds": round(self.seconds, 6),
+            "returncode": self.returncode,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class Outcome:
+    runs: tuple[Run, ...]
+    stopped_by: int | None = None  # the signal that stopped the benchmark early
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stopped_by is not None
+
+    def values(self, arm: str) -> list[float]:
+        return [
+            r.value for r in self.runs if r.counted and r.slot.arm == arm and r.value is not None
+        ]
+
+
+class BindingError(Exception):
+    """A bound run could not be bound: every later one would fail the same way."""
+
+
+class Stopped(Exception):
+    """SIGTERM arrived: stop as for Ctrl-C (the child is in its own session and would
+    otherwise outlive the benchmark)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stopped(signum: int, frame: object) -> None:
+    raise Stopped(signum)
+
+
+def run_all(
+    argv: Sequence[str],
+    binding: Binding,
+    figure: Figure,
+    slots: Sequence[Slot],
+    *,
+    grace: float,
+    on_run: Callable[[Run], None] | None = None,
+) -> Outcome:
+    """Every slot in order; SIGINT or SIGTERM stops at once with the runs finished so far.
+
+    The run that was going (its child terminated, and all in its process group) is kept
+    as `interrupted`, not counted.
+    """
+    runs: list[Run] = []
+    current: list[subprocess.Popen[bytes]] = []  # the running child, for the interrupt
+    slot = slots[0] if slots else None
+    started = time.perf_counter()
+    previous = _handle(signal.SIGTERM, _raise_stopped)
+    try:
+        for slot in slots:
+            started = time.perf_counter()
+            run = _one(argv, binding, figure, slot, current)
+            runs.append(run)
+            if on_run is not None:
+                on_run(run)
+    except (KeyboardInterrupt, Stopped) as exc:
+        signum = exc.signum if isinstance(exc, Stopped) else int(signal.SIGINT)
+        for proc in current:
+            _stop(proc, grace)
+        if slot is not None and (not runs or runs[-1].slot != slot):
+            gone = time.perf_counter() - started
+            why = f"stopped by {signal.Signals(signum).name}"
+            runs.append(Run(slot, INTERRUPTED, None, gone, None, why))
+        return Outcome(tuple(runs), signum)
+    finally:
+        for proc in current:  # an error other than a stop signal: leave no child behind
+            if proc.poll() is None:
+                _stop(proc, grace)
+        if previous is not None:
+            _handle(signal.SIGTERM, previous)
+    return Outcome(tuple(runs))
+
+
+def _handle(signum: int, handler: Any) -> Any:
+    """Install a handler where Python allows it (the main thread); the old one, or None."""
+    try:
+        return signal.signal(signum, handler)
+    except ValueError:
+        return None
+
+
+def _one(
+    argv: Sequence[str],
+    binding: Binding,
+    figure: Figure,
+    slot: Slot,
+    current: list[subprocess.Popen[bytes]],
+) -> Run:
+    # Both arms start the same way (fork, a Python call in the child, exec; the unbound
+    # arm's call applies no step): without a preexec_fn subprocess would use vfork, and the
+    # unbound arm would start ~3 ms faster for reasons that have nothing to do with binding.
+    steps = binding.steps if slot.arm == BOUND else ()
+    fds = list(os.pipe())  # [read, write]: the child's word on a failed binding step
+    preexec = functools.partial(apply_in_child, steps, fds[1])
+    start = time.perf_counter()
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group: Ctrl-C stops all it started
+            preexec_fn=preexec,
+        )
+    except subprocess.SubprocessError:
+        os.close(fds.pop())  # the write end: the read below then ends
+        detail = _drain(fds[0])
+        raise BindingError(detail or "a binding step failed in the child") from None
+    except OSError as exc:
+        seconds = time.perf_counter() - start
+        return Run(slot, FAILED, None, seconds, None, f"cannot run {argv[0]!r}: {exc.strerror}")
+    finally:
+        for fd in fds:
+            os.close(fd)
+    current.append(proc)
+    out, err = proc.communicate()
+    seconds = time.perf_counter() - start
+    current.clear()
+    rc = proc.returncode
+    if rc != 0:
+        how = f"killed by {_signal_name(-rc)}" if rc < 0 else f"exit status {rc}"
+        last = _last_line(err) or _last_line(out)
+        return Run(slot, FAILED, None, seconds, rc, how + (f": {last}" if last else ""))
+    try:
+        value = figure.read(out.decode("utf-8", "replace"), seconds)
+    except FigureError as exc:
+        return Run(slot, FAILED, None, seconds, rc, str(exc))
+    return Run(slot, OK, value, seconds, rc)
+
+
+def _stop(proc: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM to the child's process group, SIGKILL after `grace` seconds (or at once
+    on a second Ctrl-C)."""
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt, Stopped):
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+    # What the command started in its group and left behind goes too.
+    _signal_group(proc.pid, signal.SIGKILL)
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _drain(fd: int) -> str:
+    chunks = []
+    while chunk := os.read(fd, 4096):
+        chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", "replace").strip()
+
+
+def _last_line(data: bytes) -> str:
+    lines = [ln.strip() for ln in data.decode("utf-8", "replace").splitlines() if ln.strip()]
+    return lines[-1][:200] if lines else ""

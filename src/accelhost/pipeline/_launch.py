@@ -1,0 +1,86 @@
+"""Starting a run's workers: worker processes first, then the threads that drive them,
+the thread stages' workers and the async stages' event loop.
+
+If a start fails, the run is left as far as it got; the caller tears it down, which stops
+whatever was started (every started thread and process is in the run's records).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+from collections.abc import Callable
+from time import perf_counter
+from typing import Any
+
+from accelhost.pipeline._async_worker import loop_main
+from accelhost.pipeline._errors import PipelineError
+from accelhost.pipeline._proc import child_main
+from accelhost.pipeline._process_driver import process_driver
+from accelhost.pipeline._run import ProcessLink, Run, Worker
+from accelhost.pipeline._thread_worker import thread_worker
+
+
+def start(r: Run) -> None:
+    stages = r.settings.stages
+    if any(st.kind == "process" for st in stages):
+        r.abort_r, r.abort_w = os.pipe()
+    for w in r.workers:
+        if stages[w.stage].kind == "process":
+            _start_process(r, w)
+    async_workers: list[Worker] = []
+    for w in r.workers:
+        st = stages[w.stage]
+        w.started = perf_counter()
+        if st.kind == "async":
+            async_workers.append(w)
+            continue
+        target: Callable[[Run, Worker], None] = (
+            thread_worker if st.kind == "thread" else process_driver
+        )
+        t = threading.Thread(
+            target=target,
+            args=(r, w),
+            name=f"accelhost-pipeline-{w.stage + 1}-{st.name}-{w.index}",
+            daemon=True,
+        )
+        w.thread = t
+        t.start()
+    if async_workers:
+        ready = threading.Event()
+        t = threading.Thread(
+            target=loop_main,
+            args=(r, async_workers, ready),
+            name="accelhost-pipeline-loop",
+            daemon=True,
+        )
+        r.helpers.append(t)
+        t.start()
+        ready.wait()
+
+
+def _start_process(r: Run, w: Worker) -> None:
+    st = r.settings.stages[w.stage]
+    ctx: Any = multiprocessing.get_context(st.start_method)
+    parent, child = ctx.Pipe(duplex=True)
+    current = ctx.RawValue("q", 0)
+    limit = ctx.RawValue("q", 0)
+    lock = ctx.Lock()
+    p = ctx.Process(
+        target=child_main,
+        args=(st.fn, child, st.batch is not None, current, limit, lock),
+        name=f"accelhost-pipeline-{st.name}",
+        daemon=True,
+    )
+    try:
+        p.start()
+    except Exception as exc:
+        child.close()
+        parent.close()
+        raise PipelineError(
+            f"stage {w.stage + 1} ({st.name}): cannot start a worker process: {exc} "
+            "(a process stage needs a function defined at module level)"
+        ) from exc
+    child.close()
+    w.link = ProcessLink(p, parent, current, limit, lock)

@@ -1,0 +1,191 @@
+"""`Pipeline`: the user's handle, which starts a `Run` per `run`/`stream` call and ends it.
+
+Everything a run starts (threads, processes, an event loop) ends before `run` or `stream`
+returns, raises, or is closed: the run's state lives in `_run`, its workers in the
+`_*_worker`/`_process_driver` modules; this module decides only when a run starts and ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable
+from time import perf_counter
+from typing import Any
+
+from accelhost.pipeline import _launch
+from accelhost.pipeline._channel import Aborted
+from accelhost.pipeline._errors import PipelineError
+from accelhost.pipeline._run import Env, Run, RunSettings
+from accelhost.pipeline._stage import OnError, Stage
+from accelhost.pipeline._stats import stats
+from accelhost.pipeline._trace import trace_events
+
+
+class Pipeline:
+    """Overlapping stages joined by bounded queues.
+
+    Everything a run starts (threads, processes, an event loop) ends before `run` or
+    `stream` returns, raises, or is closed, within `join_timeout` seconds of the end:
+    the pipeline never leaves work running behind the caller's back.
+    """
+
+    def __init__(
+        self,
+        *stages: Stage,
+        queue_size: int = 64,
+        ordered: bool = True,
+        on_error: OnError = "raise",
+        trace: bool = False,
+        join_timeout: float = 5.0,
+    ) -> None:
+        if not stages:
+            raise PipelineError("a pipeline needs at least one stage")
+        for s in stages:
+            if not isinstance(s, Stage):
+                raise PipelineError(f"pipeline stages must be Stage objects, not {s!r}")
+        if not isinstance(queue_size, int) or queue_size < 1:
+            raise PipelineError(f"queue_size must be an integer >= 1, not {queue_size!r}")
+        if on_error not in ("raise", "skip", "return"):
+            raise PipelineError(f"on_error must be 'raise', 'skip' or 'return', not {on_error!r}")
+        self.stages = list(stages)
+        self.queue_size = queue_size
+        self.ordered = ordered
+        self.on_error: OnError = on_error
+        self.trace = trace
+        self.join_timeout = join_timeout
+        self._run: Run | None = None
+        self._active = False
+
+    def _settings(self) -> RunSettings:
+        """The settings the next run starts with (a run keeps its own copy)."""
+        return RunSettings(
+            stages=tuple(self.stages),
+            queue_size=self.queue_size,
+            ordered=self.ordered,
+            on_error=self.on_error,
+            trace=self.trace,
+            join_timeout=self.join_timeout,
+        )
+
+    # -- public API ------------------------------------------------------------------------
+    def run(self, iterable: Iterable[Any]) -> Generator[Any, None, None]:
+        """Results for `iterable`, as a generator; closing it early stops everything."""
+        r = self._start()
+        ok = False
+        try:
+            r.start_feeder(iterable)
+            last = r.channels[-1]
+            pending: dict[int, Env] = {}
+            nxt = 0
+            while True:
+                try:
+                    envs = last.get_many(1 << 16)
+                except Aborted:
+                    break
+                if envs is None:
+                    break
+                out, nxt = r.settle(envs, pending, nxt)
+                for value in out:
+                    r.yielded += 1
+                    yield value
+            ok = True
+        finally:
+            self._end(r, clean=ok)
+        r.raise_if_failed()
+
+    async def stream(self, source: AsyncIterable[Any] | Iterable[Any]) -> AsyncGenerator[Any, None]:
+        """Like `run`, for an event loop: results as an async generator.
+
+        Cancelling the consuming task, or closing the generator (`aclose`, or
+        `contextlib.aclosing` around an early `break`), stops the whole pipeline.
+        """
+        r = self._start()
+        ok = False
+        feeder: asyncio.Task[None] | None = None
+        try:
+            if isinstance(source, AsyncIterable):
+                feeder = asyncio.get_running_loop().create_task(r.afeed(source))
+            else:
+                r.start_feeder(source)
+            last = r.channels[-1]
+            pending: dict[int, Env] = {}
+            nxt = 0
+            while True:
+                try:
+                    envs = await last.aget_many(1 << 16)
+                except Aborted:
+                    break
+                if envs is None:
+                    break
+                out, nxt = r.settle(envs, pending, nxt)
+                for value in out:
+                    r.yielded += 1
+                    yield value
+            ok = True
+        finally:
+            if not ok:
+                r.abort()
+            deadline = perf_counter() + r.settings.join_timeout
+            try:
+                if feeder is not None:
+                    feeder.cancel()
+                    await asyncio.gather(feeder, return_exceptions=True)
+                await r.afinish(deadline)
+            except BaseException:
+                # Cancelled again while tearing down (a second cancel(), a timeout or a
+                # task group on top): the join must still happen, or worker threads,
+                # processes and the abort pipe outlive the stream. Block for it instead;
+                # finish() is bounded by the same deadline.
+                r.finish(deadline, abort=True)
+                raise
+            finally:
+                self._active = False
+        r.raise_if_failed()
+
+    def stats(self) -> dict[str, Any]:
+        """Where the time went in the current or last run, per stage.
+
+        Busy is time inside the stage function; idle is the rest of each worker's share of
+        the run (waiting for input or for room downstream). The device stage's idle
+        fraction is the bubble. Queue depth is time-weighted over the run, not sampled at
+        arbitrary moments, so short bursts are neither missed nor overweighted.
+        """
+        r = self._run
+        return stats(r.settings if r is not None else self._settings(), r, self._active)
+
+    def prometheus_collector(self, prefix: str = "accelhost_pipeline", pipeline: str = "default"):  # type: ignore[no-untyped-def]
+        """A prometheus-client collector reading `stats()` at each scrape."""
+        from accelhost.pipeline._metrics import collector
+
+        return collector(self.stats, lambda: self._run, prefix, pipeline)
+
+    def write_trace(self, path: str | os.PathLike[str]) -> None:
+        """Write the last run's spans as Chrome trace events (open in Perfetto)."""
+        r = self._run
+        if r is None or not r.settings.trace:
+            raise PipelineError("no trace recorded: create the Pipeline with trace=True and run it")
+        events = trace_events(r)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
+
+    # -- starting and ending ---------------------------------------------------------------
+    def _start(self) -> Run:
+        if self._active:
+            raise PipelineError("this pipeline is already running; create another one")
+        r = Run.create(self._settings())
+        self._run = r
+        self._active = True
+        try:
+            _launch.start(r)
+        except BaseException:
+            self._end(r, clean=False)
+            raise
+        return r
+
+    def _end(self, r: Run, clean: bool) -> None:
+        try:
+            r.finish(perf_counter() + r.settings.join_timeout, abort=not clean)
+        finally:
+            self._active = False
