@@ -1,0 +1,198 @@
+"""POSIX shared memory: the held-paths reader and the leak rule, with real files and processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hygiene_lab import stop_popen
+
+from accelhost.host.live import LiveHost
+from accelhost.posixshm import (
+    HeldScan,
+    ShmFile,
+    held_paths,
+    judge_shm_file,
+    leaked_posix_shm,
+    list_shm_files,
+    match_naming,
+    parse_find_listing,
+    parse_maps,
+    path_is_held,
+    scan_held,
+)
+
+SHM = Path("/dev/shm")
+# open: keep an fd; map: mmap then close the fd; map-unlink: mmap, close, unlink the name.
+HOLDER = r"""
+import mmap, os, sys, time
+mode, path = sys.argv[1], sys.argv[2]
+fd = os.open(path, os.O_RDWR)
+if mode != "open":
+    m = mmap.mmap(fd, 4096)
+    os.close(fd)
+    if mode == "map-unlink":
+        os.unlink(path)
+print("ready", flush=True)
+time.sleep(1000)
+"""
+
+
+@pytest.fixture
+def shm_paths() -> Iterator[list[Path]]:
+    """Unique names under /dev/shm; each removed by path afterwards."""
+    if not SHM.is_dir():
+        pytest.skip("no /dev/shm")
+    made: list[Path] = []
+    try:
+        yield made
+    finally:
+        for p in made:
+            p.unlink(missing_ok=True)
+
+
+def _new_file(made: list[Path], prefix: str = "psm_", size: int = 8192, write: int = 4096) -> Path:
+    path = SHM / f"{prefix}accelhost-test-{uuid.uuid4().hex[:10]}"
+    made.append(path)
+    with open(path, "wb") as fh:
+        fh.truncate(size)
+        fh.write(b"x" * write)
+    return path
+
+
+@pytest.fixture
+def holders() -> Iterator[list[subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            stop_popen(p)
+
+
+def _hold(procs: list[subprocess.Popen[str]], mode: str, path: Path) -> int:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, mode, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    procs.append(proc)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    return proc.pid
+
+
+def _age(path: Path, seconds: float) -> None:
+    past = time.time() - seconds
+    os.utime(path, (past, past))
+
+
+def test_parse_maps_keeps_files_and_drops_deleted_and_pseudo() -> None:
+    text = (
+        "7f00-7f10 rw-s 00000000 00:1a 12345 /dev/shm/psm_abc\n"
+        "7f10-7f20 rw-s 00000000 00:1a 12346 /dev/shm/sem.xyz (deleted)\n"
+        "7f20-7f30 r-xp 00000000 08:01 999 /usr/lib/with space.so\n"
+        "7f30-7f40 rw-p 00000000 00:00 0 [heap]\n"
+        "7f40-7f50 rw-p 00000000 00:00 0\n"
+    )
+    paths, inodes = parse_maps(text)
+    assert paths == {"/dev/shm/psm_abc", "/usr/lib/with space.so"}
+    assert (os.makedev(0, 0x1A), 12345) in inodes
+    assert all(ino != 12346 for _, ino in inodes)
+
+
+def test_parse_find_listing_reads_blocks_owner_and_skips_dirs() -> None:
+    text = (
+        "f 160000000 4096 0 root 1700000000.5 1700000001.0 26 77 psm_1a2b\0"
+        "d 40 0 0 root 1700000000.0 1700000000.0 26 78 somedir\0"
+        "f 32 8 1000 alice 1700000002.0 1700000002.0 26 79 name with space\0"
+    )
+    files = parse_find_listing(text, "/dev/shm/")
+    assert [f.path for f in files] == ["/dev/shm/psm_1a2b", "/dev/shm/name with space"]
+    assert files[0].used_bytes == 4096 * 512 and files[0].size_bytes == 160000000
+    assert (files[1].owner, files[1].uid, files[1].inode) == ("alice", 1000, 79)
+
+
+def test_held_paths_sees_open_and_mapped_files_but_not_deleted_mappings(
+    shm_paths: list[Path], holders: list[subprocess.Popen[str]]
+) -> None:
+    opened, mapped, unlinked, free = (_new_file(shm_paths) for _ in range(4))
+    _hold(holders, "open", opened)
+    _hold(holders, "map", mapped)
+    _hold(holders, "map-unlink", unlinked)
+    held = held_paths(LiveHost())
+    assert str(opened) in held
+    assert str(mapped) in held
+    assert str(free) not in held
+    assert not any(p.startswith(str(unlinked)) for p in held)
+    assert path_is_held(LiveHost(), str(mapped)) is True
+    assert path_is_held(LiveHost(), str(free)) is False
+
+
+def test_held_paths_limited_to_given_pids(
+    shm_paths: list[Path], holders: list[subprocess.Popen[str]]
+) -> None:
+    a, b = _new_file(shm_paths), _new_file(shm_paths)
+    pid_a = _hold(holders, "open", a)
+    _hold(holders, "map", b)
+    held = held_paths(LiveHost(), [pid_a])
+    assert str(a) in held and str(b) not in held
+
+
+def test_old_held_file_is_never_leaked_and_old_free_one_is(
+    shm_paths: list[Path], holders: list[subprocess.Popen[str]]
+) -> None:
+    held_file = _new_file(shm_paths)
+    free_file = _new_file(shm_paths, size=10 * 1024 * 1024, write=4096)
+    _hold(holders, "map", held_file)
+    for p in (held_file, free_file):
+        _age(p, 86400 * 30)
+    naming = [("vLLM", "psm_*")]
+    leaked = {v.file.path: v for v in leaked_posix_shm(["/dev/shm"], 60.0, namings=naming)}
+    assert str(held_file) not in leaked
+    verdict = leaked[str(free_file)]
+    assert verdict.naming == "vLLM"
+    # bytes actually used, not the 10 MiB apparent size of the sparse file
+    assert verdict.file.size_bytes == 10 * 1024 * 1024
+    assert 4096 <= verdict.file.used_bytes < 1024 * 1024
+    assert verdict.file.owner == "root"
+
+
+def test_young_free_file_waits_for_min_age(shm_paths: list[Path]) -> None:
+    young = _new_file(shm_paths)
+    assert str(young) not in {v.file.path for v in leaked_posix_shm(["/dev/shm"], 3600.0)}
+    _age(young, 7200)
+    assert str(young) in {v.file.path for v in leaked_posix_shm(["/dev/shm"], 3600.0)}
+
+
+def test_unreadable_process_blocks_the_verdict() -> None:
+    f = ShmFile("/dev/shm/psm_x", 10, 4096, 0, "root", 0.0, 0.0)
+    scan = HeldScan(frozenset(), frozenset(), unreadable=(4242,))
+    verdict = judge_shm_file(f, scan, 1e9, 60.0, None)
+    assert not verdict.leaked and "4242" in verdict.reason
+    by_inode = HeldScan(frozenset(), frozenset({(5, 9)}), ())
+    g = ShmFile("/dev/shm/renamed", 10, 4096, 0, "root", 0.0, 0.0, dev=5, inode=9)
+    assert not judge_shm_file(g, by_inode, 1e9, 60.0, None).leaked
+
+
+def test_list_shm_files_names_unreadable_dirs(tmp_path: Path) -> None:
+    (tmp_path / "sem.mp-abc").write_bytes(b"x" * 32)
+    (tmp_path / "sub").mkdir()
+    listing = list_shm_files(LiveHost(), [str(tmp_path), str(tmp_path / "missing")])
+    assert [f.name for f in listing[str(tmp_path)] or []] == ["sem.mp-abc"]
+    assert listing[str(tmp_path / "missing")] is None
+    assert match_naming("sem.mp-abc", [("vLLM", "psm_*"), ("vLLM", "sem.mp-*")]) == "vLLM"
+    assert match_naming("other", [("vLLM", "psm_*")]) is None
+
+
+def test_scan_reports_processes_it_cannot_read(tmp_path: Path) -> None:
+    scan = scan_held(LiveHost())
+    # every unreadable pid is a live, non-kernel process we really could not read
+    for pid in scan.unreadable + scan.privileged:
+        assert Path(f"/proc/{pid}").exists()
+        with pytest.raises(PermissionError):
+            Path(f"/proc/{pid}/maps").read_text()
