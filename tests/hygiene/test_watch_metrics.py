@@ -88,7 +88,7 @@ def test_registry_is_per_watch_and_devices_come_from_the_snapshot() -> None:
     assert a.registry is not b.registry
     a.run_once()
     text = generate_latest(a.registry).decode()
-    assert 'accelhost_device_memory_used_bytes{device="npu0"} 3.5651584e+09' in text
+    assert 'accelhost_device_memory_used_bytes{device="npu0"} 6.294601728e+10' in text
     assert 'accelhost_device_memory_total_bytes{device="npu7"}' in text
     assert "accelhost_device_memory_unattributed_bytes" in text
     # a source not recorded is UNKNOWN (3), and exports no sample
