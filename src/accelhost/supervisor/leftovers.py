@@ -1,0 +1,80 @@
+"""What the tree may leave behind besides processes, and how `run` tells it is the tree's.
+
+One object for the supervisor to feed (pids it sees, the tree when the teardown begins)
+and to ask at the end: the System V segments (`segments`), the /dev/shm files
+(`shmfiles`) and the kernel's process events that make the pid set exact (`procevents`).
+With `--private-ipc` there is nothing to attribute: the tree's segments and /dev/shm live
+in namespaces of its own that the kernel frees with its last process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from accelhost.host.base import Host
+from accelhost.supervisor.options import RunOutcome, SupervisorOptions
+from accelhost.supervisor.procevents import ForkTracker
+from accelhost.supervisor.segments import SegmentLedger, remove_leaked
+from accelhost.supervisor.shmfiles import ShmFileLedger, remove_left_files
+
+
+@dataclass
+class Leftovers:
+    host: Host
+    segments: SegmentLedger | None = None
+    files: ShmFileLedger | None = None
+    tracker: ForkTracker | None = None
+
+    @classmethod
+    def start(cls, host: Host, root: int, opts: SupervisorOptions) -> Leftovers:
+        """Record what exists before the command starts (call before spawning it)."""
+        if not opts.clean_shm or opts.private_ipc:
+            return cls(host)
+        tracker = ForkTracker.open(root) if opts.track_forks else None
+        if opts.track_forks and tracker is None:
+            opts.log(
+                "no process events here (they need root in the host's PID namespace): a "
+                "segment of a process that exits unseen cannot be attributed; "
+                "--private-ipc frees them all"
+            )
+        files = ShmFileLedger.start(host, opts.shm_dirs) if opts.shm_dirs else None
+        return cls(host, SegmentLedger.start(host), files, tracker)
+
+    def fileno(self) -> int | None:
+        return self.tracker.fileno() if self.tracker is not None else None
+
+    def drain(self) -> None:
+        if self.tracker is not None:
+            self.tracker.drain()
+
+    def note(self, pids: Iterable[int]) -> None:
+        if self.segments is not None:
+            self.segments.note(pids)
+
+    def observe(self, pids: Iterable[int]) -> None:
+        """The live tree as the teardown begins: which /dev/shm files it holds."""
+        if self.files is not None:
+            self.files.observe(self.host, pids)
+
+    def finish(self, outcome: RunOutcome, log: Callable[[str], None]) -> None:
+        """After the teardown: remove what is provably the tree's and nobody uses."""
+        self.drain()
+        if self.segments is not None and self.tracker is not None:
+            if self.tracker.lost:
+                # A lost exit and fork could hide a reused pid: trust only what was seen.
+                log(
+                    "process events were lost (a fork storm): only segments of processes "
+                    "seen in the tree are removed"
+                )
+            else:
+                self.segments.absorb(self.tracker.members, self.tracker.ambiguous)
+        if self.segments is not None:
+            outcome.removed_segments = remove_leaked(self.host, self.segments, log)
+        if self.files is not None:
+            outcome.removed_files = remove_left_files(self.host, self.files, log)
+
+    def close(self) -> None:
+        if self.tracker is not None:
+            self.tracker.close()
+            self.tracker = None

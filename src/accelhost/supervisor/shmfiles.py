@@ -1,0 +1,107 @@
+"""POSIX shared memory files (/dev/shm) that the supervised tree made and left behind.
+
+vLLM's message queues live in /dev/shm (`psm_*`, `sem.mp-*`, `vllm_offload_*.mmap`); a
+graceful stop unlinks them, a SIGKILL leaves them. A file carries no creator pid, so a
+file is the tree's only on evidence, and `run` removes exactly the files that
+- did not exist when the supervisor started (compared by device and inode, so a name
+  reused for a new file counts as new and an old file is never touched),
+- were seen held open or mapped by a live process of the tree (read once when the
+  teardown begins, before any signal, while the engine's processes still hold them), and
+- no live process on the host holds open or maps at the end (re-checked just before each
+  unlink, with the same inode).
+A file made and dropped by a process that was gone before the teardown began is not the
+tree's by this rule: it is kept, and `accelhost doctor` / `clean` handle it; `run
+--private-ipc` gives the tree a /dev/shm of its own that the kernel frees with it.
+The held/leaked readers are `accelhost.posixshm`'s, shared with the doctor and the cleaner.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from accelhost.host.base import Host
+from accelhost.posixshm import list_shm_files, path_is_held, scan_held, stat_shm_file
+from accelhost.supervisor.options import RemovedFile
+
+Inode = tuple[int, int]  # (st_dev, st_ino)
+
+
+def _mount_ns(pid: int | str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return None
+
+
+@dataclass
+class ShmFileLedger:
+    dirs: Sequence[str]
+    before: frozenset[Inode]
+    held_by_tree: set[Inode] = field(default_factory=set)
+
+    @classmethod
+    def start(cls, host: Host, dirs: Sequence[str]) -> ShmFileLedger:
+        listing = list_shm_files(host, dirs)
+        files = [f for found in listing.values() for f in found or []]
+        return cls(dirs, frozenset((f.dev, f.inode) for f in files))
+
+    def observe(self, host: Host, pids: Iterable[int]) -> None:
+        """Note the files under our dirs that these live members of the tree hold now.
+
+        A member in another mount namespace sees another /dev/shm under the same names: of
+        its files only mapped inodes count (their device tells the filesystems apart)."""
+        mine = _mount_ns("self")
+        same: list[int] = []
+        other: list[int] = []
+        for pid in pids:
+            (same if _mount_ns(pid) == mine else other).append(pid)
+        prefixes = tuple(d.rstrip("/") + "/" for d in self.dirs)
+        if same:
+            scan = scan_held(host, same)
+            self.held_by_tree |= scan.inodes
+            for path in scan.paths:
+                if path.startswith(prefixes):
+                    f = stat_shm_file(path)
+                    if f is not None:
+                        self.held_by_tree.add((f.dev, f.inode))
+        if other:
+            self.held_by_tree |= scan_held(host, other).inodes
+
+
+def remove_left_files(
+    host: Host, ledger: ShmFileLedger, log: Callable[[str], None]
+) -> list[RemovedFile]:
+    """Unlink the tree's files that nobody holds any more, each re-checked just before."""
+    removed: list[RemovedFile] = []
+    kept_new = 0
+    for found in list_shm_files(host, ledger.dirs).values():
+        for f in found or []:
+            key = (f.dev, f.inode)
+            if key in ledger.before:
+                continue
+            if key not in ledger.held_by_tree:
+                kept_new += 1
+                continue
+            fresh = stat_shm_file(f.path)
+            if fresh is None or (fresh.dev, fresh.inode) != key:
+                continue  # gone, or the name now belongs to another file
+            held = path_is_held(host, f.path)
+            if held is not False:
+                why = "still held by a live process" if held else "cannot tell who holds it"
+                log(f"kept {f.path}: {why}")
+                continue
+            try:
+                os.unlink(f.path)
+            except OSError as exc:
+                log(f"could not remove {f.path}: {exc.strerror}")
+                continue
+            removed.append(RemovedFile(f.path, fresh.used_bytes))
+            log(f"removed {f.path} ({fresh.used_bytes} bytes used) left by the tree")
+    if kept_new:
+        log(
+            f"kept {kept_new} new file(s) under {', '.join(ledger.dirs)}: "
+            "no process of the tree held them"
+        )
+    return removed
