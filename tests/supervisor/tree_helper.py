@@ -186,22 +186,29 @@ def main() -> None:
             fh.write(f"{os.getpid()}\n")
         os._exit(0)
     elif mode == "shmfile":
-        # Engine-like POSIX shared memory: a mapped file (like vLLM's psm_*) and one written
-        # and closed; then wait for the teardown, ignoring SIGTERM (SIGKILL leaves files).
+        # Engine-like POSIX shared memory: a mapped file (like vLLM's psm_*); then wait for
+        # the teardown, ignoring SIGTERM (the SIGKILL that follows leaves the file).
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        mapped, unheld = sys.argv[3], sys.argv[4]
-        fd = os.open(mapped, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        fd = os.open(sys.argv[3], os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         os.ftruncate(fd, 1 << 20)
         view = mmap.mmap(fd, 1 << 20)
         view[:4096] = b"x" * 4096
         os.close(fd)
-        with open(unheld, "x") as fh:
-            fh.write("closed")
         note(out)
         with open(os.path.join(out, "ready"), "w") as fh:
             fh.write("ready")
         while True:
             time.sleep(3600)
+    elif mode == "shmfile-die":
+        # Creates and maps a file, holds it a while, then dies of SIGKILL (as the OOM killer
+        # does): nothing of the tree is alive when the teardown begins.
+        fd = os.open(sys.argv[3], os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        os.ftruncate(fd, 1 << 16)
+        view = mmap.mmap(fd, 1 << 16)
+        view[:1] = b"x"
+        note(out)
+        time.sleep(float(sys.argv[4]))
+        os.kill(os.getpid(), signal.SIGKILL)
     elif mode == "private":
         # Under --private-ipc: report the namespace and leave a segment and a /dev/shm file.
         name = sys.argv[3]

@@ -16,7 +16,7 @@ from accelhost.host.base import Host
 from accelhost.supervisor.options import RunOutcome, SupervisorOptions
 from accelhost.supervisor.procevents import ForkTracker
 from accelhost.supervisor.segments import SegmentLedger, remove_leaked
-from accelhost.supervisor.shmfiles import ShmFileLedger, remove_left_files
+from accelhost.supervisor.shmfiles import CreationWatch, ShmFileLedger, remove_left_files
 
 
 @dataclass
@@ -25,9 +25,18 @@ class Leftovers:
     segments: SegmentLedger | None = None
     files: ShmFileLedger | None = None
     tracker: ForkTracker | None = None
+    creations: CreationWatch | None = None
+    # the live tree's pids by a /proc scan, where there are no process events
+    scan: Callable[[], Iterable[int]] | None = None
 
     @classmethod
-    def start(cls, host: Host, root: int, opts: SupervisorOptions) -> Leftovers:
+    def start(
+        cls,
+        host: Host,
+        root: int,
+        opts: SupervisorOptions,
+        scan: Callable[[], Iterable[int]] | None = None,
+    ) -> Leftovers:
         """Record what exists before the command starts (call before spawning it)."""
         if not opts.clean_shm or opts.private_ipc:
             return cls(host)
@@ -39,14 +48,31 @@ class Leftovers:
                 "--private-ipc frees them all"
             )
         files = ShmFileLedger.start(host, opts.shm_dirs) if opts.shm_dirs else None
-        return cls(host, SegmentLedger.start(host), files, tracker)
+        creations = CreationWatch.open(opts.shm_dirs) if files is not None else None
+        return cls(host, SegmentLedger.start(host), files, tracker, creations, scan)
 
-    def fileno(self) -> int | None:
-        return self.tracker.fileno() if self.tracker is not None else None
+    def sources(self) -> list[tuple[int, Callable[[], None]]]:
+        """Descriptors for the supervisor's poll, with what to call when they are readable."""
+        out: list[tuple[int, Callable[[], None]]] = []
+        if self.tracker is not None:
+            out.append((self.tracker.fileno(), self.drain))
+        if self.creations is not None:
+            out.append((self.creations.fd, self._created))
+        return out
 
     def drain(self) -> None:
         if self.tracker is not None:
             self.tracker.drain()
+
+    def _created(self) -> None:
+        """Files appeared in /dev/shm: see which of them the tree holds while it does."""
+        if self.creations is None or not self.creations.drain():
+            return
+        if self.tracker is not None and not self.tracker.lost:
+            self.drain()
+            self.observe(self.tracker.live - self.tracker.ambiguous)
+        elif self.scan is not None:
+            self.observe(self.scan())
 
     def note(self, pids: Iterable[int]) -> None:
         if self.segments is not None:
@@ -78,3 +104,6 @@ class Leftovers:
         if self.tracker is not None:
             self.tracker.close()
             self.tracker = None
+        if self.creations is not None:
+            self.creations.close()
+            self.creations = None

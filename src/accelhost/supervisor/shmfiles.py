@@ -5,8 +5,10 @@ graceful stop unlinks them, a SIGKILL leaves them. A file carries no creator pid
 file is the tree's only on evidence, and `run` removes exactly the files that
 - did not exist when the supervisor started (compared by device and inode, so a name
   reused for a new file counts as new and an old file is never touched),
-- were seen held open or mapped by a live process of the tree (read once when the
-  teardown begins, before any signal, while the engine's processes still hold them), and
+- were seen held open or mapped by a live process of the tree: the supervisor looks when
+  a file is created in the directory (inotify, so no polling: vLLM creates its queues once
+  at start-up and holds them) and once more when the teardown begins, before any signal,
+  and
 - no live process on the host holds open or maps at the end (re-checked just before each
   unlink, with the same inode).
 A file made and dropped by a process that was gone before the teardown began is not the
@@ -17,6 +19,9 @@ The held/leaked readers are `accelhost.posixshm`'s, shared with the doctor and t
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +31,55 @@ from accelhost.posixshm import list_shm_files, path_is_held, scan_held, stat_shm
 from accelhost.supervisor.options import RemovedFile
 
 Inode = tuple[int, int]  # (st_dev, st_ino)
+IN_MOVED_TO = 0x80
+IN_CREATE = 0x100
+IN_NONBLOCK = os.O_NONBLOCK
+IN_CLOEXEC = os.O_CLOEXEC
+
+
+class CreationWatch:
+    """Readable whenever a file is created in (or moved into) one of the directories."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    @classmethod
+    def open(cls, dirs: Sequence[str]) -> CreationWatch | None:
+        """None where inotify is missing or refused (limits): then only the look at the
+        teardown's start gathers evidence."""
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            fd = int(libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC))
+        except (OSError, AttributeError):
+            return None
+        if fd < 0:
+            return None
+        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        watched = [
+            libc.inotify_add_watch(fd, os.fsencode(d), IN_CREATE | IN_MOVED_TO) >= 0 for d in dirs
+        ]
+        if not any(watched):
+            os.close(fd)
+            return None
+        return cls(fd)
+
+    def drain(self) -> bool:
+        """Discard the queued events; True when there were any."""
+        seen = False
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except (BlockingIOError, InterruptedError):
+                return seen
+            except OSError:
+                return seen
+            if not data:
+                return seen
+            seen = True
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
 
 
 def _mount_ns(pid: int | str) -> str | None:

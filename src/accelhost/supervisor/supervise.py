@@ -146,10 +146,11 @@ class Supervisor:
             self.opts.warn(
                 "cannot become a child subreaper; orphans of the command will not be found"
             )
-        self.left = Leftovers.start(self.host, self.me, self.opts)
-        events_fd = self.left.fileno()
-        if events_fd is not None:
-            self.waker.add_events(events_fd, self.left.drain, BATCH_S)
+        self.left = Leftovers.start(
+            self.host, self.me, self.opts, scan=lambda: alive_only(self._scan())
+        )
+        for fd, drain in self.left.sources():
+            self.waker.add_events(fd, drain, BATCH_S)
         if self.opts.cgroup:
             self.cgroup = create_cgroup(self.opts.cgroup, f"accelhost-run-{self.me}")
         reset = [*self.forwarded, signal.SIGCHLD, *(_sig(n) for n in _RESET_FOR_CHILD)]

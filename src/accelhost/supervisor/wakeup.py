@@ -3,8 +3,9 @@
 Signal handlers only have to exist: `signal.set_wakeup_fd` writes each signal's number to
 a self-pipe that the poll watches, so signals are handled in the loop, never inside a
 handler (and a handler, unlike SIG_DFL, is never discarded by the kernel for PID 1).
-Process events are read here in batches: after a drain their socket is muted for
-`batch_s`, so a host that forks a lot costs a few wakeups a second, not one a fork.
+Event sources (process events, /dev/shm creations) are read here in batches: after a
+drain a source is muted for its `batch_s`, so a host that forks a lot costs a few wakeups
+a second, not one a fork.
 """
 
 from __future__ import annotations
@@ -28,10 +29,9 @@ class Waker:
         self._wake_w = -1
         self._saved: dict[int, object] = {}
         self._saved_wakeup = -1
-        self._events_fd: int | None = None
-        self._events_drain: Callable[[], None] | None = None
-        self._batch_s = 0.0
-        self._muted_until: float | None = None
+        # event sources read in batches: fd -> (drain, batch seconds); muted ones: fd -> until
+        self._sources: dict[int, tuple[Callable[[], None], float]] = {}
+        self._muted: dict[int, float] = {}
 
     def install(self, signals: Iterable[int]) -> None:
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -52,7 +52,7 @@ class Waker:
 
     def add_events(self, fd: int, drain: Callable[[], None], batch_s: float) -> None:
         """A source read whenever it has data, at most once per `batch_s`."""
-        self._events_fd, self._events_drain, self._batch_s = fd, drain, batch_s
+        self._sources[fd] = (drain, batch_s)
         self.poller.register(fd, select.POLLIN)
 
     def watch(self, fd: int) -> None:
@@ -66,21 +66,22 @@ class Waker:
         end = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
             now = time.monotonic()
-            muted = self._muted_until
-            if muted is not None and now >= muted:
-                self.poller.modify(self._events_fd, select.POLLIN)  # type: ignore[arg-type]
-                self._muted_until = muted = None
-            wake = [t for t in (end, muted) if t is not None]
+            for fd, until in list(self._muted.items()):
+                if now >= until:
+                    self.poller.modify(fd, select.POLLIN)
+                    del self._muted[fd]
+            wake = [t for t in (end, *self._muted.values()) if t is not None]
             ms = None if not wake else max(0, int((min(wake) - now) * 1000) + 1)
             signals: list[int] = []
             fds: list[int] = []
             for fd, _ in self.poller.poll(ms):
                 if fd == self._wake_r:
                     signals.extend(self._signals())
-                elif fd == self._events_fd and self._events_drain is not None:
-                    self._events_drain()
+                elif fd in self._sources:
+                    drain, batch_s = self._sources[fd]
+                    drain()
                     self.poller.modify(fd, 0)
-                    self._muted_until = time.monotonic() + self._batch_s
+                    self._muted[fd] = time.monotonic() + batch_s
                 else:
                     fds.append(fd)
             if signals or fds or (end is not None and time.monotonic() >= end):
