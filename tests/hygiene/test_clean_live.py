@@ -116,8 +116,8 @@ def test_segment_of_a_stopped_orphan_goes_with_it(lab: Lab) -> None:
 
 def test_clean_refuses_yes_on_a_snapshot(tmp_path: Path) -> None:
     res = run_cli("clean", "--yes", "--snapshot", "example:a2-192cpu-8npu-sees-npu0")
-    assert res.returncode == 1
-    assert res.stderr.startswith("accelhost: ") and "Traceback" not in res.stderr
+    assert res.returncode == 2  # options that do not go together: a usage error
+    assert res.stderr.startswith("accelhost clean: ") and "Traceback" not in res.stderr
 
 
 def test_unwritable_journal_is_one_line(tmp_path: Path, lab: Lab) -> None:

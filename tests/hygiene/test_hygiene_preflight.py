@@ -75,8 +75,27 @@ def test_snapshot_without_proc_is_unknown_exit_2() -> None:
     assert res.returncode == 2
 
 
-def test_user_mistakes_are_one_line() -> None:
-    for args in (["--expect-util", "1.5"], ["--device", "0"], ["--engine-pattern", "("]):
+def test_user_mistakes_are_one_line_and_exit_2_never_1() -> None:
+    """For a monitor 1 means "a problem on this node": a typo must never say that."""
+    for args in (
+        ["--expect-util", "1.5"],
+        ["--device", "0"],
+        ["--engine-pattern", "("],
+        ["--engine-frontend", "[a"],
+        ["--device", "x", "--expect-util", "0.5"],
+        ["--idle-baseline-mib", "-1"],
+        ["--shm-min-age", "-5"],
+        ["--brief", "--hugepages-threshold", "2"],
+    ):
         res = _doctor(*args)
-        assert res.returncode == 1, args
-        assert res.stderr.startswith("accelhost: ") and "Traceback" not in res.stderr
+        assert res.returncode == 2, (args, res.stdout, res.stderr)
+        assert "Traceback" not in res.stderr
+        # ours: one line; argparse's own (a bad --device list): usage, then one line
+        assert res.stderr.splitlines()[-1].startswith("accelhost doctor: ")
+    missing = subprocess.run(
+        [sys.executable, "-m", "accelhost.cli.main", "doctor", "--snapshot", "/nonexistent.json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert missing.returncode == 2 and "no such file" in missing.stderr
