@@ -169,7 +169,8 @@ class Supervisor:
         reason = self._watch()
         started = time.monotonic()
         outcome = RunOutcome(status=0, reason=reason, cmd_pid=self.st.cmd_pid)
-        self.left.observe(alive_only(self._scan()))
+        if self.left.files is not None:  # which /dev/shm files the tree holds, before signals
+            self.left.observe(alive_only(self._scan()))
         self._teardown(outcome)
         outcome.teardown_s = time.monotonic() - started
         self.left.finish(outcome, self.opts.log)
