@@ -165,9 +165,13 @@ class Lab:
             f"exec 3<'{node}'; (exec -a '{worker}' sleep 1000 >/dev/null 2>&1 </dev/null) & "
             f"echo $! >> '{pids}'; wait"
         )
+        fifo = self.tmp / f"server-{len(self.pids)}.fifo"
+        os.mkfifo(fifo)
+        # the frontend blocks on a FIFO it holds open itself (no child, no busy loop): it
+        # outlives its engine child, as an API server does for a moment
         front = (
             f"(exec -a '{child}' bash -c \"$INNER\" >/dev/null 2>&1 </dev/null) & "
-            f"echo $! >> '{pids}'; wait"
+            f"echo $! >> '{pids}'; exec 4<>'{fifo}'; read -r _ <&4"
         )
         tail = "exit 0" if launcher_exits else "wait"
         script = (
