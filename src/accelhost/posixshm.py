@@ -103,6 +103,17 @@ def parse_maps(text: str) -> tuple[set[str], set[tuple[int, int]]]:
     return paths, inodes
 
 
+def keep_shared_maps(text: str) -> str:
+    """What a snapshot keeps of a /proc/PID/maps: shared file mappings (`rw-s`), the only
+    kind a shm_open file is mapped as; libraries and heaps stay out of bug reports."""
+    keep = []
+    for line in text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[1].endswith("s") and parts[5].startswith("/"):
+            keep.append(line)
+    return "".join(f"{line}\n" for line in keep)
+
+
 def _fd_paths(host: Host, pid: int) -> set[str] | None:
     fds = host.list_dir(f"/proc/{pid}/fd")
     if fds is None:

@@ -14,6 +14,7 @@ from accelhost.host.base import Host, command_key
 from accelhost.host.record import RecordingHost
 from accelhost.hygiene.facts import keep_alloc_vars
 from accelhost.parsers.ps import keep_thread_lines
+from accelhost.posixshm import keep_shared_maps
 from accelhost.readers import PS_THREADS, read_topology
 
 _SECRET_OPTION = re.compile(
@@ -54,6 +55,7 @@ def recorder(inner: Host) -> RecordingHost:
         file_filters=[
             ("/proc/*/environ", keep_alloc_vars),
             ("/proc/*/cmdline", redact_cmdline),
+            ("/proc/*/maps", keep_shared_maps),
         ],
     )
 

@@ -196,3 +196,26 @@ def test_scan_reports_processes_it_cannot_read(tmp_path: Path) -> None:
         assert Path(f"/proc/{pid}").exists()
         with pytest.raises(PermissionError):
             Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_snapshot_keeps_only_shared_mappings_and_replays_the_verdict(
+    shm_paths: list[Path], holders: list[subprocess.Popen[str]]
+) -> None:
+    from accelhost.host.snapshot import SnapshotHost
+    from accelhost.hygiene import HygieneOptions, read_facts, run_checks
+    from accelhost.recording import recorder
+
+    held, free = _new_file(shm_paths), _new_file(shm_paths)
+    pid = _hold(holders, "map", held)
+    for p in (held, free):
+        _age(p, 7200)
+    rec = recorder(LiveHost())
+    opts = HygieneOptions()
+    live = run_checks(read_facts(rec, opts), opts, ("posix_shm",)).checks[0]
+    snap = rec.to_snapshot()
+    maps = snap["files"][f"/proc/{pid}/maps"]
+    assert str(held) in maps and ".so" not in maps and "[heap]" not in maps
+    again = run_checks(read_facts(SnapshotHost(snap), opts), opts, ("posix_shm",)).checks[0]
+    assert again.to_dict() == live.to_dict()
+    paths = {e["path"] for e in again.evidence}
+    assert str(free) in paths and str(held) not in paths
