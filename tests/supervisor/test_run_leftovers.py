@@ -87,6 +87,35 @@ def test_segment_of_a_grandchild_that_exited_before_the_command_is_removed(
     )
 
 
+def _can_unshare_pid() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = ["unshare", "--pid", "--fork", "--mount-proc", "true"]
+    return subprocess.run(probe, capture_output=True, timeout=30).returncode == 0
+
+
+@pytest.mark.skipif(not _can_unshare_pid(), reason="cannot create PID namespaces here")
+def test_without_process_events_an_unseen_makers_segment_is_kept_and_said(
+    tmp_path: Path,
+) -> None:
+    # As PID 1 of a PID namespace (a container) the kernel sends no process events: the
+    # grandchild's segment cannot be tied to the tree, so it must be kept, never guessed.
+    script = " ".join(helper("mkseg", tmp_path)) + " & wait; sleep 0.3"
+    argv = ["unshare", "--pid", "--fork", "--mount-proc"]
+    with janitor(tmp_path) as j:
+        try:
+            proc = j.start(argv + run_cmd("--grace", "1", "--", "sh", "-c", script))
+            code, _, err = finish(proc)
+        finally:
+            j.shmids += ints(tmp_path / "shmids")
+        (shmid,) = ints(tmp_path / "shmids")
+        remaining = live_shmids()
+    assert code == 0, err
+    assert "no process events here" in err and "--private-ipc" in err
+    assert shmid in remaining
+    assert f"shmid {shmid}" not in err
+
+
 @needs_events
 @pytest.mark.skipif(shutil.which("ipcmk") is None, reason="no ipcmk here")
 def test_segment_of_ipcmk_under_a_shell_is_removed(tmp_path: Path) -> None:

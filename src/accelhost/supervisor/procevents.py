@@ -50,6 +50,28 @@ _PAYLOAD_AT = _NLMSGHDR.size + _CN_MSG.size
 _DATA_AT = _PAYLOAD_AT + _EVENT_HEAD.size
 
 
+# The kernel's initial namespaces have fixed inode numbers (PROC_USER_INIT_INO and
+# PROC_PID_INIT_INO in include/linux/proc_ns.h).
+_INIT_USER_NS_INO = 0xEFFFFFFD
+_INIT_PID_NS_INO = 0xEFFFFFFC
+CAP_NET_ADMIN = 12
+
+
+def _may_listen() -> bool:
+    """The kernel sends events only to CAP_NET_ADMIN in the initial user and PID namespaces;
+    a listener elsewhere is ignored in silence, so tell without waiting for a probe."""
+    try:
+        if os.stat("/proc/self/ns/user").st_ino != _INIT_USER_NS_INO:
+            return False
+        if os.stat("/proc/self/ns/pid").st_ino != _INIT_PID_NS_INO:
+            return False
+        with open("/proc/self/status") as fh:
+            caps = next((ln.split()[1] for ln in fh if ln.startswith("CapEff:")), "0")
+        return bool(int(caps, 16) >> CAP_NET_ADMIN & 1)
+    except (OSError, ValueError, IndexError):
+        return False
+
+
 def _control(op: int, event_filter: int | None) -> bytes:
     """A LISTEN/IGNORE request; kernels since 6.6 take a filter of event kinds, older ones
     only the bare operation (and ignore a request of any other length)."""
@@ -75,6 +97,8 @@ class ForkTracker:
     @classmethod
     def open(cls, root: int) -> ForkTracker | None:
         """A working tracker, or None where the kernel gives no events to this process."""
+        if not _may_listen():
+            return None
         try:
             sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_CONNECTOR)
         except OSError:
