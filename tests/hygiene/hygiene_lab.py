@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -271,6 +272,53 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
         yield lab
     finally:
         lab.teardown()
+
+
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def _runs_as_nobody(python: str, cwd: Path) -> bool:
+    try:
+        res = subprocess.run(
+            [*NOBODY, python, "-c", "import sys; assert sys.version_info >= (3, 10)"],
+            capture_output=True,
+            timeout=60,
+            check=False,
+            cwd=cwd,
+        )
+    except OSError:
+        return False
+    return res.returncode == 0
+
+
+def nobody_python(tmp: Path) -> tuple[list[str], dict[str, str]]:
+    """(argv prefix, env) to run this checkout's accelhost as `nobody`, wherever it lives.
+
+    The checkout (and its .venv) may sit under a directory only root can enter (/root, a
+    `mktemp -d`): the package is copied to `tmp` (made world-readable) and run by the
+    first interpreter nobody can execute. The core needs only the standard library.
+    """
+    import accelhost
+
+    tmp.chmod(0o755)
+    site = tmp / "site"
+    shutil.copytree(
+        Path(accelhost.__file__).parent,
+        site / "accelhost",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    for root, dirs, files in os.walk(tmp):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+    candidates = [sys.executable, os.path.realpath(sys.executable), "/usr/bin/python3"]
+    candidates += [p for p in (shutil.which("python3"),) if p]
+    python = next((c for c in dict.fromkeys(candidates) if _runs_as_nobody(c, tmp)), None)
+    if python is None:
+        pytest.skip("no Python 3.10+ interpreter that the user nobody may run")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), "PYTHONDONTWRITEBYTECODE": "1"}
+    return [*NOBODY, python, "-s"], env
 
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
