@@ -199,9 +199,9 @@ def test_process_events_follow_forks_from_the_root_only(tmp_path: Path) -> None:
             b.wait(10)
 
 
-def test_a_member_pid_reused_outside_the_tree_is_ambiguous() -> None:
+def test_a_pid_the_tree_shared_with_an_outsider_is_ambiguous() -> None:
     a, b = socket.socketpair()
-    tracker = ForkTracker(a, root=1000)
+    tracker = ForkTracker(a, root=1000, outside={7000})  # 7000 was alive at the start
     try:
         tracker._apply(PROC_EVENT_FORK, (1000, 1000, 2000, 2000))  # ours
         tracker._apply(PROC_EVENT_FORK, (2000, 2000, 2001, 2000))  # a thread of it
@@ -209,9 +209,13 @@ def test_a_member_pid_reused_outside_the_tree_is_ambiguous() -> None:
         tracker._apply(PROC_EVENT_EXIT, (2000, 2000, 0, 17))
         tracker._apply(PROC_EVENT_FORK, (555, 555, 2000, 2000))  # pid 2000 reused outside
         tracker._apply(PROC_EVENT_FORK, (2000, 2000, 4000, 4000))  # forked by the outsider
-        assert tracker.members == {2000, 3000}
-        assert tracker.ambiguous == {2000}
-        assert tracker.live == {3000}
+        tracker._apply(PROC_EVENT_FORK, (555, 555, 5000, 5000))  # an outsider's child ...
+        tracker._apply(PROC_EVENT_EXIT, (5000, 5000, 0, 17))
+        tracker._apply(PROC_EVENT_FORK, (3000, 3000, 5000, 5000))  # ... whose pid we get next
+        tracker._apply(PROC_EVENT_FORK, (3000, 3000, 7000, 7000))  # a pid alive at the start
+        assert tracker.members == {2000, 3000, 5000, 7000}
+        assert tracker.ambiguous == {2000, 5000, 7000}
+        assert tracker.live == {3000, 5000, 7000}
     finally:
         a.close()
         b.close()

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from accelhost.host.base import Host
+from accelhost.procs import list_pids
 from accelhost.supervisor.options import RunOutcome, SupervisorOptions
 from accelhost.supervisor.procevents import ForkTracker
 from accelhost.supervisor.segments import SegmentLedger, remove_leaked
@@ -40,7 +41,7 @@ class Leftovers:
         """Record what exists before the command starts (call before spawning it)."""
         if not opts.clean_shm or opts.private_ipc:
             return cls(host)
-        tracker = ForkTracker.open(root) if opts.track_forks else None
+        tracker = ForkTracker.open(root, list_pids(host)) if opts.track_forks else None
         if opts.track_forks and tracker is None:
             opts.log(
                 "no process events here (they need root in the host's PID namespace): a "

@@ -13,8 +13,9 @@ inside a container's own PID namespace). `ForkTracker.open` proves it works with
 probe fork and returns None otherwise; the supervisor then falls back to what its scans
 and reaping see, and says so.
 
-A pid that left the tree and was reused by a process outside it is marked ambiguous: a
-segment whose creator pid is ambiguous is never removed.
+A pid that the tree and a process outside it both had during the run (in either order,
+or held by a process that was already there at the start) is marked ambiguous: a segment
+whose creator pid is ambiguous is never removed.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import select
 import socket
 import struct
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 NETLINK_CONNECTOR = 11
@@ -88,22 +90,26 @@ class ForkTracker:
     root: int
     members: set[int] = field(default_factory=set)  # every tgid ever in the tree
     live: set[int] = field(default_factory=set)  # members whose exit has not been seen
-    # Member pids that a process outside the tree got later: a segment whose creator has
-    # such a pid may be either's, so it stays.
+    # pids some process outside the tree had during the run (those alive at the start, and
+    # every fork outside it since): bounded by the kernel's pid_max
+    outside: set[int] = field(default_factory=set)
+    # Member pids that a process outside the tree had too, before or after: a segment whose
+    # creator has such a pid may be either's, so it stays.
     ambiguous: set[int] = field(default_factory=set)
     lost: bool = False  # the socket overflowed: some events were dropped
     listens: list[int | None] = field(default_factory=list)
 
     @classmethod
-    def open(cls, root: int) -> ForkTracker | None:
-        """A working tracker, or None where the kernel gives no events to this process."""
+    def open(cls, root: int, alive: Iterable[int] = ()) -> ForkTracker | None:
+        """A working tracker, or None where the kernel gives no events to this process.
+        `alive`: the pids of the processes there before the tree (all outside it)."""
         if not _may_listen():
             return None
         try:
             sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_CONNECTOR)
         except OSError:
             return None
-        tracker = cls(sock, root)
+        tracker = cls(sock, root, outside=set(alive) - {root})
         try:
             sock.bind((0, CN_IDX_PROC))
             for size_opt in (SO_RCVBUFFORCE, socket.SO_RCVBUF):
@@ -161,10 +167,14 @@ class ForkTracker:
             if child_pid != child_tgid:
                 return  # a new thread of an existing process
             if parent_tgid == self.root or parent_tgid in self.live:
+                if child_tgid in self.outside:
+                    self.ambiguous.add(child_tgid)
                 self.members.add(child_tgid)
                 self.live.add(child_tgid)
-            elif child_tgid in self.members:
-                self.ambiguous.add(child_tgid)
+            else:
+                self.outside.add(child_tgid)
+                if child_tgid in self.members:
+                    self.ambiguous.add(child_tgid)
         elif what == PROC_EVENT_EXIT:
             pid, tgid = ints[0], ints[1]
             if pid == tgid:
