@@ -56,6 +56,7 @@ def test_device_takes_the_shared_list_grammar() -> None:
         (["--expect-util", "0.5", "--device", "0,1"], "takes one device, got --device 0,1"),
         (["--bind-delay", "3"], "--bind-delay needs --bind"),
         (["--private-ipc", "--keep-shm"], "do not go together"),
+        (["--snapshot", "/nonexistent/host.json", "--expect-util", "0.5"], "--snapshot: "),
     ],
 )
 def test_usage_errors_are_one_line_and_status_2(

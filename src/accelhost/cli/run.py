@@ -177,8 +177,12 @@ def handler(args: argparse.Namespace) -> int:
     facts_host: Any = host
     if args.snapshot:
         from accelhost.cli.common import host_from_args
+        from accelhost.errors import SnapshotError
 
-        facts_host = host_from_args(args)
+        try:
+            facts_host = host_from_args(args)
+        except SnapshotError as exc:  # the user named something that is no recording
+            raise UsageError(f"--snapshot: {exc}") from None
     if args.expect_util is not None:
         from accelhost.supervisor.integrations import run_preflight
 
