@@ -44,7 +44,9 @@ def check_orphan_engines(facts: HostFacts, options: HygieneOptions) -> CheckResu
         return CheckResult(name, OK, "no engine process outlived its launcher")
     evidence = tuple(orphan_evidence(o, facts) for o in orphans)
     stuck = [o.proc.pid for o in orphans if o.proc.is_uninterruptible]
-    fix = "accelhost clean --yes (SIGTERM to each orphan's group, SIGKILL after --grace)"
+    fix = (
+        "accelhost clean --yes (SIGTERM to each orphan and its descendants, SIGKILL after --grace)"
+    )
     if stuck:
         fix += f"; pids {' '.join(map(str, stuck))} are in D state: they need a device reset"
     held = [o for o in orphans if facts.device_fds.get(o.proc.pid)]

@@ -40,7 +40,7 @@ def judge_shm_files(facts: HostFacts, options: HygieneOptions) -> list[ShmJudgem
     namings = options.catalog.shm_namings()
     out = []
     for files in facts.shm_files.values():
-        for f in files or ():
+        for f in sorted(files or (), key=lambda f: f.path):
             naming = match_naming(f.name, namings)
             v = judge_shm_file(f, held, facts.now_epoch, options.shm_min_age_s, naming)
             blocked = not v.leaked and not held.complete and "unreadable" in v.reason

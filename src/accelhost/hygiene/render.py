@@ -65,8 +65,9 @@ def evidence_lines(check: CheckResult) -> list[str]:
             if e.get("reason") or e.get("detail"):
                 text += f": {e.get('reason') or e.get('detail')}"
             parent = e.get("parent")
-            if parent:
-                text += f"; parent {parent['pid']} {one_line(str(parent['cmdline']), 40)}"
+            said = str(e.get("reason") or "")
+            if parent and f" {parent['pid']} " not in f" {said} " and parent["pid"] != 1:
+                text += f"; parent {parent['pid']} {one_line(str(parent['cmdline']), 30)}"
             lines.append(text)
         elif kind == "shm_file":
             age = e.get("age_s")

@@ -131,7 +131,7 @@ def find_orphans(
         if reason is None:
             continue
         if top is not proc:
-            reason = f"under {engine} process {top.pid} ({top.command[:40]}), {reason}"
+            reason = f"under {engine} process {top.pid} ({top.comm}), {reason}"
         group_front = next(
             (
                 f
