@@ -91,8 +91,10 @@ def plan_clean(
             # the group of the orphans its neighbour left (`nohup ... &` twice).
             live = {p for p, i in procs.items() if i.pgid == pgid and not i.is_zombie}
             whole = pgid > 1 and live <= set(pids)
-            reasons = "; ".join(dict.fromkeys(o.reason for o in members))
-            first = members[0].proc
+            # the reason of the topmost orphan: its descendants share its story
+            tops = [o for o in members if o.top is o.proc] or members
+            reasons = "; ".join(dict.fromkeys(o.reason for o in tops))
+            first = tops[0].proc
             actions.append(
                 StopProcesses(
                     pgid=pgid,
