@@ -30,7 +30,7 @@ from accelhost.hygiene.actions import (
 from accelhost.hygiene.facts import HostFacts
 from accelhost.hygiene.journal import Journal
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.posix_check import judge_shm_files
+from accelhost.hygiene.posix_check import judge_shm_files, shm_known
 from accelhost.hygiene.rules import find_orphans, judge_segment, leaked_segments, protected_pids
 from accelhost.hygiene.stopper import stop_all
 from accelhost.hygiene.text import one_line
@@ -294,7 +294,7 @@ def figures(facts: HostFacts, options: HygieneOptions) -> dict[str, Any]:
     segs = facts.segments
     shm = (
         [j for j in judge_shm_files(facts, options) if j.leaked]
-        if facts.shm_held is not None
+        if shm_known(facts)
         else None
     )
     leaks = (

@@ -32,6 +32,12 @@ class ShmJudgement:
     reason: str
 
 
+def shm_known(facts: HostFacts) -> bool:
+    """The process table and at least one shm dir were read: a count of 0 means none."""
+    listed = any(files is not None for files in facts.shm_files.values())
+    return facts.shm_held is not None and listed
+
+
 def judge_shm_files(facts: HostFacts, options: HygieneOptions) -> list[ShmJudgement]:
     """Every file in the shm dirs, judged; empty when the process table was not read."""
     held = facts.shm_held

@@ -34,7 +34,7 @@ from accelhost.hygiene.cleaner import (
 from accelhost.hygiene.facts import HostFacts, read_facts
 from accelhost.hygiene.journal import rfc3339_now
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.posix_check import ShmJudgement, judge_shm_files
+from accelhost.hygiene.posix_check import ShmJudgement, judge_shm_files, shm_known
 from accelhost.hygiene.report import CHECK_NAMES, STATUSES, UNKNOWN, DoctorReport
 from accelhost.hygiene.rules import Orphan, find_orphans, leaked_segments
 
@@ -258,7 +258,7 @@ class Watcher:
         )
         shm: list[ShmJudgement] | None = (
             [j for j in judge_shm_files(facts, self.options) if j.leaked]
-            if facts.shm_held is not None
+            if shm_known(facts)
             else None
         )
         rnd = Round(
