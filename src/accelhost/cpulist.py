@@ -9,7 +9,6 @@ from collections.abc import Iterable
 
 from accelhost.errors import ParseError
 
-
 # The largest CPU count any Linux build can be configured for (x86-64 and powerpc with
 # CONFIG_NR_CPUS=8192); a list naming a CPU at or beyond it is corrupt or hostile, and
 # refusing it keeps a bad recording from expanding a hundred million ids into memory.

@@ -292,11 +292,7 @@ def figures(facts: HostFacts, options: HygieneOptions) -> dict[str, Any]:
     """The before/after numbers a person wants to see move; None where a source could not
     be read (an unread segment table is not an empty one)."""
     segs = facts.segments
-    shm = (
-        [j for j in judge_shm_files(facts, options) if j.leaked]
-        if shm_known(facts)
-        else None
-    )
+    shm = [j for j in judge_shm_files(facts, options) if j.leaked] if shm_known(facts) else None
     leaks = (
         len(leaked_segments(segs, facts.alive, facts.now_epoch, options.shm_min_age_s))
         if segs is not None and facts.processes is not None
