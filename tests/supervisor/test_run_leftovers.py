@@ -25,7 +25,9 @@ from run_support import (
 )
 from tree_helper import shmget
 
+from accelhost.host.live import LiveHost
 from accelhost.supervisor.procevents import PROC_EVENT_EXIT, PROC_EVENT_FORK, ForkTracker
+from accelhost.supervisor.shmfiles import CreationWatch, ShmFileLedger
 
 MARGIN_S = 20.0
 
@@ -275,6 +277,36 @@ def test_dev_shm_file_of_a_tree_that_died_before_the_teardown_is_removed(tmp_pat
         assert "stopping" not in err  # nothing was alive at the teardown
         assert not mapped.exists(), err
         assert f"removed {mapped} (" in err
+
+
+def test_creation_watch_names_new_files_and_the_ledger_skips_gone_or_known(
+    tmp_path: Path,
+) -> None:
+    old = tmp_path / "old"
+    old.write_text("there before")
+    ledger = ShmFileLedger.start(LiveHost(), [str(tmp_path)])
+    watch = CreationWatch.open([str(tmp_path)])
+    assert watch is not None
+    try:
+        assert watch.drain() == []
+        made = tmp_path / "psm_made"
+        made.write_text("new")
+        fleeting = tmp_path / "sem.fleeting"
+        fleeting.write_text("made and unlinked at once, as Python's semaphores")
+        fleeting.unlink()
+        outside = tmp_path.parent / f"{tmp_path.name}-moved-in"
+        outside.write_text("moved in")
+        moved = tmp_path / "moved"
+        outside.rename(moved)
+        paths = watch.drain()
+        assert paths == [str(made), str(fleeting), str(moved)]
+        assert not ledger.unknown([str(fleeting), str(old)])  # gone; there before
+        assert ledger.unknown([str(made)])
+        st = made.stat()
+        ledger.held_by_tree.add((st.st_dev, st.st_ino))
+        assert not ledger.unknown([str(made)])  # already known to be the tree's
+    finally:
+        watch.close()
 
 
 def test_keep_shm_keeps_dev_shm_files_too(tmp_path: Path) -> None:

@@ -67,8 +67,11 @@ class Leftovers:
 
     def _created(self) -> None:
         """Files appeared in /dev/shm: see which of them the tree holds while it does."""
-        if self.creations is None or not self.creations.drain():
+        if self.creations is None or self.files is None:
             return
+        paths = self.creations.drain()
+        if paths is not None and not self.files.unknown(paths):
+            return  # gone already (a semaphore's name), or known
         if self.tracker is not None and not self.tracker.lost:
             self.drain()
             self.observe(self.tracker.live - self.tracker.ambiguous)

@@ -23,6 +23,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -31,17 +32,22 @@ from accelhost.posixshm import list_shm_files, path_is_held, scan_held, stat_shm
 from accelhost.supervisor.options import RemovedFile
 
 Inode = tuple[int, int]  # (st_dev, st_ino)
+_EVENT = struct.Struct("=iIII")  # struct inotify_event: wd, mask, cookie, len (then name)
 IN_MOVED_TO = 0x80
 IN_CREATE = 0x100
+IN_Q_OVERFLOW = 0x4000
 IN_NONBLOCK = os.O_NONBLOCK
 IN_CLOEXEC = os.O_CLOEXEC
 
 
 class CreationWatch:
-    """Readable whenever a file is created in (or moved into) one of the directories."""
+    """Names of the files created in (or moved into) the directories, as inotify reports
+    them: the supervisor looks at who holds a file only while the file still exists, so
+    Python's semaphores (created and unlinked at once) cost nothing."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, dirs: dict[int, str]) -> None:
         self.fd = fd
+        self.dirs = dirs  # watch descriptor -> directory
 
     @classmethod
     def open(cls, dirs: Sequence[str]) -> CreationWatch | None:
@@ -55,27 +61,38 @@ class CreationWatch:
         if fd < 0:
             return None
         libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-        watched = [
-            libc.inotify_add_watch(fd, os.fsencode(d), IN_CREATE | IN_MOVED_TO) >= 0 for d in dirs
-        ]
-        if not any(watched):
+        watched: dict[int, str] = {}
+        for d in dirs:
+            wd = int(libc.inotify_add_watch(fd, os.fsencode(d), IN_CREATE | IN_MOVED_TO))
+            if wd >= 0:
+                watched[wd] = d.rstrip("/")
+        if not watched:
             os.close(fd)
             return None
-        return cls(fd)
+        return cls(fd, watched)
 
-    def drain(self) -> bool:
-        """Discard the queued events; True when there were any."""
-        seen = False
+    def drain(self) -> list[str] | None:
+        """The paths created since the last drain; None when the kernel's queue overflowed
+        (some names are unknown)."""
+        paths: list[str] = []
+        overflow = False
         while True:
             try:
                 data = os.read(self.fd, 65536)
-            except (BlockingIOError, InterruptedError):
-                return seen
             except OSError:
-                return seen
+                break
             if not data:
-                return seen
-            seen = True
+                break
+            at = 0
+            while at + _EVENT.size <= len(data):
+                wd, mask, _cookie, length = _EVENT.unpack_from(data, at)
+                name = data[at + _EVENT.size : at + _EVENT.size + length].rstrip(b"\0")
+                at += _EVENT.size + length
+                if mask & IN_Q_OVERFLOW:
+                    overflow = True
+                elif wd in self.dirs and name:
+                    paths.append(f"{self.dirs[wd]}/{os.fsdecode(name)}")
+        return None if overflow else paths
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -100,6 +117,16 @@ class ShmFileLedger:
         listing = list_shm_files(host, dirs)
         files = [f for found in listing.values() for f in found or []]
         return cls(dirs, frozenset((f.dev, f.inode) for f in files))
+
+    def unknown(self, paths: Iterable[str]) -> bool:
+        """Some of these files exist, are new, and are not known to be the tree's yet."""
+        for path in paths:
+            f = stat_shm_file(path)
+            if f is not None:
+                key = (f.dev, f.inode)
+                if key not in self.before and key not in self.held_by_tree:
+                    return True
+        return False
 
     def observe(self, host: Host, pids: Iterable[int]) -> None:
         """Note the files under our dirs that these live members of the tree hold now.
