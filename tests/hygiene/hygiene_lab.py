@@ -120,7 +120,7 @@ class Lab:
 
     def _wait_title(self, pid: int, title: str) -> None:
         """Titles are set by exec: wait until the process has exec'd."""
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError):
                 if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(title.encode()):

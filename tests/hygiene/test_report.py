@@ -77,3 +77,20 @@ def test_brief_on_recorded_hosts(tmp_path: Path) -> None:
     res = _doctor("--snapshot", str(snap), "--json", "--check", "preflight")
     (check,) = json.loads(res.stdout)["checks"]
     assert check["status"] == "SKIP" and res.returncode == 2
+
+
+def test_help_does_not_load_the_checks_and_names_stay_functions() -> None:
+    code = (
+        "import sys\n"
+        "from accelhost.cli.main import build_parser\n"
+        "build_parser(None)\n"
+        "loaded = [m for m in ('accelhost.hygiene.checks', 'accelhost.hygiene.facts',"
+        " 'accelhost.hygiene.cleaner') if m in sys.modules]\n"
+        "import accelhost.hygiene.preflight\n"
+        "from accelhost.hygiene import preflight\n"
+        "print(loaded, callable(preflight))\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert res.stdout.strip() == "[] True", res.stdout + res.stderr

@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelhost.cli.common import (
     add_grace_option,
@@ -29,19 +29,11 @@ from accelhost.cli.hygiene_options import (
     hygiene_options,
 )
 from accelhost.errors import AccelhostError, UsageError
-from accelhost.hygiene.checks import run_checks
-from accelhost.hygiene.cleaner import (
-    DEFAULT_JOURNAL,
-    Action,
-    CleanFilters,
-    Journal,
-    execute,
-    figures,
-    plan_clean,
-)
-from accelhost.hygiene.facts import read_facts
-from accelhost.hygiene.render import describe_figures, render_report
+from accelhost.hygiene.journal import DEFAULT_JOURNAL
 from accelhost.hygiene.report import CHECK_NAMES
+
+if TYPE_CHECKING:
+    from accelhost.hygiene.actions import Action
 
 
 def register(subparsers: Any) -> None:
@@ -171,6 +163,10 @@ def register(subparsers: Any) -> None:
 
 
 def doctor_main(args: argparse.Namespace) -> int:
+    from accelhost.hygiene.checks import run_checks
+    from accelhost.hygiene.facts import read_facts
+    from accelhost.hygiene.render import render_report
+
     options = hygiene_options(args)
     host = hygiene_host(args)
     try:
@@ -213,6 +209,10 @@ def _parse_key(text: str) -> int:
 
 
 def clean_main(args: argparse.Namespace) -> int:
+    from accelhost.hygiene.cleaner import CleanFilters, Journal, execute, figures, plan_clean
+    from accelhost.hygiene.facts import read_facts
+    from accelhost.hygiene.render import describe_figures
+
     options = hygiene_options(args)
     if args.yes and args.snapshot:
         raise UsageError("clean --yes acts on this host; --snapshot only shows a plan")

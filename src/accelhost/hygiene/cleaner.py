@@ -28,7 +28,7 @@ from accelhost.hygiene.actions import (
     StopProcesses,
 )
 from accelhost.hygiene.facts import HostFacts
-from accelhost.hygiene.journal import Journal
+from accelhost.hygiene.journal import DEFAULT_JOURNAL, Journal
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.posix_check import judge_shm_files, shm_known
 from accelhost.hygiene.rules import find_orphans, judge_segment, leaked_segments, protected_pids
@@ -38,7 +38,6 @@ from accelhost.posixshm import path_is_held, stat_shm_file
 from accelhost.procs import ProcessInfo, descendants, read_process
 from accelhost.shm import read_segments, remove_segment
 
-DEFAULT_JOURNAL = "/var/log/accelhost/clean.jsonl"
 __all__ = [
     "DEFAULT_GRACE_S",
     "DEFAULT_JOURNAL",

@@ -16,6 +16,8 @@ from typing import Any, TextIO
 
 from accelhost.errors import AccelhostError
 
+DEFAULT_JOURNAL = "/var/log/accelhost/clean.jsonl"
+
 
 def rfc3339_now() -> str:
     """Now in UTC, RFC 3339 with milliseconds and a `Z`."""
