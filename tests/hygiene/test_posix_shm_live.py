@@ -156,3 +156,43 @@ def test_shm_dir_option_adds_a_tmpfs_and_min_age_is_respected(tmp_path: Path) ->
     assert str(old) not in {e["path"] for e in later}
     bad = run_cli("doctor", "--shm-dir", str(tmp_path / "missing"))
     assert bad.returncode == 2 and "not a directory" in bad.stderr
+
+
+def test_watch_auto_clean_removes_leaked_files_and_counts_them(
+    files: dict[str, Path], mapper: list[subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    import io
+    import threading
+
+    from prometheus_client import generate_latest
+
+    from accelhost.hygiene.cleaner import CleanFilters
+    from accelhost.hygiene.watch import WatchConfig, Watcher, json_logger
+
+    _map(mapper, files["held"])
+    stream = io.StringIO()
+    watcher = Watcher(
+        LiveHost,
+        HygieneOptions(shm_min_age_s=600),
+        WatchConfig(
+            auto_clean=True,
+            journal=str(tmp_path / "auto.jsonl"),
+            # a shared machine: never reach beyond what this test made
+            scope=CleanFilters(paths=frozenset(str(p) for p in files.values())),
+        ),
+        json_logger(stream),
+    )
+    rnd = watcher.run_once()
+    assert rnd.shm_files is not None and rnd.shm_files >= 1  # ours at least
+    text = generate_latest(watcher.registry).decode()
+    assert "accelhost_posix_shm_leaked_files " in text
+    assert not files["leaked"].exists()
+    assert files["held"].exists() and files["unnamed"].exists() and files["young"].exists()
+    assert 'accelhost_clean_actions_total{kind="remove_shm_file",result="ok"} 1.0' in text
+    records = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert records and all(RFC3339.match(r["ts"]) for r in records)
+    watcher.run(threading.Event(), rounds=1)  # nothing left of ours to clean
+    assert not any(
+        e["event"] == "auto_clean"
+        for e in (json.loads(line) for line in stream.getvalue().splitlines()[len(records) :])
+    )
