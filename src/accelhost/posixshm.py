@@ -241,6 +241,7 @@ class ShmVerdict:
     leaked: bool
     reason: str
     naming: str | None  # which engine's naming the name matches (None: no known naming)
+    blocked: bool = False  # could not tell: some live process's open files were unreadable
 
 
 def judge_shm_file(
@@ -255,7 +256,7 @@ def judge_shm_file(
         return ShmVerdict(f, False, "held open or mapped by a live process", naming)
     if not scan.complete:
         shown = ", ".join(str(p) for p in scan.unreadable[:3])
-        return ShmVerdict(f, False, f"open files of pid(s) {shown} unreadable", naming)
+        return ShmVerdict(f, False, f"open files of pid(s) {shown} unreadable", naming, True)
     age = f.age_s(now_epoch)
     if age is None:
         return ShmVerdict(f, False, "age unknown (no clock)", naming)

@@ -219,3 +219,39 @@ def test_snapshot_keeps_only_shared_mappings_and_replays_the_verdict(
     assert again.to_dict() == live.to_dict()
     paths = {e["path"] for e in again.evidence}
     assert str(free) in paths and str(held) not in paths
+
+
+def _shm_fake(readable: bool):  # type: ignore[no-untyped-def]
+    """A recorded host with two old files in /dev/shm, one mapped by pid 50."""
+    from hygiene_fakes import NOW, FakeHost
+
+    from accelhost.host.base import command_key
+    from accelhost.posixshm import find_argv
+
+    fake = FakeHost()
+    fake.proc(50, "VLLM::EngineCore", ppid=1, pgid=50, sid=50)
+    old = NOW - 7200
+    fake.commands[command_key(find_argv("/dev/shm"))] = (
+        f"f 160000000 8192 0 root {old} {old} 26 77 psm_held\0"
+        f"f 160000000 8192 0 root {old} {old} 26 78 psm_left\0"
+    )
+    fake.files["/proc/50/maps"] = "7f00-7f10 rw-s 00000000 00:1a 77 /dev/shm/psm_held\n"
+    for pid in (1, 900) if readable else (900,):
+        fake.files[f"/proc/{pid}/maps"] = ""
+    for pid in (1, 50, 900):
+        fake.dirs.setdefault(f"/proc/{pid}/fd", [])
+    return fake
+
+
+def test_posix_shm_check_on_a_recording_and_when_it_cannot_tell() -> None:
+    from accelhost.hygiene import HygieneOptions, read_facts, run_checks
+
+    opts = HygieneOptions()
+    ok = run_checks(read_facts(_shm_fake(True).host(), opts), opts, ("posix_shm",)).checks[0]
+    assert ok.status == "WARN"
+    assert [e["path"] for e in ok.evidence] == ["/dev/shm/psm_left"]
+    assert ok.evidence[0]["used_bytes"] == 8192 * 512 and ok.evidence[0]["age_s"] == 7200
+    # pid 1's open files cannot be read (and it is no more privileged than us): unknown
+    blind = run_checks(read_facts(_shm_fake(False).host(), opts), opts, ("posix_shm",))
+    assert blind.checks[0].status == "UNKNOWN" and blind.exit_code == 2
+    assert "pid(s) 1" in blind.checks[0].summary

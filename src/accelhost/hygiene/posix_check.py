@@ -49,7 +49,7 @@ def judge_shm_files(facts: HostFacts, options: HygieneOptions) -> list[ShmJudgem
         for f in sorted(files or (), key=lambda f: f.path):
             naming = match_naming(f.name, namings)
             v = judge_shm_file(f, held, facts.now_epoch, options.shm_min_age_s, naming)
-            blocked = not v.leaked and not held.complete and "unreadable" in v.reason
+            blocked = v.blocked
             reason = v.reason
             if v.leaked and naming is None:
                 reason += "; matches no engine naming: not removed (see --shm-name)"
