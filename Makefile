@@ -52,7 +52,7 @@ $(E2E_STAMP): pyproject.toml
 	touch $(E2E_STAMP)
 
 e2e: $(E2E_STAMP)
-	$(E2E_BIN)/python -m pytest -q -p no:cacheprovider tests/e2e
+	$(E2E_BIN)/python -m pytest -q -p no:cacheprovider --durations=0 tests/e2e
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/plan.py

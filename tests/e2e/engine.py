@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from procs import Tracked, cmdline, descendants, shm_files_held, wait_for
+from procs import SHM_DIR, Tracked, birth_times, cmdline, descendants, shm_files_held, wait_for
 
 READY_TIMEOUT_S = float(os.environ.get("E2E_READY_TIMEOUT", "900"))
 
@@ -86,6 +86,9 @@ class Server:
     tracked: Tracked = field(default_factory=Tracked)
     api_pid: int | None = None
     shm_files: set[str] = field(default_factory=set)
+    # /dev/shm names before the start, and (for a server started alone) the files it made.
+    shm_before: set[str] = field(default_factory=set)
+    own_files: set[str] = field(default_factory=set)
 
     # -- the tree ---------------------------------------------------------------------
     def roots(self) -> list[int]:
@@ -119,11 +122,26 @@ class Server:
         """The live processes of this server (the supervisor of "run" excluded)."""
         return self.refresh() - ({self.popen.pid} if self.launcher == "run" else set())
 
-    def queues_now(self) -> set[str]:
-        """The `psm_*` files (vLLM's message queues) the server holds now: they live as long
-        as it does, unlike the semaphores Python creates and unlinks on the way."""
-        held = shm_files_held(self.refresh())
-        return {f for f in held if os.path.basename(f).startswith("psm_")}
+    def find_own_files(self) -> set[str]:
+        """The /dev/shm files this server made, semaphores no process holds included.
+
+        Valid for a server started while no other server started: the vLLM-named files that
+        appeared since its start and are either held by its tree (its message queues) or
+        semaphores born within 2 s of those queues (vLLM makes both at the same moment;
+        birth times never change). What other software made meanwhile is left out.
+        """
+        new = set(os.listdir(SHM_DIR)) - self.shm_before
+        queues = {SHM_DIR + n for n in new if n.startswith("psm_")} & self.shm_files
+        born = birth_times(SHM_DIR + n for n in new if n.startswith(("psm_", "sem.mp-")))
+        queue_births = [born[q] for q in queues if q in born]
+        semaphores = {
+            f
+            for f, t in born.items()
+            if os.path.basename(f).startswith("sem.mp-")
+            and any(abs(t - q) <= 2.0 for q in queue_births)
+        }
+        self.own_files = queues | semaphores
+        return self.own_files
 
     def pid_of(self, title: str) -> int:
         """The one live process of the tree whose command line starts with `title`."""
@@ -194,7 +212,7 @@ class Server:
         with contextlib.suppress(AssertionError):
             wait_for(f"{self.name} to die", lambda: not self.tracked.alive(), 30)
         held_by_anyone = shm_files_held(int(p) for p in os.listdir("/proc") if p.isdigit())
-        for path in sorted(self.shm_files - held_by_anyone):
+        for path in sorted((self.shm_files | self.own_files) - held_by_anyone):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 
@@ -220,6 +238,7 @@ def start_server(
     log = workdir / f"{name}.log"
     full_env = {**os.environ, **BASE_ENV, **(env or {})}
     argv = vllm_argv(model, port, vllm_args)
+    shm_before = set(os.listdir(SHM_DIR))
     with open(log, "wb") as out:
         if launcher == "script":
             pidfile = log.with_suffix(".pid")
@@ -236,7 +255,7 @@ def start_server(
             popen = subprocess.Popen(
                 argv, env=full_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
-    server = Server(name, model, port, launcher, log, popen)
+    server = Server(name, model, port, launcher, log, popen, shm_before=shm_before)
     server.refresh()
     return server
 
