@@ -158,6 +158,8 @@ class Server:
                     f"{self.name} exited with {self.popen.returncode} before it answered\n"
                     f"{self.log_tail()}"
                 )
+            if self.api_pid is not None and not self.tracked.is_alive(self.api_pid):
+                raise AssertionError(f"{self.name} died before it answered\n{self.log_tail()}")
             try:
                 with urllib.request.urlopen(self.url("/v1/models"), timeout=5) as resp:
                     return bool(resp.status == 200)
