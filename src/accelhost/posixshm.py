@@ -22,7 +22,7 @@ import os
 import pwd
 import stat as stat_mod
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from accelhost.host.base import Host
 from accelhost.procs import list_pids, read_process
@@ -69,6 +69,7 @@ class ShmFile:
     ctime: float
     dev: int = 0
     inode: int = 0
+    birth: float | None = None  # creation time (statx), None where the kernel keeps none
 
     @property
     def name(self) -> str:
@@ -198,6 +199,25 @@ def find_argv(directory: str) -> list[str]:
     return ["find", directory, "-mindepth", "1", "-maxdepth", "1", "-printf", FIND_FORMAT]
 
 
+def birth_argv(paths: Sequence[str]) -> list[str]:
+    """GNU find cannot print birth times; coreutils' stat can (statx)."""
+    return ["stat", "-c", "%.9W %n", "--", *paths]
+
+
+def parse_birth_times(text: str) -> dict[str, float]:
+    """path -> birth time from `stat -c '%.9W %n'`; 0 or `-` (not kept) is left out."""
+    out = {}
+    for line in text.splitlines():
+        born, sep, path = line.partition(" ")
+        try:
+            when = float(born)
+        except ValueError:
+            continue
+        if sep and when > 0:
+            out[path] = when
+    return out
+
+
 def list_shm_files(host: Host, dirs: Sequence[str]) -> dict[str, list[ShmFile] | None]:
     """dir -> its regular files (top level, like shm_open's names); None when unreadable."""
     out: dict[str, list[ShmFile] | None] = {}
@@ -205,8 +225,12 @@ def list_shm_files(host: Host, dirs: Sequence[str]) -> dict[str, list[ShmFile] |
     for directory, result in zip(dirs, results, strict=True):
         if result is None or not result.ok:
             out[directory] = None
-        else:
-            out[directory] = parse_find_listing(result.stdout, directory)
+            continue
+        files = parse_find_listing(result.stdout, directory)
+        # a file that vanished in between makes stat exit 1: the others still count
+        born = host.run(birth_argv([f.path for f in files])) if files else None
+        births = parse_birth_times(born.stdout) if born is not None else {}
+        out[directory] = [replace(f, birth=births.get(f.path)) for f in files]
     return out
 
 
@@ -244,16 +268,36 @@ class ShmVerdict:
     blocked: bool = False  # could not tell: some live process's open files were unreadable
 
 
+# vLLM makes its message queues (psm_*) and their semaphores (sem.mp-*) at the same
+# moment; while it serves, its resource tracker keeps such a semaphore's name, which no
+# process holds open or mapped. A file born this close to one a live process holds is
+# that live process's sibling, not a leak (a false "sibling" only ever keeps a file).
+SIBLING_WINDOW_S = 2.0
+
+
+def is_held(f: ShmFile, scan: HeldScan) -> bool:
+    return f.path in scan.paths or bool(f.inode and (f.dev, f.inode) in scan.inodes)
+
+
+def held_births(files: Sequence[ShmFile], scan: HeldScan) -> list[float]:
+    """Birth times of the files some live process holds (siblings are judged by them)."""
+    return [f.birth for f in files if f.birth is not None and is_held(f, scan)]
+
+
 def judge_shm_file(
     f: ShmFile,
     scan: HeldScan,
     now_epoch: float | None,
     min_age_s: float,
     naming: str | None,
+    sibling_births: Sequence[float] = (),
 ) -> ShmVerdict:
-    """The POSIX leak rule: held by no live process, and unchanged for `min_age_s`."""
-    if f.path in scan.paths or (f.inode and (f.dev, f.inode) in scan.inodes):
+    """The POSIX leak rule: held by no live process, no sibling of a held file (born within
+    SIBLING_WINDOW_S of one), and unchanged for `min_age_s`."""
+    if is_held(f, scan):
         return ShmVerdict(f, False, "held open or mapped by a live process", naming)
+    if f.birth is not None and any(abs(f.birth - b) <= SIBLING_WINDOW_S for b in sibling_births):
+        return ShmVerdict(f, False, "born with a file a live process holds: that process's", naming)
     if not scan.complete:
         shown = ", ".join(str(p) for p in scan.unreadable[:3])
         return ShmVerdict(f, False, f"open files of pid(s) {shown} unreadable", naming, True)
@@ -288,8 +332,10 @@ def leaked_posix_shm(
     scan = scan_held(host)
     out = []
     for files in list_shm_files(host, dirs).values():
+        siblings = held_births(files or [], scan)
         for f in files or []:
-            verdict = judge_shm_file(f, scan, now, min_age_s, match_naming(f.name, namings))
+            naming = match_naming(f.name, namings)
+            verdict = judge_shm_file(f, scan, now, min_age_s, naming, siblings)
             if verdict.leaked:
                 out.append(verdict)
     return out

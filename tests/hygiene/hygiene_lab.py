@@ -164,7 +164,7 @@ class Lab:
         pids = self.tmp / f"server-{len(self.pids)}.pids"
         inner = (
             f"exec 3<'{node}'; (exec -a '{worker}' sleep 1000 >/dev/null 2>&1 </dev/null) & "
-            f"echo $! >> '{pids}'; wait"
+            f"echo $! > '{pids}.worker'; wait"
         )
         fifo = self.tmp / f"server-{len(self.pids)}.fifo"
         os.mkfifo(fifo)
@@ -172,7 +172,7 @@ class Lab:
         # outlives its engine child, as an API server does for a moment
         front = (
             f"(exec -a '{child}' bash -c \"$INNER\" >/dev/null 2>&1 </dev/null) & "
-            f"echo $! >> '{pids}'; exec 4<>'{fifo}'; read -r _ <&4"
+            f"echo $! > '{pids}.engine'; exec 4<>'{fifo}'; read -r _ <&4"
         )
         tail = "exit 0" if launcher_exits else "wait"
         script = (
@@ -188,13 +188,14 @@ class Lab:
         fe = self.adopt(int(launcher.stdout.readline()))
         if launcher_exits:
             launcher.wait(timeout=20)
-        deadline = time.monotonic() + 30
+        # one file per writer: two processes appending to one file race for the order
+        written = [Path(f"{pids}.engine"), Path(f"{pids}.worker")]
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            lines = pids.read_text().split() if pids.exists() else []
-            if len(lines) == 2:
+            if all(p.exists() and p.read_text().endswith("\n") for p in written):
                 break
             time.sleep(0.02)
-        engine, wk = (self.adopt(int(x)) for x in pids.read_text().split())
+        engine, wk = (self.adopt(int(p.read_text())) for p in written)
         self._wait_title(fe, frontend)
         self._wait_title(engine, child)
         self._wait_title(wk, worker)

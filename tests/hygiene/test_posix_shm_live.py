@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,15 +37,18 @@ RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|\+00:00)$")
 
 @pytest.fixture
 def files() -> Iterator[dict[str, Path]]:
-    """Four files under /dev/shm, each named uniquely, removed by path afterwards."""
+    """Four files on the /dev/shm tmpfs, in two directories of our own (passed with
+    --shm-dir): the held one apart from the others, because a file born with a held one is
+    that holder's; other software's files on the shared /dev/shm cannot interfere either."""
     if os.geteuid() != 0 or not SHM.is_dir():
         pytest.skip("needs root and /dev/shm")
     tag = uuid.uuid4().hex[:8]
+    a, b = (Path(tempfile.mkdtemp(prefix="accelhost-test-", dir=SHM)) for _ in range(2))
     made = {
-        "leaked": SHM / f"psm_accelhost{tag}a",
-        "held": SHM / f"psm_accelhost{tag}b",
-        "unnamed": SHM / f"accelhost-test-{tag}",
-        "young": SHM / f"sem.mp-accelhost{tag}",
+        "leaked": a / f"psm_accelhost{tag}a",
+        "held": b / f"psm_accelhost{tag}b",
+        "unnamed": a / f"accelhost-test-{tag}",
+        "young": a / f"sem.mp-accelhost{tag}",
     }
     try:
         for name, path in made.items():
@@ -55,8 +60,15 @@ def files() -> Iterator[dict[str, Path]]:
                 os.utime(path, (past, past))
         yield made
     finally:
-        for path in made.values():
-            path.unlink(missing_ok=True)
+        for d in (a, b):
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _dirs(files: dict[str, Path]) -> list[str]:
+    out: list[str] = []
+    for d in sorted({str(p.parent) for p in files.values()}):
+        out += ["--shm-dir", d]
+    return out
 
 
 @pytest.fixture
@@ -81,7 +93,9 @@ def test_doctor_and_clean_remove_only_the_leaked_file(
     files: dict[str, Path], mapper: list[subprocess.Popen[str]], tmp_path: Path
 ) -> None:
     _map(mapper, files["held"])
-    doctor = run_cli("doctor", "--json", "--check", "posix_shm", "--shm-min-age", "600")
+    doctor = run_cli(
+        "doctor", "--json", "--check", "posix_shm", "--shm-min-age", "600", *_dirs(files)
+    )
     assert doctor.returncode in (0, 2), doctor.stderr
     (check,) = json.loads(doctor.stdout)["checks"]
     by = {e["path"]: e for e in check["evidence"]}
@@ -97,7 +111,7 @@ def test_doctor_and_clean_remove_only_the_leaked_file(
 
     journal = tmp_path / "j.jsonl"
     scope = [a for p in files.values() for a in ("--path", str(p))]
-    common = ["--shm-min-age", "600", "--journal", str(journal), *scope]
+    common = ["--shm-min-age", "600", "--journal", str(journal), *scope, *_dirs(files)]
     dry = run_cli("clean", "--json", *common)
     assert dry.returncode == 0, dry.stderr
     actions = json.loads(dry.stdout)["actions"]
@@ -123,7 +137,9 @@ def test_doctor_and_clean_remove_only_the_leaked_file(
 def test_a_file_held_after_planning_is_kept_at_removal(
     files: dict[str, Path], mapper: list[subprocess.Popen[str]], tmp_path: Path
 ) -> None:
-    opts = HygieneOptions(shm_min_age_s=600)
+    opts = HygieneOptions(
+        shm_min_age_s=600, shm_dirs=tuple(sorted({str(p.parent) for p in files.values()}))
+    )
     plan = [
         a
         for a in plan_clean(read_facts(LiveHost(), opts), opts)
@@ -173,7 +189,9 @@ def test_watch_auto_clean_removes_leaked_files_and_counts_them(
     stream = io.StringIO()
     watcher = Watcher(
         LiveHost,
-        HygieneOptions(shm_min_age_s=600),
+        HygieneOptions(
+            shm_min_age_s=600, shm_dirs=tuple(sorted({str(p.parent) for p in files.values()}))
+        ),
         WatchConfig(
             auto_clean=True,
             journal=str(tmp_path / "auto.jsonl"),

@@ -17,6 +17,7 @@ from accelhost.host.live import LiveHost
 from accelhost.posixshm import (
     HeldScan,
     ShmFile,
+    held_births,
     held_paths,
     judge_shm_file,
     leaked_posix_shm,
@@ -57,8 +58,34 @@ def shm_paths() -> Iterator[list[Path]]:
             p.unlink(missing_ok=True)
 
 
-def _new_file(made: list[Path], prefix: str = "psm_", size: int = 8192, write: int = 4096) -> Path:
-    path = SHM / f"{prefix}accelhost-test-{uuid.uuid4().hex[:10]}"
+@pytest.fixture
+def private() -> Iterator[list[Path]]:
+    """Two directories of our own on the /dev/shm tmpfs, removed whole afterwards.
+
+    Files born within SIBLING_WINDOW_S of a held file in the same directory count as that
+    holder's: a test that needs a held file and an unheld one of the same age keeps them
+    apart, and other software's files on the shared /dev/shm cannot interfere."""
+    import shutil
+    import tempfile
+
+    if not SHM.is_dir():
+        pytest.skip("no /dev/shm")
+    dirs = [Path(tempfile.mkdtemp(prefix="accelhost-test-", dir=SHM)) for _ in range(2)]
+    try:
+        yield dirs
+    finally:
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _new_file(
+    made: list[Path],
+    prefix: str = "psm_",
+    size: int = 8192,
+    write: int = 4096,
+    where: Path = SHM,
+) -> Path:
+    path = where / f"{prefix}accelhost-test-{uuid.uuid4().hex[:10]}"
     made.append(path)
     with open(path, "wb") as fh:
         fh.truncate(size)
@@ -144,15 +171,16 @@ def test_held_paths_limited_to_given_pids(
 
 
 def test_old_held_file_is_never_leaked_and_old_free_one_is(
-    shm_paths: list[Path], holders: list[subprocess.Popen[str]]
+    shm_paths: list[Path], holders: list[subprocess.Popen[str]], private: list[Path]
 ) -> None:
-    held_file = _new_file(shm_paths)
-    free_file = _new_file(shm_paths, size=10 * 1024 * 1024, write=4096)
+    held_file = _new_file(shm_paths, where=private[0])
+    free_file = _new_file(shm_paths, size=10 * 1024 * 1024, write=4096, where=private[1])
     _hold(holders, "map", held_file)
     for p in (held_file, free_file):
         _age(p, 86400 * 30)
     naming = [("vLLM", "psm_*")]
-    leaked = {v.file.path: v for v in leaked_posix_shm(["/dev/shm"], 60.0, namings=naming)}
+    dirs = [str(d) for d in private]
+    leaked = {v.file.path: v for v in leaked_posix_shm(dirs, 60.0, namings=naming)}
     assert str(held_file) not in leaked
     verdict = leaked[str(free_file)]
     assert verdict.naming == "vLLM"
@@ -162,11 +190,43 @@ def test_old_held_file_is_never_leaked_and_old_free_one_is(
     assert verdict.file.owner == "root"
 
 
-def test_young_free_file_waits_for_min_age(shm_paths: list[Path]) -> None:
-    young = _new_file(shm_paths)
-    assert str(young) not in {v.file.path for v in leaked_posix_shm(["/dev/shm"], 3600.0)}
+def test_young_free_file_waits_for_min_age(shm_paths: list[Path], private: list[Path]) -> None:
+    young = _new_file(shm_paths, where=private[0])
+    dirs = [str(private[0])]
+    assert str(young) not in {v.file.path for v in leaked_posix_shm(dirs, 3600.0)}
     _age(young, 7200)
-    assert str(young) in {v.file.path for v in leaked_posix_shm(["/dev/shm"], 3600.0)}
+    assert str(young) in {v.file.path for v in leaked_posix_shm(dirs, 3600.0)}
+
+
+def test_a_file_born_with_a_held_one_is_its_holders(
+    shm_paths: list[Path], holders: list[subprocess.Popen[str]], private: list[Path]
+) -> None:
+    """vLLM's semaphore (`sem.mp-*`) is born with its queues (`psm_*`) and, while the server
+    lives, held by no process: it is the live server's, not a leak."""
+    queue = _new_file(shm_paths, where=private[0])
+    sem = _new_file(shm_paths, prefix="sem.mp-", size=32, write=32, where=private[0])
+    _hold(holders, "map", queue)
+    _age(sem, 7200)
+    listing = list_shm_files(LiveHost(), [str(private[0])])[str(private[0])] or []
+    assert all(f.birth is not None for f in listing)  # tmpfs keeps birth times (statx)
+    assert str(sem) not in {v.file.path for v in leaked_posix_shm([str(private[0])], 60.0)}
+    scan = scan_held(LiveHost())
+    sem_file = next(f for f in listing if f.path == str(sem))
+    verdict = judge_shm_file(sem_file, scan, time.time(), 60.0, "vLLM", held_births(listing, scan))
+    assert not verdict.leaked and "born with" in verdict.reason
+
+
+def test_sibling_window_is_a_few_seconds() -> None:
+    from accelhost.posixshm import SIBLING_WINDOW_S
+
+    f = ShmFile("/dev/shm/sem.mp-x", 32, 4096, 0, "root", 0.0, 0.0, birth=1000.0)
+    scan = HeldScan(frozenset(), frozenset(), ())
+    near = judge_shm_file(f, scan, 1e9, 60.0, "vLLM", [1000.0 + SIBLING_WINDOW_S - 0.5])
+    assert not near.leaked and "born with" in near.reason
+    far = judge_shm_file(f, scan, 1e9, 60.0, "vLLM", [1000.0 + SIBLING_WINDOW_S + 0.5])
+    assert far.leaked
+    unknown_birth = ShmFile("/dev/shm/sem.mp-y", 32, 4096, 0, "root", 0.0, 0.0)
+    assert judge_shm_file(unknown_birth, scan, 1e9, 60.0, "vLLM", [0.0, 5.0]).leaked
 
 
 def test_unreadable_process_blocks_the_verdict() -> None:
@@ -199,18 +259,18 @@ def test_scan_reports_processes_it_cannot_read(tmp_path: Path) -> None:
 
 
 def test_snapshot_keeps_only_shared_mappings_and_replays_the_verdict(
-    shm_paths: list[Path], holders: list[subprocess.Popen[str]]
+    shm_paths: list[Path], holders: list[subprocess.Popen[str]], private: list[Path]
 ) -> None:
     from accelhost.host.snapshot import SnapshotHost
     from accelhost.hygiene import HygieneOptions, read_facts, run_checks
     from accelhost.recording import recorder
 
-    held, free = _new_file(shm_paths), _new_file(shm_paths)
+    held, free = _new_file(shm_paths, where=private[0]), _new_file(shm_paths, where=private[1])
     pid = _hold(holders, "map", held)
     for p in (held, free):
         _age(p, 7200)
     rec = recorder(LiveHost())
-    opts = HygieneOptions()
+    opts = HygieneOptions(shm_dirs=tuple(str(d) for d in private))
     live = run_checks(read_facts(rec, opts), opts, ("posix_shm",)).checks[0]
     snap = rec.to_snapshot()
     maps = snap["files"][f"/proc/{pid}/maps"]

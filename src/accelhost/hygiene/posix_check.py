@@ -17,7 +17,7 @@ from accelhost.hygiene.facts import HostFacts
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.report import OK, SKIP, UNKNOWN, WARN, CheckResult
 from accelhost.hygiene.text import human_bytes
-from accelhost.posixshm import ShmFile, judge_shm_file, match_naming
+from accelhost.posixshm import ShmFile, held_births, judge_shm_file, match_naming
 
 NAME = "posix_shm"
 
@@ -46,9 +46,10 @@ def judge_shm_files(facts: HostFacts, options: HygieneOptions) -> list[ShmJudgem
     namings = options.catalog.shm_namings()
     out = []
     for files in facts.shm_files.values():
+        siblings = held_births(files or (), held)
         for f in sorted(files or (), key=lambda f: f.path):
             naming = match_naming(f.name, namings)
-            v = judge_shm_file(f, held, facts.now_epoch, options.shm_min_age_s, naming)
+            v = judge_shm_file(f, held, facts.now_epoch, options.shm_min_age_s, naming, siblings)
             blocked = v.blocked
             reason = v.reason
             if v.leaked and naming is None:
