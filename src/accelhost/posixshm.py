@@ -115,7 +115,10 @@ def keep_shared_maps(text: str) -> str:
     return "".join(f"{line}\n" for line in keep)
 
 
-def _fd_paths(host: Host, pid: int) -> set[str] | None:
+def _fd_paths(host: Host, pid: int, inodes: set[tuple[int, int]] | None = None) -> set[str] | None:
+    """Paths of a process's open files. With `inodes` (live hosts only), also the identity
+    of each open regular file: a process of another mount namespace (a pod's emptyDir at
+    its /dev/shm) names by its own path a file we list under the host's path."""
     fds = host.list_dir(f"/proc/{pid}/fd")
     if fds is None:
         return None
@@ -124,6 +127,14 @@ def _fd_paths(host: Host, pid: int) -> set[str] | None:
         target = host.read_link(f"/proc/{pid}/fd/{fd}")
         if target and target.startswith("/") and not target.endswith(_DELETED):
             out.add(target)
+            elsewhere = target.startswith(("/proc/", "/sys/", "/dev/"))
+            if inodes is not None and (not elsewhere or target.startswith("/dev/shm/")):
+                try:
+                    st = os.stat(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if stat_mod.S_ISREG(st.st_mode):
+                    inodes.add((st.st_dev, st.st_ino))
     return out
 
 
@@ -135,7 +146,7 @@ def scan_held(host: Host, pids: Iterable[int] | None = None) -> HeldScan:
     privileged: list[int] = []
     mine = _cap_prm(host, "self")
     for pid in list_pids(host) if pids is None else pids:
-        fd_paths = _fd_paths(host, pid)
+        fd_paths = _fd_paths(host, pid, inodes if host.is_live else None)
         maps = host.read_file(f"/proc/{pid}/maps")
         if fd_paths is None or maps is None:
             info = read_process(host, pid, cmdline=False)

@@ -315,3 +315,20 @@ def test_posix_shm_check_on_a_recording_and_when_it_cannot_tell() -> None:
     blind = run_checks(read_facts(_shm_fake(False).host(), opts), opts, ("posix_shm",))
     assert blind.checks[0].status == "UNKNOWN" and blind.exit_code == 2
     assert "pid(s) 1" in blind.checks[0].summary
+
+
+def test_an_open_file_seen_under_another_path_is_held(
+    shm_paths: list[Path], holders: list[subprocess.Popen[str]], private: list[Path]
+) -> None:
+    """A pod's process names its emptyDir file /dev/shm/x; the host lists it elsewhere. A
+    hard link stands in for that: one file, two paths; the process opens one, we list the
+    other. Its identity (device, inode) says it is held."""
+    opened = _new_file(shm_paths, where=private[0])
+    other = private[1] / opened.name
+    os.link(opened, other)
+    shm_paths.append(other)
+    _hold(holders, "open", opened)  # an open fd, no mapping
+    _age(other, 7200)
+    assert str(other) not in held_paths(LiveHost())
+    assert str(other) not in {v.file.path for v in leaked_posix_shm([str(private[1])], 60.0)}
+    assert path_is_held(LiveHost(), str(other)) is True
