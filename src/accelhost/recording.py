@@ -15,6 +15,7 @@ from accelhost.host.once import read_once
 from accelhost.host.record import RecordingHost
 from accelhost.hygiene.facts import keep_alloc_vars
 from accelhost.parsers.ps import keep_thread_lines
+from accelhost.posixshm import keep_shared_maps
 from accelhost.readers import PS_THREADS, read_topology
 
 _SECRET_OPTION = re.compile(
@@ -55,6 +56,7 @@ def recorder(inner: Host) -> RecordingHost:
         file_filters=[
             ("/proc/*/environ", keep_alloc_vars),
             ("/proc/*/cmdline", redact_cmdline),
+            ("/proc/*/maps", keep_shared_maps),
         ],
     )
 

@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
+import shutil
 import signal
 import stat
 import subprocess
@@ -117,11 +118,22 @@ class Lab:
     def glob(self) -> str:
         return str(self.tmp / "dev" / "*")
 
-    def _engine(self, node: Path, launcher_lives: bool, title: str) -> tuple[int, int]:
-        tail = "wait" if launcher_lives else "exit 0"
+    def _wait_title(self, pid: int, title: str) -> None:
+        """Titles are set by exec: wait until the process has exec'd."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(title.encode()):
+                    return
+            time.sleep(0.02)
+        raise AssertionError(f"pid {pid} never became {title!r}")
+
+    def orphan_engine(self, node: Path, title: str = "VLLM::EngineCore") -> int:
+        """An engine child whose setsid launcher exited: it hangs under PID 1 (or the
+        nearest subreaper), with no frontend above it."""
         script = (
             f"exec 3<'{node}'; (exec -a '{title}' sleep 1000 >/dev/null 2>&1 </dev/null) & "
-            f"echo $!; {tail}"
+            "echo $!; exit 0"
         )
         launcher = subprocess.Popen(
             ["setsid", "bash", "-c", script], stdout=subprocess.PIPE, text=True
@@ -129,33 +141,78 @@ class Lab:
         self.popens.append(launcher)
         assert launcher.stdout is not None
         engine = self.adopt(int(launcher.stdout.readline()))
-        if not launcher_lives:
-            launcher.wait(timeout=20)
-        # the title is set by exec: wait until the child has exec'd
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            with contextlib.suppress(OSError):
-                if Path(f"/proc/{engine}/cmdline").read_bytes().startswith(title.encode()):
-                    break
-            time.sleep(0.02)
-        return engine, launcher.pid
+        launcher.wait(timeout=20)
+        self._wait_title(engine, title)
+        return engine
 
-    def orphan_engine(self, node: Path, title: str = "VLLM::EngineCore") -> int:
-        """An engine whose setsid launcher exited: its group leader is gone."""
-        pid, _ = self._engine(node, launcher_lives=False, title=title)
-        return pid
+    def server(
+        self,
+        node: Path,
+        frontend: str = "vllm serve tiny-model",
+        child: str = "VLLM::EngineCore",
+        worker: str = "VLLM::Worker_TP0",
+        launcher_exits: bool = True,
+    ) -> tuple[int, int, int]:
+        """(frontend, engine child, worker) pids of a stand-in server tree, titled with
+        `exec -a` like the real one retitles itself: FRONTEND -> CHILD -> WORKER, the
+        child and worker holding `node` open.
+
+        With `launcher_exits`, it is started the way deployment scripts do it
+        (`setsid sh -c 'nohup vllm serve ... &'`, then the script exits): the frontend
+        stays in the script's process group, whose leader is gone. Otherwise the launcher
+        shell waits for it (the frontend's parent is that shell)."""
+        pids = self.tmp / f"server-{len(self.pids)}.pids"
+        inner = (
+            f"exec 3<'{node}'; (exec -a '{worker}' sleep 1000 >/dev/null 2>&1 </dev/null) & "
+            f"echo $! > '{pids}.worker'; wait"
+        )
+        fifo = self.tmp / f"server-{len(self.pids)}.fifo"
+        os.mkfifo(fifo)
+        # the frontend blocks on a FIFO it holds open itself (no child, no busy loop): it
+        # outlives its engine child, as an API server does for a moment
+        front = (
+            f"(exec -a '{child}' bash -c \"$INNER\" >/dev/null 2>&1 </dev/null) & "
+            f"echo $! > '{pids}.engine'; exec 4<>'{fifo}'; read -r _ <&4"
+        )
+        tail = "exit 0" if launcher_exits else "wait"
+        script = (
+            f"(exec -a '{frontend}' bash -c \"$FRONT\" >/dev/null 2>&1 </dev/null) & "
+            f"echo $!; {tail}"
+        )
+        env = {**os.environ, "INNER": inner, "FRONT": front}
+        launcher = subprocess.Popen(
+            ["setsid", "bash", "-c", script], stdout=subprocess.PIPE, text=True, env=env
+        )
+        self.popens.append(launcher)
+        assert launcher.stdout is not None
+        fe = self.adopt(int(launcher.stdout.readline()))
+        if launcher_exits:
+            launcher.wait(timeout=20)
+        # one file per writer: two processes appending to one file race for the order
+        written = [Path(f"{pids}.engine"), Path(f"{pids}.worker")]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if all(p.exists() and p.read_text().endswith("\n") for p in written):
+                break
+            time.sleep(0.02)
+        engine, wk = (self.adopt(int(p.read_text())) for p in written)
+        self._wait_title(fe, frontend)
+        self._wait_title(engine, child)
+        self._wait_title(wk, worker)
+        return fe, engine, wk
 
     def healthy_engine(self, node: Path, title: str = "VLLM::EngineCore") -> tuple[int, int]:
-        """(engine pid, launcher pid): the launcher lives and waits for it."""
-        return self._engine(node, launcher_lives=True, title=title)
+        """(engine child pid, frontend pid) of a healthy server whose launcher exited."""
+        fe, engine, _ = self.server(node, child=title)
+        return engine, fe
 
     def orphan_engine_with_segment(self, node: Path) -> tuple[int, int]:
         """(pid, shmid): an orphan engine (`python3 -c ... VLLM::EngineCore`) that created
         a segment and keeps it attached, as a crashed engine would."""
         out = self.tmp / f"shmid-{len(self.pids)}"
         script = (
-            f'exec 3<\'{node}\'; "$PY" -c "$HELPER" create-attach 8192 VLLM::EngineCore '
-            f">'{out}' 2>/dev/null </dev/null & echo $!; exit 0"
+            f'exec 3<\'{node}\'; (exec -a VLLM::EngineCore "$PY" -c "$HELPER" create-attach 8192 '
+            f">'{out}' 2>/dev/null </dev/null) & echo $!; exit 0"
         )
         env = {**os.environ, "PY": PY, "HELPER": SHM_HELPER}
         launcher = subprocess.Popen(
@@ -216,6 +273,53 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
         yield lab
     finally:
         lab.teardown()
+
+
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def _runs_as_nobody(python: str, cwd: Path) -> bool:
+    try:
+        res = subprocess.run(
+            [*NOBODY, python, "-c", "import sys; assert sys.version_info >= (3, 10)"],
+            capture_output=True,
+            timeout=60,
+            check=False,
+            cwd=cwd,
+        )
+    except OSError:
+        return False
+    return res.returncode == 0
+
+
+def nobody_python(tmp: Path) -> tuple[list[str], dict[str, str]]:
+    """(argv prefix, env) to run this checkout's accelhost as `nobody`, wherever it lives.
+
+    The checkout (and its .venv) may sit under a directory only root can enter (/root, a
+    `mktemp -d`): the package is copied to `tmp` (made world-readable) and run by the
+    first interpreter nobody can execute. The core needs only the standard library.
+    """
+    import accelhost
+
+    tmp.chmod(0o755)
+    site = tmp / "site"
+    shutil.copytree(
+        Path(accelhost.__file__).parent,
+        site / "accelhost",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    for root, dirs, files in os.walk(tmp):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+    candidates = [sys.executable, os.path.realpath(sys.executable), "/usr/bin/python3"]
+    candidates += [p for p in (shutil.which("python3"),) if p]
+    python = next((c for c in dict.fromkeys(candidates) if _runs_as_nobody(c, tmp)), None)
+    if python is None:
+        pytest.skip("no Python 3.10+ interpreter that the user nobody may run")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), "PYTHONDONTWRITEBYTECODE": "1"}
+    return [*NOBODY, python, "-s"], env
 
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

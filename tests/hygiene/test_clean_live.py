@@ -7,12 +7,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
-from hygiene_lab import Lab, pid_alive, run_cli, shmids_now, wait_gone
+from hygiene_lab import Lab, nobody_python, pid_alive, run_cli, shmids_now, wait_gone
 
 
 def test_clean_kills_the_orphan_and_spares_the_healthy_engine(lab: Lab) -> None:
@@ -116,8 +115,8 @@ def test_segment_of_a_stopped_orphan_goes_with_it(lab: Lab) -> None:
 
 def test_clean_refuses_yes_on_a_snapshot(tmp_path: Path) -> None:
     res = run_cli("clean", "--yes", "--snapshot", "example:a2-192cpu-8npu-sees-npu0")
-    assert res.returncode == 1
-    assert res.stderr.startswith("accelhost: ") and "Traceback" not in res.stderr
+    assert res.returncode == 2  # options that do not go together: a usage error
+    assert res.stderr.startswith("accelhost clean: ") and "Traceback" not in res.stderr
 
 
 def test_unwritable_journal_is_one_line(tmp_path: Path, lab: Lab) -> None:
@@ -154,21 +153,29 @@ def test_a_journal_that_cannot_be_written_stops_before_the_action(lab: Lab) -> N
 
 def test_clean_as_another_user_says_not_permitted(lab: Lab) -> None:
     """An unprivileged user's `clean --yes` on root's orphan: EPERM is an outcome (exit 1,
-    one line per pid), not a traceback, and the orphan is untouched."""
+    one line per pid), not a traceback, and the orphan is untouched. It runs a copy of the
+    package, so it passes wherever the checkout lives (even where nobody cannot enter)."""
     if shutil.which("setpriv") is None:
         pytest.skip("needs setpriv (util-linux)")
     node = lab.device_node()
     orphan = lab.orphan_engine(node)
-    jdir = Path(tempfile.mkdtemp(prefix="accelhost-nobody-"))  # reachable by nobody
+    jdir = Path(tempfile.mkdtemp(prefix="accelhost-nobody-"))
     try:
-        os.chmod(jdir, 0o777)
+        prefix, env = nobody_python(jdir)
+        where = subprocess.run(
+            [*prefix, "-c", "import accelhost; print(accelhost.__file__)"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=env,
+            cwd=jdir,
+        )
+        assert where.stdout.startswith(str(jdir)), where.stdout + where.stderr
+        os.chmod(jdir, 0o777)  # the journal goes here
         res = subprocess.run(
             [
-                "setpriv",
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                sys.executable,
+                *prefix,
                 "-m",
                 "accelhost.cli.main",
                 "clean",
@@ -186,6 +193,8 @@ def test_clean_as_another_user_says_not_permitted(lab: Lab) -> None:
             text=True,
             timeout=120,
             check=False,
+            env=env,
+            cwd=jdir,
         )
     finally:
         shutil.rmtree(jdir, ignore_errors=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from accelhost.host.live import LiveHost
-from accelhost.hygiene import cleaner
+from accelhost.hygiene import stopper
 from accelhost.hygiene.cleaner import Journal, ProcessRef, StopProcesses, execute
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.procs import read_process
@@ -21,9 +21,9 @@ def test_d_state_is_reported_not_retried(tmp_path: Path, monkeypatch: pytest.Mon
         assert info is not None
         sent: list[int] = []
         # Simulate an uninterruptible sleeper: signals are recorded, the process "stays".
-        monkeypatch.setattr(cleaner._Tracked, "alive", property(lambda self: True))
-        monkeypatch.setattr(cleaner._Tracked, "send", lambda self, sig: sent.append(sig))
-        monkeypatch.setattr(cleaner, "_state", lambda pid: "D")
+        monkeypatch.setattr(stopper._Tracked, "alive", property(lambda self: True))
+        monkeypatch.setattr(stopper._Tracked, "send", lambda self, sig: sent.append(sig))
+        monkeypatch.setattr(stopper, "_state", lambda pid: "D")
         journal = Journal(tmp_path / "j.jsonl")
         action = StopProcesses(
             pgid=proc.pid,

@@ -22,6 +22,7 @@ def test_doctor_finds_the_orphan_not_the_healthy_engine(lab: Lab) -> None:
         "device_holders",
         "unattributed_memory",
         "shared_memory",
+        "posix_shm",
         "hugepages",
         "preflight",
         "host_tuning",

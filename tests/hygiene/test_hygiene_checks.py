@@ -20,46 +20,91 @@ def check(fake: FakeHost, name: str, opts: HygieneOptions = OPTS):  # type: igno
 
 
 def test_orphan_rules() -> None:
-    fake = FakeHost()
-    # launcher 100 gone: its engine 101 (and the engine's worker 102) are orphans
-    fake.proc(101, "python3 -m vllm.entrypoints.openai.api_server", ppid=1, pgid=100)
-    fake.proc(102, "VLLM::Worker_TP0", ppid=101, pgid=100, comm="VLLM::Worker_TP")
-    # healthy: leader 200 alive
-    fake.proc(200, "bash run.sh", ppid=1, pgid=200)
-    fake.proc(201, "vllm serve model", ppid=200, pgid=200)
-    # an EngineCore re-parented to PID 1 while its group leader lives elsewhere
-    fake.proc(300, "bash", ppid=1, pgid=300)
-    fake.proc(301, "VLLM::EngineCore", ppid=1, pgid=300, comm="VLLM::EngineCor")
-    # zombie leader counts as dead
-    fake.proc(400, "sh", ppid=1, pgid=400, state="Z")
-    fake.proc(401, "sglang.launch_server", ppid=1, pgid=400)
+    """The spec's table: engine children without their frontend are orphans; frontends
+    never are, whatever their process group says."""
+    fake = FakeHost()  # PID 1 is systemd, session 1
+    # `nohup python -m vllm.entrypoints... &` from a script that exited (leader 100 gone)
+    fake.proc(101, "python3 -m vllm.entrypoints.openai.api_server", ppid=1, pgid=100, sid=100)
+    fake.proc(102, "VLLM::EngineCore", ppid=101, pgid=100, sid=100, comm="VLLM::EngineCor")
+    fake.proc(103, "VLLM::Worker_TP0", ppid=102, pgid=100, sid=100, comm="VLLM::Worker_TP")
+    # API server killed: EngineCore re-parented to PID 1, its worker still under it
+    fake.proc(201, "VLLM::EngineCore", ppid=1, pgid=200, sid=200)
+    fake.proc(202, "VLLM::Worker_TP0", ppid=201, pgid=200, sid=200)
+    # re-parented to a subreaper
+    fake.proc(300, "/usr/bin/containerd-shim-runc-v2 -namespace k8s.io", ppid=1, pgid=300)
+    fake.proc(301, "VLLM::EngineCore", ppid=300, pgid=301, sid=301)
+    # hanging under the shell that launched the server (vLLM #55510)
+    fake.proc(400, "bash run.sh", ppid=1, pgid=400, sid=400)
+    fake.proc(401, "VLLM::EngineCore", ppid=400, pgid=400, sid=400)
+    # an engine embedded in a script (`LLM(...)`): its launcher lives, healthy
+    fake.proc(500, "python bench.py", ppid=1, pgid=500, sid=500, start_s=100)
+    fake.proc(501, "VLLM::EngineCore", ppid=500, pgid=500, sid=500, start_s=101)
+    # adopted by an unrelated process of another session
+    fake.proc(600, "python supervisor.py", ppid=1, pgid=600, sid=600)
+    fake.proc(601, "VLLM::EngineCore", ppid=600, pgid=650, sid=650)
+    # SGLang: the frontend's group leader is gone (healthy), a lone detokenizer is not
+    fake.proc(700, "python3 -m sglang.launch_server --model m", ppid=1, pgid=699, sid=699)
+    fake.proc(701, "sglang::scheduler_TP0", ppid=700, pgid=699, sid=699)
+    fake.proc(702, "sglang::detokenizer", ppid=1, pgid=702, sid=702)
+    # the frontend is a zombie
+    fake.proc(800, "vllm serve m", ppid=1, pgid=800, sid=800, state="Z")
+    fake.proc(801, "VLLM::EngineCore", ppid=800, pgid=800, sid=800)
     # not an engine, leader gone: not our business
-    fake.proc(501, "sleep 100", ppid=1, pgid=500)
-    # the caller's ancestor matches a pattern and has a dead leader: never touched
-    fake.proc(899, "bash vllm-helper.sh", ppid=1, pgid=898)
+    fake.proc(901, "sleep 100", ppid=1, pgid=900)
     result = check(fake, "orphan_engines")
     assert result.status == "FAIL"
-    reasons = {e["pid"]: e["reason"] for e in result.evidence}
-    assert sorted(reasons) == [101, 102, 301, 401]
-    assert "100 has exited" in reasons[101]
-    assert "re-parented to PID 1" in reasons[301]
-    assert "a zombie" in reasons[401]
+    by = {e["pid"]: e for e in result.evidence}
+    assert sorted(by) == [201, 202, 301, 401, 601, 702, 801]
+    assert "re-parented to PID 1 (systemd)" in by[201]["reason"]
+    assert by[201]["parent"] == {"pid": 1, "cmdline": "systemd"}
+    assert by[201]["engine"] == "vLLM" and by[702]["engine"] == "SGLang"
+    assert "under vLLM process 201" in by[202]["reason"]
+    assert by[202]["parent"]["pid"] == 201
+    assert "subreaper" in by[301]["reason"] and "shell" in by[401]["reason"]
+    assert "another session" in by[601]["reason"]
+    assert "zombie" in by[801]["reason"]
     assert all(isinstance(e["pid"], int) for e in result.evidence)
+    assert all(e["group_frontend_pid"] is None for e in result.evidence)
 
 
 def test_orphan_plan_groups_and_descendants() -> None:
     fake = FakeHost()
-    fake.proc(101, "vllm serve m", ppid=1, pgid=100)
-    fake.proc(102, "VLLM::EngineCore", ppid=101, pgid=100)
-    fake.proc(103, "helper", ppid=102, pgid=103)  # a descendant in its own group
-    fake.proc(300, "bash", ppid=1, pgid=300)
-    fake.proc(301, "VLLM::EngineCore", ppid=1, pgid=300)
-    actions = plan_clean(read_facts(fake.host(), OPTS), OPTS)
+    # an API server killed: its EngineCore, worker and a helper in a group of its own
+    fake.proc(201, "VLLM::EngineCore", ppid=1, pgid=200, sid=200)
+    fake.proc(202, "VLLM::Worker_TP0", ppid=201, pgid=200, sid=200)
+    fake.proc(203, "helper", ppid=202, pgid=203, sid=200)
+    # a script started two servers into one group; one lost its API server
+    fake.proc(101, "vllm serve a", ppid=1, pgid=100, sid=100)
+    fake.proc(102, "VLLM::EngineCore", ppid=101, pgid=100, sid=100)
+    fake.proc(111, "VLLM::EngineCore", ppid=1, pgid=100, sid=100)
+    facts = read_facts(fake.host(), OPTS)
+    actions = plan_clean(facts, OPTS)
     stops = [a for a in actions if isinstance(a, StopProcesses)]
     assert [(a.pgid, a.signal_group, [t.pid for t in a.targets]) for a in stops] == [
-        (100, True, [101, 102, 103]),
-        (300, False, [301]),  # its group leader (bash 300) lives: never signal the group
+        (100, False, [111]),  # the healthy neighbour shares the group: never signal it
+        (200, True, [201, 202, 203]),
     ]
+    orphans = {e["pid"]: e for e in check(fake, "orphan_engines").evidence}
+    assert orphans[111]["group_frontend_pid"] == 101  # watch --auto-clean leaves it
+    assert orphans[201]["group_frontend_pid"] is None
+
+
+def test_engine_catalog_extends_from_options() -> None:
+    from accelhost.hygiene.engines import Engine, build_catalog
+
+    fake = FakeHost()
+    fake.proc(10, "mytrt-server --port 1", ppid=1, pgid=10, sid=10)
+    fake.proc(11, "trt_worker rank=0", ppid=10, pgid=10, sid=10)
+    fake.proc(21, "trt_worker rank=1", ppid=1, pgid=20, sid=20)
+    site = Engine("site-trt", frontends=(r"^mytrt-server",), children=(r"^trt_worker",))
+    opts = HygieneOptions(catalog=build_catalog([site]))
+    result = check(fake, "orphan_engines", opts)
+    assert [(e["pid"], e["engine"]) for e in result.evidence] == [(21, "site-trt")]
+    # --engine-child alone (no frontend known): the one under PID 1 is an orphan, the one
+    # under a live process of its session is that process's own (like `LLM()` in a script)
+    only_child = HygieneOptions(engine_patterns=(r"^trt_worker",))
+    assert [e["pid"] for e in check(fake, "orphan_engines", only_child).evidence] == [21]
+    assert check(fake, "orphan_engines").status == "OK"  # not in the built-in catalog
 
 
 def test_leak_rule() -> None:
@@ -269,8 +314,10 @@ def test_engine_core_under_a_shell_or_init_as_pid1_is_an_orphan() -> None:
         fake = _container(pid1, comm)
         result = check(fake, "orphan_engines")
         assert result.status == "FAIL", pid1
-        assert [e["pid"] for e in result.evidence] == [7], pid1
+        # EngineCore and the worker under it: both lost their API server
+        assert [e["pid"] for e in result.evidence] == [7, 8], pid1
         assert "re-parented to PID 1" in result.evidence[0]["reason"]
+        assert result.evidence[1]["parent"]["pid"] == 7
 
 
 def _gpu(apps: object, bus: object) -> FakeHost:

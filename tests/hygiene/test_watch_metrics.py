@@ -54,12 +54,14 @@ def test_watch_serves_metrics_and_stops_on_sigterm(lab: Lab) -> None:
             body = _scrape(addr)
             time.sleep(0.2)
         for name in (
-            'accelhost_check_status{check="orphan_engines"}',
-            'accelhost_check_status{check="shared_memory"}',
+            'accelhost_check_status{check="orphan_engines",state="OK"}',
+            'accelhost_check_status{check="shared_memory",state="WARN"} 1.0',
             "accelhost_shm_leaked_bytes",
+            "accelhost_posix_shm_leaked_files",
+            "accelhost_posix_shm_leaked_bytes",
             "accelhost_orphan_processes",
-            'accelhost_hugepages_total{size="2048kB"}',
-            'accelhost_hugepages_free{size="2048kB"}',
+            'accelhost_hugepages_pages{size_bytes="2097152",state="total"}',
+            'accelhost_hugepages_pages{size_bytes="2097152",state="free"}',
             "accelhost_watch_runs_total",
         ):
             assert name in body, name
@@ -88,11 +90,11 @@ def test_registry_is_per_watch_and_devices_come_from_the_snapshot() -> None:
     assert a.registry is not b.registry
     a.run_once()
     text = generate_latest(a.registry).decode()
-    assert 'accelhost_device_memory_used_bytes{device="npu0"} 3.5651584e+09' in text
+    assert 'accelhost_device_memory_used_bytes{device="npu0"} 6.294601728e+10' in text
     assert 'accelhost_device_memory_total_bytes{device="npu7"}' in text
     assert "accelhost_device_memory_unattributed_bytes" in text
-    # a source not recorded is UNKNOWN (3), and exports no sample
-    assert 'accelhost_check_status{check="shared_memory"} 3.0' in text
+    # a source not recorded is UNKNOWN, and exports no sample
+    assert 'accelhost_check_status{check="shared_memory",state="UNKNOWN"} 1.0' in text
     assert "accelhost_shm_leaked_bytes" not in text
     assert "accelhost_" not in generate_latest(REGISTRY).decode()
     assert "accelhost_watch_runs_total 0.0" in generate_latest(b.registry).decode()
@@ -111,7 +113,7 @@ def test_bad_metrics_addr_is_one_line(addr: str) -> None:
         timeout=60,
         check=False,
     )
-    assert res.returncode == 1 and res.stderr.startswith("accelhost: --metrics-addr")
+    assert res.returncode == 2 and res.stderr.startswith("accelhost watch: --metrics-addr")
 
 
 def test_auto_clean_removes_leaks_at_once_and_orphans_after_two_rounds(lab: Lab) -> None:
@@ -192,7 +194,7 @@ def test_failed_process_query_exports_no_unattributed_memory() -> None:
     text = generate_latest(watcher.registry).decode()
     assert 'accelhost_device_memory_used_bytes{device="gpu0"}' in text
     assert "accelhost_device_memory_unattributed_bytes{" not in text
-    assert 'accelhost_check_status{check="unattributed_memory"} 3.0' in text
+    assert 'accelhost_check_status{check="unattributed_memory",state="UNKNOWN"} 1.0' in text
 
 
 def test_a_failed_round_exports_unknown_not_the_previous_numbers() -> None:
@@ -217,10 +219,12 @@ def test_a_failed_round_exports_unknown_not_the_previous_numbers() -> None:
     text = generate_latest(watcher.registry).decode()
     assert logs[-1]["event"] == "round_failed"
     assert "accelhost_device_memory_used_bytes{" not in text  # stale numbers dropped
-    assert 'accelhost_check_status{check="preflight"} 3.0' in text
-    assert 'accelhost_check_status{check="orphan_engines"} 3.0' in text
+    assert 'accelhost_check_status{check="preflight",state="UNKNOWN"} 1.0' in text
+    assert 'accelhost_check_status{check="orphan_engines",state="UNKNOWN"} 1.0' in text
     assert "accelhost_watch_round_failures_total 1.0" in text
     broken["now"] = False
     watcher.run(threading.Event(), rounds=1)
     text = generate_latest(watcher.registry).decode()
-    assert 'accelhost_check_status{check="preflight"} 0.0' in text
+    # not requested: SKIP, and never exported as OK
+    assert 'accelhost_check_status{check="preflight",state="SKIP"} 1.0' in text
+    assert 'accelhost_check_status{check="preflight",state="OK"} 0.0' in text

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import mmap
 import os
 import signal
 import subprocess
@@ -176,6 +177,48 @@ def main() -> None:
         while not os.path.isdir(os.path.join(out, "pids")):
             time.sleep(0.05)
         os._exit(3)
+    elif mode == "mkseg":
+        # A short-lived process that makes a segment and exits at once (nobody reaps it but
+        # its own parent, so no scan of the tree ever sees it).
+        with open(os.path.join(out, "shmids"), "a") as fh:
+            fh.write(f"{shmget()}\n")
+        with open(os.path.join(out, "segpids"), "a") as fh:
+            fh.write(f"{os.getpid()}\n")
+        os._exit(0)
+    elif mode == "shmfile":
+        # Engine-like POSIX shared memory: a mapped file (like vLLM's psm_*); then wait for
+        # the teardown, ignoring SIGTERM (the SIGKILL that follows leaves the file).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        fd = os.open(sys.argv[3], os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        os.ftruncate(fd, 1 << 20)
+        view = mmap.mmap(fd, 1 << 20)
+        view[:4096] = b"x" * 4096
+        os.close(fd)
+        note(out)
+        with open(os.path.join(out, "ready"), "w") as fh:
+            fh.write("ready")
+        while True:
+            time.sleep(3600)
+    elif mode == "shmfile-die":
+        # Creates and maps a file, holds it a while, then dies of SIGKILL (as the OOM killer
+        # does): nothing of the tree is alive when the teardown begins.
+        fd = os.open(sys.argv[3], os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        os.ftruncate(fd, 1 << 16)
+        view = mmap.mmap(fd, 1 << 16)
+        view[:1] = b"x"
+        note(out)
+        time.sleep(float(sys.argv[4]))
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif mode == "private":
+        # Under --private-ipc: report the namespace and leave a segment and a /dev/shm file.
+        name = sys.argv[3]
+        shmid = shmget()
+        with open(f"/dev/shm/{name}", "w") as fh:
+            fh.write("left")
+        ns = os.stat("/proc/self/ns/ipc").st_ino
+        with open(os.path.join(out, "private"), "w") as fh:
+            fh.write(f"{os.getpid()} {shmid} {ns}\n")
+        os._exit(0)
     else:
         raise SystemExit(f"unknown mode {mode}")
 

@@ -1,100 +1,39 @@
 """`accelhost doctor | clean | watch`: keep an accelerator host clean.
 
-doctor reads and judges (exit 0 OK/WARN, 1 FAIL, 2 a check could not run); clean shows
-what it would do and does it only with --yes; watch repeats the doctor, serves Prometheus
+doctor reads and judges with the Node Problem Detector's exit contract (0 healthy, 1 a
+problem on the node, 2 could not tell: a bad command line is 2, never 1); clean shows what
+it would do and does it only with --yes; watch repeats the doctor, serves Prometheus
 metrics and may clean when a threshold is crossed.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import pwd
 import signal
-import textwrap
+import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelhost.cli.common import (
+    add_grace_option,
     add_json_option,
-    add_snapshot_option,
-    host_from_args,
     print_json,
-    render_table,
 )
-from accelhost.errors import AccelhostError
-from accelhost.hygiene.checks import CHECK_NAMES, CheckResult, DoctorReport, run_checks
-from accelhost.hygiene.cleaner import (
-    DEFAULT_GRACE_S,
-    DEFAULT_JOURNAL,
-    Action,
-    CleanFilters,
-    Journal,
-    execute,
-    figures,
-    plan_clean,
+from accelhost.cli.hygiene_options import (
+    add_common,
+    add_preflight,
+    hygiene_host,
+    hygiene_options,
 )
-from accelhost.hygiene.facts import read_facts
-from accelhost.hygiene.options import HygieneOptions, is_control_node
-from accelhost.hygiene.text import human_bytes, one_line
+from accelhost.errors import AccelhostError, UsageError
+from accelhost.hygiene.journal import DEFAULT_JOURNAL
+from accelhost.hygiene.report import CHECK_NAMES
 
-
-def _add_common(p: argparse.ArgumentParser, min_age_alias: bool = False) -> None:
-    add_snapshot_option(p)
-    p.add_argument(
-        "--device-glob",
-        action="append",
-        default=[],
-        metavar="GLOB",
-        help="also treat open files matching GLOB as device nodes (repeatable; adds to "
-        "/dev/davinci*, /dev/nvidia*, /dev/kfd, /dev/dri/renderD*, ...)",
-    )
-    p.add_argument(
-        "--engine-pattern",
-        action="append",
-        default=[],
-        metavar="REGEX",
-        help="also treat processes whose command line matches REGEX as engines "
-        "(repeatable; adds to VLLM::, vllm, sglang, mindie)",
-    )
-    names = ["--shm-min-age", "--min-age"] if min_age_alias else ["--shm-min-age"]
-    p.add_argument(
-        *names,
-        dest="shm_min_age",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="a segment must be idle this long to count as leaked (default 60)",
-    )
-    p.add_argument(
-        "--idle-baseline-mib",
-        type=int,
-        metavar="MIB",
-        help="device memory an idle device may report as used "
-        "(default 4096 on Ascend, 1024 on NVIDIA)",
-    )
-    p.add_argument(
-        "--hugepages-threshold",
-        type=float,
-        default=0.90,
-        metavar="FRACTION",
-        help="WARN when a HugePages pool is used above this (default 0.90)",
-    )
-
-
-def _add_preflight(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--expect-util",
-        type=float,
-        metavar="U",
-        help="preflight: will an engine with --gpu-memory-utilization U start?",
-    )
-    p.add_argument(
-        "--device",
-        type=int,
-        metavar="N",
-        help="preflight only device N (as npu-smi / nvidia-smi number it)",
-    )
+if TYPE_CHECKING:
+    from accelhost.hygiene.actions import Action
 
 
 def register(subparsers: Any) -> None:
@@ -102,11 +41,12 @@ def register(subparsers: Any) -> None:
         "doctor",
         help="what is wrong on this host, the evidence, the fix",
         description="Run the hygiene checks: orphan engines, device holders, device memory "
-        "held by nothing, leaked shared memory, HugePages, preflight, host tuning. "
-        "Exit 0 OK/WARN, 1 FAIL, 2 a check could not run.",
+        "held by nothing, leaked shared memory (SysV and /dev/shm), HugePages, preflight, "
+        "host tuning. Exit 0 healthy (OK/WARN), 1 a problem (FAIL), 2 could not tell "
+        "(a check could not run, or a bad command line).",
     )
-    _add_common(doctor)
-    _add_preflight(doctor)
+    add_common(doctor)
+    add_preflight(doctor)
     add_json_option(doctor)
     doctor.add_argument(
         "--check",
@@ -115,23 +55,23 @@ def register(subparsers: Any) -> None:
         choices=CHECK_NAMES,
         help="run only this check (repeatable)",
     )
+    doctor.add_argument(
+        "--brief",
+        action="store_true",
+        help="print one line (at most 80 characters): the verdict (OK, WARN, FAIL, UNKNOWN) "
+        "and the worst finding; for the Node Problem Detector",
+    )
     doctor.set_defaults(func=doctor_main)
 
     clean = subparsers.add_parser(
         "clean",
-        help="remove orphan engines and leaked segments (dry run unless --yes)",
+        help="remove orphan engines and leaked shared memory (dry run unless --yes)",
         description="Show what would be removed and why; with --yes, do it, journaled.",
     )
-    _add_common(clean, min_age_alias=True)
+    add_common(clean, min_age_alias=True)
     add_json_option(clean)
     clean.add_argument("--yes", action="store_true", help="act (default: dry run)")
-    clean.add_argument(
-        "--grace",
-        type=float,
-        default=DEFAULT_GRACE_S,
-        metavar="SECONDS",
-        help=f"wait this long after SIGTERM, then after SIGKILL (default {DEFAULT_GRACE_S:g})",
-    )
+    add_grace_option(clean, "an orphan")
     clean.add_argument(
         "--journal",
         default=DEFAULT_JOURNAL,
@@ -140,7 +80,9 @@ def register(subparsers: Any) -> None:
         f"(default {DEFAULT_JOURNAL})",
     )
     clean.add_argument(
-        "--only", choices=("orphans", "segments"), help="clean only orphans or only segments"
+        "--only",
+        choices=("orphans", "segments", "shm"),
+        help="clean only orphans, only SysV segments, or only /dev/shm files",
     )
     clean.add_argument(
         "--pid", type=int, action="append", default=[], help="only this orphan (repeatable)"
@@ -149,7 +91,17 @@ def register(subparsers: Any) -> None:
         "--shmid", type=int, action="append", default=[], help="only this segment (repeatable)"
     )
     clean.add_argument(
-        "--owner", action="append", default=[], help="only segments of this user or uid"
+        "--path",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="only this shared-memory file (repeatable)",
+    )
+    clean.add_argument(
+        "--owner",
+        action="append",
+        default=[],
+        help="only segments and shared-memory files of this user or uid",
     )
     clean.add_argument(
         "--key", action="append", default=[], help="only segments with this key (0x... or decimal)"
@@ -160,10 +112,11 @@ def register(subparsers: Any) -> None:
         "watch",
         help="run the checks every --interval and serve Prometheus metrics",
         description="Keep watching: log check changes as JSON lines, serve metrics, and "
-        "with --auto-clean remove orphans and leaked segments past a threshold.",
+        "with --auto-clean remove orphans and leaked shared memory past a threshold "
+        "(never a tree whose engine frontend lives).",
     )
-    _add_common(watch)
-    _add_preflight(watch)
+    add_common(watch)
+    add_preflight(watch)
     watch.add_argument(
         "--interval",
         type=float,
@@ -184,7 +137,7 @@ def register(subparsers: Any) -> None:
         type=int,
         default=1,
         metavar="BYTES",
-        help="auto-clean segments once this many bytes are leaked (default 1: any)",
+        help="auto-clean shared memory once this many bytes are leaked (default 1: any)",
     )
     watch.add_argument(
         "--clean-orphan-rounds",
@@ -193,13 +146,7 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="auto-clean an orphan seen in N consecutive rounds (default 2)",
     )
-    watch.add_argument(
-        "--grace",
-        type=float,
-        default=DEFAULT_GRACE_S,
-        metavar="SECONDS",
-        help=f"--auto-clean: wait after SIGTERM, then SIGKILL (default {DEFAULT_GRACE_S:g})",
-    )
+    add_grace_option(watch, "an orphan stopped by --auto-clean")
     watch.add_argument(
         "--journal",
         default=DEFAULT_JOURNAL,
@@ -212,127 +159,30 @@ def register(subparsers: Any) -> None:
     watch.set_defaults(func=watch_main)
 
 
-def _options(args: argparse.Namespace) -> HygieneOptions:
-    if getattr(args, "device", None) is not None and getattr(args, "expect_util", None) is None:
-        raise AccelhostError("--device N goes with --expect-util U")
-    return HygieneOptions(
-        device_globs=tuple(args.device_glob),
-        engine_patterns=tuple(args.engine_pattern),
-        shm_min_age_s=args.shm_min_age,
-        expect_util=getattr(args, "expect_util", None),
-        device=getattr(args, "device", None),
-        idle_baseline_mib=args.idle_baseline_mib,
-        hugepages_threshold=args.hugepages_threshold,
-    )
-
-
 # ---------------------------------------------------------------- doctor
 
 
-def _mib(v: Any) -> str:
-    return "?" if v is None else f"{v} MiB"
-
-
-def _nodes(devices: Sequence[str]) -> list[str]:
-    """Per-device nodes when there are any; driver control nodes only otherwise."""
-    own = [d for d in devices if not is_control_node(d)]
-    return own or list(devices)
-
-
-def _age(seconds: float) -> str:
-    s = int(seconds)
-    if s < 120:
-        return f"{s}s"
-    if s < 7200:
-        return f"{s // 60}m"
-    if s < 172800:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    return f"{s // 86400}d{(s % 86400) // 3600}h"
-
-
-def evidence_lines(check: CheckResult) -> list[str]:
-    """Short human lines for one check's evidence (the JSON has everything)."""
-    lines: list[str] = []
-    if check.name == "device_holders":
-        by_node: dict[str, list[str]] = {}
-        for e in check.evidence:
-            for node in _nodes(e.get("devices") or ["?"]):
-                mem = e.get("device_memory_mib")
-                state = e.get("state")
-                text = f"pid {e['pid']}" + (f" [{state}]" if state and state not in "SRI" else "")
-                text += f" {one_line(str(e.get('cmdline', '?')), 40)}" + (
-                    f" {mem} MiB" if mem is not None else ""
-                )
-                by_node.setdefault(node, []).append(text)
-        return [f"{node}: {'; '.join(v)}" for node, v in sorted(by_node.items())]
-    for e in check.evidence:
-        kind = e.get("kind")
-        if kind == "process":
-            age = e.get("age_s")
-            text = f"pid {e['pid']} {one_line(str(e.get('cmdline', '')), 50)}"
-            if age is not None:
-                text += f", up {_age(age)}"
-            if e.get("devices"):
-                text += f", holds {' '.join(_nodes(e['devices']))}"
-            if e.get("device_memory_mib") is not None:
-                text += f" ({e['device_memory_mib']} MiB)"
-            if e.get("reason") or e.get("detail"):
-                text += f": {e.get('reason') or e.get('detail')}"
-            lines.append(text)
-        elif kind == "segment":
-            lines.append(
-                f"shmid {e['shmid']} key {e['key']} {human_bytes(e['bytes'])} "
-                f"creator {e['creator_pid']}{' hugetlb' if e['hugetlb'] else ''}: {e['reason']}"
-            )
-        elif kind == "device":
-            if "message" in e:
-                lines.append(f"{e['device']}: {e['message']}")
-                for h in e.get("holders", []):
-                    mem = _mib(h["device_memory_mib"])
-                    lines.append(f"  held by pid {h['pid']} {one_line(h['cmdline'], 40)} {mem}")
-                lines.append(f"  unattributed {e['unattributed_mib']} MiB")
-            else:
-                lines.append(
-                    f"{e['device']}: {e['unattributed_mib']} MiB of {e['used_mib']} MiB used "
-                    f"by no listed process (baseline {e['baseline_mib']} MiB)"
-                )
-        elif kind == "hugepages":
-            where = "host" if e["node"] is None else f"node{e['node']}"
-            lines.append(
-                f"{e['size']} {where}: {e['used_pct']}% used ({e['free']}/{e['total']} free)"
-            )
-        else:
-            lines.append(str(e.get("detail") or e))
-    return lines
-
-
-def render_report(report: DoctorReport, width: int = 76, fix_width: int = 44) -> str:
-    """One block of rows per check: summary then evidence lines, fix wrapped alongside."""
-    rows: list[list[str]] = []
-    for c in report.checks:
-        left = textwrap.wrap(c.summary, width) or [""]
-        for line in evidence_lines(c):
-            left += textwrap.wrap(
-                line, width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False
-            )
-        right = textwrap.wrap(c.fix, fix_width, break_on_hyphens=False)
-        for n in range(max(len(left), len(right))):
-            rows.append(
-                [
-                    c.name if n == 0 else "",
-                    c.status if n == 0 else "",
-                    left[n] if n < len(left) else "",
-                    right[n] if n < len(right) else "",
-                ]
-            )
-    return render_table(["CHECK", "STATUS", "EVIDENCE", "FIX"], rows)
-
-
 def doctor_main(args: argparse.Namespace) -> int:
-    options = _options(args)
-    host = host_from_args(args)
-    report = run_checks(read_facts(host, options), options, tuple(args.check))
-    if args.json:
+    from accelhost.hygiene.checks import run_checks
+    from accelhost.hygiene.facts import read_facts
+    from accelhost.hygiene.render import render_report
+
+    options = hygiene_options(args)
+    host = hygiene_host(args)
+    try:
+        report = run_checks(read_facts(host, options), options, tuple(args.check))
+    except UsageError:
+        raise
+    except AccelhostError as exc:
+        # The doctor could not look: "could not tell" (2), never "a problem on the node" (1).
+        if args.brief:
+            print(f"UNKNOWN {' '.join(str(exc).split())}"[:80])
+        else:
+            print(f"accelhost doctor: could not read the host: {exc}", file=sys.stderr)
+        return 2
+    if args.brief:
+        print(report.brief())
+    elif args.json:
         print_json(report.to_dict())
     else:
         print(render_report(report))
@@ -348,50 +198,38 @@ def _parse_owner(text: str) -> int:
     try:
         return pwd.getpwnam(text).pw_uid
     except KeyError:
-        raise AccelhostError(f"--owner {text}: no such user") from None
+        raise UsageError(f"--owner {text}: no such user") from None
 
 
 def _parse_key(text: str) -> int:
     try:
         return int(text, 0) & 0xFFFFFFFF
     except ValueError:
-        raise AccelhostError(f"--key {text}: not a number (0x1234abcd or decimal)") from None
-
-
-def _describe_figures(fig: dict[str, Any]) -> str:
-    pools = fig["hugepages_free"]
-    huge = (
-        "unknown"
-        if pools is None
-        else ", ".join(f"{s} {v['free']}/{v['total']}" for s, v in pools.items()) or "none"
-    )
-    dev = ", ".join(f"{d} {_mib(v)}" for d, v in fig["device_memory_free_mib"].items())
-    if fig["segments"] is None:
-        segs = "unknown"
-    else:
-        leaked = "?" if fig["leaked_segments"] is None else fig["leaked_segments"]
-        segs = f"{fig['segments']} ({human_bytes(fig['segment_bytes'])}, {leaked} leaked)"
-    orphans = "unknown" if fig["orphans"] is None else fig["orphans"]
-    return (
-        f"HugePages free {huge}; segments {segs}; orphans {orphans}; "
-        f"device memory free {dev or 'no device source'}"
-    )
+        raise UsageError(f"--key {text}: not a number (0x1234abcd or decimal)") from None
 
 
 def clean_main(args: argparse.Namespace) -> int:
-    options = _options(args)
+    from accelhost.hygiene.cleaner import CleanFilters, Journal, execute, figures, plan_clean
+    from accelhost.hygiene.facts import read_facts
+    from accelhost.hygiene.render import describe_figures
+
+    options = hygiene_options(args)
     if args.yes and args.snapshot:
-        raise AccelhostError("clean --yes acts on this host; --snapshot only shows a plan")
+        raise UsageError("clean --yes acts on this host; --snapshot only shows a plan")
     if args.grace < 0:
-        raise AccelhostError("--grace must not be negative")
-    host = host_from_args(args)
+        raise UsageError("--grace must not be negative")
+    host = hygiene_host(args)
+    named = bool(args.pid or args.shmid or args.path)
     filters = CleanFilters(
         pids=frozenset(args.pid),
         shmids=frozenset(args.shmid),
         owners=frozenset(_parse_owner(o) for o in args.owner),
         keys=frozenset(_parse_key(k) for k in args.key),
-        orphans=args.only != "segments",
-        segments=args.only != "orphans",
+        paths=frozenset(os.path.abspath(p) for p in args.path),
+        # --pid / --shmid / --path name exactly what to clean: kinds not named are left out
+        orphans=args.only in (None, "orphans") and (not named or bool(args.pid)),
+        segments=args.only in (None, "segments") and (not named or bool(args.shmid)),
+        shm_files=args.only in (None, "shm") and (not named or bool(args.path)),
     )
     facts = read_facts(host, options)
     actions = plan_clean(facts, options, filters)
@@ -412,7 +250,7 @@ def clean_main(args: argparse.Namespace) -> int:
         + f": {len(actions)} action(s)"
     )
     _print_plan(actions, say, args.grace)
-    say(f"before: {_describe_figures(before)}")
+    say(f"before: {describe_figures(before)}")
     status = 0
     if args.yes and actions:
         journal = Journal(args.journal)
@@ -420,11 +258,11 @@ def clean_main(args: argparse.Namespace) -> int:
             result = execute(actions, options, journal, grace_s=args.grace, say=say)
         finally:
             journal.close()
-        after = figures(read_facts(host_from_args(args), options), options)
+        after = figures(read_facts(hygiene_host(args), options), options)
         out["outcomes"] = [o.to_dict() for o in result.outcomes]
         out["after"] = after
         out["journal"] = str(journal.path)
-        say(f"after:  {_describe_figures(after)}")
+        say(f"after:  {describe_figures(after)}")
         for o in result.outcomes:
             if not o.ok:
                 say(f"not done: {o.target}: {o.result}")
@@ -450,9 +288,9 @@ def _parse_addr(text: str) -> tuple[str, int] | None:
         return None
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not host:
-        raise AccelhostError(f"--metrics-addr {text}: expected HOST:PORT, like 127.0.0.1:9464")
+        raise UsageError(f"--metrics-addr {text}: expected HOST:PORT, like 127.0.0.1:9464")
     if int(port) > 65535:
-        raise AccelhostError(f"--metrics-addr {text}: port {port} is not in 0-65535")
+        raise UsageError(f"--metrics-addr {text}: port {port} is not in 0-65535")
     return host.strip("[]"), int(port)
 
 
@@ -461,11 +299,13 @@ def watch_main(args: argparse.Namespace) -> int:
 
     from accelhost.hygiene.watch import WatchConfig, Watcher, json_logger
 
-    options = _options(args)
+    options = hygiene_options(args)
     if args.interval <= 0:
-        raise AccelhostError("--interval must be positive")
+        raise UsageError("--interval must be positive")
+    if args.grace < 0:
+        raise UsageError("--grace must not be negative")
     if args.auto_clean and args.snapshot:
-        raise AccelhostError("--auto-clean acts on this host; it cannot run on a --snapshot")
+        raise UsageError("--auto-clean acts on this host; it cannot run on a --snapshot")
     addr = _parse_addr(args.metrics_addr)
     config = WatchConfig(
         interval_s=args.interval,
@@ -476,7 +316,8 @@ def watch_main(args: argparse.Namespace) -> int:
         grace_s=args.grace,
     )
     log = json_logger()
-    watcher = Watcher(lambda: host_from_args(args), options, config, log)
+    hygiene_host(args)  # a snapshot that cannot be read is a usage error, before serving anything
+    watcher = Watcher(lambda: hygiene_host(args), options, config, log)
     server = None
     if addr is not None:
         try:

@@ -12,13 +12,15 @@ import contextlib
 import sys
 from typing import Any
 
-from accelhost.errors import AccelhostError
+from accelhost.cli.common import add_device_option, add_grace_option, one_device
+from accelhost.errors import UsageError
 
 DESCRIPTION = (
     "Run CMD as a supervised engine: signals are passed to it, every process it starts is "
     "reaped, and when it ends (or on SIGTERM/SIGINT/SIGQUIT) its whole tree is stopped "
-    "(SIGTERM, --grace, SIGKILL) and its leftover System V shared memory is removed. "
-    "Exit status: CMD's own, 128+N when CMD died of signal N, 127 when CMD was not found."
+    "(SIGTERM, --grace, SIGKILL) and the System V shared memory and /dev/shm files it left "
+    "are removed. Exit status: CMD's own, 128+N when CMD died of signal N, 127 when CMD was "
+    "not found, 1 when run could not do it, 2 for a bad command line."
 )
 EPILOG = "Example: accelhost run --grace 30 --fail-on-exit 'VLLM::EngineCore' -- vllm serve MODEL"
 
@@ -30,13 +32,7 @@ def register(subparsers: Any) -> None:
         description=DESCRIPTION,
         epilog=EPILOG,
     )
-    p.add_argument(
-        "--grace",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="time between SIGTERM and SIGKILL at teardown (default 30)",
-    )
+    add_grace_option(p, "the command's tree")
     p.add_argument(
         "--kill-wait",
         type=float,
@@ -67,15 +63,24 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--keep-shm",
         action="store_true",
-        help="do not remove System V shared memory left behind by the tree",
+        help="do not remove the System V segments and /dev/shm files left by the tree",
     )
     p.add_argument(
+        "--private-ipc",
+        action="store_true",
+        help="give the tree an IPC namespace and a /dev/shm of its own (needs "
+        "CAP_SYS_ADMIN): the kernel frees every segment and shm file with its last process",
+    )
+    p.add_argument(
+        "--expect-util",
         "--preflight-util",
+        dest="expect_util",
         type=float,
         metavar="U",
-        help="refuse to start unless the device has U x total memory free (vLLM's check)",
+        help="refuse to start unless the device has U x total memory free (vLLM's check, "
+        "as `doctor --expect-util`); --preflight-util is its old name",
     )
-    p.add_argument("--device", type=int, metavar="N", help="device for --preflight-util")
+    add_device_option(p, "the one device --expect-util checks")
     p.add_argument(
         "--bind",
         metavar="DEVICE",
@@ -122,37 +127,50 @@ def register(subparsers: Any) -> None:
         "processes supervised are always this machine's",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="print problems only")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+    # not "command": main.py names the subcommand so (its usage errors say "accelhost run: ...")
+    p.add_argument("cmd_argv", nargs=argparse.REMAINDER, metavar="-- CMD ...")
     p.set_defaults(func=handler)
 
 
 def _command(args: argparse.Namespace) -> list[str]:
-    argv = list(args.command)
+    argv = list(args.cmd_argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
-        raise AccelhostError("run: no command given (accelhost run [options] -- CMD ...)")
+        raise UsageError("no command given (accelhost run [options] -- CMD ...)")
     return argv
 
 
-def _check(args: argparse.Namespace) -> None:
+def _check(args: argparse.Namespace) -> int | None:
+    """Usage errors (exit 2) before anything starts; returns the preflight's device."""
+    import math
+
+    for name in ("grace", "kill_wait", "scan_interval"):
+        if not math.isfinite(getattr(args, name)):
+            raise UsageError(f"--{name.replace('_', '-')} must be a number of seconds")
     if args.grace < 0 or args.kill_wait < 0:
-        raise AccelhostError("run: --grace and --kill-wait must not be negative")
+        raise UsageError("--grace and --kill-wait must not be negative")
     if args.scan_interval <= 0:
-        raise AccelhostError("run: --scan-interval must be positive")
-    if args.preflight_util is not None and not 0 < args.preflight_util <= 1:
-        raise AccelhostError("run: --preflight-util must be in (0, 1], e.g. 0.85")
-    if args.device is not None and args.preflight_util is None:
-        raise AccelhostError("run: --device goes with --preflight-util (for --bind, give it there)")
+        raise UsageError("--scan-interval must be positive")
+    if args.expect_util is not None and not 0 < args.expect_util <= 1:
+        raise UsageError("--expect-util must be in (0, 1], e.g. 0.85")
+    if args.device is not None and args.expect_util is None:
+        raise UsageError("--device goes with --expect-util (for --bind, give it there)")
     if args.bind_delay is not None and (args.bind is None or args.bind_delay < 0):
-        raise AccelhostError("run: --bind-delay needs --bind and a delay >= 0")
+        raise UsageError("--bind-delay needs --bind and a delay >= 0")
+    if args.private_ipc and args.keep_shm:
+        raise UsageError(
+            "run: --keep-shm and --private-ipc do not go together (the kernel "
+            "frees a private namespace's memory with its last process)"
+        )
     import re
 
     for pattern in args.fail_on_exit:
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise AccelhostError(f"run: --fail-on-exit {pattern!r}: {exc}") from None
+            raise UsageError(f"--fail-on-exit {pattern!r}: {exc}") from None
+    return one_device(args, "run --expect-util")
 
 
 def _printer(quiet: bool) -> Any:
@@ -167,7 +185,7 @@ def _printer(quiet: bool) -> Any:
 
 def handler(args: argparse.Namespace) -> int:
     argv = _command(args)
-    _check(args)
+    device = _check(args)
     from accelhost.host.live import LiveHost
     from accelhost.supervisor import SupervisorOptions, supervise
     from accelhost.supervisor.options import BindRequest
@@ -178,12 +196,16 @@ def handler(args: argparse.Namespace) -> int:
     facts_host: Any = host
     if args.snapshot:
         from accelhost.cli.common import host_from_args
+        from accelhost.errors import SnapshotError
 
-        facts_host = host_from_args(args)
-    if args.preflight_util is not None:
+        try:
+            facts_host = host_from_args(args)
+        except SnapshotError as exc:  # the user named something that is no recording
+            raise UsageError(f"--snapshot: {exc}") from None
+    if args.expect_util is not None:
         from accelhost.supervisor.integrations import run_preflight
 
-        run_preflight(facts_host, args.preflight_util, args.device, log)
+        run_preflight(facts_host, args.expect_util, device, log)
     bind = None
     if args.bind is not None:
         from accelhost.supervisor.integrations import bind_plan
@@ -204,6 +226,7 @@ def handler(args: argparse.Namespace) -> int:
         fail_on_exit=tuple(args.fail_on_exit),
         cgroup=args.cgroup_version if args.cgroup else None,
         clean_shm=not args.keep_shm,
+        private_ipc=args.private_ipc,
         scan_interval_s=args.scan_interval,
         bind=bind,
         log=log,

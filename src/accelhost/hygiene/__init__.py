@@ -2,13 +2,15 @@
 
 `read_facts` reads a host (live, snapshot, recording); the checks judge the facts; the
 cleaner is the only writer; `watch` repeats it all and exports metrics; `preflight` says
-whether an engine will fit before it starts. Heavy parts (metrics) load on first use.
+whether an engine will fit before it starts. Names load on first use: `accelhost --help`
+registers these commands without importing the checks.
 """
 
-from accelhost.hygiene.checks import CHECK_NAMES, CheckResult, DoctorReport, run_checks
-from accelhost.hygiene.facts import HostFacts, read_facts
-from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.preflight import PreflightReport, preflight, preflight_from_facts
+from __future__ import annotations
+
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "CHECK_NAMES",
@@ -22,3 +24,48 @@ __all__ = [
     "read_facts",
     "run_checks",
 ]
+
+_LAZY = {
+    "CHECK_NAMES": "accelhost.hygiene.report",
+    "CheckResult": "accelhost.hygiene.report",
+    "DoctorReport": "accelhost.hygiene.report",
+    "run_checks": "accelhost.hygiene.checks",
+    "HostFacts": "accelhost.hygiene.facts",
+    "read_facts": "accelhost.hygiene.facts",
+    "HygieneOptions": "accelhost.hygiene.options",
+    "PreflightReport": "accelhost.hygiene.preflight",
+    "preflight": "accelhost.hygiene.preflight",
+    "preflight_from_facts": "accelhost.hygiene.preflight",
+}
+
+if TYPE_CHECKING:
+    from accelhost.hygiene.checks import run_checks
+    from accelhost.hygiene.facts import HostFacts, read_facts
+    from accelhost.hygiene.options import HygieneOptions
+    from accelhost.hygiene.preflight import PreflightReport, preflight, preflight_from_facts
+    from accelhost.hygiene.report import CHECK_NAMES, CheckResult, DoctorReport
+
+
+class _Package(types.ModuleType):
+    """Importing the submodule `accelhost.hygiene.preflight` must not hide the function
+    `accelhost.hygiene.preflight` (the import system sets the submodule on its package)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _LAZY and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'accelhost.hygiene' has no attribute {name!r}") from None
+    import importlib
+
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value

@@ -3,117 +3,55 @@
 `plan_clean` is pure: it turns facts into a list of actions, each with its reason, so a dry
 run prints exactly what `--yes` would do. `execute` does those actions and nothing else:
 every action is journaled before it is taken, every process is re-identified (pid and
-start time, through a pidfd) before it is signalled, and every segment is re-read and
-re-judged by the leak rule at the moment of removal.
+start time, through a pidfd) before it is signalled, every segment is re-read and re-judged
+by the leak rule at the moment of removal, and every /dev/shm file is looked at again (same
+inode, unchanged, held by nobody) just before its unlink.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import select
-import signal
 import time
-import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-from accelhost.errors import AccelhostError
+from accelhost.cli.common import DEFAULT_GRACE_S
 from accelhost.host.live import LiveHost
+from accelhost.hygiene.actions import (
+    Action,
+    CleanFilters,
+    CleanResult,
+    Outcome,
+    ProcessRef,
+    RemoveSegment,
+    RemoveShmFile,
+    StopProcesses,
+)
 from accelhost.hygiene.facts import HostFacts
+from accelhost.hygiene.journal import DEFAULT_JOURNAL, Journal
 from accelhost.hygiene.options import HygieneOptions
+from accelhost.hygiene.posix_check import judge_shm_files, shm_known
 from accelhost.hygiene.rules import find_orphans, judge_segment, leaked_segments, protected_pids
-from accelhost.hygiene.text import human_bytes, one_line
+from accelhost.hygiene.stopper import stop_all
+from accelhost.hygiene.text import one_line
+from accelhost.posixshm import path_is_held, stat_shm_file
 from accelhost.procs import ProcessInfo, descendants, read_process
 from accelhost.shm import read_segments, remove_segment
 
-DEFAULT_JOURNAL = "/var/log/accelhost/clean.jsonl"
-DEFAULT_GRACE_S = 10.0
-
-
-@dataclass(frozen=True)
-class ProcessRef:
-    """A process as it was when planned: pid plus start time, to refuse a reused pid."""
-
-    pid: int
-    start_ticks: int
-    state: str
-    cmdline: str
-
-
-@dataclass(frozen=True)
-class StopProcesses:
-    """SIGTERM, wait, SIGKILL, wait: one orphan's group (or lone orphan) and its descendants."""
-
-    pgid: int
-    signal_group: bool
-    targets: tuple[ProcessRef, ...]
-    reason: str
-    kind: str = "stop"
-
-    def describe(self) -> str:
-        pids = " ".join(str(t.pid) for t in self.targets)
-        how = f"group {self.pgid} and pids {pids}" if self.signal_group else f"pids {pids}"
-        return f"stop {how}: {self.reason}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "pgid": self.pgid,
-            "signal_group": self.signal_group,
-            "pids": [t.pid for t in self.targets],
-            "targets": [asdict(t) for t in self.targets],
-            "reason": self.reason,
-        }
-
-
-@dataclass(frozen=True)
-class RemoveSegment:
-    """`shmctl(IPC_RMID)` of one shmid, if it still passes the leak rule when we get there.
-
-    `after_stop` segments belong to processes this plan stops: judged once they are gone,
-    without the idle grace (we know why they are idle).
-    """
-
-    shmid: int
-    key: str
-    size: int
-    cpid: int
-    lpid: int
-    ctime: int
-    reason: str
-    after_stop: bool = False
-    kind: str = "remove_segment"
-
-    def describe(self) -> str:
-        when = " (once its processes are stopped, if then unattached)" if self.after_stop else ""
-        return (
-            f"remove segment shmid {self.shmid} (key {self.key}, {human_bytes(self.size)}, "
-            f"creator {self.cpid}){when}: {self.reason}"
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["bytes"] = d.pop("size")
-        return d
-
-
-Action = StopProcesses | RemoveSegment
-
-
-@dataclass(frozen=True)
-class CleanFilters:
-    """Narrow the plan: only these pids / shmids / segment owners / keys (empty = all)."""
-
-    pids: frozenset[int] = frozenset()
-    shmids: frozenset[int] = frozenset()
-    owners: frozenset[int] = frozenset()
-    keys: frozenset[int] = frozenset()
-    orphans: bool = True
-    segments: bool = True
+__all__ = [
+    "DEFAULT_GRACE_S",
+    "DEFAULT_JOURNAL",
+    "Action",
+    "CleanFilters",
+    "CleanResult",
+    "Journal",
+    "RemoveSegment",
+    "RemoveShmFile",
+    "StopProcesses",
+    "execute",
+    "figures",
+    "plan_clean",
+]
 
 
 def _ref(p: ProcessInfo) -> ProcessRef:
@@ -135,16 +73,10 @@ def plan_clean(
             for o in find_orphans(procs, facts.self_pid, options)
             if not f.pids or o.proc.pid in f.pids
         ]
-        groups: dict[tuple[int, bool], list[Any]] = {}
+        by_group: dict[int, list[Any]] = {}
         for o in orphans:
-            # A whole group is signalled only when its leader is gone and it holds no
-            # protected process; otherwise each orphan is signalled alone.
-            whole = o.group_orphaned and not any(
-                p.pgid == o.proc.pgid for pid, p in procs.items() if pid in protected
-            )
-            key = (o.proc.pgid, whole) if whole else (-o.proc.pid, False)
-            groups.setdefault(key, []).append(o)
-        for (_, whole), members in sorted(groups.items(), key=lambda kv: abs(kv[0][0])):
+            by_group.setdefault(o.proc.pgid, []).append(o)
+        for pgid, members in sorted(by_group.items()):
             pids: list[int] = []
             for o in members:
                 for pid in [o.proc.pid, *descendants(procs, o.proc.pid)]:
@@ -153,11 +85,18 @@ def plan_clean(
             if not pids:
                 continue
             stopping.update(pids)
-            reasons = "; ".join(dict.fromkeys(o.reason for o in members))
-            first = members[0].proc
+            # The group is signalled too (it catches what forks meanwhile) only when every
+            # live member is a target: a healthy server started by the same script shares
+            # the group of the orphans its neighbour left (`nohup ... &` twice).
+            live = {p for p, i in procs.items() if i.pgid == pgid and not i.is_zombie}
+            whole = pgid > 1 and live <= set(pids)
+            # the reason of the topmost orphan: its descendants share its story
+            tops = [o for o in members if o.top is o.proc] or members
+            reasons = "; ".join(dict.fromkeys(o.reason for o in tops))
+            first = tops[0].proc
             actions.append(
                 StopProcesses(
-                    pgid=first.pgid,
+                    pgid=pgid,
                     signal_group=whole,
                     targets=tuple(_ref(procs[p]) for p in pids if p in procs),
                     reason=f"{reasons} ({one_line(first.command)})",
@@ -192,224 +131,27 @@ def plan_clean(
                         after_stop=after,
                     )
                 )
+    if f.shm_files:
+        for j in judge_shm_files(facts, options):
+            if not j.leaked or (f.paths and j.file.path not in f.paths):
+                continue
+            if f.owners and j.file.uid not in f.owners:
+                continue
+            actions.append(
+                RemoveShmFile(
+                    path=j.file.path,
+                    used_bytes=j.file.used_bytes,
+                    size_bytes=j.file.size_bytes,
+                    owner=j.file.owner,
+                    uid=j.file.uid,
+                    dev=j.file.dev,
+                    inode=j.file.inode,
+                    mtime=j.file.mtime,
+                    naming=j.naming,
+                    reason=j.reason,
+                )
+            )
     return actions
-
-
-class Journal:
-    """Append-only JSON lines, flushed and synced before the action it announces."""
-
-    def __init__(self, path: str | Path, run_id: str | None = None) -> None:
-        self.path = Path(path)
-        self.run_id = run_id or uuid.uuid4().hex[:12]
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh: TextIO = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
-        except OSError as exc:
-            raise AccelhostError(
-                f"cannot open the journal {self.path}: {exc.strerror}; "
-                "give another one with --journal FILE"
-            ) from None
-
-    def write(self, event: str, **fields: Any) -> None:
-        record = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "run": self.run_id,
-            "event": event,
-            **fields,
-        }
-        try:
-            self._fh.write(json.dumps(record, sort_keys=False) + "\n")
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-        except OSError as exc:
-            # No record, no action: the caller stops before doing what was not journaled.
-            raise AccelhostError(
-                f"cannot write the journal {self.path}: {exc.strerror}; stopped before "
-                f"the {fields.get('action', event)} it would record"
-            ) from None
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):  # a full disk already reported by write()
-            self._fh.close()
-
-
-@dataclass
-class Outcome:
-    action: str
-    target: str
-    result: str
-    ok: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class CleanResult:
-    outcomes: list[Outcome] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return all(o.ok for o in self.outcomes)
-
-
-def _is_gone(pid: int, start_ticks: int) -> bool:
-    """Exited (or a zombie, or the pid now belongs to someone else)."""
-    info = read_process(LiveHost(), pid)
-    return info is None or info.is_zombie or info.start_ticks != start_ticks
-
-
-def _state(pid: int) -> str | None:
-    info = read_process(LiveHost(), pid)
-    return None if info is None else info.state
-
-
-class _Tracked:
-    """One target process, re-identified by pid and start time before every signal.
-
-    With a pidfd (Linux 5.3+) the identity is pinned once: signals through it can never
-    reach a process that later got the same pid. Older kernels (4.19 is common on Ascend
-    hosts) get the same check by start time just before each `kill`; the window left is
-    the few microseconds between that check and the signal.
-    """
-
-    def __init__(self, ref: ProcessRef) -> None:
-        self.ref = ref
-        self.fd: int | None = None
-        self._by_pid = False
-        self._gone = False
-        # Why a signal could not be sent (EPERM: another user's process, no CAP_KILL).
-        self.denied: str | None = None
-        try:
-            self.fd = os.pidfd_open(ref.pid)
-        except ProcessLookupError:
-            self._gone = True
-            return
-        except (OSError, AttributeError):
-            self._by_pid = True  # no pidfd on this kernel
-        # The pid names whatever has it now: check it is the process we planned.
-        if _is_gone(ref.pid, ref.start_ticks):
-            self._gone = True
-            self.close()
-
-    @property
-    def alive(self) -> bool:
-        if self._gone:
-            return False
-        if self._by_pid:
-            self._gone = _is_gone(self.ref.pid, self.ref.start_ticks)
-            return not self._gone
-        if self.fd is None:
-            return False
-        return not select.select([self.fd], [], [], 0)[0]
-
-    def send(self, sig: int) -> None:
-        if self._gone:
-            return
-        try:
-            if self.fd is not None:
-                signal.pidfd_send_signal(self.fd, sig)
-            elif self._by_pid and not _is_gone(self.ref.pid, self.ref.start_ticks):
-                os.kill(self.ref.pid, sig)
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            self.denied = "not permitted to signal it (run as root or as its owner)"
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-
-def _group_still_ours(pgid: int, tracked: list[_Tracked]) -> bool:
-    for t in tracked:
-        if not t.alive:
-            continue
-        info = read_process(LiveHost(), t.ref.pid)
-        if info is not None and info.pgid == pgid and info.start_ticks == t.ref.start_ticks:
-            return True
-    return False
-
-
-def _wait(tracked: list[_Tracked], grace_s: float, sleep: Callable[[float], None]) -> None:
-    deadline = time.monotonic() + grace_s
-    while any(t.alive for t in tracked) and time.monotonic() < deadline:
-        sleep(0.05)
-
-
-def _stop_all(
-    stops: list[StopProcesses],
-    grace_s: float,
-    journal: Journal,
-    result: CleanResult,
-    say: Callable[[str], None],
-    sleep: Callable[[float], None],
-) -> None:
-    tracked: dict[int, list[_Tracked]] = {}
-    for n, act in enumerate(stops):
-        tracked[n] = [_Tracked(t) for t in act.targets]
-    try:
-        for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGKILL, "SIGKILL")):
-            sent = False
-            for n, act in enumerate(stops):
-                live = [t for t in tracked[n] if t.alive]
-                if not live:
-                    continue
-                journal.write(
-                    "intent",
-                    action="signal",
-                    signal=name,
-                    pgid=act.pgid if act.signal_group else None,
-                    pids=[t.ref.pid for t in live],
-                    cmdlines=[one_line(t.ref.cmdline, 300) for t in live],
-                    reason=act.reason,
-                )
-                # The group id is reserved while any member lives; a tracked (pidfd-verified)
-                # member still in the group proves it is the same group, not a new one.
-                if act.signal_group and _group_still_ours(act.pgid, tracked[n]):
-                    try:
-                        os.killpg(act.pgid, sig)
-                    except ProcessLookupError:
-                        pass
-                    except PermissionError as exc:
-                        say(f"  killpg({act.pgid}, {name}): {exc.strerror}")
-                for t in live:
-                    t.send(sig)
-                    if t.denied:
-                        say(f"  pid {t.ref.pid}: {t.denied}")
-                sent = True
-                say(
-                    f"  {name} -> {'group ' + str(act.pgid) + ', ' if act.signal_group else ''}"
-                    f"pids {' '.join(str(t.ref.pid) for t in live)}"
-                )
-            if sent:
-                _wait([t for ts in tracked.values() for t in ts], grace_s, sleep)
-        for ts in tracked.values():
-            for t in ts:
-                target = f"pid {t.ref.pid}"
-                if not t.alive:
-                    outcome = Outcome("stop", target, "gone", True)
-                elif t.denied:
-                    outcome = Outcome("stop", target, t.denied, False)
-                else:
-                    state = _state(t.ref.pid)
-                    if state == "D":
-                        outcome = Outcome(
-                            "stop",
-                            target,
-                            "in D state (uninterruptible): not retried; it needs a device "
-                            "reset (npu-smi set -t reset -i N / nvidia-smi -r -i N)",
-                            False,
-                        )
-                    else:
-                        outcome = Outcome("stop", target, "still alive after SIGKILL", False)
-                journal.write("outcome", action="stop", pid=t.ref.pid, result=outcome.result)
-                result.outcomes.append(outcome)
-    finally:
-        for ts in tracked.values():
-            for t in ts:
-                t.close()
 
 
 def _alive_now(pid: int) -> bool:
@@ -468,6 +210,60 @@ def _remove_segments(
         result.outcomes.append(outcome)
 
 
+def _recheck_shm_file(act: RemoveShmFile, min_age_s: float) -> str | None:
+    """None when the file may go now; else why it stays (the plan is minutes old, maybe)."""
+    fresh = stat_shm_file(act.path)
+    if fresh is None:
+        return "already gone"
+    if (fresh.dev, fresh.inode) != (act.dev, act.inode):
+        return "kept: the name now belongs to another file"
+    if abs(fresh.mtime - act.mtime) > 0.001:  # find prints 10 decimals, stat a float
+        return "kept: changed since it was judged"
+    if time.time() - fresh.mtime < min_age_s:
+        return f"kept: changed under {min_age_s:g} s ago"
+    held = path_is_held(LiveHost(), act.path)
+    if held is None:
+        return "kept: some process's open files cannot be read"
+    if held:
+        return "kept: a live process holds it open or mapped"
+    return None
+
+
+def _remove_shm_files(
+    removes: list[RemoveShmFile],
+    options: HygieneOptions,
+    journal: Journal,
+    result: CleanResult,
+    say: Callable[[str], None],
+) -> None:
+    for act in removes:
+        why = _recheck_shm_file(act, options.shm_min_age_s)
+        if why is not None:
+            result.outcomes.append(Outcome("remove_shm_file", act.path, why, True))
+            say(f"  {act.path}: {why}")
+            continue
+        journal.write(
+            "intent",
+            action="remove_shm_file",
+            path=act.path,
+            used_bytes=act.used_bytes,
+            owner=act.owner,
+            naming=act.naming,
+            reason=act.reason,
+        )
+        try:
+            os.unlink(act.path)
+        except FileNotFoundError:
+            outcome = Outcome("remove_shm_file", act.path, "already gone", True)
+        except OSError as exc:
+            outcome = Outcome("remove_shm_file", act.path, f"failed: {exc.strerror}", False)
+        else:
+            outcome = Outcome("remove_shm_file", act.path, "removed", True)
+        journal.write("outcome", action="remove_shm_file", path=act.path, result=outcome.result)
+        say(f"  {act.path}: {outcome.result}")
+        result.outcomes.append(outcome)
+
+
 def execute(
     actions: list[Action],
     options: HygieneOptions,
@@ -481,10 +277,13 @@ def execute(
     result = CleanResult()
     stops = [a for a in actions if isinstance(a, StopProcesses)]
     removes = [a for a in actions if isinstance(a, RemoveSegment)]
+    files = [a for a in actions if isinstance(a, RemoveShmFile)]
     if stops:
-        _stop_all(stops, grace_s, journal, result, say, sleep)
+        stop_all(stops, grace_s, journal, result, say, sleep)
     if removes:
         _remove_segments(removes, options, journal, result, say, remover)
+    if files:
+        _remove_shm_files(files, options, journal, result, say)
     return result
 
 
@@ -492,6 +291,7 @@ def figures(facts: HostFacts, options: HygieneOptions) -> dict[str, Any]:
     """The before/after numbers a person wants to see move; None where a source could not
     be read (an unread segment table is not an empty one)."""
     segs = facts.segments
+    shm = [j for j in judge_shm_files(facts, options) if j.leaked] if shm_known(facts) else None
     leaks = (
         len(leaked_segments(segs, facts.alive, facts.now_epoch, options.shm_min_age_s))
         if segs is not None and facts.processes is not None
@@ -512,4 +312,6 @@ def figures(facts: HostFacts, options: HygieneOptions) -> dict[str, Any]:
         if facts.processes is None
         else len(find_orphans(facts.processes, facts.self_pid, options)),
         "device_memory_free_mib": {d.label: d.free_mib for d in facts.devices},
+        "leaked_shm_files": None if shm is None else len(shm),
+        "leaked_shm_bytes": None if shm is None else sum(j.file.used_bytes for j in shm),
     }

@@ -16,20 +16,13 @@ from dataclasses import dataclass, field
 
 from accelhost.errors import AccelhostError, HostError
 from accelhost.host.base import Host
+from accelhost.hygiene.devices import DeviceMemory, read_ascend, read_nvidia
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.parsers.hugepages import HugePagePool, parse_count, parse_size_dir
 from accelhost.parsers.meminfo import Meminfo, parse_meminfo
-from accelhost.parsers.nvidia_smi_memory import (
-    APPS_QUERY,
-    BUS_QUERY,
-    GPU_QUERY,
-    normalize_bus_id,
-    parse_compute_apps,
-    parse_gpu_bus_ids,
-    parse_gpu_memory,
-)
 from accelhost.parsers.procstat import parse_status_field
 from accelhost.parsers.sysvipc import ShmSegment
+from accelhost.posixshm import HeldScan, ShmFile, list_shm_files, scan_held
 from accelhost.procs import ProcessInfo, list_pids, open_fd_targets, read_process
 from accelhost.shm import read_segments
 
@@ -43,41 +36,6 @@ _DEVICE_IRQ = re.compile(r"nvidia|davinci|devdrv|hisi|amdgpu|kfd", re.IGNORECASE
 # Every Linux since 2.6 on every architecture accelhost supports uses 100 ticks per second
 # for /proc/<pid>/stat; a snapshot does not record it.
 DEFAULT_CLK_TCK = 100
-
-
-@dataclass(frozen=True)
-class DeviceProcessMemory:
-    pid: int
-    name: str
-    memory_mib: int | None
-
-
-@dataclass(frozen=True)
-class DeviceMemory:
-    """One accelerator as its vendor tool reports it. Memory in MiB (npu-smi's "MB")."""
-
-    vendor: str
-    index: int
-    used_mib: int | None
-    total_mib: int | None
-    bus_id: str | None = None
-    name: str = ""
-    processes: tuple[DeviceProcessMemory, ...] = ()
-
-    @property
-    def label(self) -> str:
-        return f"{'npu' if self.vendor == 'ascend' else 'gpu'}{self.index}"
-
-    @property
-    def node(self) -> str:
-        """The device node its users open (`/dev/davinciN`, `/dev/nvidiaN`)."""
-        return f"/dev/{'davinci' if self.vendor == 'ascend' else 'nvidia'}{self.index}"
-
-    @property
-    def free_mib(self) -> int | None:
-        if self.used_mib is None or self.total_mib is None:
-            return None
-        return max(0, self.total_mib - self.used_mib)
 
 
 @dataclass(frozen=True)
@@ -118,6 +76,10 @@ class HostFacts:
     device_sources: tuple[str, ...]
     tuning: TuningFacts
     errors: Mapping[str, str] = field(default_factory=dict)
+    # POSIX shared memory: dir -> its files (None: the dir could not be listed), and what
+    # live processes hold open or map (None: not read).
+    shm_files: Mapping[str, tuple[ShmFile, ...] | None] = field(default_factory=dict)
+    shm_held: HeldScan | None = None
 
     def process_age_s(self, proc: ProcessInfo) -> float | None:
         if self.uptime_s is None:
@@ -292,86 +254,6 @@ def _read_hugepages(host: Host, meminfo: Meminfo | None) -> tuple[HugePagePool, 
     return tuple(pools)
 
 
-def _read_ascend(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | None:
-    from accelhost.parsers.npusmi_info import parse_npu_smi_info
-
-    result = host.run(["npu-smi", "info"])
-    if result is None:
-        return None
-    if not result.ok:
-        errors["devices"] = f"`npu-smi info` failed with status {result.rc}"
-        return []
-    try:
-        info = parse_npu_smi_info(result.stdout)
-    except AccelhostError as exc:
-        errors["devices"] = str(exc)
-        return []
-    if not info.chips:
-        errors["devices"] = "`npu-smi info` printed no chip table"
-        return []
-    order = sorted(info.chips, key=lambda c: (c.npu_id, c.chip_id))
-    index_of = {(c.npu_id, c.chip_id): i for i, c in enumerate(order)}
-    first_chip: dict[int, int] = {}
-    for c in order:
-        first_chip.setdefault(c.npu_id, c.chip_id)
-    procs: dict[int, list[DeviceProcessMemory]] = {}
-    for p in info.processes:
-        chip = p.chip_id if p.chip_id is not None else first_chip.get(p.npu_id)
-        idx = index_of.get((p.npu_id, chip if chip is not None else -1))
-        if idx is not None and p.pid >= 0:
-            procs.setdefault(idx, []).append(DeviceProcessMemory(p.pid, p.name, p.memory_mb))
-    return [
-        DeviceMemory(
-            vendor="ascend",
-            index=i,
-            used_mib=c.hbm_used_mb if c.hbm_total_mb else None,
-            total_mib=c.hbm_total_mb or None,
-            bus_id=c.bus_id,
-            name=c.name,
-            processes=tuple(procs.get(i, ())),
-        )
-        for i, c in enumerate(order)
-    ]
-
-
-def _read_nvidia(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | None:
-    gpu, apps, bus = host.run_many([GPU_QUERY, APPS_QUERY, BUS_QUERY])
-    if gpu is None:
-        return None
-    if not gpu.ok:
-        errors["devices"] = f"`{' '.join(GPU_QUERY)}` failed with status {gpu.rc}"
-        return []
-    try:
-        memory = parse_gpu_memory(gpu.stdout)
-        bus_ids = parse_gpu_bus_ids(bus.stdout) if bus is not None and bus.ok else {}
-        app_rows = parse_compute_apps(apps.stdout) if apps is not None and apps.ok else []
-    except AccelhostError as exc:
-        errors["devices"] = str(exc)
-        return []
-    if apps is None or not apps.ok:
-        errors["device_processes"] = "nvidia-smi compute-apps query failed"
-    elif app_rows and not bus_ids:
-        # compute apps name their GPU by bus id only: without the map none can be placed
-        errors["device_processes"] = "nvidia-smi bus-id query failed: processes not placed"
-    index_bus = {i: b for b, i in bus_ids.items()}
-    procs: dict[int, list[DeviceProcessMemory]] = {}
-    for app in app_rows:
-        idx = bus_ids.get(normalize_bus_id(app.bus_id))
-        if idx is not None:
-            procs.setdefault(idx, []).append(DeviceProcessMemory(app.pid, "", app.used_mib))
-    return [
-        DeviceMemory(
-            vendor="nvidia",
-            index=g.index,
-            used_mib=g.used_mib,
-            total_mib=g.total_mib,
-            bus_id=index_bus.get(g.index),
-            processes=tuple(procs.get(g.index, ())),
-        )
-        for g in memory
-    ]
-
-
 def _read_tuning(host: Host, procs: Mapping[int, ProcessInfo] | None) -> TuningFacts:
     irqbalance = tuple(
         sorted(p.pid for p in (procs or {}).values() if p.comm == "irqbalance" and not p.is_zombie)
@@ -463,7 +345,7 @@ def read_facts(host: Host, options: HygieneOptions | None = None) -> HostFacts:
         errors["hugepages"] = "neither sysfs HugePages pools nor /proc/meminfo can be read"
     devices: list[DeviceMemory] = []
     sources: list[str] = []
-    for name, reader in (("npu-smi", _read_ascend), ("nvidia-smi", _read_nvidia)):
+    for name, reader in (("npu-smi", read_ascend), ("nvidia-smi", read_nvidia)):
         try:
             found = reader(host, errors)
         except HostError as exc:  # a wedged driver: the tool hangs; say so, go on
@@ -472,6 +354,9 @@ def read_facts(host: Host, options: HygieneOptions | None = None) -> HostFacts:
         if found is not None:
             sources.append(name)
             devices.extend(found)
+    listing = list_shm_files(host, opts.shm_dirs)
+    shm_files = {d: None if f is None else tuple(f) for d, f in listing.items()}
+    held = scan_held(host) if procs is not None else None
     holders = set(fds) | {row.pid for d in devices for row in d.processes}
     engine_env = _read_engine_env(host, procs or {}, holders, opts)
     return HostFacts(
@@ -490,4 +375,6 @@ def read_facts(host: Host, options: HygieneOptions | None = None) -> HostFacts:
         device_sources=tuple(sources),
         tuning=_read_tuning(host, procs),
         errors=errors,
+        shm_files=shm_files,
+        shm_held=held,
     )

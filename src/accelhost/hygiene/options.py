@@ -1,8 +1,8 @@
 """What the hygiene checks look for, in one immutable value passed everywhere.
 
-Built-in device nodes and engine patterns cover Ascend, NVIDIA and AMD hosts running vLLM,
-SGLang or MindIE; users add to them (never replace them) from the command line, so a
-site-specific engine name cannot accidentally hide a vLLM orphan.
+Built-in device nodes and the engine catalog (engines.py) cover Ascend, NVIDIA and AMD
+hosts running vLLM, SGLang, TensorRT-LLM, LMDeploy or MindIE; users add to them (never
+replace them), so a site-specific engine name cannot accidentally hide a vLLM orphan.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ import fnmatch
 import re
 from dataclasses import dataclass, field
 
-from accelhost.errors import AccelhostError
+from accelhost.errors import UsageError
+from accelhost.hygiene.engines import Catalog, build_catalog
+from accelhost.posixshm import DEFAULT_SHM_DIRS
 
 BUILTIN_DEVICE_GLOBS: tuple[str, ...] = (
     "/dev/davinci*",
@@ -24,13 +26,9 @@ BUILTIN_DEVICE_GLOBS: tuple[str, ...] = (
     "/dev/kfd",
     "/dev/dri/renderD*",
 )
-BUILTIN_ENGINE_PATTERNS: tuple[str, ...] = ("VLLM::", "vllm", "sglang", "mindie")
-
-# vLLM's child processes retitle themselves; a re-parented one has lost its API server.
-CHILD_ENGINE_TITLE = re.compile(r"(?:^|\s)VLLM::(?:EngineCore|Worker)")
-
-# What a container's PID 1 is when it is not the engine itself: shells and inits (their
-# command lines may name the engine they started: `bash -lc "vllm serve ..."`).
+# Shells, inits and subreapers: an engine child under one of them was re-parented there
+# (or launched by a shell, which a real frontend never is). Their command lines may name
+# the engine they started (`bash -lc "vllm serve ..."`): they are still not the engine.
 SHELLS_AND_INITS = frozenset(
     {
         "sh",
@@ -52,6 +50,14 @@ SHELLS_AND_INITS = frozenset(
         "runsvdir",
         "supervisord",
         "accelhost",
+        "containerd-shim",
+        "containerd-shim-runc-v2",
+        "conmon",
+        "nohup",
+        "setsid",
+        "timeout",
+        "sudo",
+        "su",
     }
 )
 
@@ -78,14 +84,17 @@ DEFAULT_IDLE_BASELINE_MIB = {"ascend": 4096, "nvidia": 1024}
 @dataclass(frozen=True)
 class HygieneOptions:
     device_globs: tuple[str, ...] = ()
+    # Extra engine child patterns (`--engine-child`, alias `--engine-pattern`).
     engine_patterns: tuple[str, ...] = ()
     shm_min_age_s: float = 60.0
     expect_util: float | None = None
     device: int | None = None
+    devices: tuple[int, ...] = ()
+    catalog: Catalog = field(default_factory=build_catalog)
+    shm_dirs: tuple[str, ...] = DEFAULT_SHM_DIRS
     idle_baseline_mib: int | None = None
     hugepages_threshold: float = 0.90
     cpus_per_device: int = 5
-    builtin_engine_patterns: bool = True
     idle_baselines: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_IDLE_BASELINE_MIB))
 
     def __post_init__(self) -> None:
@@ -93,32 +102,31 @@ class HygieneOptions:
             try:
                 re.compile(pattern)
             except re.error as exc:
-                raise AccelhostError(f"--engine-pattern {pattern!r}: not a regex: {exc}") from None
+                raise UsageError(f"--engine-child {pattern!r}: not a regex: {exc}") from None
+        if self.engine_patterns:
+            extra = build_catalog(children=self.engine_patterns).engines
+            merged = {e.name: e for e in self.catalog.engines}
+            for e in extra:
+                merged[e.name] = merged[e.name].merged(e) if e.name in merged else e
+            object.__setattr__(self, "catalog", Catalog(tuple(merged.values())))
         if self.expect_util is not None and not 0.0 < self.expect_util <= 1.0:
-            raise AccelhostError(
+            raise UsageError(
                 f"--expect-util {self.expect_util:g}: must be a fraction in (0, 1], like 0.85"
             )
         if self.idle_baseline_mib is not None and self.idle_baseline_mib < 0:
-            raise AccelhostError("--idle-baseline-mib must not be negative")
+            raise UsageError("--idle-baseline-mib must not be negative")
         if self.shm_min_age_s < 0:
-            raise AccelhostError("--shm-min-age must not be negative")
+            raise UsageError("--shm-min-age must not be negative")
         if not 0.0 < self.hugepages_threshold <= 1.0:
-            raise AccelhostError("the HugePages threshold must be a fraction in (0, 1]")
+            raise UsageError("--hugepages-threshold must be a fraction in (0, 1]")
 
     @property
     def all_device_globs(self) -> tuple[str, ...]:
         return BUILTIN_DEVICE_GLOBS + tuple(self.device_globs)
 
-    @property
-    def all_engine_patterns(self) -> tuple[str, ...]:
-        base = BUILTIN_ENGINE_PATTERNS if self.builtin_engine_patterns else ()
-        return base + tuple(self.engine_patterns)
-
     def engine_regex(self) -> re.Pattern[str] | None:
-        patterns = self.all_engine_patterns
-        if not patterns:
-            return None
-        return re.compile("|".join(f"(?:{p})" for p in patterns))
+        """Any engine's process, frontend or child (device holders, allocator hints)."""
+        return self.catalog.any_regex()
 
     def is_device_path(self, path: str) -> bool:
         return any(fnmatch.fnmatchcase(path, g) for g in self.all_device_globs)

@@ -8,11 +8,13 @@ tool lists, the processes that have the device node open, and what nobody accoun
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from accelhost.host.base import Host
-from accelhost.hygiene.facts import DeviceMemory, HostFacts, read_facts
+from accelhost.hygiene.devices import DeviceMemory
+from accelhost.hygiene.facts import HostFacts, read_facts
 from accelhost.hygiene.options import HygieneOptions
 
 MIB_PER_GIB = 1024
@@ -132,18 +134,21 @@ def device_holders_of(dev: DeviceMemory, facts: HostFacts) -> tuple[Holder, ...]
 
 
 def preflight_from_facts(
-    facts: HostFacts, util: float, device: int | None = None
+    facts: HostFacts, util: float, device: int | Sequence[int] | None = None
 ) -> PreflightReport:
-    """The pure preflight over facts already read."""
+    """The pure preflight over facts already read (every device, one, or a list)."""
     if not facts.device_sources:
         return PreflightReport("UNKNOWN", util, (), "no device memory source (npu-smi, nvidia-smi)")
     known = [d for d in facts.devices if d.used_mib is not None and d.total_mib]
-    if device is not None:
-        known = [d for d in known if d.index == device]
-        if not known:
+    wanted = [device] if isinstance(device, int) else list(device or [])
+    if wanted:
+        missing = [n for n in wanted if n not in {d.index for d in known}]
+        known = [d for d in known if d.index in wanted]
+        if missing:
             have = ", ".join(str(d.index) for d in facts.devices) or "none"
             err = facts.errors.get("devices")
-            why = err if err else f"device {device} not found (have: {have})"
+            gone = ",".join(map(str, missing))
+            why = err if err else f"device {gone} not found (have: {have})"
             return PreflightReport("UNKNOWN", util, (), why)
     if not known:
         return PreflightReport(

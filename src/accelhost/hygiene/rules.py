@@ -7,11 +7,11 @@ cannot drift apart.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from accelhost.hygiene.options import CHILD_ENGINE_TITLE, SHELLS_AND_INITS, HygieneOptions
+from accelhost.hygiene.engines import Catalog
+from accelhost.hygiene.options import SHELLS_AND_INITS, HygieneOptions
 from accelhost.parsers.sysvipc import SHM_HUGETLB, ShmSegment
 from accelhost.procs import ProcessInfo, ancestors
 
@@ -19,9 +19,15 @@ from accelhost.procs import ProcessInfo, ancestors
 @dataclass(frozen=True)
 class Orphan:
     proc: ProcessInfo
+    engine: str
     reason: str
-    # True when the whole process group lost its leader: the group may then be signalled.
-    group_orphaned: bool
+    # The process the orphan hangs under now (None: not visible) and the engine process
+    # whose chain reached it (the orphan itself, or the EngineCore above a Worker).
+    parent: ProcessInfo | None
+    top: ProcessInfo
+    # A frontend of the same engine alive in the orphan's process group: `watch
+    # --auto-clean` leaves such a tree alone (its server may still be shutting it down).
+    group_frontend: int | None = None
 
 
 def protected_pids(processes: Mapping[int, ProcessInfo], self_pid: int | None) -> set[int]:
@@ -33,56 +39,108 @@ def protected_pids(processes: Mapping[int, ProcessInfo], self_pid: int | None) -
     return out
 
 
-def pid1_is_engine(processes: Mapping[int, ProcessInfo], regex: re.Pattern[str]) -> bool:
-    """PID 1 is itself an engine's API server (`vllm serve` as a container's PID 1).
+def is_shell_or_init(proc: ProcessInfo) -> bool:
+    """A shell, init, subreaper or wrapper by its command line, not its title.
 
-    Its EngineCore then has PPID 1 from birth: not re-parented, its launcher lives. A shell
-    or an init (bash -lc "vllm serve ...", tini, accelhost run) as PID 1 is not the engine,
-    even though its command line names one: a child engine under it has lost its launcher.
+    `exec -a "vllm serve" bash` is no shell to us (argv[0] is what the process says it
+    is); `bash -lc "vllm serve ..."` and `python3 -m accelhost run -- vllm serve` are
+    wrappers even though they name the engine.
     """
-    init = processes.get(1)
-    if init is None or init.is_zombie or not init.cmdline:
-        return False
-    names = {init.comm} | {arg.rsplit("/", 1)[-1] for arg in init.cmdline[:3]}
-    if names & SHELLS_AND_INITS or CHILD_ENGINE_TITLE.search(init.command):
-        return False
-    return bool(regex.search(init.command))
+    args = proc.cmdline or (proc.comm,)
+    first = args[0].split()[0] if args[0].split() else proc.comm
+    names = {first, *args[1:3]}
+    return any(
+        (base := n.rsplit("/", 1)[-1].lstrip("-")) in SHELLS_AND_INITS
+        or base.startswith("containerd-shim")
+        for n in names
+    )
+
+
+def _launcher_lives(parent: ProcessInfo, child: ProcessInfo) -> str | None:
+    """None when `parent` is the natural launcher of `child`; else why it is not.
+
+    A live, non-shell process in the child's session that started before it: a script
+    that embeds the engine (`LLM(...)` in `python bench.py`), or PID 1 running it.
+    A shell, an init or a subreaper never starts an engine child itself.
+    """
+    if parent.is_zombie:
+        return f"its parent {parent.pid} is a zombie"
+    shell = is_shell_or_init(parent)
+    if parent.pid == 1 and (shell or parent.sid != child.sid):
+        return f"re-parented to PID 1 ({parent.comm}): its frontend is gone"
+    if shell:
+        return f"under {parent.comm} {parent.pid}, a shell, init or subreaper: not its engine"
+    if parent.sid != child.sid:
+        return f"re-parented to pid {parent.pid} ({parent.comm}) in another session"
+    if parent.start_ticks > child.start_ticks:
+        return f"re-parented to pid {parent.pid} ({parent.comm}), which started after it"
+    return None
 
 
 def find_orphans(
     processes: Mapping[int, ProcessInfo], self_pid: int | None, options: HygieneOptions
 ) -> list[Orphan]:
-    """Engine processes whose launcher is gone.
+    """Engine children that lost their frontend (the spec's rule, per catalog engine).
 
-    An engine (cmdline matches a pattern: `comm` is cut at 15 characters) is an orphan when
-    its process group leader has exited (the launcher, or the container's shell, is gone),
-    or when it is one of vLLM's child processes re-parented to PID 1 (its API server is
-    gone), unless PID 1 is that API server (a container running `vllm serve` as PID 1). A
-    group id of 0 means the leader lives in another PID namespace: unknowable.
+    From each engine child we walk up through processes of the same engine. Reaching one of
+    its frontends: healthy. Reaching anything else X: healthy only if X is the child's
+    natural launcher (`_launcher_lives`); an orphan otherwise (re-parented to PID 1, to a
+    subreaper, or hanging under a shell). A frontend is never judged: `nohup vllm serve &`
+    from a script that exited is a healthy server, whatever its process group says.
     """
-    regex = options.engine_regex()
-    if regex is None:
-        return []
+    catalog: Catalog = options.catalog
     protected = protected_pids(processes, self_pid)
-    # An engine PID 1 is the launcher only of what it started: its own session (a second
-    # server started with `docker exec` has a session of its own).
-    init = processes.get(1)
-    init_session = init.sid if init is not None and pid1_is_engine(processes, regex) else None
+    frontends: dict[int, str] = {}
+    children: dict[int, str] = {}
+    for pid, proc in processes.items():
+        if proc.is_zombie or not proc.cmdline or proc.is_kernel_thread:
+            continue
+        child = catalog.child_engine(proc.command)
+        if child is not None:
+            children[pid] = child
+        else:
+            front = catalog.frontend_engine(proc.command)
+            if front is not None and not is_shell_or_init(proc):
+                frontends[pid] = front
     out = []
-    for pid in sorted(processes):
+    for pid in sorted(children):
         proc = processes[pid]
-        if pid in protected or proc.is_kernel_thread or proc.is_zombie or not proc.cmdline:
+        if pid in protected:
             continue
-        if not regex.search(proc.command):
+        engine = children[pid]
+        top = proc
+        seen = {pid}
+        reason: str | None = None
+        parent = processes.get(top.ppid)
+        while True:
+            if parent is None:
+                break  # gone while we read, or in another PID namespace: cannot tell
+            if parent.pid in seen:
+                break
+            if frontends.get(parent.pid) == engine:
+                if parent.sid != top.sid:
+                    # another server (`docker exec` gives each its own session) adopted it
+                    reason = f"re-parented to {engine} frontend {parent.pid} of another session"
+                break
+            if children.get(parent.pid) == engine:
+                seen.add(parent.pid)
+                top, parent = parent, processes.get(parent.ppid)
+                continue
+            reason = _launcher_lives(parent, top)
+            break
+        if reason is None:
             continue
-        leader = processes.get(proc.pgid)
-        if proc.pgid not in (0, pid) and (leader is None or leader.is_zombie):
-            why = "has exited" if leader is None else "is a zombie"
-            out.append(Orphan(proc, f"its process group leader {proc.pgid} {why}", True))
-        elif (
-            proc.ppid == 1 and CHILD_ENGINE_TITLE.search(proc.command) and proc.sid != init_session
-        ):
-            out.append(Orphan(proc, "a vLLM child process re-parented to PID 1", False))
+        if top is not proc:
+            reason = f"under {engine} process {top.pid} ({top.comm}), {reason}"
+        group_front = next(
+            (
+                f
+                for f, name in sorted(frontends.items())
+                if name == engine and processes[f].pgid == proc.pgid and proc.pgid > 0
+            ),
+            None,
+        )
+        out.append(Orphan(proc, engine, reason, processes.get(proc.ppid), top, group_front))
     return out
 
 

@@ -20,14 +20,36 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from accelhost.cli.common import DEFAULT_GRACE_S
 from accelhost.host.base import Host
-from accelhost.hygiene.checks import CHECK_NAMES, STATUS_ORDER, DoctorReport, run_checks
-from accelhost.hygiene.cleaner import CleanFilters, Journal, RemoveSegment, execute, plan_clean
+from accelhost.hygiene.checks import run_checks
+from accelhost.hygiene.cleaner import (
+    CleanFilters,
+    Journal,
+    RemoveSegment,
+    StopProcesses,
+    execute,
+    plan_clean,
+)
 from accelhost.hygiene.facts import HostFacts, read_facts
+from accelhost.hygiene.journal import rfc3339_now
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.rules import find_orphans, leaked_segments
+from accelhost.hygiene.posix_check import ShmJudgement, judge_shm_files, shm_known
+from accelhost.hygiene.report import CHECK_NAMES, STATUSES, UNKNOWN, DoctorReport
+from accelhost.hygiene.rules import Orphan, find_orphans, leaked_segments
 
 MIB = 2**20
+STATUS_HELP = "Check status: 1 for the check's current state, 0 for the others"
+
+
+def _status_family(states: dict[str, str]) -> GaugeMetricFamily:
+    """One series per (check, state), like kube-state-metrics: alerts read `== 1` and a
+    SKIP or UNKNOWN can never be mistaken for OK."""
+    fam = GaugeMetricFamily("accelhost_check_status", STATUS_HELP, labels=["check", "state"])
+    for check, current in states.items():
+        for state in STATUSES:
+            fam.add_metric([check, state], 1.0 if state == current else 0.0)
+    return fam
 
 
 @dataclass(frozen=True)
@@ -39,7 +61,7 @@ class WatchConfig:
     # Stop an orphan only after it was seen in this many consecutive rounds.
     clean_orphan_rounds: int = 2
     journal: str = "/var/log/accelhost/clean.jsonl"
-    grace_s: float = 10.0
+    grace_s: float = DEFAULT_GRACE_S
     # Auto-clean never reaches beyond this scope (pids, shmids, owners, keys; empty = all).
     scope: CleanFilters = CleanFilters()
 
@@ -54,6 +76,8 @@ class Round:
     leaked_count: int | None
     orphans: int | None
     finished: float
+    shm_files: int | None = None
+    shm_bytes: int | None = None
 
 
 class HygieneCollector(Collector):
@@ -107,48 +131,51 @@ class HygieneCollector(Collector):
         yield actions
         if rnd is None:
             if failed:
-                unknown = GaugeMetricFamily(
-                    "accelhost_check_status",
-                    "Check status: 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN",
-                    labels=["check"],
-                )
-                for name in CHECK_NAMES:
-                    unknown.add_metric([name], STATUS_ORDER["UNKNOWN"])
-                yield unknown
+                yield _status_family({name: UNKNOWN for name in CHECK_NAMES})
             return
         last = GaugeMetricFamily(
             "accelhost_watch_last_run_timestamp_seconds", "When the last round finished"
         )
         last.add_metric([], rnd.finished)
         yield last
-        status = GaugeMetricFamily(
-            "accelhost_check_status",
-            "Check status: 0 OK, 1 WARN, 2 FAIL, 3 UNKNOWN",
-            labels=["check"],
-        )
-        for c in rnd.report.checks:
-            status.add_metric([c.name], STATUS_ORDER[c.status])
-        yield status
+        yield _status_family({c.name: c.status for c in rnd.report.checks})
         facts = rnd.facts
         if facts.hugepage_pools is not None:
-            total = GaugeMetricFamily(
-                "accelhost_hugepages_total", "Host HugePages pool size (pages)", labels=["size"]
-            )
-            free = GaugeMetricFamily(
-                "accelhost_hugepages_free", "Host HugePages free (pages)", labels=["size"]
+            pages = GaugeMetricFamily(
+                "accelhost_hugepages_pages",
+                "Host HugePages pool by page size and state (total, free, reserved, surplus; "
+                "reserved pages are also free)",
+                labels=["size_bytes", "state"],
             )
             for p in facts.hugepage_pools:
                 if p.node is None:
-                    total.add_metric([p.size_label], p.total)
-                    free.add_metric([p.size_label], p.free)
-            yield total
-            yield free
+                    size = str(p.size_kb * 1024)
+                    for state, n in (
+                        ("total", p.total),
+                        ("free", p.free),
+                        ("reserved", p.reserved),
+                        ("surplus", p.surplus),
+                    ):
+                        pages.add_metric([size, state], n)
+            yield pages
         if rnd.leaked_bytes is not None and rnd.leaked_count is not None:
             g = GaugeMetricFamily("accelhost_shm_leaked_bytes", "Bytes in leaked System V segments")
             g.add_metric([], rnd.leaked_bytes)
             yield g
             g = GaugeMetricFamily("accelhost_shm_leaked_segments", "Leaked System V segments")
             g.add_metric([], rnd.leaked_count)
+            yield g
+        if rnd.shm_files is not None and rnd.shm_bytes is not None:
+            g = GaugeMetricFamily(
+                "accelhost_posix_shm_leaked_files", "Leaked POSIX shared-memory files (/dev/shm)"
+            )
+            g.add_metric([], rnd.shm_files)
+            yield g
+            g = GaugeMetricFamily(
+                "accelhost_posix_shm_leaked_bytes",
+                "Bytes used by leaked POSIX shared-memory files (allocated blocks)",
+            )
+            g.add_metric([], rnd.shm_bytes)
             yield g
         if rnd.orphans is not None:
             g = GaugeMetricFamily("accelhost_orphan_processes", "Orphan engine processes")
@@ -188,7 +215,7 @@ def json_logger(stream: Any = None) -> Callable[[dict[str, Any]], None]:
 
     def log(event: dict[str, Any]) -> None:
         out = stream or sys.stdout
-        record = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **event}
+        record = {"ts": rfc3339_now(), **event}
         out.write(json.dumps(record) + "\n")
         out.flush()
 
@@ -229,6 +256,11 @@ class Watcher:
             if facts.processes is not None
             else None
         )
+        shm: list[ShmJudgement] | None = (
+            [j for j in judge_shm_files(facts, self.options) if j.leaked]
+            if shm_known(facts)
+            else None
+        )
         rnd = Round(
             facts=facts,
             report=report,
@@ -236,11 +268,13 @@ class Watcher:
             leaked_count=None if leaks is None else len(leaks),
             orphans=None if orphans is None else len(orphans),
             finished=time.time(),
+            shm_files=None if shm is None else len(shm),
+            shm_bytes=None if shm is None else sum(j.file.used_bytes for j in shm),
         )
         self.collector.update(rnd)
         self._log_changes(report)
         if self.config.auto_clean and host.is_live:
-            self._auto_clean(rnd, orphans or [], leaks or [])
+            self._auto_clean(rnd, orphans or [], leaks or [], shm or [])
         return rnd
 
     def _log_changes(self, report: DoctorReport) -> None:
@@ -260,9 +294,16 @@ class Watcher:
                 )
             self._last_status[c.name] = c.status
 
-    def _auto_clean(self, rnd: Round, orphans: list[Any], leaks: list[Any]) -> None:
+    def _auto_clean(
+        self, rnd: Round, orphans: list[Orphan], leaks: list[Any], shm: list[ShmJudgement]
+    ) -> None:
         seen: dict[tuple[int, int], int] = {}
         for o in orphans:
+            if o.group_frontend is not None:
+                # Its engine's frontend lives in its process group: that server may still
+                # be stopping it, or be a neighbour started by the same script. Never
+                # automatically; `accelhost clean` shows it to a person.
+                continue
             key = (o.proc.pid, o.proc.start_ticks)
             seen[key] = self._orphan_rounds.get(key, 0) + 1
         self._orphan_rounds = seen  # only current orphans are remembered
@@ -279,8 +320,16 @@ class Watcher:
             and (not scope.owners or s.uid in scope.owners)
             and (not scope.keys or (s.key & 0xFFFFFFFF) in scope.keys)
         ]
-        leaked = sum(s.size for s, _ in leaks)
-        do_segments = bool(leaks) and leaked >= self.config.clean_leaked_bytes
+        shm = [
+            j
+            for j in shm
+            if (not scope.owners or j.file.uid in scope.owners)
+            and (not scope.paths or j.file.path in scope.paths)
+        ]
+        if (scope.pids or scope.shmids) and not scope.paths:
+            shm = []  # a scope that names things leaves out the kinds it does not name
+        leaked = sum(s.size for s, _ in leaks) + sum(j.file.used_bytes for j in shm)
+        do_segments = bool(leaks or shm) and leaked >= self.config.clean_leaked_bytes
         if not ripe and not do_segments:
             return
         filters = CleanFilters(
@@ -290,12 +339,16 @@ class Watcher:
             keys=scope.keys,
             orphans=bool(ripe),
             segments=do_segments or bool(ripe),
+            paths=scope.paths,
+            shm_files=do_segments and bool(shm),
         )
         actions = [
             a
             for a in plan_clean(rnd.facts, self.options, filters)
             # below the threshold, only the segments of the orphans being stopped go
-            if do_segments or not isinstance(a, RemoveSegment) or a.after_stop
+            if do_segments
+            or isinstance(a, StopProcesses)
+            or (isinstance(a, RemoveSegment) and a.after_stop)
         ]
         if not actions:
             return
@@ -305,8 +358,8 @@ class Watcher:
             result = execute(actions, self.options, journal, grace_s=self.config.grace_s)
         finally:
             journal.close()
-        for o in result.outcomes:
-            self.collector.count_clean(o.action, "ok" if o.ok else "failed")
+        for out in result.outcomes:
+            self.collector.count_clean(out.action, "ok" if out.ok else "failed")
         self.log({"event": "auto_clean_done", "outcomes": [o.to_dict() for o in result.outcomes]})
 
     def run(self, stop: threading.Event, rounds: int | None = None) -> None:

@@ -10,8 +10,15 @@ import ctypes
 import ctypes.util
 import os
 import signal
+from collections.abc import Callable
 
 PR_SET_CHILD_SUBREAPER = 36
+CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_REC = 0x4000
+MS_SLAVE = 1 << 19
 
 
 def _libc() -> ctypes.CDLL:
@@ -55,3 +62,37 @@ def send_signal(pid: int, sig: int, pidfd: int | None) -> bool:
     except PermissionError:
         return False
     return True
+
+
+def private_ipc_setup() -> Callable[[], None]:
+    """A function for the forked child (looked up before the fork): it moves the child
+    into a new IPC namespace (System V segments, semaphores, message queues, POSIX
+    message queues) and a new mount namespace with a fresh tmpfs on /dev/shm, the way
+    Docker's `--ipc=private` does. The kernel frees all of them with the namespace's last
+    process. Raises OSError (EPERM without CAP_SYS_ADMIN)."""
+    libc = _libc()
+    unshare = libc.unshare
+    unshare.argtypes = [ctypes.c_int]
+    unshare.restype = ctypes.c_int
+    mount = libc.mount
+    mount.argtypes = [
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_ulong,
+        ctypes.c_char_p,
+    ]
+    mount.restype = ctypes.c_int
+
+    def check(result: int) -> None:
+        if result != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+
+    def setup() -> None:
+        check(unshare(CLONE_NEWIPC | CLONE_NEWNS))
+        # Mounts made from here on must not propagate back to the host's namespace.
+        check(mount(None, b"/", None, MS_REC | MS_SLAVE, None))
+        check(mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777"))
+
+    return setup

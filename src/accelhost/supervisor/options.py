@@ -56,7 +56,11 @@ class SupervisorOptions:
     kill_wait_s: float = DEFAULT_KILL_WAIT_S
     fail_on_exit: Sequence[str] = ()
     cgroup: str | None = None  # None, "auto", "1" or "2"
-    clean_shm: bool = True
+    clean_shm: bool = True  # remove the SysV segments and /dev/shm files the tree left
+    shm_dirs: Sequence[str] = ("/dev/shm",)
+    # Run the tree in an IPC namespace and a /dev/shm of its own, freed by the kernel with it.
+    private_ipc: bool = False
+    track_forks: bool = True  # follow every fork through the kernel's process events
     scan_interval_s: float = DEFAULT_SCAN_INTERVAL_S
     bind: BindRequest | None = None
     log: Callable[[str], None] = field(default=_stderr)  # progress; --quiet silences it
@@ -69,6 +73,12 @@ class RemovedSegment:
     key_hex: str
     size: int
     cpid: int
+
+
+@dataclass
+class RemovedFile:
+    path: str
+    used_bytes: int
 
 
 @dataclass
@@ -85,4 +95,5 @@ class RunOutcome:
     killed: list[int] = field(default_factory=list)  # pids that needed SIGKILL
     survivors: list[int] = field(default_factory=list)  # pids that outlived even SIGKILL
     removed_segments: list[RemovedSegment] = field(default_factory=list)
+    removed_files: list[RemovedFile] = field(default_factory=list)  # under /dev/shm
     teardown_s: float = 0.0

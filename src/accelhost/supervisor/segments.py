@@ -4,11 +4,16 @@ Exiting processes do not remove their segments (unless kernel.shm_rmid_forced=1)
 leaked one keeps HugePages and device-mapped memory until someone runs `ipcrm`. After
 the teardown we remove, one shmid at a time, exactly the segments that
 - did not exist when the supervisor started,
-- were created by a pid seen in the tree (the command, any process found by a scan, any
-  process the supervisor reaped), and
+- were created by a pid of the tree: every pid forked from it as the kernel's process
+  events report them (`procevents.ForkTracker`, exact: a grandchild that lived for a
+  millisecond counts), else the pids seen by a scan or reaped by the supervisor,
+- were not created by a pid that a process outside the tree got afterwards (ambiguous),
+  and whose creator pid no live process holds at the end (pid reuse),
 - nobody attaches any more (nattch 0) and are not already marked for destruction.
-A segment made by a process that lived and died between two looks at the tree is not
-attributed to it; `accelhost doctor` reports such a leak and `accelhost clean` removes it.
+Without process events (not root, or inside a container's PID namespace) a segment made by
+a process that lived and died between two looks at the tree is not attributed to it;
+`accelhost doctor` reports such a leak and `accelhost clean` removes it, and `run
+--private-ipc` gives the tree an IPC namespace whose segments the kernel frees with it.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class SegmentLedger:
 
     before: frozenset[int]  # shmids present when the supervisor started
     creators: set[int] = field(default_factory=set)  # every pid known to be of the tree
+    ambiguous: set[int] = field(default_factory=set)  # tree pids reused outside the tree
 
     @classmethod
     def start(cls, host: Host) -> SegmentLedger:
@@ -37,8 +43,17 @@ class SegmentLedger:
     def note(self, pids: Iterable[int]) -> None:
         self.creators.update(pids)
 
+    def absorb(self, members: Iterable[int], ambiguous: Iterable[int]) -> None:
+        """Take in what the process events saw: every member, and the reused pids."""
+        self.creators.update(members)
+        self.ambiguous.update(ambiguous)
+
     def ours(self, seg: ShmSegment) -> bool:
-        return seg.shmid not in self.before and seg.cpid in self.creators
+        return (
+            seg.shmid not in self.before
+            and seg.cpid in self.creators
+            and seg.cpid not in self.ambiguous
+        )
 
     def leaked(self, host: Host) -> list[ShmSegment]:
         """Our segments that nobody attaches, as the table shows them now."""
@@ -69,6 +84,14 @@ def remove_leaked(
     for seg in ledger.leaked(host):
         fresh = {s.shmid: s for s in read_segments(host) or []}.get(seg.shmid)
         if fresh is None or fresh.nattch != 0 or not ledger.ours(fresh):
+            continue
+        if host.read_file(f"/proc/{seg.cpid}/stat") is not None:
+            # The tree is gone, yet a process has the creator's pid: reused, or one that
+            # survived SIGKILL. Either way not provably a leftover of ours.
+            log(
+                f"kept shared memory shmid {seg.shmid} key {seg.key_hex}: its creator pid "
+                f"{seg.cpid} belongs to a live process"
+            )
             continue
         try:
             remove(seg.shmid)

@@ -11,29 +11,41 @@ from __future__ import annotations
 import errno
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from accelhost.supervisor.cgroup import Cgroup, join_cgroup
+from accelhost.supervisor.kernel import private_ipc_setup
 
 
 @dataclass
 class SpawnError(Exception):
     """The command could not be started: which step failed and the errno it failed with."""
 
-    step: str  # "exec" or "cgroup"
+    step: str  # "exec", "cgroup" or "private-ipc"
     errno: int
     argv0: str
 
     def __str__(self) -> str:
         if self.step == "cgroup":
             return f"--cgroup: cannot join the cgroup: {os.strerror(self.errno)}"
+        if self.step == "private-ipc":
+            return (
+                "--private-ipc: cannot make an IPC namespace and /dev/shm of the command's "
+                f"own: {os.strerror(self.errno)}"
+            )
         if self.errno == errno.ENOENT:
             return f"{self.argv0}: command not found"
         return f"{self.argv0}: cannot execute: {os.strerror(self.errno)}"
 
 
-def _child(argv: Sequence[str], cgroup: Cgroup | None, reset: Sequence[int], err_w: int) -> None:
+def _child(
+    argv: Sequence[str],
+    cgroup: Cgroup | None,
+    reset: Sequence[int],
+    err_w: int,
+    private: Callable[[], None] | None,
+) -> None:
     """Runs in the forked child; never returns."""
     step = "setup"
     try:
@@ -45,6 +57,9 @@ def _child(argv: Sequence[str], cgroup: Cgroup | None, reset: Sequence[int], err
         if cgroup is not None:
             step = "cgroup"
             join_cgroup(cgroup, os.getpid())
+        if private is not None:
+            step = "private-ipc"
+            private()
         step = "exec"
         os.execvp(argv[0], list(argv))
     except OSError as exc:
@@ -57,9 +72,12 @@ def _child(argv: Sequence[str], cgroup: Cgroup | None, reset: Sequence[int], err
         os._exit(127)
 
 
-def spawn(argv: Sequence[str], cgroup: Cgroup | None, reset: Sequence[int]) -> int:
+def spawn(
+    argv: Sequence[str], cgroup: Cgroup | None, reset: Sequence[int], private_ipc: bool = False
+) -> int:
     """The command's pid (also its process group and session id). SpawnError when it did
     not start; the failed child has been reaped by then."""
+    private = private_ipc_setup() if private_ipc else None
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
     try:
         pid = os.fork()
@@ -69,7 +87,7 @@ def spawn(argv: Sequence[str], cgroup: Cgroup | None, reset: Sequence[int]) -> i
         raise
     if pid == 0:  # pragma: no cover - the child execs or exits
         os.close(err_r)
-        _child(argv, cgroup, reset, err_w)
+        _child(argv, cgroup, reset, err_w, private)
     os.close(err_w)
     try:
         chunks = []

@@ -1,13 +1,10 @@
 """The supervisor: start one command, pass signals on, and leave nothing of it behind.
 
-It sleeps in one `poll()` over a self-pipe that the signal handlers write to
-(`signal.set_wakeup_fd`) and over pidfds of the processes it tracks, so an idle supervisor
-costs nothing: no timer fires unless something is tracked (`--fail-on-exit`, `--bind`),
-and then only a rescan of /proc that backs off to `scan_interval_s`.
-
-Teardown is bounded: SIGTERM to every live member of the tree, at most `grace_s` for them
-to go, SIGKILL to the rest, at most `kill_wait_s` for the kernel to take them; whatever is
-left then is in an uninterruptible sleep and is reported, not waited for.
+It sleeps in one `poll()` (`wakeup.Waker`) over a self-pipe that the signal handlers write
+to, over pidfds of the processes it tracks and over the kernel's process events (read in
+batches), so an idle supervisor costs nothing: no timer fires unless something is tracked
+(`--fail-on-exit`, `--bind`), and then only a rescan of /proc that backs off to
+`scan_interval_s`. The teardown is `teardown.Teardown`'s.
 """
 
 from __future__ import annotations
@@ -20,12 +17,13 @@ import select
 import signal
 import time
 from dataclasses import dataclass, field
-from types import FrameType
 
+from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
 from accelhost.procs import ProcessInfo
 from accelhost.supervisor.cgroup import Cgroup, create_cgroup
-from accelhost.supervisor.kernel import become_subreaper, open_pidfd, send_signal
+from accelhost.supervisor.kernel import become_subreaper, open_pidfd
+from accelhost.supervisor.leftovers import Leftovers
 from accelhost.supervisor.options import (
     FIRST_SCAN_S,
     FORWARDED_SIGNAL_NAMES,
@@ -36,12 +34,12 @@ from accelhost.supervisor.options import (
     RunOutcome,
     SupervisorOptions,
 )
-from accelhost.supervisor.segments import SegmentLedger, remove_leaked
+from accelhost.supervisor.procevents import BATCH_S
 from accelhost.supervisor.spawn import SpawnError, spawn
+from accelhost.supervisor.teardown import Teardown, alive_only
 from accelhost.supervisor.tree import TreeScanner, scan_tree, still_same, with_cmdlines
+from accelhost.supervisor.wakeup import Waker
 
-# While tearing down, look at /proc again at least this often for processes forked meanwhile.
-TEARDOWN_RESCAN_S = 0.25
 # Extra signals whose dispositions the command gets back as default (Python ignores SIGPIPE
 # and SIGXFSZ; a shell started by us must not inherit that).
 _RESET_FOR_CHILD = ("SIGPIPE", "SIGXFSZ")
@@ -56,20 +54,6 @@ def _signame(sig: int) -> str:
         return signal.Signals(sig).name
     except ValueError:
         return f"signal {sig}"
-
-
-def _noop(signum: int, frame: FrameType | None) -> None:
-    """The handler only has to exist: the wakeup fd carries the signal number to the loop,
-    and a handler (unlike SIG_DFL) is never discarded by the kernel for PID 1."""
-
-
-@dataclass
-class _Member:
-    """A process of the tree being torn down, pinned by a pidfd where the kernel has them."""
-
-    info: ProcessInfo
-    pidfd: int | None
-    gone: bool = False
 
 
 @dataclass
@@ -95,55 +79,13 @@ class Supervisor:
         self.forwarded = [_sig(n) for n in FORWARDED_SIGNAL_NAMES]
         self.stopping = {_sig(n) for n in STOPPING_SIGNAL_NAMES}
         self.cgroup: Cgroup | None = None
-        self.ledger: SegmentLedger | None = None
-        self.poller = select.poll()
+        self.left = Leftovers(host)
+        self.waker = Waker()
+        self.poller = self.waker.poller
         self.scanner = TreeScanner(host, self.me)
-        self._wake_r = -1
-        self._wake_w = -1
-        self._saved: dict[int, object] = {}
-        self._saved_wakeup = -1
-
-    # ---- signals -------------------------------------------------------------------------
-
-    def _install_signals(self) -> None:
-        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        self.poller.register(self._wake_r, select.POLLIN)
-        for sig in [*self.forwarded, signal.SIGCHLD]:
-            self._saved[sig] = signal.signal(sig, _noop)
-        self._saved_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
-
-    def _restore_signals(self) -> None:
-        signal.set_wakeup_fd(self._saved_wakeup)
-        for sig, handler in self._saved.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]
-        for fd in (self._wake_r, self._wake_w):
-            if fd >= 0:
-                os.close(fd)
-        self._wake_r = self._wake_w = -1
 
     def _wait(self, timeout_s: float | None) -> tuple[list[int], list[int]]:
-        """Sleep until a signal, a watched pidfd, or the timeout: (signals, readable fds)."""
-        ms = None if timeout_s is None else max(0, int(timeout_s * 1000) + 1)
-        events = self.poller.poll(ms)
-        signals: list[int] = []
-        fds: list[int] = []
-        for fd, _ in events:
-            if fd == self._wake_r:
-                signals.extend(self._drain())
-            else:
-                fds.append(fd)
-        return signals, fds
-
-    def _drain(self) -> list[int]:
-        out: list[int] = []
-        while True:
-            try:
-                data = os.read(self._wake_r, 512)
-            except BlockingIOError:
-                return out
-            if not data:
-                return out
-            out.extend(data)
+        return self.waker.wait(timeout_s)
 
     # ---- children ------------------------------------------------------------------------
 
@@ -156,8 +98,7 @@ class Supervisor:
                 return
             if pid == 0:
                 return
-            if self.ledger is not None:
-                self.ledger.note([pid])
+            self.left.note([pid])
             if pid == self.st.cmd_pid:
                 self.st.cmd_status = os.waitstatus_to_exitcode(status)
 
@@ -179,14 +120,13 @@ class Supervisor:
             tree = self.scanner.scan(self._extra_pids())
         else:
             tree = scan_tree(self.host, self.me, self._extra_pids())
-        if self.ledger is not None:
-            self.ledger.note(tree)
+        self.left.note(tree)
         return tree
 
     # ---- the run -------------------------------------------------------------------------
 
     def run(self) -> RunOutcome:
-        self._install_signals()
+        self.waker.install([*self.forwarded, signal.SIGCHLD])
         try:
             return self._run()
         except BaseException:
@@ -198,36 +138,42 @@ class Supervisor:
             for fd in list(self.st.tracked):
                 os.close(fd)
             self.st.tracked.clear()
-            self._restore_signals()
+            self.left.close()
+            self.waker.restore()
 
     def _run(self) -> RunOutcome:
         if not become_subreaper():
             self.opts.warn(
                 "cannot become a child subreaper; orphans of the command will not be found"
             )
-        if self.opts.clean_shm:
-            self.ledger = SegmentLedger.start(self.host)
+        self.left = Leftovers.start(
+            self.host, self.me, self.opts, scan=lambda: alive_only(self._scan())
+        )
+        for fd, drain in self.left.sources():
+            self.waker.add_events(fd, drain, BATCH_S)
         if self.opts.cgroup:
             self.cgroup = create_cgroup(self.opts.cgroup, f"accelhost-run-{self.me}")
         reset = [*self.forwarded, signal.SIGCHLD, *(_sig(n) for n in _RESET_FOR_CHILD)]
         try:
-            self.st.cmd_pid = spawn(self.opts.argv, self.cgroup, reset)
+            self.st.cmd_pid = spawn(self.opts.argv, self.cgroup, reset, self.opts.private_ipc)
         except SpawnError as exc:
-            self.opts.warn(str(exc))
             if self.cgroup is not None:
                 self.cgroup.remove()
+            if exc.step == "private-ipc":
+                raise AccelhostError(str(exc)) from None
+            self.opts.warn(str(exc))
             missing = exc.step == "exec" and exc.errno == errno.ENOENT
             code = STATUS_NOT_FOUND if missing else STATUS_CANNOT_EXECUTE
             return RunOutcome(status=code, reason="not-started")
-        if self.ledger is not None:
-            self.ledger.note([self.st.cmd_pid])
+        self.left.note([self.st.cmd_pid])
         reason = self._watch()
         started = time.monotonic()
         outcome = RunOutcome(status=0, reason=reason, cmd_pid=self.st.cmd_pid)
+        if self.left.files is not None:  # which /dev/shm files the tree holds, before signals
+            self.left.observe(alive_only(self._scan()))
         self._teardown(outcome)
         outcome.teardown_s = time.monotonic() - started
-        if self.ledger is not None:
-            outcome.removed_segments = remove_leaked(self.host, self.ledger, self.opts.log)
+        self.left.finish(outcome, self.opts.log)
         if self.cgroup is not None and not self.cgroup.remove():
             self.opts.warn(f"could not remove cgroup {self.cgroup.path}")
         outcome.cmd_wait_status = self.st.cmd_status
@@ -362,131 +308,11 @@ class Supervisor:
     # ---- teardown ------------------------------------------------------------------------
 
     def _teardown(self, outcome: RunOutcome) -> None:
-        """SIGTERM, grace, SIGKILL, bounded wait; fills the outcome's pid lists."""
         for fd in list(self.st.tracked):
             self.poller.unregister(fd)
             os.close(fd)
         self.st.tracked.clear()
-        members: dict[int, _Member] = {}
-        group_signalled = outcome.reason == "signal"
-        grace_end = time.monotonic() + self.opts.grace_s
-        try:
-            self._sweep(members, signal.SIGTERM, outcome.terminated, skip_group=group_signalled)
-            if members and self.opts.grace_s > 0:
-                self.opts.log(
-                    f"stopping {len(members)} process(es); SIGKILL in {self.opts.grace_s:g} s"
-                )
-            self._settle(members, grace_end, signal.SIGTERM, outcome.terminated)
-            if any(not m.gone for m in members.values()) or self._scan_alive():
-                if self.cgroup is not None:
-                    self.cgroup.kill_all()
-                self._sweep(members, signal.SIGKILL, outcome.killed, again=True)
-                if outcome.killed:
-                    self.opts.log(
-                        f"sent SIGKILL to {len(outcome.killed)} process(es) still alive "
-                        f"after {self.opts.grace_s:g} s"
-                    )
-                kill_end = time.monotonic() + self.opts.kill_wait_s
-                self._settle(members, kill_end, signal.SIGKILL, outcome.killed)
-            self._reap()
-            left = self._alive(self._scan())
-            for pid, info in sorted(left.items()):
-                outcome.survivors.append(pid)
-                hint = (
-                    " (uninterruptible sleep in a driver: only a device reset frees it)"
-                    if info.state == "D"
-                    else ""
-                )
-                self.opts.warn(
-                    f"pid {pid} ({info.comm}) survived SIGKILL, state {info.state}{hint}"
-                )
-        finally:
-            for m in members.values():
-                if m.pidfd is not None:
-                    with contextlib.suppress(KeyError):
-                        self.poller.unregister(m.pidfd)
-                    os.close(m.pidfd)
-
-    @staticmethod
-    def _alive(tree: dict[int, ProcessInfo]) -> dict[int, ProcessInfo]:
-        return {pid: i for pid, i in tree.items() if i.state not in ("Z", "X")}
-
-    def _scan_alive(self) -> bool:
-        self._reap()
-        return bool(self._alive(self._scan()))
-
-    def _sweep(
-        self,
-        members: dict[int, _Member],
-        sig: int,
-        sent: list[int],
-        skip_group: bool = False,
-        again: bool = False,
-    ) -> dict[int, ProcessInfo]:
-        """Signal every live member of the tree that has not had `sig` yet (all of them
-        again with `again`). Members of the command's group already got the forwarded
-        signal when `skip_group` is set; a second SIGTERM would cut their shutdown short."""
-        self._reap()
-        tree = self._alive(self._scan())
-        for pid, info in tree.items():
-            m = members.get(pid)
-            if m is not None and m.info.start_ticks != info.start_ticks:
-                if m.pidfd is not None:
-                    self.poller.unregister(m.pidfd)
-                    os.close(m.pidfd)
-                m = None
-            if m is None:
-                fd = open_pidfd(pid)
-                if fd is not None and not still_same(self.host, info):
-                    os.close(fd)
-                    continue
-                m = _Member(info, fd)
-                members[pid] = m
-                if fd is not None:
-                    self.poller.register(fd, select.POLLIN)
-                if skip_group and sig == signal.SIGTERM and info.pgid == self.st.cmd_pid:
-                    continue
-            elif not again or m.gone:
-                continue
-            if send_signal(pid, sig, m.pidfd) and pid not in sent:
-                sent.append(pid)
-        for pid, m in members.items():
-            cur = tree.get(pid)
-            if cur is None or cur.start_ticks != m.info.start_ticks:
-                m.gone = True
-        return tree
-
-    def _settle(self, members: dict[int, _Member], until: float, sig: int, sent: list[int]) -> None:
-        """Wait until every member is gone (and no new one appeared) or `until` passes;
-        newcomers found by the periodic rescan get `sig` too."""
-        last_scan = time.monotonic()
-        while True:
-            pending = [m for m in members.values() if not m.gone]
-            now = time.monotonic()
-            if now >= until:
-                return
-            rescan_due = last_scan + TEARDOWN_RESCAN_S
-            if not pending or all(m.pidfd is None for m in pending) or now >= rescan_due:
-                self._sweep(members, sig, sent)
-                last_scan = time.monotonic()
-                pending = [m for m in members.values() if not m.gone]
-                if not pending:
-                    return
-                rescan_due = last_scan + TEARDOWN_RESCAN_S
-            timeout = min(until, rescan_due) - time.monotonic()
-            signals, fds = self._wait(max(0.0, timeout))
-            self._reap()
-            for sig_in in signals:
-                if sig_in != signal.SIGCHLD:
-                    self._forward(sig_in)
-            by_fd = {m.pidfd: m for m in members.values() if m.pidfd is not None}
-            for fd in fds:
-                m = by_fd.get(fd)
-                if m is not None:
-                    m.gone = True
-                    self.poller.unregister(fd)
-                    os.close(fd)
-                    m.pidfd = None
+        Teardown(self).run(outcome)
 
 
 def supervise(options: SupervisorOptions, host: Host | None = None) -> RunOutcome:

@@ -1,0 +1,157 @@
+"""The options doctor, clean and watch share, and how they become `HygieneOptions`.
+
+Every bad value is a UsageError (exit 2): for the doctor, 1 means "a problem on the node",
+and a typo must never page anyone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from pathlib import Path
+
+from accelhost.cli.common import add_device_option, add_snapshot_option, host_from_args
+from accelhost.errors import SnapshotError, UsageError
+from accelhost.host.base import Host
+from accelhost.hygiene.engines import Engine, build_catalog, parse_catalog_file
+from accelhost.hygiene.options import HygieneOptions
+from accelhost.posixshm import DEFAULT_SHM_DIRS
+
+
+def add_common(p: argparse.ArgumentParser, min_age_alias: bool = False) -> None:
+    add_snapshot_option(p)
+    p.add_argument(
+        "--device-glob",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="also treat open files matching GLOB as device nodes (repeatable; adds to "
+        "/dev/davinci*, /dev/nvidia*, /dev/kfd, /dev/dri/renderD*, ...)",
+    )
+    p.add_argument(
+        "--engine-child",
+        "--engine-pattern",
+        dest="engine_pattern",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="also treat processes whose command line matches REGEX as engine children: "
+        "orphans when no engine frontend is above them (repeatable; adds to the catalog)",
+    )
+    p.add_argument(
+        "--engine-frontend",
+        action="append",
+        default=[],
+        metavar="REGEX",
+        help="also treat command lines matching REGEX as engine frontends (never orphans; "
+        "children under them are healthy)",
+    )
+    p.add_argument(
+        "--engine-catalog",
+        metavar="FILE",
+        help='add engines from a JSON file: {"engines": [{"name": ..., "frontends": [...], '
+        '"children": [...], "shm_names": [...]}]} (see docs/hygiene.md)',
+    )
+    p.add_argument(
+        "--shm-dir",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also look for leaked POSIX shared memory in this tmpfs dir (repeatable; "
+        f"adds to {', '.join(DEFAULT_SHM_DIRS)})",
+    )
+    p.add_argument(
+        "--shm-name",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="also count unheld shared-memory files named GLOB as leaked (repeatable; adds "
+        "to the catalog's psm_*, sem.mp-*, vllm_offload_*.mmap, nccl-*, torch_*)",
+    )
+    names = ["--shm-min-age", "--min-age"] if min_age_alias else ["--shm-min-age"]
+    p.add_argument(
+        *names,
+        dest="shm_min_age",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="a SysV segment must be idle, a /dev/shm file unchanged, this long to count "
+        "as leaked (default 60)",
+    )
+    p.add_argument(
+        "--idle-baseline-mib",
+        type=int,
+        metavar="MIB",
+        help="device memory an idle device may report as used "
+        "(default 4096 on Ascend, 1024 on NVIDIA)",
+    )
+    p.add_argument(
+        "--hugepages-threshold",
+        type=float,
+        default=0.90,
+        metavar="FRACTION",
+        help="WARN when a HugePages pool is used above this (default 0.90)",
+    )
+
+
+def add_preflight(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--expect-util",
+        type=float,
+        metavar="U",
+        help="preflight: will an engine with --gpu-memory-utilization U start?",
+    )
+    add_device_option(
+        p, "preflight only these devices (as npu-smi / nvidia-smi number them; 0-3,5)"
+    )
+
+
+def _catalog_engines(path: str | None) -> list[Engine]:
+    if not path:
+        return []
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--engine-catalog {path}: {exc.strerror}") from None
+    return parse_catalog_file(text, path)
+
+
+def hygiene_options(args: argparse.Namespace) -> HygieneOptions:
+    devices = getattr(args, "device", None)
+    if devices is not None and getattr(args, "expect_util", None) is None:
+        raise UsageError("--device goes with --expect-util U (the preflight)")
+    live = not getattr(args, "snapshot", None)
+    for d in args.shm_dir:
+        if live and not os.path.isdir(d):
+            raise UsageError(f"--shm-dir {d}: not a directory")
+    for rx in args.engine_frontend:
+        try:
+            re.compile(rx)
+        except re.error as exc:
+            raise UsageError(f"--engine-frontend {rx!r}: not a regex: {exc}") from None
+    catalog = build_catalog(
+        _catalog_engines(args.engine_catalog),
+        frontends=args.engine_frontend,
+        shm_names=args.shm_name,
+    )
+    dirs = tuple(dict.fromkeys([*DEFAULT_SHM_DIRS, *(d.rstrip("/") or "/" for d in args.shm_dir)]))
+    return HygieneOptions(
+        device_globs=tuple(args.device_glob),
+        engine_patterns=tuple(args.engine_pattern),
+        shm_min_age_s=args.shm_min_age,
+        expect_util=getattr(args, "expect_util", None),
+        devices=tuple(devices or ()),
+        idle_baseline_mib=args.idle_baseline_mib,
+        hugepages_threshold=args.hugepages_threshold,
+        catalog=catalog,
+        shm_dirs=dirs,
+    )
+
+
+def hygiene_host(args: argparse.Namespace) -> Host:
+    """The host to read; a snapshot that cannot be read is the caller's input: exit 2."""
+    try:
+        return host_from_args(args)
+    except SnapshotError as exc:
+        raise UsageError(str(exc)) from None

@@ -1,0 +1,159 @@
+"""What the cleaner may do, as plain values: a dry run prints them, `--yes` does them.
+
+The JSON of each action uses the doctor's keys for the same facts (`pid`, `cmdline`,
+`shmid`, `key`, `bytes`, `creator_pid`, `last_pid`, `path`, `used_bytes`, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from accelhost.hygiene.text import human_bytes
+
+
+@dataclass(frozen=True)
+class ProcessRef:
+    """A process as it was when planned: pid plus start time, to refuse a reused pid."""
+
+    pid: int
+    start_ticks: int
+    state: str
+    cmdline: str
+
+
+@dataclass(frozen=True)
+class StopProcesses:
+    """SIGTERM, wait, SIGKILL, wait: one orphan's group (or lone orphan) and its descendants."""
+
+    pgid: int
+    signal_group: bool
+    targets: tuple[ProcessRef, ...]
+    reason: str
+    kind: str = "stop"
+
+    def describe(self) -> str:
+        pids = " ".join(str(t.pid) for t in self.targets)
+        how = f"group {self.pgid} and pids {pids}" if self.signal_group else f"pids {pids}"
+        return f"stop {how}: {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "pgid": self.pgid,
+            "signal_group": self.signal_group,
+            "pids": [t.pid for t in self.targets],
+            "targets": [asdict(t) for t in self.targets],
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class RemoveSegment:
+    """`shmctl(IPC_RMID)` of one shmid, if it still passes the leak rule when we get there.
+
+    `after_stop` segments belong to processes this plan stops: judged once they are gone,
+    without the idle grace (we know why they are idle).
+    """
+
+    shmid: int
+    key: str
+    size: int
+    cpid: int
+    lpid: int
+    ctime: int
+    reason: str
+    after_stop: bool = False
+    kind: str = "remove_segment"
+
+    def describe(self) -> str:
+        when = " (once its processes are stopped, if then unattached)" if self.after_stop else ""
+        return (
+            f"remove segment shmid {self.shmid} (key {self.key}, {human_bytes(self.size)}, "
+            f"creator {self.cpid}){when}: {self.reason}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "shmid": self.shmid,
+            "key": self.key,
+            "bytes": self.size,
+            "creator_pid": self.cpid,
+            "last_pid": self.lpid,
+            "ctime": self.ctime,
+            "after_stop": self.after_stop,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class RemoveShmFile:
+    """`unlink` of one POSIX shared-memory file, if it is still the same file (device,
+    inode, mtime) and still held by nobody when we get there."""
+
+    path: str
+    used_bytes: int
+    size_bytes: int
+    owner: str
+    uid: int
+    dev: int
+    inode: int
+    mtime: float
+    naming: str | None
+    reason: str
+    kind: str = "remove_shm_file"
+
+    def describe(self) -> str:
+        return (
+            f"remove {self.path} ({human_bytes(self.used_bytes)} used, {self.owner}): {self.reason}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "path": self.path,
+            "used_bytes": self.used_bytes,
+            "size_bytes": self.size_bytes,
+            "owner": self.owner,
+            "uid": self.uid,
+            "naming": self.naming,
+            "reason": self.reason,
+        }
+
+
+Action = StopProcesses | RemoveSegment | RemoveShmFile
+
+
+@dataclass(frozen=True)
+class CleanFilters:
+    """Narrow the plan: only these pids / shmids / segment owners / keys / paths (empty = all)."""
+
+    pids: frozenset[int] = frozenset()
+    shmids: frozenset[int] = frozenset()
+    owners: frozenset[int] = frozenset()
+    keys: frozenset[int] = frozenset()
+    paths: frozenset[str] = frozenset()
+    orphans: bool = True
+    segments: bool = True
+    shm_files: bool = True
+
+
+@dataclass
+class Outcome:
+    action: str
+    target: str
+    result: str
+    ok: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class CleanResult:
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(o.ok for o in self.outcomes)

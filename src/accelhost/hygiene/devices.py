@@ -1,0 +1,137 @@
+"""Device memory as the vendor tools report it (npu-smi, nvidia-smi), read through the host.
+
+A tool that is not installed gives None (no such devices); a tool that fails or prints
+what we cannot parse records why in `errors` and gives an empty list (the checks that
+need it become UNKNOWN).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from accelhost.errors import AccelhostError
+from accelhost.host.base import Host
+from accelhost.parsers.nvidia_smi_memory import (
+    APPS_QUERY,
+    BUS_QUERY,
+    GPU_QUERY,
+    normalize_bus_id,
+    parse_compute_apps,
+    parse_gpu_bus_ids,
+    parse_gpu_memory,
+)
+
+
+@dataclass(frozen=True)
+class DeviceProcessMemory:
+    pid: int
+    name: str
+    memory_mib: int | None
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """One accelerator as its vendor tool reports it. Memory in MiB (npu-smi's "MB")."""
+
+    vendor: str
+    index: int
+    used_mib: int | None
+    total_mib: int | None
+    bus_id: str | None = None
+    name: str = ""
+    processes: tuple[DeviceProcessMemory, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"{'npu' if self.vendor == 'ascend' else 'gpu'}{self.index}"
+
+    @property
+    def node(self) -> str:
+        """The device node its users open (`/dev/davinciN`, `/dev/nvidiaN`)."""
+        return f"/dev/{'davinci' if self.vendor == 'ascend' else 'nvidia'}{self.index}"
+
+    @property
+    def free_mib(self) -> int | None:
+        if self.used_mib is None or self.total_mib is None:
+            return None
+        return max(0, self.total_mib - self.used_mib)
+
+
+def read_ascend(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | None:
+    from accelhost.parsers.npusmi_info import parse_npu_smi_info
+
+    result = host.run(["npu-smi", "info"])
+    if result is None:
+        return None
+    if not result.ok:
+        errors["devices"] = f"`npu-smi info` failed with status {result.rc}"
+        return []
+    try:
+        info = parse_npu_smi_info(result.stdout)
+    except AccelhostError as exc:
+        errors["devices"] = str(exc)
+        return []
+    if not info.chips:
+        errors["devices"] = "`npu-smi info` printed no chip table"
+        return []
+    order = sorted(info.chips, key=lambda c: (c.npu_id, c.chip_id))
+    index_of = {(c.npu_id, c.chip_id): i for i, c in enumerate(order)}
+    first_chip: dict[int, int] = {}
+    for c in order:
+        first_chip.setdefault(c.npu_id, c.chip_id)
+    procs: dict[int, list[DeviceProcessMemory]] = {}
+    for p in info.processes:
+        chip = p.chip_id if p.chip_id is not None else first_chip.get(p.npu_id)
+        idx = index_of.get((p.npu_id, chip if chip is not None else -1))
+        if idx is not None and p.pid >= 0:
+            procs.setdefault(idx, []).append(DeviceProcessMemory(p.pid, p.name, p.memory_mb))
+    return [
+        DeviceMemory(
+            vendor="ascend",
+            index=i,
+            used_mib=c.hbm_used_mb if c.hbm_total_mb else None,
+            total_mib=c.hbm_total_mb or None,
+            bus_id=c.bus_id,
+            name=c.name,
+            processes=tuple(procs.get(i, ())),
+        )
+        for i, c in enumerate(order)
+    ]
+
+
+def read_nvidia(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | None:
+    gpu, apps, bus = host.run_many([GPU_QUERY, APPS_QUERY, BUS_QUERY])
+    if gpu is None:
+        return None
+    if not gpu.ok:
+        errors["devices"] = f"`{' '.join(GPU_QUERY)}` failed with status {gpu.rc}"
+        return []
+    try:
+        memory = parse_gpu_memory(gpu.stdout)
+        bus_ids = parse_gpu_bus_ids(bus.stdout) if bus is not None and bus.ok else {}
+        app_rows = parse_compute_apps(apps.stdout) if apps is not None and apps.ok else []
+    except AccelhostError as exc:
+        errors["devices"] = str(exc)
+        return []
+    if apps is None or not apps.ok:
+        errors["device_processes"] = "nvidia-smi compute-apps query failed"
+    elif app_rows and not bus_ids:
+        # compute apps name their GPU by bus id only: without the map none can be placed
+        errors["device_processes"] = "nvidia-smi bus-id query failed: processes not placed"
+    index_bus = {i: b for b, i in bus_ids.items()}
+    procs: dict[int, list[DeviceProcessMemory]] = {}
+    for app in app_rows:
+        idx = bus_ids.get(normalize_bus_id(app.bus_id))
+        if idx is not None:
+            procs.setdefault(idx, []).append(DeviceProcessMemory(app.pid, "", app.used_mib))
+    return [
+        DeviceMemory(
+            vendor="nvidia",
+            index=g.index,
+            used_mib=g.used_mib,
+            total_mib=g.total_mib,
+            bus_id=index_bus.get(g.index),
+            processes=tuple(procs.get(g.index, ())),
+        )
+        for g in memory
+    ]

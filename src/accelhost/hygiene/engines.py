@@ -1,0 +1,191 @@
+"""The catalog of inference engines: which processes are frontends, which are children.
+
+Why two kinds: an engine's *frontend* (`vllm serve`, `python -m sglang.launch_server`) is
+what a person or a script starts; it may outlive its launcher (`nohup ... &`) and still be a
+healthy server. Its *children* (vLLM's `VLLM::EngineCore`, SGLang's `sglang::scheduler`)
+exist only under a frontend: one that hangs under PID 1, a subreaper or a shell has lost it
+and holds device memory for nobody. The orphan rule (rules.py) judges children only.
+
+One catalog, documented in docs/hygiene.md, extended (never replaced) from the command line
+(`--engine-frontend`, `--engine-child`, `--shm-name`) or a JSON file (`--engine-catalog`).
+Patterns are regular expressions searched in the full command line (`/proc/PID/cmdline`,
+arguments joined by spaces: `comm` is cut at 15 characters); shm names are globs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from accelhost.errors import UsageError
+
+CUSTOM = "custom"
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    frontends: tuple[str, ...] = ()
+    children: tuple[str, ...] = ()
+    shm_names: tuple[str, ...] = ()
+
+    def merged(self, other: Engine) -> Engine:
+        def add(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+            return tuple(dict.fromkeys(a + b))
+
+        return Engine(
+            self.name,
+            add(self.frontends, other.frontends),
+            add(self.children, other.children),
+            add(self.shm_names, other.shm_names),
+        )
+
+
+BUILTIN_ENGINES: tuple[Engine, ...] = (
+    Engine(
+        "vLLM",
+        frontends=(
+            r"(?:^|[\s/])vllm\s+serve\b",
+            r"\bvllm\.entrypoints\.",
+            r"^VLLM::APIServer",
+        ),
+        children=(r"^VLLM::EngineCore", r"^VLLM::Worker", r"^VLLM::DPCoordinator"),
+        # multiprocessing.shared_memory (message queues), its semaphores, KV offload files
+        shm_names=("psm_*", "sem.mp-*", "vllm_offload_*.mmap"),
+    ),
+    Engine(
+        "SGLang",
+        frontends=(
+            r"\bsglang\.launch_server\b",
+            r"(?:^|[\s/])sglang\s+serve\b",
+            r"\bsglang_router\.launch_server\b",
+        ),
+        children=(
+            r"^sglang::scheduler",
+            r"^sglang::detokenizer",
+            r"^sglang::data_parallel_controller",
+        ),
+        shm_names=("psm_*", "sem.mp-*"),
+    ),
+    # TensorRT-LLM, LMDeploy and MindIE do not retitle their child processes: only their
+    # frontends are known (device holders, two engines on one device); their children are
+    # not judged as orphans unless a site adds patterns for them.
+    Engine(
+        "TensorRT-LLM",
+        frontends=(r"(?:^|[\s/])trtllm-serve\b", r"\btensorrt_llm\.commands\.serve\b"),
+    ),
+    Engine(
+        "LMDeploy",
+        frontends=(r"(?:^|[\s/])lmdeploy\s+serve\b", r"\blmdeploy\.serve\."),
+    ),
+    Engine("MindIE", frontends=(r"\bmindieservice_daemon\b", r"\bmindie_llm\b")),
+    Engine("NCCL", shm_names=("nccl-*",)),
+    Engine("PyTorch", shm_names=("torch_*",)),
+)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    engines: tuple[Engine, ...]
+
+    def __post_init__(self) -> None:
+        for e in self.engines:
+            for kind, patterns in (("frontend", e.frontends), ("child", e.children)):
+                for p in patterns:
+                    try:
+                        re.compile(p)
+                    except re.error as exc:
+                        raise UsageError(
+                            f"engine {e.name} {kind} pattern {p!r}: not a regex: {exc}"
+                        ) from None
+
+    def _compiled(self, kind: str) -> list[tuple[str, re.Pattern[str]]]:
+        return [
+            (e.name, re.compile(p))
+            for e in self.engines
+            for p in (e.frontends if kind == "frontend" else e.children)
+        ]
+
+    def child_engine(self, command: str) -> str | None:
+        """The engine whose child pattern matches `command` (None: not an engine child)."""
+        return next((n for n, rx in self._compiled("child") if rx.search(command)), None)
+
+    def frontend_engine(self, command: str) -> str | None:
+        return next((n for n, rx in self._compiled("frontend") if rx.search(command)), None)
+
+    def engine_of(self, command: str) -> str | None:
+        """Child first: `VLLM::EngineCore` is a child even if a frontend pattern matches."""
+        return self.child_engine(command) or self.frontend_engine(command)
+
+    def any_regex(self) -> re.Pattern[str] | None:
+        """One regex for "some engine's process" (frontend or child)."""
+        patterns = [p for e in self.engines for p in e.frontends + e.children]
+        return re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
+
+    def shm_namings(self) -> list[tuple[str, str]]:
+        """(engine, glob) for every shared-memory naming, in catalog order."""
+        return [(e.name, g) for e in self.engines for g in e.shm_names]
+
+    def to_dict(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "name": e.name,
+                "frontends": list(e.frontends),
+                "children": list(e.children),
+                "shm_names": list(e.shm_names),
+            }
+            for e in self.engines
+        ]
+
+
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise UsageError(f"{where}: expected a list of strings")
+    return tuple(value)
+
+
+def parse_catalog_file(text: str, source: str) -> list[Engine]:
+    """`{"engines": [{"name": ..., "frontends": [...], "children": [...], "shm_names": [...]}]}`."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--engine-catalog {source}: not JSON: {exc}") from None
+    entries = data.get("engines") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise UsageError(f'--engine-catalog {source}: expected {{"engines": [...]}}')
+    out = []
+    for n, entry in enumerate(entries):
+        where = f"--engine-catalog {source}: engines[{n}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise UsageError(f"{where}: each engine needs a string 'name'")
+        unknown = set(entry) - {"name", "frontends", "children", "shm_names"}
+        if unknown:
+            raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+        out.append(
+            Engine(
+                entry["name"],
+                _strings(entry.get("frontends"), f"{where}.frontends"),
+                _strings(entry.get("children"), f"{where}.children"),
+                _strings(entry.get("shm_names"), f"{where}.shm_names"),
+            )
+        )
+    return out
+
+
+def build_catalog(
+    extra: Iterable[Engine] = (),
+    frontends: Sequence[str] = (),
+    children: Sequence[str] = (),
+    shm_names: Sequence[str] = (),
+) -> Catalog:
+    """The built-in catalog plus a file's engines (merged by name) plus command-line ones."""
+    by_name = {e.name: e for e in BUILTIN_ENGINES}
+    custom = Engine(CUSTOM, tuple(frontends), tuple(children), tuple(shm_names))
+    for e in [*extra, custom]:
+        by_name[e.name] = by_name[e.name].merged(e) if e.name in by_name else e
+    return Catalog(tuple(e for e in by_name.values() if e.frontends or e.children or e.shm_names))

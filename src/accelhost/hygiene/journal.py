@@ -1,0 +1,63 @@
+"""The cleaner's journal: one JSON line per action, written and synced before the action.
+
+Timestamps are RFC 3339 in UTC (`2026-12-01T03:12:01.123Z`), like the watch's log lines,
+so that log collectors parse them without a format of their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import uuid
+from pathlib import Path
+from typing import Any, TextIO
+
+from accelhost.errors import AccelhostError
+
+DEFAULT_JOURNAL = "/var/log/accelhost/clean.jsonl"
+
+
+def rfc3339_now() -> str:
+    """Now in UTC, RFC 3339 with milliseconds and a `Z`."""
+    now = dt.datetime.now(dt.timezone.utc)
+    return now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Journal:
+    """Append-only JSON lines, flushed and synced before the action it announces."""
+
+    def __init__(self, path: str | Path, run_id: str | None = None) -> None:
+        self.path = Path(path)
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh: TextIO = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
+        except OSError as exc:
+            raise AccelhostError(
+                f"cannot open the journal {self.path}: {exc.strerror}; "
+                "give another one with --journal FILE"
+            ) from None
+
+    def write(self, event: str, **fields: Any) -> None:
+        record = {
+            "ts": rfc3339_now(),
+            "run": self.run_id,
+            "event": event,
+            **fields,
+        }
+        try:
+            self._fh.write(json.dumps(record, sort_keys=False) + "\n")
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except OSError as exc:
+            # No record, no action: the caller stops before doing what was not journaled.
+            raise AccelhostError(
+                f"cannot write the journal {self.path}: {exc.strerror}; stopped before "
+                f"the {fields.get('action', event)} it would record"
+            ) from None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):  # a full disk already reported by write()
+            self._fh.close()

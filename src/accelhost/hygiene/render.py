@@ -1,0 +1,151 @@
+"""The doctor's and the cleaner's output for people: tables and one-line evidence.
+
+JSON output carries every field; these lines pick what a person reads first.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from typing import Any
+
+from accelhost.cli.common import render_table
+from accelhost.hygiene.options import is_control_node
+from accelhost.hygiene.report import CheckResult, DoctorReport
+from accelhost.hygiene.text import human_bytes, one_line
+
+
+def _mib(v: Any) -> str:
+    return "?" if v is None else f"{v} MiB"
+
+
+def _nodes(devices: Sequence[str]) -> list[str]:
+    """Per-device nodes when there are any; driver control nodes only otherwise."""
+    own = [d for d in devices if not is_control_node(d)]
+    return own or list(devices)
+
+
+def _age(seconds: float) -> str:
+    s = int(seconds)
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    if s < 172800:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600}h"
+
+
+def evidence_lines(check: CheckResult) -> list[str]:
+    """Short human lines for one check's evidence (the JSON has everything)."""
+    lines: list[str] = []
+    if check.name == "device_holders":
+        by_node: dict[str, list[str]] = {}
+        for e in check.evidence:
+            for node in _nodes(e.get("devices") or ["?"]):
+                mem = e.get("device_memory_mib")
+                state = e.get("state")
+                text = f"pid {e['pid']}" + (f" [{state}]" if state and state not in "SRI" else "")
+                text += f" {one_line(str(e.get('cmdline', '?')), 40)}" + (
+                    f" {mem} MiB" if mem is not None else ""
+                )
+                by_node.setdefault(node, []).append(text)
+        return [f"{node}: {'; '.join(v)}" for node, v in sorted(by_node.items())]
+    for e in check.evidence:
+        kind = e.get("kind")
+        if kind == "process":
+            age = e.get("age_s")
+            text = f"pid {e['pid']} {one_line(str(e.get('cmdline', '')), 50)}"
+            if age is not None:
+                text += f", up {_age(age)}"
+            if e.get("devices"):
+                text += f", holds {' '.join(_nodes(e['devices']))}"
+            if e.get("device_memory_mib") is not None:
+                text += f" ({e['device_memory_mib']} MiB)"
+            if e.get("reason") or e.get("detail"):
+                text += f": {e.get('reason') or e.get('detail')}"
+            parent = e.get("parent")
+            said = str(e.get("reason") or "")
+            if parent and f" {parent['pid']} " not in f" {said} " and parent["pid"] != 1:
+                text += f"; parent {parent['pid']} {one_line(str(parent['cmdline']), 30)}"
+            lines.append(text)
+        elif kind == "shm_file":
+            age = e.get("age_s")
+            lines.append(
+                f"{e['path']} {human_bytes(e['used_bytes'])} used "
+                f"(of {human_bytes(e['size_bytes'])}), {e['owner']}"
+                + (f", {_age(age)} old" if age is not None else "")
+                + (f", {e['naming']} naming" if e.get("naming") else "")
+                + f": {e['reason']}"
+            )
+        elif kind == "segment":
+            lines.append(
+                f"shmid {e['shmid']} key {e['key']} {human_bytes(e['bytes'])} "
+                f"creator {e['creator_pid']}{' hugetlb' if e['hugetlb'] else ''}: {e['reason']}"
+            )
+        elif kind == "device":
+            if "message" in e:
+                lines.append(f"{e['device']}: {e['message']}")
+                for h in e.get("holders", []):
+                    mem = _mib(h["device_memory_mib"])
+                    lines.append(f"  held by pid {h['pid']} {one_line(h['cmdline'], 40)} {mem}")
+                lines.append(f"  unattributed {e['unattributed_mib']} MiB")
+            else:
+                lines.append(
+                    f"{e['device']}: {e['unattributed_mib']} MiB of {e['used_mib']} MiB used "
+                    f"by no listed process (baseline {e['baseline_mib']} MiB)"
+                )
+        elif kind == "hugepages":
+            where = "host" if e["node"] is None else f"node{e['node']}"
+            lines.append(
+                f"{e['size']} {where}: {e['used_pct']}% used ({e['free']}/{e['total']} free)"
+            )
+        else:
+            lines.append(str(e.get("detail") or e))
+    return lines
+
+
+def render_report(report: DoctorReport, width: int = 76, fix_width: int = 44) -> str:
+    """One block of rows per check: summary then evidence lines, fix wrapped alongside."""
+    rows: list[list[str]] = []
+    for c in report.checks:
+        left = textwrap.wrap(c.summary, width) or [""]
+        for line in evidence_lines(c):
+            left += textwrap.wrap(
+                line, width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False
+            )
+        right = textwrap.wrap(c.fix, fix_width, break_on_hyphens=False)
+        for n in range(max(len(left), len(right))):
+            rows.append(
+                [
+                    c.name if n == 0 else "",
+                    c.status if n == 0 else "",
+                    left[n] if n < len(left) else "",
+                    right[n] if n < len(right) else "",
+                ]
+            )
+    return render_table(["CHECK", "STATUS", "EVIDENCE", "FIX"], rows)
+
+
+def describe_figures(fig: dict[str, Any]) -> str:
+    pools = fig["hugepages_free"]
+    huge = (
+        "unknown"
+        if pools is None
+        else ", ".join(f"{s} {v['free']}/{v['total']}" for s, v in pools.items()) or "none"
+    )
+    dev = ", ".join(f"{d} {_mib(v)}" for d, v in fig["device_memory_free_mib"].items())
+    if fig["segments"] is None:
+        segs = "unknown"
+    else:
+        leaked = "?" if fig["leaked_segments"] is None else fig["leaked_segments"]
+        segs = f"{fig['segments']} ({human_bytes(fig['segment_bytes'])}, {leaked} leaked)"
+    if fig["leaked_shm_files"] is None:
+        files = "unknown"
+    else:
+        files = f"{fig['leaked_shm_files']} ({human_bytes(fig['leaked_shm_bytes'])})"
+    orphans = "unknown" if fig["orphans"] is None else fig["orphans"]
+    return (
+        f"HugePages free {huge}; segments {segs}; leaked /dev/shm files {files}; "
+        f"orphans {orphans}; device memory free {dev or 'no device source'}"
+    )

@@ -1,0 +1,89 @@
+"""The doctor's verdicts: one `CheckResult` per check, one `DoctorReport` per run.
+
+The exit status follows the Node Problem Detector's custom-plugin contract: 0 healthy,
+1 a problem on the node, 2 could not tell. A check that was not requested or could not run
+is SKIP or UNKNOWN, never OK: a monitor must not read "not looked at" as "healthy".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+OK, WARN, FAIL, UNKNOWN, SKIP = "OK", "WARN", "FAIL", "UNKNOWN", "SKIP"
+STATUSES = (OK, WARN, FAIL, UNKNOWN, SKIP)
+# How bad, for "the worst finding": a FAIL outranks not knowing, which outranks a WARN.
+SEVERITY = {SKIP: 0, OK: 1, WARN: 2, UNKNOWN: 3, FAIL: 4}
+CHECK_NAMES = (
+    "orphan_engines",
+    "device_holders",
+    "unattributed_memory",
+    "shared_memory",
+    "posix_shm",
+    "hugepages",
+    "preflight",
+    "host_tuning",
+)
+BRIEF_WIDTH = 80
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    status: str
+    summary: str
+    evidence: tuple[dict[str, Any], ...] = ()
+    fix: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "summary": self.summary,
+            "evidence": list(self.evidence),
+            "fix": self.fix,
+        }
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    checks: tuple[CheckResult, ...] = field(default_factory=tuple)
+
+    @property
+    def verdict(self) -> str:
+        """FAIL, UNKNOWN, WARN or OK; UNKNOWN when nothing was checked at all."""
+        ran = [c for c in self.checks if c.status != SKIP]
+        if not ran:
+            return UNKNOWN
+        return max((c.status for c in ran), key=SEVERITY.__getitem__)
+
+    @property
+    def exit_code(self) -> int:
+        """0 healthy (OK or WARN), 1 a problem (any FAIL), 2 could not tell."""
+        return {FAIL: 1, UNKNOWN: 2}.get(self.verdict, 0)
+
+    def worst(self) -> CheckResult | None:
+        ran = [c for c in self.checks if c.status != SKIP]
+        return max(ran, key=lambda c: SEVERITY[c.status], default=None)
+
+    def brief(self, width: int = BRIEF_WIDTH) -> str:
+        """One line for a monitor: the verdict, then the worst finding (at most `width`)."""
+        worst = self.worst()
+        if worst is None:
+            line = f"{UNKNOWN} no check ran"
+        elif self.verdict == OK:
+            line = f"{OK} {len([c for c in self.checks if c.status == OK])} check(s) OK"
+        else:
+            line = f"{self.verdict} {worst.name}: {' '.join(worst.summary.split())}"
+        return line if len(line) <= width else line[: width - 3] + "..."
+
+    def get(self, name: str) -> CheckResult | None:
+        return next((c for c in self.checks if c.name == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.verdict,
+            "exit_code": self.exit_code,
+            "brief": self.brief(),
+            "checks": [c.to_dict() for c in self.checks],
+        }

@@ -1,0 +1,188 @@
+"""POSIX shared memory files (/dev/shm) that the supervised tree made and left behind.
+
+vLLM's message queues live in /dev/shm (`psm_*`, `sem.mp-*`, `vllm_offload_*.mmap`); a
+graceful stop unlinks them, a SIGKILL leaves them. A file carries no creator pid, so a
+file is the tree's only on evidence, and `run` removes exactly the files that
+- did not exist when the supervisor started (compared by device and inode, so a name
+  reused for a new file counts as new and an old file is never touched),
+- were seen held open or mapped by a live process of the tree: the supervisor looks when
+  a file is created in the directory (inotify, so no polling: vLLM creates its queues once
+  at start-up and holds them) and once more when the teardown begins, before any signal,
+  and
+- no live process on the host holds open or maps at the end (re-checked just before each
+  unlink, with the same inode).
+A file made and dropped by a process that was gone before the teardown began is not the
+tree's by this rule: it is kept, and `accelhost doctor` / `clean` handle it; `run
+--private-ipc` gives the tree a /dev/shm of its own that the kernel frees with it.
+The held/leaked readers are `accelhost.posixshm`'s, shared with the doctor and the cleaner.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import struct
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from accelhost.host.base import Host
+from accelhost.posixshm import list_shm_files, path_is_held, scan_held, stat_shm_file
+from accelhost.supervisor.options import RemovedFile
+
+Inode = tuple[int, int]  # (st_dev, st_ino)
+_EVENT = struct.Struct("=iIII")  # struct inotify_event: wd, mask, cookie, len (then name)
+IN_MOVED_TO = 0x80
+IN_CREATE = 0x100
+IN_Q_OVERFLOW = 0x4000
+IN_NONBLOCK = os.O_NONBLOCK
+IN_CLOEXEC = os.O_CLOEXEC
+
+
+class CreationWatch:
+    """Names of the files created in (or moved into) the directories, as inotify reports
+    them: the supervisor looks at who holds a file only while the file still exists, so
+    Python's semaphores (created and unlinked at once) cost nothing."""
+
+    def __init__(self, fd: int, dirs: dict[int, str]) -> None:
+        self.fd = fd
+        self.dirs = dirs  # watch descriptor -> directory
+
+    @classmethod
+    def open(cls, dirs: Sequence[str]) -> CreationWatch | None:
+        """None where inotify is missing or refused (limits): then only the look at the
+        teardown's start gathers evidence."""
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            fd = int(libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC))
+        except (OSError, AttributeError):
+            return None
+        if fd < 0:
+            return None
+        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        watched: dict[int, str] = {}
+        for d in dirs:
+            wd = int(libc.inotify_add_watch(fd, os.fsencode(d), IN_CREATE | IN_MOVED_TO))
+            if wd >= 0:
+                watched[wd] = d.rstrip("/")
+        if not watched:
+            os.close(fd)
+            return None
+        return cls(fd, watched)
+
+    def drain(self) -> list[str] | None:
+        """The paths created since the last drain; None when the kernel's queue overflowed
+        (some names are unknown)."""
+        paths: list[str] = []
+        overflow = False
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            at = 0
+            while at + _EVENT.size <= len(data):
+                wd, mask, _cookie, length = _EVENT.unpack_from(data, at)
+                name = data[at + _EVENT.size : at + _EVENT.size + length].rstrip(b"\0")
+                at += _EVENT.size + length
+                if mask & IN_Q_OVERFLOW:
+                    overflow = True
+                elif wd in self.dirs and name:
+                    paths.append(f"{self.dirs[wd]}/{os.fsdecode(name)}")
+        return None if overflow else paths
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def _mount_ns(pid: int | str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return None
+
+
+@dataclass
+class ShmFileLedger:
+    dirs: Sequence[str]
+    before: frozenset[Inode]
+    held_by_tree: set[Inode] = field(default_factory=set)
+
+    @classmethod
+    def start(cls, host: Host, dirs: Sequence[str]) -> ShmFileLedger:
+        listing = list_shm_files(host, dirs)
+        files = [f for found in listing.values() for f in found or []]
+        return cls(dirs, frozenset((f.dev, f.inode) for f in files))
+
+    def unknown(self, paths: Iterable[str]) -> bool:
+        """Some of these files exist, are new, and are not known to be the tree's yet."""
+        for path in paths:
+            f = stat_shm_file(path)
+            if f is not None:
+                key = (f.dev, f.inode)
+                if key not in self.before and key not in self.held_by_tree:
+                    return True
+        return False
+
+    def observe(self, host: Host, pids: Iterable[int]) -> None:
+        """Note the files under our dirs that these live members of the tree hold now.
+
+        A member in another mount namespace sees another /dev/shm under the same names: of
+        its files only mapped inodes count (their device tells the filesystems apart)."""
+        mine = _mount_ns("self")
+        same: list[int] = []
+        other: list[int] = []
+        for pid in pids:
+            (same if _mount_ns(pid) == mine else other).append(pid)
+        prefixes = tuple(d.rstrip("/") + "/" for d in self.dirs)
+        if same:
+            scan = scan_held(host, same)
+            self.held_by_tree |= scan.inodes
+            for path in scan.paths:
+                if path.startswith(prefixes):
+                    f = stat_shm_file(path)
+                    if f is not None:
+                        self.held_by_tree.add((f.dev, f.inode))
+        if other:
+            self.held_by_tree |= scan_held(host, other).inodes
+
+
+def remove_left_files(
+    host: Host, ledger: ShmFileLedger, log: Callable[[str], None]
+) -> list[RemovedFile]:
+    """Unlink the tree's files that nobody holds any more, each re-checked just before."""
+    removed: list[RemovedFile] = []
+    kept_new = 0
+    for found in list_shm_files(host, ledger.dirs).values():
+        for f in found or []:
+            key = (f.dev, f.inode)
+            if key in ledger.before:
+                continue
+            if key not in ledger.held_by_tree:
+                kept_new += 1
+                continue
+            fresh = stat_shm_file(f.path)
+            if fresh is None or (fresh.dev, fresh.inode) != key:
+                continue  # gone, or the name now belongs to another file
+            held = path_is_held(host, f.path)
+            if held is not False:
+                why = "still held by a live process" if held else "cannot tell who holds it"
+                log(f"kept {f.path}: {why}")
+                continue
+            try:
+                os.unlink(f.path)
+            except OSError as exc:
+                log(f"could not remove {f.path}: {exc.strerror}")
+                continue
+            removed.append(RemovedFile(f.path, fresh.used_bytes))
+            log(f"removed {f.path} ({fresh.used_bytes} bytes used) left by the tree")
+    if kept_new:
+        log(
+            f"kept {kept_new} new file(s) under {', '.join(ledger.dirs)}: "
+            "no process of the tree held them"
+        )
+    return removed

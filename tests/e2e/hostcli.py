@@ -1,0 +1,68 @@
+"""The accelhost commands as a user runs them, with their `--json` answers read back."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from engine import accelhost_argv
+
+
+@dataclass
+class Answer:
+    rc: int
+    data: Any
+    stdout: str
+    stderr: str
+
+    def explain(self) -> str:
+        return f"rc={self.rc}\nstdout:\n{self.stdout[-4000:]}\nstderr:\n{self.stderr[-4000:]}"
+
+
+def accelhost(*args: str, timeout: float = 600) -> Answer:
+    done = subprocess.run(
+        accelhost_argv(*args), capture_output=True, text=True, timeout=timeout, check=False
+    )
+    data = None
+    if "--json" in args and done.stdout.strip():
+        data = json.loads(done.stdout)
+    return Answer(done.returncode, data, done.stdout, done.stderr)
+
+
+def walk(node: Any) -> Iterator[dict[str, Any]]:
+    """Every dictionary inside a JSON answer, depth first."""
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from walk(value)
+
+
+def check(report: dict[str, Any], name: str) -> dict[str, Any]:
+    found = [c for c in report["checks"] if c["name"] == name]
+    assert len(found) == 1, (
+        f"doctor has no single {name} check: {[c['name'] for c in report['checks']]}"
+    )
+    return found[0]
+
+
+def pids_named(node: Any) -> set[int]:
+    """Pids that a JSON answer names as processes (evidence, targets, actions)."""
+    pids: set[int] = set()
+    for d in walk(node):
+        if isinstance(d.get("pid"), int):
+            pids.add(d["pid"])
+        for key in ("pids",):
+            if isinstance(d.get(key), list):
+                pids.update(p for p in d[key] if isinstance(p, int))
+    return pids
+
+
+def paths_named(node: Any) -> set[str]:
+    """/dev/shm paths that a JSON answer names."""
+    return {d["path"] for d in walk(node) if isinstance(d.get("path"), str)}

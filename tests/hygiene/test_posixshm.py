@@ -1,0 +1,334 @@
+"""POSIX shared memory: the held-paths reader and the leak rule, with real files and processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hygiene_lab import stop_popen
+
+from accelhost.host.live import LiveHost
+from accelhost.posixshm import (
+    HeldScan,
+    ShmFile,
+    held_births,
+    held_paths,
+    judge_shm_file,
+    leaked_posix_shm,
+    list_shm_files,
+    match_naming,
+    parse_find_listing,
+    parse_maps,
+    path_is_held,
+    scan_held,
+)
+
+SHM = Path("/dev/shm")
+# open: keep an fd; map: mmap then close the fd; map-unlink: mmap, close, unlink the name.
+HOLDER = r"""
+import mmap, os, sys, time
+mode, path = sys.argv[1], sys.argv[2]
+fd = os.open(path, os.O_RDWR)
+if mode != "open":
+    m = mmap.mmap(fd, 4096)
+    os.close(fd)
+    if mode == "map-unlink":
+        os.unlink(path)
+print("ready", flush=True)
+time.sleep(1000)
+"""
+
+
+@pytest.fixture
+def shm_paths() -> Iterator[list[Path]]:
+    """Unique names under /dev/shm; each removed by path afterwards."""
+    if not SHM.is_dir():
+        pytest.skip("no /dev/shm")
+    made: list[Path] = []
+    try:
+        yield made
+    finally:
+        for p in made:
+            p.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def private() -> Iterator[list[Path]]:
+    """Two directories of our own on the /dev/shm tmpfs, removed whole afterwards.
+
+    Files born within SIBLING_WINDOW_S of a held file in the same directory count as that
+    holder's: a test that needs a held file and an unheld one of the same age keeps them
+    apart, and other software's files on the shared /dev/shm cannot interfere."""
+    import shutil
+    import tempfile
+
+    if not SHM.is_dir():
+        pytest.skip("no /dev/shm")
+    dirs = [Path(tempfile.mkdtemp(prefix="accelhost-test-", dir=SHM)) for _ in range(2)]
+    try:
+        yield dirs
+    finally:
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def _new_file(
+    made: list[Path],
+    prefix: str = "psm_",
+    size: int = 8192,
+    write: int = 4096,
+    where: Path = SHM,
+) -> Path:
+    path = where / f"{prefix}accelhost-test-{uuid.uuid4().hex[:10]}"
+    made.append(path)
+    with open(path, "wb") as fh:
+        fh.truncate(size)
+        fh.write(b"x" * write)
+    return path
+
+
+@pytest.fixture
+def holders() -> Iterator[list[subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            stop_popen(p)
+
+
+def _hold(procs: list[subprocess.Popen[str]], mode: str, path: Path) -> int:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, mode, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    procs.append(proc)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    return proc.pid
+
+
+def _age(path: Path, seconds: float) -> None:
+    past = time.time() - seconds
+    os.utime(path, (past, past))
+
+
+def test_parse_maps_keeps_files_and_drops_deleted_and_pseudo() -> None:
+    text = (
+        "7f00-7f10 rw-s 00000000 00:1a 12345 /dev/shm/psm_abc\n"
+        "7f10-7f20 rw-s 00000000 00:1a 12346 /dev/shm/sem.xyz (deleted)\n"
+        "7f20-7f30 r-xp 00000000 08:01 999 /usr/lib/with space.so\n"
+        "7f30-7f40 rw-p 00000000 00:00 0 [heap]\n"
+        "7f40-7f50 rw-p 00000000 00:00 0\n"
+    )
+    paths, inodes = parse_maps(text)
+    assert paths == {"/dev/shm/psm_abc", "/usr/lib/with space.so"}
+    assert (os.makedev(0, 0x1A), 12345) in inodes
+    assert all(ino != 12346 for _, ino in inodes)
+
+
+def test_parse_find_listing_reads_blocks_owner_and_skips_dirs() -> None:
+    text = (
+        "f 160000000 4096 0 root 1700000000.5 1700000001.0 26 77 psm_1a2b\0"
+        "d 40 0 0 root 1700000000.0 1700000000.0 26 78 somedir\0"
+        "f 32 8 1000 alice 1700000002.0 1700000002.0 26 79 name with space\0"
+    )
+    files = parse_find_listing(text, "/dev/shm/")
+    assert [f.path for f in files] == ["/dev/shm/psm_1a2b", "/dev/shm/name with space"]
+    assert files[0].used_bytes == 4096 * 512 and files[0].size_bytes == 160000000
+    assert (files[1].owner, files[1].uid, files[1].inode) == ("alice", 1000, 79)
+
+
+def test_held_paths_sees_open_and_mapped_files_but_not_deleted_mappings(
+    shm_paths: list[Path], holders: list[subprocess.Popen[str]]
+) -> None:
+    opened, mapped, unlinked, free = (_new_file(shm_paths) for _ in range(4))
+    _hold(holders, "open", opened)
+    _hold(holders, "map", mapped)
+    _hold(holders, "map-unlink", unlinked)
+    held = held_paths(LiveHost())
+    assert str(opened) in held
+    assert str(mapped) in held
+    assert str(free) not in held
+    assert not any(p.startswith(str(unlinked)) for p in held)
+    assert path_is_held(LiveHost(), str(mapped)) is True
+    assert path_is_held(LiveHost(), str(free)) is False
+
+
+def test_held_paths_limited_to_given_pids(
+    shm_paths: list[Path], holders: list[subprocess.Popen[str]]
+) -> None:
+    a, b = _new_file(shm_paths), _new_file(shm_paths)
+    pid_a = _hold(holders, "open", a)
+    _hold(holders, "map", b)
+    held = held_paths(LiveHost(), [pid_a])
+    assert str(a) in held and str(b) not in held
+
+
+def test_old_held_file_is_never_leaked_and_old_free_one_is(
+    shm_paths: list[Path], holders: list[subprocess.Popen[str]], private: list[Path]
+) -> None:
+    held_file = _new_file(shm_paths, where=private[0])
+    free_file = _new_file(shm_paths, size=10 * 1024 * 1024, write=4096, where=private[1])
+    _hold(holders, "map", held_file)
+    for p in (held_file, free_file):
+        _age(p, 86400 * 30)
+    naming = [("vLLM", "psm_*")]
+    dirs = [str(d) for d in private]
+    leaked = {v.file.path: v for v in leaked_posix_shm(dirs, 60.0, namings=naming)}
+    assert str(held_file) not in leaked
+    verdict = leaked[str(free_file)]
+    assert verdict.naming == "vLLM"
+    # bytes actually used, not the 10 MiB apparent size of the sparse file
+    assert verdict.file.size_bytes == 10 * 1024 * 1024
+    assert 4096 <= verdict.file.used_bytes < 1024 * 1024
+    assert verdict.file.owner == "root"
+
+
+def test_young_free_file_waits_for_min_age(shm_paths: list[Path], private: list[Path]) -> None:
+    young = _new_file(shm_paths, where=private[0])
+    dirs = [str(private[0])]
+    assert str(young) not in {v.file.path for v in leaked_posix_shm(dirs, 3600.0)}
+    _age(young, 7200)
+    assert str(young) in {v.file.path for v in leaked_posix_shm(dirs, 3600.0)}
+
+
+def test_a_file_born_with_a_held_one_is_its_holders(
+    shm_paths: list[Path], holders: list[subprocess.Popen[str]], private: list[Path]
+) -> None:
+    """vLLM's semaphore (`sem.mp-*`) is born with its queues (`psm_*`) and, while the server
+    lives, held by no process: it is the live server's, not a leak."""
+    queue = _new_file(shm_paths, where=private[0])
+    sem = _new_file(shm_paths, prefix="sem.mp-", size=32, write=32, where=private[0])
+    _hold(holders, "map", queue)
+    _age(sem, 7200)
+    listing = list_shm_files(LiveHost(), [str(private[0])])[str(private[0])] or []
+    assert all(f.birth is not None for f in listing)  # tmpfs keeps birth times (statx)
+    assert str(sem) not in {v.file.path for v in leaked_posix_shm([str(private[0])], 60.0)}
+    scan = scan_held(LiveHost())
+    sem_file = next(f for f in listing if f.path == str(sem))
+    verdict = judge_shm_file(sem_file, scan, time.time(), 60.0, "vLLM", held_births(listing, scan))
+    assert not verdict.leaked and "born with" in verdict.reason
+
+
+def test_sibling_window_is_a_few_seconds() -> None:
+    from accelhost.posixshm import SIBLING_WINDOW_S
+
+    f = ShmFile("/dev/shm/sem.mp-x", 32, 4096, 0, "root", 0.0, 0.0, birth=1000.0)
+    scan = HeldScan(frozenset(), frozenset(), ())
+    near = judge_shm_file(f, scan, 1e9, 60.0, "vLLM", [1000.0 + SIBLING_WINDOW_S - 0.5])
+    assert not near.leaked and "born with" in near.reason
+    far = judge_shm_file(f, scan, 1e9, 60.0, "vLLM", [1000.0 + SIBLING_WINDOW_S + 0.5])
+    assert far.leaked
+    unknown_birth = ShmFile("/dev/shm/sem.mp-y", 32, 4096, 0, "root", 0.0, 0.0)
+    assert judge_shm_file(unknown_birth, scan, 1e9, 60.0, "vLLM", [0.0, 5.0]).leaked
+
+
+def test_unreadable_process_blocks_the_verdict() -> None:
+    f = ShmFile("/dev/shm/psm_x", 10, 4096, 0, "root", 0.0, 0.0)
+    scan = HeldScan(frozenset(), frozenset(), unreadable=(4242,))
+    verdict = judge_shm_file(f, scan, 1e9, 60.0, None)
+    assert not verdict.leaked and "4242" in verdict.reason
+    by_inode = HeldScan(frozenset(), frozenset({(5, 9)}), ())
+    g = ShmFile("/dev/shm/renamed", 10, 4096, 0, "root", 0.0, 0.0, dev=5, inode=9)
+    assert not judge_shm_file(g, by_inode, 1e9, 60.0, None).leaked
+
+
+def test_list_shm_files_names_unreadable_dirs(tmp_path: Path) -> None:
+    (tmp_path / "sem.mp-abc").write_bytes(b"x" * 32)
+    (tmp_path / "sub").mkdir()
+    listing = list_shm_files(LiveHost(), [str(tmp_path), str(tmp_path / "missing")])
+    assert [f.name for f in listing[str(tmp_path)] or []] == ["sem.mp-abc"]
+    assert listing[str(tmp_path / "missing")] is None
+    assert match_naming("sem.mp-abc", [("vLLM", "psm_*"), ("vLLM", "sem.mp-*")]) == "vLLM"
+    assert match_naming("other", [("vLLM", "psm_*")]) is None
+
+
+def test_scan_reports_processes_it_cannot_read(tmp_path: Path) -> None:
+    scan = scan_held(LiveHost())
+    # every unreadable pid is a live, non-kernel process we really could not read
+    for pid in scan.unreadable + scan.privileged:
+        assert Path(f"/proc/{pid}").exists()
+        with pytest.raises(PermissionError):
+            Path(f"/proc/{pid}/maps").read_text()
+
+
+def test_snapshot_keeps_only_shared_mappings_and_replays_the_verdict(
+    shm_paths: list[Path], holders: list[subprocess.Popen[str]], private: list[Path]
+) -> None:
+    from accelhost.host.snapshot import SnapshotHost
+    from accelhost.hygiene import HygieneOptions, read_facts, run_checks
+    from accelhost.recording import recorder
+
+    held, free = _new_file(shm_paths, where=private[0]), _new_file(shm_paths, where=private[1])
+    pid = _hold(holders, "map", held)
+    for p in (held, free):
+        _age(p, 7200)
+    rec = recorder(LiveHost())
+    opts = HygieneOptions(shm_dirs=tuple(str(d) for d in private))
+    live = run_checks(read_facts(rec, opts), opts, ("posix_shm",)).checks[0]
+    snap = rec.to_snapshot()
+    maps = snap["files"][f"/proc/{pid}/maps"]
+    assert str(held) in maps and ".so" not in maps and "[heap]" not in maps
+    again = run_checks(read_facts(SnapshotHost(snap), opts), opts, ("posix_shm",)).checks[0]
+    assert again.to_dict() == live.to_dict()
+    paths = {e["path"] for e in again.evidence}
+    assert str(free) in paths and str(held) not in paths
+
+
+def _shm_fake(readable: bool):  # type: ignore[no-untyped-def]
+    """A recorded host with two old files in /dev/shm, one mapped by pid 50."""
+    from hygiene_fakes import NOW, FakeHost
+
+    from accelhost.host.base import command_key
+    from accelhost.posixshm import find_argv
+
+    fake = FakeHost()
+    fake.proc(50, "VLLM::EngineCore", ppid=1, pgid=50, sid=50)
+    old = NOW - 7200
+    fake.commands[command_key(find_argv("/dev/shm"))] = (
+        f"f 160000000 8192 0 root {old} {old} 26 77 psm_held\0"
+        f"f 160000000 8192 0 root {old} {old} 26 78 psm_left\0"
+    )
+    fake.files["/proc/50/maps"] = "7f00-7f10 rw-s 00000000 00:1a 77 /dev/shm/psm_held\n"
+    for pid in (1, 900) if readable else (900,):
+        fake.files[f"/proc/{pid}/maps"] = ""
+    for pid in (1, 50, 900):
+        fake.dirs.setdefault(f"/proc/{pid}/fd", [])
+    return fake
+
+
+def test_posix_shm_check_on_a_recording_and_when_it_cannot_tell() -> None:
+    from accelhost.hygiene import HygieneOptions, read_facts, run_checks
+
+    opts = HygieneOptions()
+    ok = run_checks(read_facts(_shm_fake(True).host(), opts), opts, ("posix_shm",)).checks[0]
+    assert ok.status == "WARN"
+    assert [e["path"] for e in ok.evidence] == ["/dev/shm/psm_left"]
+    assert ok.evidence[0]["used_bytes"] == 8192 * 512 and ok.evidence[0]["age_s"] == 7200
+    # pid 1's open files cannot be read (and it is no more privileged than us): unknown
+    blind = run_checks(read_facts(_shm_fake(False).host(), opts), opts, ("posix_shm",))
+    assert blind.checks[0].status == "UNKNOWN" and blind.exit_code == 2
+    assert "pid(s) 1" in blind.checks[0].summary
+
+
+def test_an_open_file_seen_under_another_path_is_held(
+    shm_paths: list[Path], holders: list[subprocess.Popen[str]], private: list[Path]
+) -> None:
+    """A pod's process names its emptyDir file /dev/shm/x; the host lists it elsewhere. A
+    hard link stands in for that: one file, two paths; the process opens one, we list the
+    other. Its identity (device, inode) says it is held."""
+    opened = _new_file(shm_paths, where=private[0])
+    other = private[1] / opened.name
+    os.link(opened, other)
+    shm_paths.append(other)
+    _hold(holders, "open", opened)  # an open fd, no mapping
+    _age(other, 7200)
+    assert str(other) not in held_paths(LiveHost())
+    assert str(other) not in {v.file.path for v in leaked_posix_shm([str(private[1])], 60.0)}
+    assert path_is_held(LiveHost(), str(other)) is True
