@@ -216,9 +216,7 @@ def handler(args: argparse.Namespace) -> int:
         if plan is not None:  # None: skipped on this architecture, and said so
             bind = BindRequest(device, plan, args.bind_delay)
     elif args.plan or args.thread_role or args.any_arch:
-        from accelhost.errors import UsageError
-
-        raise UsageError("run: --plan, --thread-role and --any-arch go with --bind DEVICE")
+        raise UsageError("--plan, --thread-role and --any-arch go with --bind DEVICE")
     options = SupervisorOptions(
         argv=argv,
         grace_s=args.grace,
