@@ -14,7 +14,7 @@ import select
 import signal
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from accelhost.procs import ProcessInfo
 from accelhost.supervisor.kernel import open_pidfd, send_signal
@@ -22,7 +22,39 @@ from accelhost.supervisor.options import RunOutcome
 from accelhost.supervisor.tree import still_same
 
 if TYPE_CHECKING:
-    from accelhost.supervisor.supervise import Supervisor
+    from accelhost.host.base import Host
+    from accelhost.supervisor.cgroup import Cgroup
+    from accelhost.supervisor.options import SupervisorOptions
+
+
+class _CmdState(Protocol):
+    @property
+    def cmd_pid(self) -> int | None: ...
+
+
+class TreeOwner(Protocol):
+    """What a teardown needs of the supervisor that owns the tree.
+
+    Written as a protocol so that this module does not import `supervise` (which imports
+    it): the supervisor satisfies it structurally.
+    """
+
+    @property
+    def opts(self) -> SupervisorOptions: ...
+    @property
+    def host(self) -> Host: ...
+    @property
+    def cgroup(self) -> Cgroup | None: ...
+    @property
+    def poller(self) -> select.poll: ...
+    @property
+    def st(self) -> _CmdState: ...
+
+    def _reap(self) -> None: ...
+    def _scan(self, cheap: bool = False) -> dict[int, ProcessInfo]: ...
+    def _wait(self, timeout_s: float | None) -> tuple[list[int], list[int]]: ...
+    def _forward(self, sig: int) -> None: ...
+
 
 # While tearing down, look at /proc again at least this often for processes forked meanwhile.
 TEARDOWN_RESCAN_S = 0.25
@@ -42,7 +74,7 @@ class _Member:
 
 
 class Teardown:
-    def __init__(self, sup: Supervisor) -> None:
+    def __init__(self, sup: TreeOwner) -> None:
         self.sup = sup
 
     def run(self, outcome: RunOutcome) -> None:
