@@ -199,12 +199,6 @@ def assign(
     return out
 
 
-def set_affinity(tid: int, cpus: Iterable[int]) -> tuple[int, ...]:
-    """Pin one thread and return what the kernel actually set (it intersects with the cpuset)."""
-    os.sched_setaffinity(tid, cpus)
-    return tuple(sorted(os.sched_getaffinity(tid)))
-
-
 def get_affinity(tid: int) -> tuple[int, ...] | None:
     try:
         return tuple(sorted(os.sched_getaffinity(tid)))
