@@ -12,6 +12,9 @@ and `worker` imports the rest on its first call, so that it stays cheap to impor
 inference workers.
 """
 
-# The memory step's default time budget (`--migrate-budget-ms`, `migrate_budget_ms=`): here,
-# not in `migrate`, so that the CLI can show it in --help without importing the applier.
+# The defaults of the applier's options live here, not in the modules that use them, so that
+# the CLI can show them in --help and a worker can name them without importing the applier.
+# The memory step's time budget (`--migrate-budget-ms`, `migrate_budget_ms=`):
 DEFAULT_MIGRATE_BUDGET_MS = 1000
+# Where the IRQ masks found at bind time are saved for `unbind --irq` (`--state-dir`):
+DEFAULT_STATE_DIR = "/var/lib/accelhost"

@@ -10,9 +10,9 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR, traps
 from accelhost.apply import irq as irqmod
-from accelhost.apply import traps
-from accelhost.apply.migrate import DEFAULT_BUDGET_MS, build_move
+from accelhost.apply.migrate import build_move
 from accelhost.apply.steps import (
     ExecCommand,
     IrqAffinity,
@@ -26,6 +26,7 @@ from accelhost.apply.steps import (
     thread_step,
 )
 from accelhost.apply.threads import RoleMatcher, list_threads, scan_named_threads, thread_steps
+from accelhost.apply.traps import live_host
 from accelhost.cpulist import cpu_mask, format_cpulist
 from accelhost.plans import DevicePlan, Plan, ThreadRole
 from accelhost.readers.cpus import read_cgroup_cpuset
@@ -46,10 +47,10 @@ class BindOptions:
     irq: bool = True
     irqbalance: str = "stop"
     host_root: str = "/"
-    state_dir: str = irqmod.DEFAULT_STATE_DIR
+    state_dir: str = DEFAULT_STATE_DIR
     host_threads: bool = True
     membind: bool = False
-    migrate_budget_ms: int = DEFAULT_BUDGET_MS
+    migrate_budget_ms: int = DEFAULT_MIGRATE_BUDGET_MS
 
 
 @dataclass(frozen=True)
@@ -59,14 +60,6 @@ class Prepared:
     steps: tuple[Step, ...]
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
-
-
-def live_host() -> Host:
-    """This machine through the host door: what a bind reads of /proc and /sys (the
-    `host` argument of the builders answers commands only, and tests pass a fake one)."""
-    from accelhost.host.live import LiveHost
-
-    return LiveHost()
 
 
 def roles_of(plan: Plan, dev: DevicePlan) -> list[ThreadRole]:
@@ -99,7 +92,8 @@ def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None 
     """Threads first (they run as soon as pinned), then memory onto their node, then IRQs.
 
     `host` answers the few commands (npu-smi board query, systemctl); None: this machine.
-    The process's files are read through one live host for the whole build.
+    The process's files and the IRQ tree are read through one `live_host()` for the whole
+    build (tests pass a fake `host` for the commands only).
     """
     live = live_host()
     dev = plan.device(device)
@@ -112,10 +106,10 @@ def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None 
         steps += thread_steps(pid, dev.main, roles)  # list_threads + assign, in one pass
         planned = [*dev.main, *(c for r in roles for c in r.cpus)]
         # What the threads show says more than the environment alone: one warning, not two.
-        clobbered = traps.clobber_warnings(live, pid, planned)
-        env = traps.process_environ(live, pid)
+        clobbered = traps.clobber_warnings(pid, planned, live)
+        env = traps.process_environ(pid, live)
         warnings += clobbered or traps.omp_warnings(env, f"process {pid}")
-        warnings += traps.outside_cpuset_warning(live, pid, planned)
+        warnings += traps.outside_cpuset_warning(pid, planned, live)
     if options.threads and options.host_threads:
         ht_steps, ht_warnings = _host_thread_steps(live, plan, pid)
         steps += ht_steps
@@ -140,7 +134,7 @@ def _host_thread_steps(live: Host, plan: Plan, pid: int | None) -> tuple[list[St
         return [], []
     found = scan_named_threads(RoleMatcher(host_role(plan)))
     steps: list[Step] = [ThreadAffinity(p, t, n, "host", ht.cpus) for p, t, n in found if p != pid]
-    return steps, traps.host_threads_warning(live, len(found), ht.pattern)
+    return steps, traps.host_threads_warning(len(found), ht.pattern, live)
 
 
 def _memory_steps(dev: DevicePlan, pid: int, root: str, budget_ms: int) -> list[Step]:
@@ -267,7 +261,7 @@ def build_exec(
     dev = plan.device(device)
     steps: list[Step] = []
     warnings = traps.omp_warnings(dict(os.environ), "the command's environment")
-    warnings += traps.outside_cpuset_warning(live_host(), os.getpid(), dev.main)
+    warnings += traps.outside_cpuset_warning(os.getpid(), dev.main)
     notes: list[str] = []
     if options.irq:
         irq_steps, irq_warnings, irq_notes = build_irq(plan, dev, options, host)

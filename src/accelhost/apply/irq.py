@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 SQ_MARK = "sq_send_trigger_irq"
 STATE_FORMAT = "accelhost-irq-state/1"
 STATE_FILE = "irq-state.json"
-DEFAULT_STATE_DIR = "/var/lib/accelhost"
 
 
 def rooted(root: str, path: str) -> str:

@@ -1,7 +1,8 @@
 """Checks run before binding: the traps users keep falling into, each as one warning.
 
-Every file is read through the `Host` the caller passes (the host door; a `LiveHost` when
-binding) and every CPU list by its one reader in `accelhost.readers.cpus`.
+Every file is read through the host door: the `host` a caller passes (a bind passes one
+`LiveHost` for all its checks; tests pass a recorded machine), else a `LiveHost`. Every
+CPU list is read by its one reader in `accelhost.readers.cpus`.
 """
 
 from __future__ import annotations
@@ -17,9 +18,16 @@ from accelhost.readers.cpus import read_allowed_cpus, read_cgroup_cpuset
 OMP_VARS = ("OMP_PROC_BIND", "GOMP_CPU_AFFINITY")
 
 
-def process_environ(host: Host, pid: int | str) -> dict[str, str] | None:
+def live_host() -> Host:
+    """This machine, for callers that pass no host."""
+    from accelhost.host.live import LiveHost
+
+    return LiveHost()
+
+
+def process_environ(pid: int | str, host: Host | None = None) -> dict[str, str] | None:
     """The environment a process started with; None when it cannot be read."""
-    text = host.read_file(f"/proc/{pid}/environ")
+    text = (host or live_host()).read_file(f"/proc/{pid}/environ")
     if text is None:
         return None
     out = {}
@@ -30,7 +38,7 @@ def process_environ(host: Host, pid: int | str) -> dict[str, str] | None:
     return out
 
 
-def _cpuset(host: Host, pid: int | str) -> tuple[int, ...] | None:
+def _cpuset(pid: int | str, host: Host) -> tuple[int, ...] | None:
     """The cgroup cpuset of `pid`, sorted; None when absent or unreadable. The warnings
     here are advice: a list the kernel wrote that does not parse costs the advice, not
     the bind."""
@@ -54,13 +62,14 @@ def omp_warnings(env: Mapping[str, str] | None, who: str) -> list[str]:
     ]
 
 
-def narrowed_warning(host: Host, pid: int | str) -> list[str]:
+def narrowed_warning(pid: int | str, host: Host | None = None) -> list[str]:
     """A planner reading this process's allowed CPUs sees less than the cgroup grants."""
+    host = host or live_host()
     try:
         allowed = read_allowed_cpus(host, pid)
     except ParseError:
         return []
-    cpuset = _cpuset(host, pid)
+    cpuset = _cpuset(pid, host)
     if allowed is None or cpuset is None or not set(allowed) < set(cpuset):
         return []
     who = "this process" if pid == "self" else f"process {pid}"
@@ -72,9 +81,9 @@ def narrowed_warning(host: Host, pid: int | str) -> list[str]:
     ]
 
 
-def outside_cpuset_warning(host: Host, pid: int, planned: Sequence[int]) -> list[str]:
+def outside_cpuset_warning(pid: int, planned: Sequence[int], host: Host | None = None) -> list[str]:
     """Planned CPUs that the kernel will silently drop or refuse for this process."""
-    cpuset = _cpuset(host, pid)
+    cpuset = _cpuset(pid, host or live_host())
     outside = sorted(set(planned) - set(cpuset)) if cpuset is not None else []
     if not outside:
         return []
@@ -93,7 +102,8 @@ def irq_writable_warning(writable: bool) -> list[str]:
     ]
 
 
-def in_container(host: Host) -> bool:
+def in_container(host: Host | None = None) -> bool:
+    host = host or live_host()
     # Docker and Podman leave a marker file (empty, so read as "", not None).
     if any(host.read_file(p) is not None for p in ("/.dockerenv", "/run/.containerenv")):
         return True
@@ -101,7 +111,7 @@ def in_container(host: Host) -> bool:
     return any(word in text for word in ("docker", "kubepods", "containerd", "libpod"))
 
 
-def host_threads_warning(host: Host, found: int, pattern: str) -> list[str]:
+def host_threads_warning(found: int, pattern: str, host: Host | None = None) -> list[str]:
     if found:
         return []
     hint = (
@@ -119,13 +129,14 @@ OMP_PIN_VARS = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINIT
 _FALSE = ("false", "0", "")
 
 
-def thread_affinities(host: Host, pid: int) -> dict[int, frozenset[int]]:
+def thread_affinities(pid: int, host: Host | None = None) -> dict[int, frozenset[int]]:
     """Each live thread's CPUs (threads that exit while being read are left out).
 
     The CPUs come from sched_getaffinity(2), not from each thread's status file: the
     syscall is the mask the kernel enforces, and one call per thread is the cheap way.
     """
-    tids = [int(t) for t in host.list_dir(f"/proc/{pid}/task") or () if t.isdigit()]
+    names = (host or live_host()).list_dir(f"/proc/{pid}/task") or ()
+    tids = [int(t) for t in names if t.isdigit()]
     out = {}
     for tid in tids:
         try:
@@ -135,14 +146,15 @@ def thread_affinities(host: Host, pid: int) -> dict[int, frozenset[int]]:
     return out
 
 
-def clobber_warnings(host: Host, pid: int, planned: Sequence[int] = ()) -> list[str]:
+def clobber_warnings(pid: int, planned: Sequence[int] = (), host: Host | None = None) -> list[str]:
     """Known pathological narrowings of `pid`'s threads, each with what to do about it.
 
     Cheap in the common case (a bind runs it on every call): when the main thread has
     several CPUs and no OpenMP pinning variable is set, neither pattern can hold, and the
     other threads are not read.
     """
-    env = process_environ(host, pid)
+    host = host or live_host()
+    env = process_environ(pid, host)
     try:
         main = os.sched_getaffinity(pid)
     except OSError:
@@ -150,7 +162,7 @@ def clobber_warnings(host: Host, pid: int, planned: Sequence[int] = ()) -> list[
     if len(main) > 1 and not any(k in (env or {}) for k in OMP_PIN_VARS):
         return []
     return classify_clobber(
-        pid, thread_affinities(host, pid), _cpuset(host, pid) or online_cpus(host), env, planned
+        pid, thread_affinities(pid, host), _cpuset(pid, host) or online_cpus(host), env, planned
     )
 
 
@@ -228,10 +240,10 @@ def _one_cpu(
     )
 
 
-def online_cpus(host: Host) -> tuple[int, ...] | None:
+def online_cpus(host: Host | None = None) -> tuple[int, ...] | None:
     """The CPUs online now (/sys/devices/system/cpu/online), sorted; None when unknown."""
     path = "/sys/devices/system/cpu/online"
-    text = host.read_file(path)
+    text = (host or live_host()).read_file(path)
     if text is None or not text.strip():
         return None
     try:

@@ -14,13 +14,13 @@ from accelhost.apply.build import (
     BindOptions,
     device_irqs,
     host_role,
-    live_host,
     roles_of,
     target_node,
 )
 from accelhost.apply.driver import role_warnings
 from accelhost.apply.irq import read_mask
 from accelhost.apply.threads import RoleMatcher, assign, get_affinity, list_threads
+from accelhost.apply.traps import live_host
 from accelhost.cpulist import cpu_mask, format_cpulist, parse_cpu_mask
 from accelhost.plans import Plan
 
@@ -102,7 +102,7 @@ def verify(plan: Plan, device: int, options: BindOptions, host: Host | None = No
         assigned = assign(list_threads(pid), dev.main, roles)
         info.extend(f"warning: {w}" for w in role_warnings(roles, {a.role for a in assigned}, pid))
         planned = [*dev.main, *(c for r in roles for c in r.cpus)]
-        info.extend(f"warning: {w}" for w in traps.clobber_warnings(live, pid, planned))
+        info.extend(f"warning: {w}" for w in traps.clobber_warnings(pid, planned, live))
         for a in assigned:
             actual = get_affinity(a.tid)
             if actual is None:  # exited meanwhile

@@ -12,6 +12,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR
 from accelhost.apply.irqbalance import MODES as IRQBALANCE_MODES
 from accelhost.cli.common import add_device_option, one_device
 from accelhost.cli.plan import add_device_type_option
@@ -27,7 +28,7 @@ HOST_ROOT_HELP = (
     "prefix of every /proc and /sys path of the IRQ and memory steps (node agents see the "
     "host at /host)"
 )
-STATE_HELP = "where IRQ masks are saved for `unbind --irq` (default /var/lib/accelhost)"
+STATE_HELP = f"where IRQ masks are saved for `unbind --irq` (default {DEFAULT_STATE_DIR})"
 
 
 def plan_options(p: argparse.ArgumentParser) -> None:
@@ -99,15 +100,13 @@ def _budget_ms(text: str) -> int:
 
 
 def migrate_option(p: argparse.ArgumentParser) -> None:
-    from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS as DEFAULT_BUDGET_MS
-
     p.add_argument(
         "--migrate-budget-ms",
         type=_budget_ms,
-        default=DEFAULT_BUDGET_MS,
+        default=DEFAULT_MIGRATE_BUDGET_MS,
         metavar="MS",
         help="stop moving memory pages after this long, between two batches "
-        f"(default {DEFAULT_BUDGET_MS})",
+        f"(default {DEFAULT_MIGRATE_BUDGET_MS})",
     )
 
 
@@ -186,7 +185,7 @@ def load_plan(args: argparse.Namespace, device: int) -> Plan:
             raise UsageError("--reserve-irq must be 0 or more")
         kwargs["reserve_irq"] = args.reserve_irq
     host = read_once(LiveHost())
-    warn(narrowed_warning(host, "self"))
+    warn(narrowed_warning("self", host))
     try:
         plan = make_plan(host, **kwargs)
         plan.device(device)
@@ -199,7 +198,6 @@ def load_plan(args: argparse.Namespace, device: int) -> Plan:
 
 def bind_options(args: argparse.Namespace, **kw: Any) -> BindOptions:
     from accelhost.apply.build import BindOptions
-    from accelhost.apply.irq import DEFAULT_STATE_DIR
 
     return BindOptions(
         host_root=getattr(args, "host_root", "/") or "/",
