@@ -132,7 +132,7 @@ def _host_thread_steps(live: Host, plan: Plan, pid: int | None) -> tuple[list[St
     ht = plan.host_threads
     if ht is None or not ht.cpus:
         return [], []
-    found = scan_named_threads(RoleMatcher(host_role(plan)))
+    found = scan_named_threads(RoleMatcher(host_role(plan)), live)
     steps: list[Step] = [ThreadAffinity(p, t, n, "host", ht.cpus) for p, t, n in found if p != pid]
     return steps, traps.host_threads_warning(len(found), ht.pattern, live)
 

@@ -123,7 +123,7 @@ def verify(plan: Plan, device: int, options: BindOptions, host: Host | None = No
         from accelhost.apply.threads import scan_named_threads
 
         want = tuple(sorted(set(ht.cpus)))
-        for owner, tid, name in scan_named_threads(RoleMatcher(host_role(plan))):
+        for owner, tid, name in scan_named_threads(RoleMatcher(host_role(plan)), live):
             actual = get_affinity(tid) if owner != pid else None
             if actual is None:  # exited, or already checked with the process's threads
                 continue
