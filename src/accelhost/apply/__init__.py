@@ -7,11 +7,18 @@ runs them in order and reports each outcome. `driver` is the one bind driver tha
 policy, thread roles, retry of threads born while binding, the report). Around them:
 `threads` (list, match and pin threads), `irq` and `irqbalance` (device interrupts),
 `memory` and `migrate` (NUMA pages), `traps` (warnings before binding), `identity` (which
-device a process holds), `verify` (drift). Modules here import only the standard library,
-and `worker` imports the rest on its first call, so that it stays cheap to import inside
-inference workers.
+device a process holds), `verify` (drift). Files are read through the host door
+(`accelhost.host`: a `LiveHost`, with `--host-root` paths), the allowed CPUs and the cgroup
+cpuset by their one readers in `accelhost.readers.cpus`; one exception, on purpose: the
+thread names of the bind's hot path (`threads`), opened relative to an open task directory,
+which a 500-thread bind needs and the door does not offer. Modules here use only the
+standard library and accelhost's own packages, and `worker` imports the rest on its first
+call, so that it stays cheap to import inside inference workers.
 """
 
-# The memory step's default time budget (`--migrate-budget-ms`, `migrate_budget_ms=`): here,
-# not in `migrate`, so that the CLI can show it in --help without importing the applier.
+# The defaults of the applier's options live here, not in the modules that use them, so that
+# the CLI can show them in --help and a worker can name them without importing the applier.
+# The memory step's time budget (`--migrate-budget-ms`, `migrate_budget_ms=`):
 DEFAULT_MIGRATE_BUDGET_MS = 1000
+# Where the IRQ masks found at bind time are saved for `unbind --irq` (`--state-dir`):
+DEFAULT_STATE_DIR = "/var/lib/accelhost"

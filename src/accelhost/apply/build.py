@@ -10,9 +10,9 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR, traps
 from accelhost.apply import irq as irqmod
-from accelhost.apply import traps
-from accelhost.apply.migrate import DEFAULT_BUDGET_MS, build_move
+from accelhost.apply.migrate import build_move
 from accelhost.apply.steps import (
     ExecCommand,
     IrqAffinity,
@@ -26,14 +26,15 @@ from accelhost.apply.steps import (
     thread_step,
 )
 from accelhost.apply.threads import RoleMatcher, list_threads, scan_named_threads, thread_steps
+from accelhost.apply.traps import live_host
 from accelhost.cpulist import cpu_mask, format_cpulist
 from accelhost.plans import DevicePlan, Plan, ThreadRole
+from accelhost.readers.cpus import read_cgroup_cpuset
 
 if TYPE_CHECKING:
     from accelhost.host.base import Host
 
 IRQ_ASCEND_FAMILIES = frozenset({"A2", "A3", "310P"})
-IRQBALANCE_MODES = ("stop", "ban", "keep")
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,10 @@ class BindOptions:
     irq: bool = True
     irqbalance: str = "stop"
     host_root: str = "/"
-    state_dir: str = irqmod.DEFAULT_STATE_DIR
+    state_dir: str = DEFAULT_STATE_DIR
     host_threads: bool = True
     membind: bool = False
-    migrate_budget_ms: int = DEFAULT_BUDGET_MS
+    migrate_budget_ms: int = DEFAULT_MIGRATE_BUDGET_MS
 
 
 @dataclass(frozen=True)
@@ -59,12 +60,6 @@ class Prepared:
     steps: tuple[Step, ...]
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)
-
-
-def live_host() -> Host:
-    from accelhost.host.live import LiveHost
-
-    return LiveHost()
 
 
 def roles_of(plan: Plan, dev: DevicePlan) -> list[ThreadRole]:
@@ -97,7 +92,10 @@ def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None 
     """Threads first (they run as soon as pinned), then memory onto their node, then IRQs.
 
     `host` answers the few commands (npu-smi board query, systemctl); None: this machine.
+    The process's files and the IRQ tree are read through one `live_host()` for the whole
+    build (tests pass a fake `host` for the commands only).
     """
+    live = live_host()
     dev = plan.device(device)
     steps: list[Step] = []
     warnings: list[str] = []
@@ -108,11 +106,12 @@ def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None 
         steps += thread_steps(pid, dev.main, roles)  # list_threads + assign, in one pass
         planned = [*dev.main, *(c for r in roles for c in r.cpus)]
         # What the threads show says more than the environment alone: one warning, not two.
-        clobbered = traps.clobber_warnings(pid, planned)
-        warnings += clobbered or traps.omp_warnings(traps.process_environ(pid), f"process {pid}")
-        warnings += traps.outside_cpuset_warning(pid, planned)
+        clobbered = traps.clobber_warnings(pid, planned, live)
+        env = traps.process_environ(pid, live)
+        warnings += clobbered or traps.omp_warnings(env, f"process {pid}")
+        warnings += traps.outside_cpuset_warning(pid, planned, live)
     if options.threads and options.host_threads:
-        ht_steps, ht_warnings = _host_thread_steps(plan, pid)
+        ht_steps, ht_warnings = _host_thread_steps(live, plan, pid)
         steps += ht_steps
         warnings += ht_warnings
     if pid is not None and options.memory:
@@ -125,7 +124,7 @@ def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None 
     return Prepared(tuple(steps), tuple(warnings), tuple(notes))
 
 
-def _host_thread_steps(plan: Plan, pid: int | None) -> tuple[list[Step], list[str]]:
+def _host_thread_steps(live: Host, plan: Plan, pid: int | None) -> tuple[list[Step], list[str]]:
     """950: the host's UVB poll threads go to the host-thread CPUs, whoever owns them.
 
     Those of the bound process itself are already among its own thread steps.
@@ -133,9 +132,9 @@ def _host_thread_steps(plan: Plan, pid: int | None) -> tuple[list[Step], list[st
     ht = plan.host_threads
     if ht is None or not ht.cpus:
         return [], []
-    found = scan_named_threads(RoleMatcher(host_role(plan)))
+    found = scan_named_threads(RoleMatcher(host_role(plan)), live)
     steps: list[Step] = [ThreadAffinity(p, t, n, "host", ht.cpus) for p, t, n in found if p != pid]
-    return steps, traps.host_threads_warning(len(found), ht.pattern)
+    return steps, traps.host_threads_warning(len(found), ht.pattern, live)
 
 
 def _memory_steps(dev: DevicePlan, pid: int, root: str, budget_ms: int) -> list[Step]:
@@ -161,9 +160,11 @@ def _memory_steps(dev: DevicePlan, pid: int, root: str, budget_ms: int) -> list[
 
 
 def device_irqs(
-    plan: Plan, dev: DevicePlan, root: str, host: Host | None
+    plan: Plan, dev: DevicePlan, root: str, host: Host | None, live: Host
 ) -> tuple[list[irqmod.DeviceIrq], str | None]:
-    """The device's IRQs with their planned CPUs, or ([], why they cannot be found)."""
+    """The device's IRQs with their planned CPUs, or ([], why they cannot be found).
+
+    `host` answers npu-smi; `live` reads the IRQ tree under `root`."""
     # sysfs names devices in lower case; npu-smi (and so hand-written plans) in upper case.
     pci = (dev.pci or _board_pci(plan, dev, host) or "").strip().lower()
     if not pci:
@@ -174,15 +175,16 @@ def device_irqs(
         )
         return [], f"no PCI address for device {dev.device}: the plan has no 'pci'{asked}"
     try:
-        if plan.device_type in IRQ_ASCEND_FAMILIES or irqmod.has_sq_irq(root, pci):
-            return irqmod.ascend_irqs(root, pci, dev.irq, dev.device), None
-        return irqmod.generic_irqs(root, pci, dev.irq, dev.device), None
+        if plan.device_type in IRQ_ASCEND_FAMILIES or irqmod.has_sq_irq(live, root, pci):
+            return irqmod.ascend_irqs(live, root, pci, dev.irq, dev.device), None
+        return irqmod.generic_irqs(live, root, pci, dev.irq, dev.device), None
     except irqmod.IrqLookupError as exc:
         return [], str(exc)
 
 
 def _board_pci(plan: Plan, dev: DevicePlan, host: Host | None) -> str | None:
-    """§7: ask npu-smi for the PCI address (Ascend, or a hand-written plan of no family)."""
+    """Ask `npu-smi info -t board` for the PCI address (Ascend, or a hand-written plan of no
+    family): the IRQs are found from the PCI address (docs/bind.md, "IRQs")."""
     if plan.device_type not in IRQ_ASCEND_FAMILIES and plan.device_type not in (
         "unknown",
         "manual",
@@ -202,7 +204,8 @@ def build_irq(
     if not dev.irq:
         return [], [], []
     root = options.host_root
-    irqs, problem = device_irqs(plan, dev, root, host)
+    live = live_host()
+    irqs, problem = device_irqs(plan, dev, root, host, live)
     if problem is not None:
         what = f"bind the IRQs of device {dev.device} to CPUs {format_cpulist(dev.irq)}"
         return [Unresolved(what, problem)], [], []
@@ -222,7 +225,7 @@ def build_irq(
             steps.append(IrqBalance("stop", state_path=state))
         else:
             path = irqbalance.config_path(root)
-            original = irqmod.read_text(path) or ""
+            original = live.read_file(path) or ""
             text = irqbalance.banned_config(original, dev.irq, [i.irq for i in irqs])
             steps.append(
                 IrqBalance(
@@ -233,7 +236,7 @@ def build_irq(
         warnings.append(
             "--irqbalance=keep: if irqbalance runs, it may move these IRQs back within seconds"
         )
-    previous = {i.irq: irqmod.read_mask(root, i.irq) for i in irqs}
+    previous = {i.irq: irqmod.read_mask(live, root, i.irq) for i in irqs}
     saved = tuple((n, m) for n, m in previous.items() if m is not None)
     if saved:
         steps.append(SaveIrqState(state, dev.device, os.path.abspath(root), saved))
@@ -288,6 +291,7 @@ def build_unbind_irq(
 
     path = irqmod.state_path(state_dir)
     data = irqmod.load_state(path)
+    live = live_host()
     steps: list[Step] = []
     keys = []
     wanted_root = os.path.abspath(root) if root else None
@@ -306,7 +310,7 @@ def build_unbind_irq(
                 mask,
                 irqmod.affinity_path(rroot, irq),
                 f"restore IRQ {irq} of device {rec.get('device')}",
-                irqmod.read_mask(rroot, irq),
+                irqmod.read_mask(live, rroot, irq),
                 key,
             )
         )
@@ -332,16 +336,12 @@ def build_unbind_irq(
 
 def build_unbind_threads(pid: int) -> Prepared:
     """Give every thread back the whole cgroup cpuset (all online CPUs without one)."""
-    cpus = traps.cgroup_cpuset(pid)
+    live = live_host()
+    found = read_cgroup_cpuset(live, pid)
+    cpus = found[0] if found is not None else traps.online_cpus(live)
     if cpus is None:
-        from accelhost.cpulist import parse_cpulist
-
-        online = irqmod.read_text("/sys/devices/system/cpu/online") or ""
-        cpus = (
-            sorted(set(parse_cpulist(online)))
-            if online.strip()
-            else sorted(os.sched_getaffinity(0))
-        )
-    want = tuple(cpus)
-    steps: list[Step] = [thread_step(pid, t.tid, t.name, "unbind", want) for t in list_threads(pid)]
+        # No sysfs either: what this process may use. The syscall, not Cpus_allowed_list:
+        # it is the mask the kernel enforces for the calling thread, read in one call.
+        cpus = tuple(sorted(os.sched_getaffinity(0)))
+    steps: list[Step] = [thread_step(pid, t.tid, t.name, "unbind", cpus) for t in list_threads(pid)]
     return Prepared(tuple(steps))

@@ -214,15 +214,17 @@ def _kernel_set(got: set[int]) -> str:
 
 
 def _irq(step: IrqAffinity) -> tuple[str, str]:
+    from accelhost.apply.traps import live_host
+
     irqmod.write_mask(step.path, step.mask)
-    now = irqmod.read_text(step.path)
+    now = live_host().read_file(step.path)
     if now is not None and set(parse_cpu_mask(now)) != set(step.cpus):
         return FAILED, f"the kernel kept mask {now.strip()}"
     return OK, ""
 
 
 def _irqbalance(step: IrqBalance, host: Host | None) -> tuple[str, str]:
-    from accelhost.apply.build import live_host
+    from accelhost.apply.traps import live_host
 
     h = host or live_host()
 
@@ -248,7 +250,7 @@ def _irqbalance(step: IrqBalance, host: Host | None) -> tuple[str, str]:
     assert step.config_path is not None
     if step.action == "ban":
         if step.state_path:
-            original = irqmod.read_text(step.config_path)
+            original = live_host().read_file(step.config_path)
             irqmod.remember_irqbalance(
                 step.state_path,
                 {"action": "ban", "config_path": step.config_path, "original": original},

@@ -1,10 +1,12 @@
 """Device interrupts: which IRQs belong to a device, their masks, and the saved state.
 
 Every path is under a root (`--host-root`): node agents see the host at /host and tests
-use a fake tree. Ascend (§7): the SQ IRQ is the first `sq_send_trigger_irq` line of
-/proc/interrupts that is one of the device's MSI IRQs, and the CQ IRQ is the next number.
-Other PCI devices: every MSI/MSI-X IRQ of the device, spread one CPU each, round robin
-over the reserved IRQ CPUs.
+use a fake tree. The files are read through the host door: the caller passes a `Host`
+(a `LiveHost` when binding) and the path made with `rooted`, so one reader serves both.
+Ascend, as vllm-ascend binds them: the SQ IRQ is the first `sq_send_trigger_irq` line of
+/proc/interrupts that is one of the device's MSI IRQs, and the CQ IRQ is the next number
+(docs/bind.md, "IRQs"). Other PCI devices: every MSI/MSI-X IRQ of the device, spread one
+CPU each, round robin over the reserved IRQ CPUs.
 """
 
 from __future__ import annotations
@@ -17,14 +19,16 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelhost.errors import ApplyError
+
+if TYPE_CHECKING:
+    from accelhost.host.base import Host
 
 SQ_MARK = "sq_send_trigger_irq"
 STATE_FORMAT = "accelhost-irq-state/1"
 STATE_FILE = "irq-state.json"
-DEFAULT_STATE_DIR = "/var/lib/accelhost"
 
 
 def rooted(root: str, path: str) -> str:
@@ -32,14 +36,6 @@ def rooted(root: str, path: str) -> str:
     if not root or root == "/":
         return path
     return os.path.join(root, path.lstrip("/"))
-
-
-def read_text(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return None
 
 
 def parse_interrupts(text: str) -> list[tuple[int, str]]:
@@ -53,11 +49,10 @@ def parse_interrupts(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def msi_irqs(root: str, pci: str) -> list[int] | None:
+def msi_irqs(host: Host, root: str, pci: str) -> list[int] | None:
     """The device's MSI IRQ numbers, ascending; None when sysfs has no such device."""
-    try:
-        names = os.listdir(rooted(root, f"/sys/bus/pci/devices/{pci}/msi_irqs"))
-    except OSError:
+    names = host.list_dir(rooted(root, f"/sys/bus/pci/devices/{pci}/msi_irqs"))
+    if names is None:
         return None
     return sorted(int(n) for n in names if n.isdigit())
 
@@ -73,12 +68,14 @@ class IrqLookupError(Exception):
     """The device's IRQs cannot be found; the message says which fact was missing."""
 
 
-def ascend_irqs(root: str, pci: str, irq_cpus: tuple[int, ...], device: int) -> list[DeviceIrq]:
+def ascend_irqs(
+    host: Host, root: str, pci: str, irq_cpus: tuple[int, ...], device: int
+) -> list[DeviceIrq]:
     """SQ gets irq_cpus[0] (pool[0]), CQ = SQ + 1 gets irq_cpus[1] (pool[1])."""
-    msi = msi_irqs(root, pci)
+    msi = msi_irqs(host, root, pci)
     if msi is None:
         raise IrqLookupError(f"no {rooted(root, f'/sys/bus/pci/devices/{pci}/msi_irqs')}")
-    text = read_text(rooted(root, "/proc/interrupts"))
+    text = host.read_file(rooted(root, "/proc/interrupts"))
     if text is None:
         raise IrqLookupError(f"cannot read {rooted(root, '/proc/interrupts')}")
     wanted = set(msi)
@@ -94,9 +91,11 @@ def ascend_irqs(root: str, pci: str, irq_cpus: tuple[int, ...], device: int) -> 
     ]
 
 
-def generic_irqs(root: str, pci: str, irq_cpus: tuple[int, ...], device: int) -> list[DeviceIrq]:
+def generic_irqs(
+    host: Host, root: str, pci: str, irq_cpus: tuple[int, ...], device: int
+) -> list[DeviceIrq]:
     """One CPU per MSI IRQ, round robin, so no reserved CPU takes every interrupt."""
-    msi = msi_irqs(root, pci)
+    msi = msi_irqs(host, root, pci)
     if msi is None:
         raise IrqLookupError(f"no {rooted(root, f'/sys/bus/pci/devices/{pci}/msi_irqs')}")
     if not msi:
@@ -107,10 +106,10 @@ def generic_irqs(root: str, pci: str, irq_cpus: tuple[int, ...], device: int) ->
     ]
 
 
-def has_sq_irq(root: str, pci: str) -> bool:
+def has_sq_irq(host: Host, root: str, pci: str) -> bool:
     """Whether the device shows Ascend's SQ interrupt (hand-written plans name no family)."""
-    msi = msi_irqs(root, pci)
-    text = read_text(rooted(root, "/proc/interrupts"))
+    msi = msi_irqs(host, root, pci)
+    text = host.read_file(rooted(root, "/proc/interrupts"))
     if not msi or text is None:
         return False
     wanted = set(msi)
@@ -121,8 +120,8 @@ def affinity_path(root: str, irq: int) -> str:
     return rooted(root, f"/proc/irq/{irq}/smp_affinity")
 
 
-def read_mask(root: str, irq: int) -> str | None:
-    text = read_text(affinity_path(root, irq))
+def read_mask(host: Host, root: str, irq: int) -> str | None:
+    text = host.read_file(affinity_path(root, irq))
     return None if text is None else text.strip()
 
 
@@ -153,7 +152,9 @@ def state_key(root: str, irq: int) -> str:
 def load_state(path: str) -> dict[str, Any]:
     """The saved state; empty when there is none. ApplyError when the file cannot be
     trusted: silently starting afresh would overwrite the only copy of the masks."""
-    text = read_text(path)
+    from accelhost.host.live import LiveHost
+
+    text = LiveHost().read_file(path)
     empty: dict[str, Any] = {"format": STATE_FORMAT, "irqs": {}, "irqbalance": None}
     if text is None:
         if os.path.exists(path):

@@ -3,6 +3,7 @@ and the parsers of /proc/PID/smaps and /proc/PID/numa_maps that say what may mov
 
 No numactl needed; the `migratepages` tool is only a fallback where the system call is
 unavailable (an architecture whose syscall number we do not know, or a kernel without it).
+Files are read through the host door (`LiveHost.read_file`), under `--host-root` when given.
 """
 
 from __future__ import annotations
@@ -12,9 +13,13 @@ import os
 import platform
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from accelhost.cpulist import parse_cpulist
+from accelhost.cpulist import MAX_NODES, parse_cpulist
 from accelhost.errors import ParseError
+
+if TYPE_CHECKING:
+    from accelhost.host.base import Host
 
 MPOL_DEFAULT = 0
 MPOL_PREFERRED = 1
@@ -144,31 +149,32 @@ def get_mempolicy() -> tuple[str, list[int]]:
 
 def memory_nodes(root: str = "/") -> list[int]:
     """NUMA nodes that hold memory (empty when the kernel shows no NUMA information)."""
+    host = _live()
     base = os.path.join(root, "sys/devices/system/node")
     for name in ("has_memory", "online"):
-        text = _read(os.path.join(base, name))
+        text = host.read_file(os.path.join(base, name))
         if text is not None and text.strip():
             try:
-                return sorted(set(parse_cpulist(text, f"{base}/{name}")))
+                return sorted(set(parse_cpulist(text, f"{base}/{name}", limit=MAX_NODES)))
             except ParseError:
                 break
-    try:
-        return sorted(int(n[4:]) for n in os.listdir(base) if re.fullmatch(r"node\d+", n))
-    except OSError:
-        return []
+    names = host.list_dir(base) or []
+    return sorted(int(n[4:]) for n in names if re.fullmatch(r"node\d+", n))
 
 
 def node_of_cpu(cpu: int, root: str = "/") -> int | None:
     """The node whose cpulist holds `cpu`, from sysfs; None when unknown."""
+    host = _live()
     base = os.path.join(root, "sys/devices/system/node")
-    try:
-        names = [n for n in os.listdir(base) if re.fullmatch(r"node\d+", n)]
-    except OSError:
+    listed = host.list_dir(base)
+    if listed is None:
         return None
+    names = [n for n in listed if re.fullmatch(r"node\d+", n)]
     for name in sorted(names, key=lambda n: int(n[4:])):
-        text = _read(os.path.join(base, name, "cpulist"))
+        path = os.path.join(base, name, "cpulist")
+        text = host.read_file(path)
         try:
-            if text is not None and cpu in parse_cpulist(text):
+            if text is not None and cpu in parse_cpulist(text, path):
                 return int(name[4:])
         except ParseError:
             continue
@@ -292,17 +298,16 @@ def kb_per_node(regions: dict[int, NumaRegion]) -> dict[int, int]:
 
 def read_proc(pid: int, name: str, root: str = "/") -> str | None:
     """/proc/PID/NAME under `root` (a node agent sees the host's /proc at /host/proc)."""
-    return _read(os.path.join(root, f"proc/{pid}/{name}"))
+    return _live().read_file(os.path.join(root, f"proc/{pid}/{name}"))
 
 
 def numa_usage(pid: int, root: str = "/") -> NumaUsage | None:
-    text = _read(os.path.join(root, f"proc/{pid}/numa_maps"))
+    text = read_proc(pid, "numa_maps", root)
     return None if text is None else parse_numa_maps(text)
 
 
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return None
+def _live() -> Host:
+    """This machine through the host door (paths made under `--host-root` by the caller)."""
+    from accelhost.host.live import LiveHost
+
+    return LiveHost()

@@ -17,10 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, memory
+from accelhost.apply import memory
 from accelhost.apply.steps import FAILED, NOOP, OK, Step, StepResult
 
-DEFAULT_BUDGET_MS = DEFAULT_MIGRATE_BUDGET_MS
 BATCH_PAGES = 1024  # 4 MiB of 4 KiB pages: a few milliseconds of copying at most
 
 # Mappings the kernel makes for itself.

@@ -10,11 +10,14 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from accelhost.apply.steps import ThreadAffinity, thread_step
 from accelhost.errors import ApplyError
 from accelhost.plans import ThreadRole
+
+if TYPE_CHECKING:
+    from accelhost.host.base import Host
 
 # The kernel keeps 15 bytes of a thread name (TASK_COMM_LEN - 1).
 COMM_LEN = 15
@@ -62,19 +65,6 @@ class RoleMatcher:
             return self.literal in name
         assert self._regex is not None
         return self._regex.search(name) is not None
-
-
-def read_comm(path: str, dir_fd: int | None = None) -> str | None:
-    try:
-        fd = os.open(path, os.O_RDONLY, dir_fd=dir_fd)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 64).decode("utf-8", "replace").rstrip("\n")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _task_dir(pid: int, proc: str) -> int:
@@ -199,12 +189,6 @@ def assign(
     return out
 
 
-def set_affinity(tid: int, cpus: Iterable[int]) -> tuple[int, ...]:
-    """Pin one thread and return what the kernel actually set (it intersects with the cpuset)."""
-    os.sched_setaffinity(tid, cpus)
-    return tuple(sorted(os.sched_getaffinity(tid)))
-
-
 def get_affinity(tid: int) -> tuple[int, ...] | None:
     try:
         return tuple(sorted(os.sched_getaffinity(tid)))
@@ -212,20 +196,25 @@ def get_affinity(tid: int) -> tuple[int, ...] | None:
         return None
 
 
-def scan_named_threads(matcher: RoleMatcher, proc: str = "/proc") -> list[tuple[int, int, str]]:
-    """(pid, tid, name) of every thread on the host whose name matches (950 UVB threads)."""
+def scan_named_threads(
+    matcher: RoleMatcher, host: Host | None = None, proc: str = "/proc"
+) -> list[tuple[int, int, str]]:
+    """(pid, tid, name) of every thread on the host whose name matches (950 UVB threads).
+
+    Read through the host door (a `LiveHost` when none is given): unlike a bind's own
+    threads, this walk is not on the hot path.
+    """
+    if host is None:
+        from accelhost.host.live import LiveHost
+
+        host = LiveHost()
     out: list[tuple[int, int, str]] = []
-    try:
-        pids = [int(n) for n in os.listdir(proc) if n.isdigit()]
-    except OSError:
-        return out
+    pids = [int(n) for n in host.list_dir(proc) or () if n.isdigit()]
     for pid in sorted(pids):
-        try:
-            tids = [int(n) for n in os.listdir(f"{proc}/{pid}/task") if n.isdigit()]
-        except OSError:
-            continue
+        tids = [int(n) for n in host.list_dir(f"{proc}/{pid}/task") or () if n.isdigit()]
         for tid in sorted(tids):
-            name = read_comm(f"{proc}/{pid}/task/{tid}/comm")
+            text = host.read_file(f"{proc}/{pid}/task/{tid}/comm")
+            name = None if text is None else text.rstrip("\n")
             if name is not None and matcher.matches(name):
                 out.append((pid, tid, name))
     return out

@@ -1,4 +1,9 @@
-"""Checks run before binding: the traps users keep falling into, each as one warning."""
+"""Checks run before binding: the traps users keep falling into, each as one warning.
+
+Every file is read through the host door: the `host` a caller passes (a bind passes one
+`LiveHost` for all its checks; tests pass a recorded machine), else a `LiveHost`. Every
+CPU list is read by its one reader in `accelhost.readers.cpus`.
+"""
 
 from __future__ import annotations
 
@@ -7,32 +12,22 @@ from collections.abc import Mapping, Sequence
 
 from accelhost.cpulist import format_cpulist, parse_cpulist
 from accelhost.errors import ParseError
-from accelhost.parsers.sysfs import cgroup_cpuset_candidates
+from accelhost.host.base import Host
+from accelhost.readers.cpus import read_allowed_cpus, read_cgroup_cpuset
 
 OMP_VARS = ("OMP_PROC_BIND", "GOMP_CPU_AFFINITY")
 
 
-def _read(path: str) -> str | None:
-    """The whole file, or None. Plain os calls: half the cost of a buffered file object,
-    and every bind reads three or four of these."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    chunks = []
-    try:
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode("utf-8", "replace")
+def live_host() -> Host:
+    """This machine, for callers that pass no host."""
+    from accelhost.host.live import LiveHost
+
+    return LiveHost()
 
 
-def process_environ(pid: int) -> dict[str, str] | None:
+def process_environ(pid: int | str, host: Host | None = None) -> dict[str, str] | None:
     """The environment a process started with; None when it cannot be read."""
-    text = _read(f"/proc/{pid}/environ")
+    text = (host or live_host()).read_file(f"/proc/{pid}/environ")
     if text is None:
         return None
     out = {}
@@ -43,33 +38,15 @@ def process_environ(pid: int) -> dict[str, str] | None:
     return out
 
 
-def allowed_cpus(pid: int) -> list[int] | None:
-    text = _read(f"/proc/{pid}/status")
-    if text is None:
+def _cpuset(pid: int | str, host: Host) -> tuple[int, ...] | None:
+    """The cgroup cpuset of `pid`, sorted; None when absent or unreadable. The warnings
+    here are advice: a list the kernel wrote that does not parse costs the advice, not
+    the bind."""
+    try:
+        found = read_cgroup_cpuset(host, pid)
+    except ParseError:
         return None
-    for line in text.splitlines():
-        if line.startswith("Cpus_allowed_list:"):
-            try:
-                return sorted(set(parse_cpulist(line.split(":", 1)[1])))
-            except ParseError:
-                return None
-    return None
-
-
-def cgroup_cpuset(pid: int) -> list[int] | None:
-    """The CPUs the process's cgroup grants (cgroup v2 or v1); None when not found."""
-    text = _read(f"/proc/{pid}/cgroup")
-    if text is None:
-        return None
-    candidates = cgroup_cpuset_candidates(text)
-    for candidate in candidates:
-        value = _read(candidate)
-        if value is not None and value.strip():
-            try:
-                return sorted(set(parse_cpulist(value)))
-            except ParseError:
-                continue
-    return None
+    return None if found is None else found[0]
 
 
 def omp_warnings(env: Mapping[str, str] | None, who: str) -> list[str]:
@@ -85,23 +62,28 @@ def omp_warnings(env: Mapping[str, str] | None, who: str) -> list[str]:
     ]
 
 
-def narrowed_warning(pid: int) -> list[str]:
+def narrowed_warning(pid: int | str, host: Host | None = None) -> list[str]:
     """A planner reading this process's allowed CPUs sees less than the cgroup grants."""
-    allowed = allowed_cpus(pid)
-    cpuset = cgroup_cpuset(pid)
+    host = host or live_host()
+    try:
+        allowed = read_allowed_cpus(host, pid)
+    except ParseError:
+        return []
+    cpuset = _cpuset(pid, host)
     if allowed is None or cpuset is None or not set(allowed) < set(cpuset):
         return []
+    who = "this process" if pid == "self" else f"process {pid}"
     return [
-        f"process {pid} may run on CPUs {format_cpulist(allowed)} only, narrower than its "
+        f"{who} may run on CPUs {format_cpulist(allowed)} only, narrower than its "
         f"cgroup cpuset {format_cpulist(cpuset)}: something pinned it earlier (taskset, "
         "OMP_PROC_BIND, a launcher), so a plan made from its allowed CPUs is smaller than "
         "the container's"
     ]
 
 
-def outside_cpuset_warning(pid: int, planned: Sequence[int]) -> list[str]:
+def outside_cpuset_warning(pid: int, planned: Sequence[int], host: Host | None = None) -> list[str]:
     """Planned CPUs that the kernel will silently drop or refuse for this process."""
-    cpuset = cgroup_cpuset(pid)
+    cpuset = _cpuset(pid, host or live_host())
     outside = sorted(set(planned) - set(cpuset)) if cpuset is not None else []
     if not outside:
         return []
@@ -120,19 +102,21 @@ def irq_writable_warning(writable: bool) -> list[str]:
     ]
 
 
-def in_container() -> bool:
-    if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"):
+def in_container(host: Host | None = None) -> bool:
+    host = host or live_host()
+    # Docker and Podman leave a marker file (empty, so read as "", not None).
+    if any(host.read_file(p) is not None for p in ("/.dockerenv", "/run/.containerenv")):
         return True
-    text = _read("/proc/1/cgroup") or ""
+    text = host.read_file("/proc/1/cgroup") or ""
     return any(word in text for word in ("docker", "kubepods", "containerd", "libpod"))
 
 
-def host_threads_warning(found: int, pattern: str) -> list[str]:
+def host_threads_warning(found: int, pattern: str, host: Host | None = None) -> list[str]:
     if found:
         return []
     hint = (
         " In Docker these host threads are only visible with '--pid=host'."
-        if in_container()
+        if in_container(host)
         else ""
     )
     return [f"no '{pattern}' threads found on this host; nothing to pin for them.{hint}"]
@@ -145,12 +129,14 @@ OMP_PIN_VARS = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINIT
 _FALSE = ("false", "0", "")
 
 
-def thread_affinities(pid: int) -> dict[int, frozenset[int]]:
-    """Each live thread's CPUs (threads that exit while being read are left out)."""
-    try:
-        tids = [int(t) for t in os.listdir(f"/proc/{pid}/task") if t.isdigit()]
-    except OSError:
-        return {}
+def thread_affinities(pid: int, host: Host | None = None) -> dict[int, frozenset[int]]:
+    """Each live thread's CPUs (threads that exit while being read are left out).
+
+    The CPUs come from sched_getaffinity(2), not from each thread's status file: the
+    syscall is the mask the kernel enforces, and one call per thread is the cheap way.
+    """
+    names = (host or live_host()).list_dir(f"/proc/{pid}/task") or ()
+    tids = [int(t) for t in names if t.isdigit()]
     out = {}
     for tid in tids:
         try:
@@ -160,14 +146,15 @@ def thread_affinities(pid: int) -> dict[int, frozenset[int]]:
     return out
 
 
-def clobber_warnings(pid: int, planned: Sequence[int] = ()) -> list[str]:
+def clobber_warnings(pid: int, planned: Sequence[int] = (), host: Host | None = None) -> list[str]:
     """Known pathological narrowings of `pid`'s threads, each with what to do about it.
 
     Cheap in the common case (a bind runs it on every call): when the main thread has
     several CPUs and no OpenMP pinning variable is set, neither pattern can hold, and the
     other threads are not read.
     """
-    env = process_environ(pid)
+    host = host or live_host()
+    env = process_environ(pid, host)
     try:
         main = os.sched_getaffinity(pid)
     except OSError:
@@ -175,7 +162,7 @@ def clobber_warnings(pid: int, planned: Sequence[int] = ()) -> list[str]:
     if len(main) > 1 and not any(k in (env or {}) for k in OMP_PIN_VARS):
         return []
     return classify_clobber(
-        pid, thread_affinities(pid), cgroup_cpuset(pid) or _online_cpus(), env, planned
+        pid, thread_affinities(pid, host), _cpuset(pid, host) or online_cpus(host), env, planned
     )
 
 
@@ -253,11 +240,13 @@ def _one_cpu(
     )
 
 
-def _online_cpus() -> list[int] | None:
-    text = _read("/sys/devices/system/cpu/online")
+def online_cpus(host: Host | None = None) -> tuple[int, ...] | None:
+    """The CPUs online now (/sys/devices/system/cpu/online), sorted; None when unknown."""
+    path = "/sys/devices/system/cpu/online"
+    text = (host or live_host()).read_file(path)
     if text is None or not text.strip():
         return None
     try:
-        return sorted(set(parse_cpulist(text)))
+        return tuple(sorted(set(parse_cpulist(text, path))))
     except ParseError:
         return None

@@ -10,10 +10,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from accelhost.apply import traps
-from accelhost.apply.build import BindOptions, device_irqs, host_role, roles_of, target_node
+from accelhost.apply.build import (
+    BindOptions,
+    device_irqs,
+    host_role,
+    roles_of,
+    target_node,
+)
 from accelhost.apply.driver import role_warnings
 from accelhost.apply.irq import read_mask
 from accelhost.apply.threads import RoleMatcher, assign, get_affinity, list_threads
+from accelhost.apply.traps import live_host
 from accelhost.cpulist import cpu_mask, format_cpulist, parse_cpu_mask
 from accelhost.plans import Plan
 
@@ -89,12 +96,13 @@ def verify(plan: Plan, device: int, options: BindOptions, host: Host | None = No
     info: list[str] = []
     threads = 0
     pid = options.pid
+    live = live_host()  # the process's and the IRQ tree's files; `host` answers commands
     if pid is not None and options.threads:
         roles = roles_of(plan, dev)
         assigned = assign(list_threads(pid), dev.main, roles)
         info.extend(f"warning: {w}" for w in role_warnings(roles, {a.role for a in assigned}, pid))
         planned = [*dev.main, *(c for r in roles for c in r.cpus)]
-        info.extend(f"warning: {w}" for w in traps.clobber_warnings(pid, planned))
+        info.extend(f"warning: {w}" for w in traps.clobber_warnings(pid, planned, live))
         for a in assigned:
             actual = get_affinity(a.tid)
             if actual is None:  # exited meanwhile
@@ -115,7 +123,7 @@ def verify(plan: Plan, device: int, options: BindOptions, host: Host | None = No
         from accelhost.apply.threads import scan_named_threads
 
         want = tuple(sorted(set(ht.cpus)))
-        for owner, tid, name in scan_named_threads(RoleMatcher(host_role(plan))):
+        for owner, tid, name in scan_named_threads(RoleMatcher(host_role(plan)), live):
             actual = get_affinity(tid) if owner != pid else None
             if actual is None:  # exited, or already checked with the process's threads
                 continue
@@ -132,11 +140,11 @@ def verify(plan: Plan, device: int, options: BindOptions, host: Host | None = No
                 )
     irqs = 0
     if options.irq and dev.irq and plan.device_type != "950":
-        found, problem = device_irqs(plan, dev, options.host_root, host)
+        found, problem = device_irqs(plan, dev, options.host_root, host, live)
         if problem is not None:
             info.append(f"IRQs not checked: {problem}")
         for i in found:
-            now = read_mask(options.host_root, i.irq)
+            now = read_mask(live, options.host_root, i.irq)
             if now is None:
                 info.append(f"IRQ {i.irq} ({i.purpose}): mask not readable")
                 continue

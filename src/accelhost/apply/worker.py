@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR
 from accelhost.errors import AccelhostError, ApplyError
 from accelhost.plans import Plan, ThreadRole
 
@@ -23,8 +24,6 @@ if TYPE_CHECKING:
     from accelhost.planner.roles import RoleSpec
 
 log = logging.getLogger("accelhost.apply")
-
-DEFAULT_STATE_DIR = "/var/lib/accelhost"
 
 
 def load_plan(plan: Plan | dict[str, Any] | str | os.PathLike[str]) -> Plan:
@@ -80,7 +79,6 @@ def bind_current_process(
         # Imported here: `import accelhost` in a worker should cost next to nothing.
         from accelhost.apply import driver
         from accelhost.apply.build import BindOptions
-        from accelhost.apply.migrate import DEFAULT_BUDGET_MS
         from accelhost.planner.roles import parse_role_spec
 
         roles = [parse_role_spec(r) if isinstance(r, str) else r for r in thread_roles]
@@ -101,7 +99,9 @@ def bind_current_process(
             irqbalance=irqbalance,
             host_root=host_root,
             state_dir=state_dir,
-            migrate_budget_ms=DEFAULT_BUDGET_MS if migrate_budget_ms is None else migrate_budget_ms,
+            migrate_budget_ms=(
+                DEFAULT_MIGRATE_BUDGET_MS if migrate_budget_ms is None else migrate_budget_ms
+            ),
         )
         report = driver.bind(
             the_plan, device, options, roles=roles, dry_run=dry_run, any_arch=any_arch

@@ -263,9 +263,9 @@ def _irqs_to_check(plan: Plan, device: int, no_irq: bool) -> bool:
 
 
 def cmd_unbind(args: argparse.Namespace) -> int:
+    from accelhost.apply import DEFAULT_STATE_DIR
     from accelhost.apply.build import build_unbind_irq, build_unbind_threads
     from accelhost.apply.execute import execute, plan_only
-    from accelhost.apply.irq import DEFAULT_STATE_DIR
     from accelhost.apply.steps import ApplyReport
 
     if not args.irq and args.pid is None:

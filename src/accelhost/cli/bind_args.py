@@ -9,12 +9,14 @@ through `load_plan`, and the applier's options through `bind_options`.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR
+from accelhost.apply.irqbalance import MODES as IRQBALANCE_MODES
 from accelhost.cli.common import add_device_option, one_device
-from accelhost.errors import ApplyError, PlanError, UsageError
+from accelhost.cli.plan import add_device_type_option
+from accelhost.errors import ApplyError, ParseError, PlanError, UsageError
 from accelhost.planner.roles import ROLE_HELP, ROLE_METAVAR
 
 if TYPE_CHECKING:
@@ -26,7 +28,7 @@ HOST_ROOT_HELP = (
     "prefix of every /proc and /sys path of the IRQ and memory steps (node agents see the "
     "host at /host)"
 )
-STATE_HELP = "where IRQ masks are saved for `unbind --irq` (default /var/lib/accelhost)"
+STATE_HELP = f"where IRQ masks are saved for `unbind --irq` (default {DEFAULT_STATE_DIR})"
 
 
 def plan_options(p: argparse.ArgumentParser) -> None:
@@ -41,7 +43,7 @@ def plan_options(p: argparse.ArgumentParser) -> None:
         "the device (the host's id, as plan keys are); bind and verify with --pid and "
         "without --device: the device the process holds open",
     )
-    p.add_argument("--device-type", help="accelerator family when planning (A2, A3, ...)")
+    add_device_type_option(p, "accelerator family when planning (A2, A3, ...)")
     p.add_argument("--strategy", help="planning strategy when planning this host")
     p.add_argument(
         "--pci",
@@ -67,7 +69,7 @@ def irq_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host-root", metavar="DIR", default="/", help=HOST_ROOT_HELP)
     p.add_argument(
         "--irqbalance",
-        choices=("stop", "ban", "keep"),
+        choices=IRQBALANCE_MODES,
         default="stop",
         help="if irqbalance runs: stop it (default, as the reference; warns), ban the IRQ "
         "CPUs and IRQs in its configuration and restart it, or keep it as it is",
@@ -98,15 +100,13 @@ def _budget_ms(text: str) -> int:
 
 
 def migrate_option(p: argparse.ArgumentParser) -> None:
-    from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS as DEFAULT_BUDGET_MS
-
     p.add_argument(
         "--migrate-budget-ms",
         type=_budget_ms,
-        default=DEFAULT_BUDGET_MS,
+        default=DEFAULT_MIGRATE_BUDGET_MS,
         metavar="MS",
         help="stop moving memory pages after this long, between two batches "
-        f"(default {DEFAULT_BUDGET_MS})",
+        f"(default {DEFAULT_MIGRATE_BUDGET_MS})",
     )
 
 
@@ -148,6 +148,12 @@ def device_of(args: argparse.Namespace, what: str) -> int:
 
 
 def load_plan(args: argparse.Namespace, device: int) -> Plan:
+    """The plan from `--plan FILE`, else a plan of this host made now.
+
+    Planning reads the host once (`read_once`): the warning about this process's CPUs and
+    both planning attempts share every command and file, so npu-smi or nvidia-smi runs
+    once per command even when the second attempt is needed.
+    """
     from accelhost.apply.worker import load_plan as load
 
     if args.plan:
@@ -157,23 +163,29 @@ def load_plan(args: argparse.Namespace, device: int) -> Plan:
     except ImportError:
         raise ApplyError("no planner in this installation: pass --plan FILE") from None
     from accelhost.apply.traps import narrowed_warning
+    from accelhost.host import read_once
     from accelhost.host.live import LiveHost
 
-    warn(narrowed_warning(os.getpid()))
     kwargs: dict[str, Any] = {}
     if args.device_type:
         kwargs["device_type"] = args.device_type
     if args.strategy:
         kwargs["strategy"] = args.strategy
     if args.pci:
-        kwargs["pci"] = [a.strip() for a in args.pci.split(",") if a.strip()]
+        from accelhost.readers.gpu import pci_addresses
+
+        try:
+            kwargs["pci"] = pci_addresses([args.pci])
+        except ParseError as exc:
+            raise UsageError(str(exc)) from None
     if args.numa_from != "numa_node":
         kwargs["numa_from"] = args.numa_from
     if args.reserve_irq:
         if args.reserve_irq < 0:
             raise UsageError("--reserve-irq must be 0 or more")
         kwargs["reserve_irq"] = args.reserve_irq
-    host = LiveHost()
+    host = read_once(LiveHost())
+    warn(narrowed_warning("self", host))
     try:
         plan = make_plan(host, **kwargs)
         plan.device(device)
@@ -186,7 +198,6 @@ def load_plan(args: argparse.Namespace, device: int) -> Plan:
 
 def bind_options(args: argparse.Namespace, **kw: Any) -> BindOptions:
     from accelhost.apply.build import BindOptions
-    from accelhost.apply.irq import DEFAULT_STATE_DIR
 
     return BindOptions(
         host_root=getattr(args, "host_root", "/") or "/",
