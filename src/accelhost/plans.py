@@ -7,12 +7,13 @@ into steps. Vendor-neutral: Ascend fills irq/main/acl/release, GPUs mostly main.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelhost.errors import PlanError
+from accelhost.errors import ApplyError, PlanError
 
 PLAN_FORMAT = "accelhost-plan/1"
 
@@ -240,3 +241,26 @@ def numa_node_of(pool: Iterable[int], cpu_node: Mapping[int, int]) -> int | None
     for cpu in pool:
         return cpu_node.get(cpu)
     return None
+
+
+def load_plan(plan: Plan | dict[str, Any] | str | os.PathLike[str]) -> Plan:
+    """A Plan, its dict form, or the path of a plan JSON file (ApplyError if unreadable).
+
+    Lives beside `Plan` so that every consumer (the worker, the vLLM plugin, device
+    identity, `run --bind`) reads plan files one way without importing the applier.
+    """
+    if isinstance(plan, Plan):
+        return plan
+    if isinstance(plan, dict):
+        return Plan.from_dict(plan, "plan")
+    import json
+
+    path = os.fspath(plan)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise ApplyError(f"cannot read plan file {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ApplyError(f"{path}: not valid JSON ({exc})") from None
+    return Plan.from_dict(data, path)

@@ -155,7 +155,7 @@ def device_for_command(
         raise ApplyError(f"process {pid} does not exist")
     plan = None
     if plan_path:
-        from accelhost.apply.worker import load_plan
+        from accelhost.plans import load_plan
 
         plan = load_plan(plan_path)
     return device_of_pid(pid, plan, globs, h)

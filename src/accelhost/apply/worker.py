@@ -17,32 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR
 from accelhost.errors import AccelhostError, ApplyError
-from accelhost.plans import Plan, ThreadRole
+from accelhost.plans import Plan, ThreadRole, load_plan
 
 if TYPE_CHECKING:
     from accelhost.apply.steps import ApplyReport
     from accelhost.planner.roles import RoleSpec
 
 log = logging.getLogger("accelhost.apply")
-
-
-def load_plan(plan: Plan | dict[str, Any] | str | os.PathLike[str]) -> Plan:
-    """A Plan, its dict form, or the path of a plan JSON file."""
-    if isinstance(plan, Plan):
-        return plan
-    if isinstance(plan, dict):
-        return Plan.from_dict(plan, "plan")
-    import json
-
-    path = os.fspath(plan)
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise ApplyError(f"cannot read plan file {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise ApplyError(f"{path}: not valid JSON ({exc})") from None
-    return Plan.from_dict(data, path)
 
 
 def bind_current_process(

@@ -69,7 +69,7 @@ def from_plan(path: str, device: int, *, memory: bool = True, membind: bool = Fa
     """`exec --plan FILE --device N --no-irq` minus the execve: CPUs and memory policy."""
     from accelhost.apply.build import BindOptions, build_exec
     from accelhost.apply.steps import ExecCommand, OwnAffinity
-    from accelhost.apply.worker import load_plan
+    from accelhost.plans import load_plan
 
     plan = load_plan(path)
     plan.device(device)  # PlanError naming the planned devices, before anything runs

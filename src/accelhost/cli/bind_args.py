@@ -154,7 +154,7 @@ def load_plan(args: argparse.Namespace, device: int) -> Plan:
     both planning attempts share every command and file, so npu-smi or nvidia-smi runs
     once per command even when the second attempt is needed.
     """
-    from accelhost.apply.worker import load_plan as load
+    from accelhost.plans import load_plan as load
 
     if args.plan:
         return load(args.plan)

@@ -68,8 +68,8 @@ def bind_plan(
     device = ids[0]
     try:
         from accelhost.apply import driver
-        from accelhost.apply.worker import load_plan
         from accelhost.planner.roles import parse_role_spec
+        from accelhost.plans import load_plan
     except ImportError as exc:
         raise _unavailable("--bind", exc) from None
     roles = [parse_role_spec(text) for text in role_texts]
