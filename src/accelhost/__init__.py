@@ -1,12 +1,19 @@
 """accelhost: host-side toolkit for accelerator inference servers.
 
-What lives where (data flows one way for every family):
+What lives where (planning data flows one way for every family):
 - `host/`: the only reader of the machine (live, snapshot, recording, `read_once`);
 - `parsers/` and `cpulist`: pure text -> typed facts, every id and list bounded;
-- `readers/`: the facts layer, host -> one `Topology` (`topology`), family decided once;
+- `readers/`: the facts layer, host -> one `Topology` (`topology`), family (`family`)
+  decided once;
 - `planner/`: pure `Topology` -> `Plan` (`plans`), Ascend and GPU strategies, roles;
-- `apply/`: the only writer; `hygiene/`, `supervisor/`, `pipeline/`: the other pillars;
-- `cli/`: the command line; `api`: `plan(host)`, the library's front door.
+- `apply/`: the only writer (its `driver` is the one bind driver); `devices`: which device
+  is a process's (host, visible and logical ids);
+- `hygiene/`, `supervisor/`: doctor/clean/watch and `run`, on the shared readers `procs`
+  (processes), `shm` (SysV segments) and `posixshm` (/dev/shm files);
+- `pipeline/`, `benchbind/`: feeding a device, and the bound/unbound A/B;
+- `integrations/`: engine plugins (vLLM); `recording`: what `snapshot` keeps;
+- `cli/`: the command line; `api`: `plan(host)`, the library's front door; `errors`: the
+  typed errors (a `UsageError` exits 2, any other `AccelhostError` 1).
 
 The worker-side import must stay cheap (no CLI, no table rendering, no metrics): names are
 resolved lazily on first use.

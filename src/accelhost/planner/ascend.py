@@ -27,8 +27,8 @@ ASCEND_STRATEGIES = ("global_slice", "topo_affinity", "cluster")
 
 NO_RUNNING = "Can not get running npu info."
 NO_RUNNING_HINT = (
-    " (no process runs on a visible NPU yet: name the NPUs to plan for with --devices, "
-    "e.g. --devices 0,1)"
+    " (no process runs on a visible NPU yet: name the NPUs to plan for with --device, "
+    "e.g. --device 0,1)"
 )
 TOPO_FALLBACK = "NPU topo affinity not found. action: fallback to global-slice CPU binding."
 TOPO_SKIP = "NPU topo affinity not found. action: skip worker CPU binding."

@@ -1,5 +1,12 @@
 """`accelhost run`: supervise one engine so that nothing of it outlives it.
 
+What lives where: `supervise` (the loop: start, forward signals, reap, tear down),
+`options` (what it is asked and what it reports), `spawn` (own session, optional
+`cgroup`), `wakeup` (its one `poll()`), `tree` and `procevents` (the tree now, and every
+process it ever had), `teardown` (SIGTERM, grace, SIGKILL), `leftovers`, `segments` and
+`shmfiles` (what the tree left: SysV segments, /dev/shm files), `kernel` (the few Linux
+calls through ctypes), `integrations` (the preflight and `--bind`, loaded when asked).
+
 The supervisor may be PID 1 of every inference container, so this package imports only the
 standard library and the small shared readers (`accelhost.procs`, `accelhost.shm`); the
 preflight and the CPU binding are imported only when their options are given.
