@@ -447,3 +447,51 @@ def test_python_on_bundled_examples_runs_as_shown() -> None:
     value = eval(expr, scope)  # noqa: S307
     want = [int(n) for n in re.findall(r"\d+", shown)]
     assert list(value)[:1] + list(value)[13:15] + list(value)[-1:] == want
+
+
+# Options of other programs that the pages quote (vLLM, torchrun, nvidia-smi, docker,
+# irqbalance, mypy) and the old names pipeline.md says were replaced.
+FOREIGN_OPTIONS = {
+    "--additional-config",
+    "--api-key",
+    "--gpu-memory-utilization",
+    "--model",
+    "--port",
+    "--numa-binding",
+    "--strict",
+    "--batch-size",
+    "--dataset-name",
+    "--input-len",
+    "--max-concurrency",
+    "--num-iters",
+    "--num-iters-warmup",
+    "--num-prompts",
+    "--output-len",
+    "--random-input-len",
+    "--random-output-len",
+    "--banirq",
+    "--privileged",
+    "--format",
+    "--query-gpu",
+    "--pre",
+    "--post",
+}
+OWN_PAGES = [
+    ROOT / "README.md",
+    *(ROOT / "docs" / n for n in ("bench.md", "bind.md", "gpu.md", "pipeline.md")),
+]
+
+
+def test_every_option_named_in_prose_exists() -> None:
+    """An option named anywhere on the README or these pages, in a command or in a
+    sentence, is an option of some accelhost command (or a quoted program's)."""
+    known: set[str] = set()
+    for words in [(c,) for c in COMMANDS if c != "bench"] + [
+        ("bench", "pipeline"),
+        ("bench", "bind"),
+    ]:
+        known |= set(re.findall(r"--[a-z][a-z0-9-]*", _help(words)))
+    for page in OWN_PAGES:
+        named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", page.read_text(encoding="utf-8")))
+        unknown = sorted(named - known - FOREIGN_OPTIONS)
+        assert not unknown, f"{page.name} names options no command has: {unknown}"
