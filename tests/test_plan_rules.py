@@ -35,7 +35,7 @@ def test_no_running_npu_is_refused_with_a_hint_for_devices() -> None:
     with pytest.raises(PlanError) as err:
         plan_of(a2(running=[]))
     assert str(err.value).startswith("Can not get running npu info.")
-    assert "--devices" in str(err.value)
+    assert "--device 0,1" in str(err.value)
 
 
 def test_visible_devices_filter_out_every_running_npu() -> None:

@@ -495,3 +495,13 @@ def test_every_option_named_in_prose_exists() -> None:
         named = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", page.read_text(encoding="utf-8")))
         unknown = sorted(named - known - FOREIGN_OPTIONS)
         assert not unknown, f"{page.name} names options no command has: {unknown}"
+
+
+def test_every_repository_path_named_exists() -> None:
+    """Files and folders of the checkout that the pages name (`contrib/...`, `tests/...`,
+    benchmarks, links to other pages) are there."""
+    pattern = r"(?<![\w/.-])((?:src|tests|benchmarks|contrib|docs)/[\w./-]*[\w/])"
+    for page in OWN_PAGES:
+        named = set(re.findall(pattern, page.read_text(encoding="utf-8")))
+        missing = sorted(p for p in named if not (ROOT / p).exists())
+        assert not missing, f"{page.name} names paths that do not exist: {missing}"
