@@ -505,3 +505,33 @@ def test_every_repository_path_named_exists() -> None:
         named = set(re.findall(pattern, page.read_text(encoding="utf-8")))
         missing = sorted(p for p in named if not (ROOT / p).exists())
         assert not missing, f"{page.name} names paths that do not exist: {missing}"
+
+
+def _is_module(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a name under a module that is no package
+        return False
+
+
+def test_every_dotted_name_named_resolves() -> None:
+    """`accelhost.apply.driver`, `accelhost.host.read_once`, ...: modules and names the pages
+    point a reader to exist (a module, or an attribute of one)."""
+    import importlib
+
+    for page in OWN_PAGES:
+        for name in set(re.findall(r"\baccelhost(?:\.[A-Za-z_]\w*)+", page.read_text("utf-8"))):
+            parts = name.split(".")
+            # the longest prefix that is a module (found without importing it: a module
+            # that needs an optional dependency, such as pipeline.torch, exists all the same)
+            cut = 1
+            while cut < len(parts) and _is_module(".".join(parts[: cut + 1])):
+                cut += 1
+            if cut == len(parts):
+                continue
+            obj: object = importlib.import_module(".".join(parts[:cut]))
+            for attr in parts[cut:]:
+                assert hasattr(obj, attr), f"{page.name}: {name} does not resolve"
+                obj = getattr(obj, attr)
