@@ -16,6 +16,7 @@ The family is decided here and nowhere else (`read_topology`); the host is wrapp
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from accelhost.family import normalize_family
 from accelhost.host.base import Host
@@ -86,16 +87,11 @@ def plain_topology(host: Host, family: str | None = None, notes: Sequence[str] =
     if not cpu_node:
         found: list[str] = []
         base = read_sysfs_topology(host, found)
-        return Topology(
-            machine=base.machine,
+        return replace(
+            base,
             family=family,
-            allowed_cpus=base.allowed_cpus,
-            cpu_node=base.cpu_node,
-            node_cpus=base.node_cpus,
-            cpuset=base.cpuset,
             threads_per_core=read_threads_per_core(host) or base.threads_per_core,
             notes=(*notes, *found),
-            cpu=base.cpu,
         )
     cpuset = read_cgroup_cpuset(host)
     return Topology(

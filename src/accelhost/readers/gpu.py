@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from accelhost.cpulist import parse_cpulist
 from accelhost.errors import ParseError
@@ -63,19 +64,13 @@ def read_gpu_topology(host: Host, pci: Sequence[str] | None = None) -> Topology 
     gpus = [_read_gpu(host, i, addr, uuid, topo) for i, addr, uuid in rows]
     if family == "nvidia":
         gpus = _nvml_fill(host, gpus, notes)
-    return Topology(
-        machine=base.machine,
+    return replace(
+        base,
         family=family,
-        allowed_cpus=base.allowed_cpus,
-        cpu_node=base.cpu_node,
-        node_cpus=base.node_cpus,
-        cpuset=base.cpuset,
-        threads_per_core=base.threads_per_core,
         accelerators=tuple(acc for acc, _ in gpus),
         affinity={acc.index: cpus for acc, cpus in gpus if cpus is not None},
         visible_env=visible_env,
         notes=tuple(notes),
-        cpu=base.cpu,
     )
 
 
