@@ -6,13 +6,16 @@ Reusable entry points (the doctor, the cleaner and the supervisor share them):
   (/proc/PID/fd) or maps (/proc/PID/maps); `(deleted)` entries are no files and are left out.
 - `scan_held(host, pids=None) -> HeldScan`: the same plus the (device, inode) pairs of
   mappings and the pids whose files could not be read (then nothing may be called leaked).
-- `list_shm_files(host, dirs)` and `leaked_posix_shm(dirs, min_age_s, host=None)`.
+- `list_shm_files(host, dirs)` and `leaked_posix_shm(dirs, min_age_s, host=None)`; a live
+  directory is read with os calls (`read_shm_dir`: busybox `find` has no -printf), a
+  snapshot replays the listing it recorded.
 - `path_is_held(host, path)`: the re-check just before one unlink.
 
 Why by path and inode: a process maps `/dev/shm/psm_x` by name; an unlinked one shows
 `(deleted)`. A process in another mount namespace shows its own /dev/shm under the same
 name: that can only make a file look held (kept), never look free (removed).
-Reads go through the host door (live, snapshot or recording) so the doctor replays them.
+Reads go through the host door (live, snapshot or recording) so the doctor replays them;
+the live directory listing is handed to a recording host as the `find` listing it records.
 """
 
 from __future__ import annotations
@@ -24,12 +27,15 @@ import stat as stat_mod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from accelhost.host.base import Host
+from accelhost.host.base import CommandResult, Host
+from accelhost.host.record import RecordingHost
+from accelhost.parsers.procstat import parse_status_field
 from accelhost.procs import list_pids, read_process
 
 DEFAULT_SHM_DIRS: tuple[str, ...] = ("/dev/shm",)
 _DELETED = " (deleted)"
-# One line per entry, NUL-terminated (names may hold anything but "/" and NUL):
+# How a snapshot records a directory (the live host reads it with os calls, not find):
+# one line per entry, NUL-terminated (names may hold anything but "/" and NUL):
 # type, apparent size, 512-byte blocks, uid, user, mtime, ctime, st_dev, inode, name.
 FIND_FORMAT = r"%y %s %b %U %u %T@ %C@ %D %i %P\0"
 
@@ -49,13 +55,11 @@ class HeldScan:
 
 
 def _cap_prm(host: Host, pid: int | str) -> int | None:
-    for line in (host.read_file(f"/proc/{pid}/status") or "").splitlines():
-        if line.startswith("CapPrm:"):
-            try:
-                return int(line.split()[1], 16)
-            except (IndexError, ValueError):
-                return None
-    return None
+    value = parse_status_field(host.read_file(f"/proc/{pid}/status") or "", "CapPrm")
+    try:
+        return None if value is None else int(value, 16)
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -229,17 +233,62 @@ def parse_birth_times(text: str) -> dict[str, float]:
     return out
 
 
+def read_shm_dir(directory: str) -> list[ShmFile] | None:
+    """The regular files at the top of a live directory (like shm_open's names), read with
+    os calls so that it works everywhere (busybox `find` has no -printf); None when the
+    directory cannot be listed."""
+    try:
+        with os.scandir(directory) as entries:
+            names = sorted(e.name for e in entries)
+    except OSError:
+        return None
+    base = directory.rstrip("/")
+    return [f for name in names if (f := stat_shm_file(f"{base}/{name}")) is not None]
+
+
+def render_listing(files: Sequence[ShmFile]) -> str:
+    """`files` as `find DIR -printf FIND_FORMAT` prints them: how snapshots record them."""
+    return "".join(
+        f"f {f.size_bytes} {f.used_bytes // 512} {f.uid} {f.owner} {f.mtime!r} {f.ctime!r} "
+        f"{f.dev} {f.inode} {f.name}\0"
+        for f in files
+    )
+
+
+def _recorder_of(host: Host) -> RecordingHost | None:
+    """The recording host under `host`'s wrappers (`read_once`, counters), if any."""
+    seen: object | None = host
+    while seen is not None and not isinstance(seen, RecordingHost):
+        seen = getattr(seen, "inner", None)
+    return seen
+
+
+def _read_listing(host: Host, directory: str) -> list[ShmFile] | None:
+    """One directory: read live with os calls (and recorded when recording); a recorded
+    host replays the listing it recorded (the `find -printf` format, older releases too)."""
+    argv = find_argv(directory)
+    if not host.is_live:
+        result = host.run(argv)
+        if result is None or not result.ok:
+            return None
+        return parse_find_listing(result.stdout, directory)
+    files = read_shm_dir(directory)
+    recorder = _recorder_of(host)
+    if files is not None and recorder is not None:
+        recorder.keep(argv, CommandResult(render_listing(files)))
+    return files
+
+
 def list_shm_files(host: Host, dirs: Sequence[str]) -> dict[str, list[ShmFile] | None]:
     """dir -> its regular files (top level, like shm_open's names); None when unreadable."""
     out: dict[str, list[ShmFile] | None] = {}
-    results = host.run_many([find_argv(d) for d in dirs])
-    for directory, result in zip(dirs, results, strict=True):
-        if result is None or not result.ok:
-            out[directory] = None
+    for directory in dirs:
+        files = _read_listing(host, directory)
+        if not files:
+            out[directory] = files
             continue
-        files = parse_find_listing(result.stdout, directory)
         # a file that vanished in between makes stat exit 1: the others still count
-        born = host.run(birth_argv([f.path for f in files])) if files else None
+        born = host.run(birth_argv([f.path for f in files]))
         births = parse_birth_times(born.stdout) if born is not None else {}
         out[directory] = [replace(f, birth=births.get(f.path)) for f in files]
     return out

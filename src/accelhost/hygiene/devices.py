@@ -20,6 +20,7 @@ from accelhost.parsers.nvidia_smi_memory import (
     parse_gpu_bus_ids,
     parse_gpu_memory,
 )
+from accelhost.readers.ascend import NPU_INFO
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class DeviceMemory:
 def read_ascend(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | None:
     from accelhost.parsers.npusmi_info import parse_npu_smi_info
 
-    result = host.run(["npu-smi", "info"])
+    result = host.run(NPU_INFO)
     if result is None:
         return None
     if not result.ok:
