@@ -20,17 +20,21 @@ the live directory listing is handed to a recording host as the `find` listing i
 
 from __future__ import annotations
 
+import ctypes
 import fnmatch
+import functools
 import os
+import platform
 import pwd
 import stat as stat_mod
+import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from accelhost.host.base import CommandResult, Host
 from accelhost.host.record import RecordingHost
 from accelhost.parsers.procstat import parse_status_field
-from accelhost.procs import list_pids, read_process
+from accelhost.procs import list_pids
 
 DEFAULT_SHM_DIRS: tuple[str, ...] = ("/dev/shm",)
 _DELETED = " (deleted)"
@@ -54,12 +58,21 @@ class HeldScan:
         return not self.unreadable
 
 
-def _cap_prm(host: Host, pid: int | str) -> int | None:
-    value = parse_status_field(host.read_file(f"/proc/{pid}/status") or "", "CapPrm")
+def _cap_prm(status: str | None) -> int | None:
+    """The permitted capabilities in a /proc/PID/status text."""
+    value = parse_status_field(status or "", "CapPrm")
     try:
         return None if value is None else int(value, 16)
     except ValueError:
         return None
+
+
+def _may_hold(status: str | None, pid: int) -> bool:
+    """False for a process that holds nothing: gone (no status), a zombie, a kernel thread."""
+    if status is None:
+        return False
+    state = parse_status_field(status, "State") or ""
+    return not state.startswith("Z") and parse_status_field(status, "PPid") != "2" and pid != 2
 
 
 @dataclass(frozen=True)
@@ -148,15 +161,17 @@ def scan_held(host: Host, pids: Iterable[int] | None = None) -> HeldScan:
     inodes: set[tuple[int, int]] = set()
     unreadable: list[int] = []
     privileged: list[int] = []
-    mine = _cap_prm(host, "self")
+    mine = _cap_prm(host.read_file("/proc/self/status"))
     for pid in list_pids(host) if pids is None else pids:
         fd_paths = _fd_paths(host, pid, inodes if host.is_live else None)
         maps = host.read_file(f"/proc/{pid}/maps")
         if fd_paths is None or maps is None:
-            info = read_process(host, pid, cmdline=False)
-            # gone, a zombie or a kernel thread holds nothing; anything else we cannot see
-            if info is not None and not info.is_zombie and info.ppid != 2 and pid != 2:
-                theirs = _cap_prm(host, pid)
+            # Anything that may hold files and could not be read: we cannot see it. Its
+            # status is read now, not the /proc/PID/stat a doctor read earlier, so that a
+            # process that exited in between is gone, not unreadable.
+            status = host.read_file(f"/proc/{pid}/status")
+            if _may_hold(status, pid):
+                theirs = _cap_prm(status)
                 stronger = mine is not None and theirs is not None and bool(theirs & ~mine)
                 (privileged if stronger else unreadable).append(pid)
         paths |= fd_paths or set()
@@ -215,7 +230,7 @@ def find_argv(directory: str) -> list[str]:
 
 
 def birth_argv(paths: Sequence[str]) -> list[str]:
-    """GNU find cannot print birth times; coreutils' stat can (statx)."""
+    """How a snapshot records birth times (as coreutils' `stat` prints them)."""
     return ["stat", "-c", "%.9W %n", "--", *paths]
 
 
@@ -263,35 +278,37 @@ def _recorder_of(host: Host) -> RecordingHost | None:
     return seen
 
 
+def _replay_listing(host: Host, directory: str) -> list[ShmFile] | None:
+    """A recorded directory (`find -printf` and `stat -c %W`, older releases too)."""
+    result = host.run(find_argv(directory))
+    if result is None or not result.ok:
+        return None
+    files = parse_find_listing(result.stdout, directory)
+    if not files:
+        return files
+    born = host.run(birth_argv([f.path for f in files]))
+    births = parse_birth_times(born.stdout) if born is not None else {}
+    return [replace(f, birth=births.get(f.path)) for f in files]
+
+
 def _read_listing(host: Host, directory: str) -> list[ShmFile] | None:
-    """One directory: read live with os calls (and recorded when recording); a recorded
-    host replays the listing it recorded (the `find -printf` format, older releases too)."""
-    argv = find_argv(directory)
+    """One directory: a live one read with os calls (and handed to a recording host in
+    the recorded form), a recorded one replayed."""
     if not host.is_live:
-        result = host.run(argv)
-        if result is None or not result.ok:
-            return None
-        return parse_find_listing(result.stdout, directory)
+        return _replay_listing(host, directory)
     files = read_shm_dir(directory)
     recorder = _recorder_of(host)
     if files is not None and recorder is not None:
-        recorder.keep(argv, CommandResult(render_listing(files)))
+        recorder.keep(find_argv(directory), CommandResult(render_listing(files)))
+        if files:
+            births = "".join(f"{f.birth:.9f} {f.path}\n" for f in files if f.birth is not None)
+            recorder.keep(birth_argv([f.path for f in files]), CommandResult(births))
     return files
 
 
 def list_shm_files(host: Host, dirs: Sequence[str]) -> dict[str, list[ShmFile] | None]:
     """dir -> its regular files (top level, like shm_open's names); None when unreadable."""
-    out: dict[str, list[ShmFile] | None] = {}
-    for directory in dirs:
-        files = _read_listing(host, directory)
-        if not files:
-            out[directory] = files
-            continue
-        # a file that vanished in between makes stat exit 1: the others still count
-        born = host.run(birth_argv([f.path for f in files]))
-        births = parse_birth_times(born.stdout) if born is not None else {}
-        out[directory] = [replace(f, birth=births.get(f.path)) for f in files]
-    return out
+    return {directory: _read_listing(host, directory) for directory in dirs}
 
 
 def stat_shm_file(path: str) -> ShmFile | None:
@@ -316,7 +333,49 @@ def stat_shm_file(path: str) -> ShmFile | None:
         ctime=st.st_ctime,
         dev=st.st_dev,
         inode=st.st_ino,
+        birth=birth_time(path),
     )
+
+
+# statx(2) numbers (Python 3.11's os.stat gives no birth time on Linux); others: None.
+_SYS_STATX = {"x86_64": 332, "aarch64": 291, "riscv64": 291, "ppc64le": 383, "s390x": 379}
+_AT_FDCWD = -100
+_AT_SYMLINK_NOFOLLOW = 0x100
+_STATX_BTIME = 0x800
+_STATX_SIZE = 256  # struct statx; stx_btime {s64 sec; u32 nsec} sits at offset 80
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def birth_time(path: str) -> float | None:
+    """When a file was created (statx), without coreutils' `stat` (busybox has no %W);
+    None where the kernel, the filesystem or the architecture keeps none."""
+    number = _SYS_STATX.get(platform.machine())
+    libc = _libc()
+    if number is None or libc is None:
+        return None
+    buf = ctypes.create_string_buffer(_STATX_SIZE)
+    rc = libc.syscall(
+        ctypes.c_long(number),
+        ctypes.c_long(_AT_FDCWD),
+        ctypes.c_char_p(os.fsencode(path)),
+        ctypes.c_long(_AT_SYMLINK_NOFOLLOW),
+        ctypes.c_long(_STATX_BTIME),
+        buf,
+    )
+    if rc != 0:
+        return None
+    (mask,) = struct.unpack_from("=I", buf.raw, 0)
+    if not mask & _STATX_BTIME:
+        return None
+    sec, nsec = struct.unpack_from("=qI", buf.raw, 80)
+    return sec + nsec / 1e9 if sec > 0 else None
 
 
 @dataclass(frozen=True)

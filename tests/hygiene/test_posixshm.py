@@ -251,7 +251,7 @@ def test_list_shm_files_names_unreadable_dirs(tmp_path: Path) -> None:
 
 def test_listing_needs_no_gnu_find(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """busybox (Alpine) has a `find` without -printf and a `stat` without %W: the files are
-    still listed, with their size, blocks, owner and identity (only birth times go)."""
+    still listed, with their size, blocks, owner, identity and birth time (statx)."""
     from fakehost import fake_tools
 
     shm = tmp_path / "shm"
@@ -267,8 +267,8 @@ def test_listing_needs_no_gnu_find(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     (f,) = listing
     assert (f.size_bytes, f.used_bytes, f.uid) == (5000, st.st_blocks * 512, st.st_uid)
     assert (f.dev, f.inode, f.mtime) == (st.st_dev, st.st_ino, st.st_mtime)
-    assert f.birth is None
-    assert [c.split()[0] for c in log.calls()] == ["stat"]  # never find
+    assert f.birth is not None and abs(f.birth - st.st_ctime) < 5  # tmpfs keeps it
+    assert log.calls() == {}  # neither tool was asked
 
 
 def test_recorded_listing_replays_what_was_read(tmp_path: Path) -> None:
@@ -283,6 +283,7 @@ def test_recorded_listing_replays_what_was_read(tmp_path: Path) -> None:
     replayed = list_shm_files(SnapshotHost(rec.to_snapshot()), [str(tmp_path)])[str(tmp_path)]
     assert [f.name for f in live] == ["psm_b", "sem.mp-x y"]
     assert replayed == live
+    assert all(f.birth is not None for f in live)  # recorded and replayed too
     assert parse_find_listing(render_listing(live), str(tmp_path)) == [
         f.__class__(**{**f.__dict__, "birth": None}) for f in live
     ]
@@ -371,3 +372,18 @@ def test_an_open_file_seen_under_another_path_is_held(
     assert str(other) not in held_paths(LiveHost())
     assert str(other) not in {v.file.path for v in leaked_posix_shm([str(private[1])], 60.0)}
     assert path_is_held(LiveHost(), str(other)) is True
+
+
+def test_a_process_gone_during_the_look_is_not_unreadable() -> None:
+    """The doctor reads /proc/PID/stat first and the open files later; a process that
+    exits in between (its status gone too) holds nothing: the verdict stays possible."""
+    from accelhost.hygiene import HygieneOptions, read_facts, run_checks
+
+    fake = _shm_fake(True)
+    fake.proc(77, "python3 short_lived.py", ppid=1, pgid=77)
+    del fake.files["/proc/77/status"]  # it exited after its stat was read
+    opts = HygieneOptions()
+    facts = read_facts(fake.host(), opts)
+    assert facts.processes is not None and 77 in facts.processes
+    check = run_checks(facts, opts, ("posix_shm",)).checks[0]
+    assert check.status == "WARN" and [e["path"] for e in check.evidence] == ["/dev/shm/psm_left"]
