@@ -206,7 +206,7 @@ def test_live_plain_host_runs_each_tool_once(
 
 NV_MEMORY = "nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits"
 NV_APPS = "nvidia-smi --query-compute-apps=pid,used_memory,gpu_bus_id --format=csv,noheader,nounits"
-NV_BUS = "nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader,nounits"
+NV_BUS = QUERY  # the planner's query: the doctor places compute apps by it
 
 
 def _ascend_doctor_host() -> SnapshotHost:
@@ -242,7 +242,7 @@ def _nvidia_doctor_host() -> SnapshotHost:
     fake = FakeHost()
     fake.commands[NV_MEMORY] = "0, 40000, 81559\n1, 500, 81559\n"
     fake.commands[NV_APPS] = "4242, 38000, 00000000:3B:00.0\n"
-    fake.commands[NV_BUS] = "0, 00000000:3B:00.0\n1, 00000000:5E:00.0\n"
+    fake.commands[NV_BUS] = "0, 00000000:3B:00.0, GPU-a\n1, 00000000:5E:00.0, GPU-b\n"
     fake.proc(4242, "python3 -m sglang.launch_server", ppid=1, pgid=4242, fds={3: "/dev/nvidia0"})
     return fake.host()
 
@@ -313,7 +313,7 @@ def test_live_doctor_runs_each_tool_and_reads_each_proc_file_once(
         **_recorded_commands("a3-640cpu-16npu"),
         NV_MEMORY: "0, 500, 81559\n",
         NV_APPS: "",
-        NV_BUS: "0, 00000000:3B:00.0\n",
+        NV_BUS: "0, 00000000:3B:00.0, GPU-a\n",
     }
     log = fake_tools(tmp_path / "bin", outputs)
     _live_env(monkeypatch, tmp_path / "bin")
@@ -328,3 +328,19 @@ def test_live_doctor_runs_each_tool_and_reads_each_proc_file_once(
     assert counting.repeated() == {}
     per_pid = [k for k in counting.files if k.startswith("/proc/") and k.split("/")[2].isdigit()]
     assert len(per_pid) > 3  # it did read the processes, each file once
+
+
+def test_snapshot_of_a_gpu_host_runs_the_gpu_query_once_for_plan_and_doctor() -> None:
+    """The planner and the doctor both need each GPU's PCI address: one query serves both."""
+    snap = dgx_like(device_type=None).snapshot()
+    snap["commands"][NV_MEMORY] = "".join(f"{i}, 500, 81559\n" for i in range(8))
+    snap["commands"][NV_APPS] = "4242, 300, 00000000:1B:00.0\n"
+    counting = CountingHost(SnapshotHost(snap))
+    data = record_snapshot(counting)
+    assert counting.repeated() == {}
+    assert counting.commands[QUERY] == 1 and counting.commands[NV_MEMORY] == 1
+    from accelhost.hygiene import read_facts
+
+    facts = read_facts(SnapshotHost(data))
+    placed = {d.index: [p.pid for p in d.processes] for d in facts.devices}
+    assert placed[0] == [4242] and not any(placed[i] for i in range(1, 8))
