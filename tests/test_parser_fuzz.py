@@ -58,7 +58,6 @@ PARSERS: dict[str, list[Parser]] = {
     "accelhost.parsers.nvidia_smi_memory": [
         nvidia_smi_memory.parse_gpu_memory,
         nvidia_smi_memory.parse_compute_apps,
-        nvidia_smi_memory.parse_gpu_bus_ids,
         nvidia_smi_memory.normalize_bus_id,
     ],
     "accelhost.parsers.procstat": [

@@ -200,3 +200,147 @@ def test_live_plain_host_runs_each_tool_once(
     capsys.readouterr()
     # each lscpu query once per accelhost command (two commands ran)
     assert log.calls() == {"lscpu -e=CPU,NODE": 2, "lscpu": 2}
+
+
+# ---- doctor, clean and watch: each fact once per look ---------------------------------
+
+NV_MEMORY = "nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits"
+NV_APPS = "nvidia-smi --query-compute-apps=pid,used_memory,gpu_bus_id --format=csv,noheader,nounits"
+NV_BUS = QUERY  # the planner's query: the doctor places compute apps by it
+
+
+def _ascend_doctor_host() -> SnapshotHost:
+    """An Ascend-like host as the doctor sees it: npu-smi with a holder, an orphaned
+    engine child, a segment, HugePages, an allocator setting and an old /dev/shm file."""
+    from hygiene.hygiene_fakes import NOW, FakeHost, npu_smi
+
+    fake = FakeHost()
+    fake.commands["npu-smi info"] = npu_smi([30000, 3000], 65536, [(0, 101, "python3", 28000)])
+    fake.proc(
+        101,
+        "python3 -m vllm.entrypoints.openai.api_server",
+        ppid=1,
+        pgid=101,
+        fds={3: "/dev/davinci0", 4: "/dev/davinci_manager"},
+        environ={"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"},
+    )
+    fake.proc(102, "VLLM::EngineCore", ppid=1, pgid=101, fds={3: "/dev/davinci1"})
+    fake.segment(7, 1 << 20, 102)
+    fake.hugepages(2048, 64, 10).hugepages(2048, 32, 5, node=0)
+    fake.files["/proc/meminfo"] = "MemTotal: 1000 kB\nHugepagesize: 2048 kB\n"
+    fake.files["/proc/101/maps"] = "7f00-7f10 rw-s 00000000 00:1a 77 /dev/shm/psm_held\n"
+    old = NOW - 7200
+    fake.commands[
+        "find /dev/shm -mindepth 1 -maxdepth 1 -printf %y %s %b %U %u %T@ %C@ %D %i %P\0"
+    ] = f"f 1000 8 0 root {old} {old} 26 77 psm_held\0f 1000 8 0 root {old} {old} 26 78 psm_x\0"
+    return fake.host()
+
+
+def _nvidia_doctor_host() -> SnapshotHost:
+    from hygiene.hygiene_fakes import FakeHost
+
+    fake = FakeHost()
+    fake.commands[NV_MEMORY] = "0, 40000, 81559\n1, 500, 81559\n"
+    fake.commands[NV_APPS] = "4242, 38000, 00000000:3B:00.0\n"
+    fake.commands[NV_BUS] = "0, 00000000:3B:00.0, GPU-a\n1, 00000000:5E:00.0, GPU-b\n"
+    fake.proc(4242, "python3 -m sglang.launch_server", ppid=1, pgid=4242, fds={3: "/dev/nvidia0"})
+    return fake.host()
+
+
+DOCTOR_HOSTS: dict[str, Callable[[], Host]] = {
+    "ascend-like": _ascend_doctor_host,
+    "nvidia-like": _nvidia_doctor_host,
+    "recorded vLLM host": lambda: load_snapshot("example:vllm-cpu-orphaned-engine"),
+    "A3 example": lambda: load_snapshot("example:a3-640cpu-16npu"),
+}
+
+
+@pytest.mark.parametrize("name", list(DOCTOR_HOSTS))
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["doctor", "--json"],
+        ["doctor", "--brief"],
+        ["doctor", "--expect-util", "0.5", "--device", "0"],
+        ["clean", "--json"],
+    ],
+)
+def test_doctor_and_clean_read_every_fact_once(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    argv: list[str],
+) -> None:
+    from accelhost.cli import hygiene as cli_hygiene
+
+    counting = CountingHost(DOCTOR_HOSTS[name]())
+    monkeypatch.setattr(cli_hygiene, "hygiene_host", lambda args: counting)
+    assert main(argv) in (0, 1, 2)
+    assert capsys.readouterr().out
+    assert counting.repeated() == {}
+    assert counting.files["/proc/self/status"] == 1  # Pid and Cpus_allowed_list: one read
+    if name == "ascend-like":
+        assert counting.commands["npu-smi info"] == 1
+        assert counting.files["/proc/101/stat"] == 1 and counting.links["/proc/101/fd/3"] == 1
+    if name == "nvidia-like":
+        assert counting.commands[NV_MEMORY] == counting.commands[NV_BUS] == 1
+
+
+def test_watch_reads_each_fact_once_per_round_and_anew_each_round() -> None:
+    from accelhost.hygiene import HygieneOptions
+    from accelhost.hygiene.watch import WatchConfig, Watcher
+
+    counting = CountingHost(_ascend_doctor_host())
+    watcher = Watcher(lambda: counting, HygieneOptions(), WatchConfig(), lambda event: None)
+    watcher.run_once()
+    assert counting.repeated() == {}
+    watcher.run_once()
+    asked = [*counting.commands.values(), *counting.files.values(), *counting.dirs.values()]
+    assert max(asked) == 2  # the second round read the host again, once
+    assert counting.commands["npu-smi info"] == 2 and counting.files["/proc/102/stat"] == 2
+
+
+def test_live_doctor_runs_each_tool_and_reads_each_proc_file_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """This machine, with npu-smi and nvidia-smi on PATH that log their calls: one doctor
+    run asks each tool each question once, and reads each /proc (per-pid too) file,
+    directory and fd link once, however many checks use it."""
+    from accelhost.cli import hygiene as cli_hygiene
+    from accelhost.host.live import LiveHost
+
+    outputs = {
+        **_recorded_commands("a3-640cpu-16npu"),
+        NV_MEMORY: "0, 500, 81559\n",
+        NV_APPS: "",
+        NV_BUS: "0, 00000000:3B:00.0, GPU-a\n",
+    }
+    log = fake_tools(tmp_path / "bin", outputs)
+    _live_env(monkeypatch, tmp_path / "bin")
+    counting = CountingHost(LiveHost())
+    monkeypatch.setattr(cli_hygiene, "hygiene_host", lambda args: counting)
+    assert main(["doctor", "--json"]) in (0, 1, 2)
+    report = json.loads(capsys.readouterr().out)
+    assert report["checks"]
+    calls = log.calls()
+    assert calls["npu-smi info"] == 1 and calls[NV_MEMORY] == 1 and calls[NV_BUS] == 1
+    assert max(calls.values()) == 1, calls
+    assert counting.repeated() == {}
+    per_pid = [k for k in counting.files if k.startswith("/proc/") and k.split("/")[2].isdigit()]
+    assert len(per_pid) > 3  # it did read the processes, each file once
+
+
+def test_snapshot_of_a_gpu_host_runs_the_gpu_query_once_for_plan_and_doctor() -> None:
+    """The planner and the doctor both need each GPU's PCI address: one query serves both."""
+    snap = dgx_like(device_type=None).snapshot()
+    snap["commands"][NV_MEMORY] = "".join(f"{i}, 500, 81559\n" for i in range(8))
+    snap["commands"][NV_APPS] = "4242, 300, 00000000:1B:00.0\n"
+    counting = CountingHost(SnapshotHost(snap))
+    data = record_snapshot(counting)
+    assert counting.repeated() == {}
+    assert counting.commands[QUERY] == 1 and counting.commands[NV_MEMORY] == 1
+    from accelhost.hygiene import read_facts
+
+    facts = read_facts(SnapshotHost(data))
+    placed = {d.index: [p.pid for p in d.processes] for d in facts.devices}
+    assert placed[0] == [4242] and not any(placed[i] for i in range(1, 8))

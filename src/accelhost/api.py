@@ -7,7 +7,7 @@ planner (`accelhost.planner`) -> `Plan`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from accelhost.host.base import Host
 from accelhost.host.live import LiveHost
@@ -49,3 +49,22 @@ def plan(
 
         result = add_roles(result, reserve_irq=reserve_irq, thread_roles=thread_roles)
     return result
+
+
+def plan_for_device(host: Host, device: int, **kwargs: Any) -> Plan:
+    """The plan holding `device`: the host's plan when it has one for it, else a plan made
+    for that device alone (no engine runs on it yet: `exec`, `run --bind`, a worker still
+    starting), as `accelhost plan --device N` does. `bind` and `run --bind` both plan so.
+
+    `host` is read once (`read_once`), so a second attempt runs no vendor tool again.
+    """
+    from accelhost.errors import PlanError
+    from accelhost.host.once import read_once
+
+    host = read_once(host)
+    try:
+        result = plan(host, **kwargs)
+        result.device(device)
+        return result
+    except PlanError:
+        return plan(host, devices=[device], **kwargs)

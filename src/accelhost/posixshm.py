@@ -6,32 +6,69 @@ Reusable entry points (the doctor, the cleaner and the supervisor share them):
   (/proc/PID/fd) or maps (/proc/PID/maps); `(deleted)` entries are no files and are left out.
 - `scan_held(host, pids=None) -> HeldScan`: the same plus the (device, inode) pairs of
   mappings and the pids whose files could not be read (then nothing may be called leaked).
-- `list_shm_files(host, dirs)` and `leaked_posix_shm(dirs, min_age_s, host=None)`.
+- `list_shm_files(host, dirs)` (from `accelhost.shmlisting`, where a live directory is
+  read with os calls, busybox images too) and `leaked_posix_shm(dirs, min_age_s, host=None)`;
+  a snapshot replays the listing it recorded.
 - `path_is_held(host, path)`: the re-check just before one unlink.
 
 Why by path and inode: a process maps `/dev/shm/psm_x` by name; an unlinked one shows
 `(deleted)`. A process in another mount namespace shows its own /dev/shm under the same
 name: that can only make a file look held (kept), never look free (removed).
-Reads go through the host door (live, snapshot or recording) so the doctor replays them.
+Reads go through the host door (live, snapshot or recording) so the doctor replays them;
+the live directory listing is handed to a recording host as the `find` listing it records.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
-import pwd
 import stat as stat_mod
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from accelhost.host.base import Host
-from accelhost.procs import list_pids, read_process
+from accelhost.parsers.procstat import parse_status_field
+from accelhost.procs import list_pids
+from accelhost.shmlisting import (
+    FIND_FORMAT,
+    ShmFile,
+    birth_argv,
+    find_argv,
+    list_shm_files,
+    parse_birth_times,
+    parse_find_listing,
+    read_shm_dir,
+    render_listing,
+    stat_shm_file,
+)
+
+__all__ = [  # the listing's names too: callers import them from here
+    "FIND_FORMAT",
+    "HeldScan",
+    "ShmFile",
+    "ShmVerdict",
+    "birth_argv",
+    "find_argv",
+    "held_births",
+    "held_paths",
+    "is_held",
+    "judge_shm_file",
+    "keep_shared_maps",
+    "leaked_posix_shm",
+    "list_shm_files",
+    "match_naming",
+    "parse_birth_times",
+    "parse_find_listing",
+    "parse_maps",
+    "path_is_held",
+    "read_shm_dir",
+    "render_listing",
+    "scan_held",
+    "stat_shm_file",
+]
 
 DEFAULT_SHM_DIRS: tuple[str, ...] = ("/dev/shm",)
 _DELETED = " (deleted)"
-# One line per entry, NUL-terminated (names may hold anything but "/" and NUL):
-# type, apparent size, 512-byte blocks, uid, user, mtime, ctime, st_dev, inode, name.
-FIND_FORMAT = r"%y %s %b %U %u %T@ %C@ %D %i %P\0"
 
 
 @dataclass(frozen=True)
@@ -48,37 +85,21 @@ class HeldScan:
         return not self.unreadable
 
 
-def _cap_prm(host: Host, pid: int | str) -> int | None:
-    for line in (host.read_file(f"/proc/{pid}/status") or "").splitlines():
-        if line.startswith("CapPrm:"):
-            try:
-                return int(line.split()[1], 16)
-            except (IndexError, ValueError):
-                return None
-    return None
+def _cap_prm(status: str | None) -> int | None:
+    """The permitted capabilities in a /proc/PID/status text."""
+    value = parse_status_field(status or "", "CapPrm")
+    try:
+        return None if value is None else int(value, 16)
+    except ValueError:
+        return None
 
 
-@dataclass(frozen=True)
-class ShmFile:
-    path: str
-    size_bytes: int  # apparent size (st_size), often sparse
-    used_bytes: int  # st_blocks * 512: what the file really takes from the tmpfs
-    uid: int
-    owner: str
-    mtime: float
-    ctime: float
-    dev: int = 0
-    inode: int = 0
-    birth: float | None = None  # creation time (statx), None where the kernel keeps none
-
-    @property
-    def name(self) -> str:
-        return self.path.rsplit("/", 1)[-1]
-
-    def age_s(self, now_epoch: float | None) -> float | None:
-        if now_epoch is None:
-            return None
-        return max(0.0, now_epoch - self.mtime)
+def _may_hold(status: str | None, pid: int) -> bool:
+    """False for a process that holds nothing: gone (no status), a zombie, a kernel thread."""
+    if status is None:
+        return False
+    state = parse_status_field(status, "State") or ""
+    return not state.startswith("Z") and parse_status_field(status, "PPid") != "2" and pid != 2
 
 
 def parse_maps(text: str) -> tuple[set[str], set[tuple[int, int]]]:
@@ -144,15 +165,17 @@ def scan_held(host: Host, pids: Iterable[int] | None = None) -> HeldScan:
     inodes: set[tuple[int, int]] = set()
     unreadable: list[int] = []
     privileged: list[int] = []
-    mine = _cap_prm(host, "self")
+    mine = _cap_prm(host.read_file("/proc/self/status"))
     for pid in list_pids(host) if pids is None else pids:
         fd_paths = _fd_paths(host, pid, inodes if host.is_live else None)
         maps = host.read_file(f"/proc/{pid}/maps")
         if fd_paths is None or maps is None:
-            info = read_process(host, pid, cmdline=False)
-            # gone, a zombie or a kernel thread holds nothing; anything else we cannot see
-            if info is not None and not info.is_zombie and info.ppid != 2 and pid != 2:
-                theirs = _cap_prm(host, pid)
+            # Anything that may hold files and could not be read: we cannot see it. Its
+            # status is read now, not the /proc/PID/stat a doctor read earlier, so that a
+            # process that exited in between is gone, not unreadable.
+            status = host.read_file(f"/proc/{pid}/status")
+            if _may_hold(status, pid):
+                theirs = _cap_prm(status)
                 stronger = mine is not None and theirs is not None and bool(theirs & ~mine)
                 (privileged if stronger else unreadable).append(pid)
         paths |= fd_paths or set()
@@ -177,97 +200,6 @@ def path_is_held(host: Host, path: str) -> bool | None:
     if path in scan.paths or (fresh is not None and (fresh.dev, fresh.inode) in scan.inodes):
         return True
     return None if not scan.complete else False
-
-
-def parse_find_listing(text: str, directory: str) -> list[ShmFile]:
-    """The regular files of a `find DIR -printf FIND_FORMAT` listing (pure)."""
-    out = []
-    for entry in text.split("\0"):
-        parts = entry.lstrip("\n").split(" ", 9)
-        if len(parts) != 10 or parts[0] != "f":
-            continue
-        _kind, size, blocks, uid, owner, mtime, ctime, dev, inode, name = parts
-        try:
-            out.append(
-                ShmFile(
-                    path=f"{directory.rstrip('/')}/{name}",
-                    size_bytes=int(size),
-                    used_bytes=int(blocks) * 512,
-                    uid=int(uid),
-                    owner=owner,
-                    mtime=float(mtime),
-                    ctime=float(ctime),
-                    dev=int(dev),
-                    inode=int(inode),
-                )
-            )
-        except ValueError:
-            continue
-    return out
-
-
-def find_argv(directory: str) -> list[str]:
-    return ["find", directory, "-mindepth", "1", "-maxdepth", "1", "-printf", FIND_FORMAT]
-
-
-def birth_argv(paths: Sequence[str]) -> list[str]:
-    """GNU find cannot print birth times; coreutils' stat can (statx)."""
-    return ["stat", "-c", "%.9W %n", "--", *paths]
-
-
-def parse_birth_times(text: str) -> dict[str, float]:
-    """path -> birth time from `stat -c '%.9W %n'`; 0 or `-` (not kept) is left out."""
-    out = {}
-    for line in text.splitlines():
-        born, sep, path = line.partition(" ")
-        try:
-            when = float(born)
-        except ValueError:
-            continue
-        if sep and when > 0:
-            out[path] = when
-    return out
-
-
-def list_shm_files(host: Host, dirs: Sequence[str]) -> dict[str, list[ShmFile] | None]:
-    """dir -> its regular files (top level, like shm_open's names); None when unreadable."""
-    out: dict[str, list[ShmFile] | None] = {}
-    results = host.run_many([find_argv(d) for d in dirs])
-    for directory, result in zip(dirs, results, strict=True):
-        if result is None or not result.ok:
-            out[directory] = None
-            continue
-        files = parse_find_listing(result.stdout, directory)
-        # a file that vanished in between makes stat exit 1: the others still count
-        born = host.run(birth_argv([f.path for f in files])) if files else None
-        births = parse_birth_times(born.stdout) if born is not None else {}
-        out[directory] = [replace(f, birth=births.get(f.path)) for f in files]
-    return out
-
-
-def stat_shm_file(path: str) -> ShmFile | None:
-    """A fresh look at one live file (the cleaner's re-check); None when it is gone."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    if not stat_mod.S_ISREG(st.st_mode):
-        return None
-    try:
-        owner = pwd.getpwuid(st.st_uid).pw_name
-    except KeyError:
-        owner = str(st.st_uid)
-    return ShmFile(
-        path=path,
-        size_bytes=st.st_size,
-        used_bytes=st.st_blocks * 512,
-        uid=st.st_uid,
-        owner=owner,
-        mtime=st.st_mtime,
-        ctime=st.st_ctime,
-        dev=st.st_dev,
-        inode=st.st_ino,
-    )
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ Processes vanish while being read; a vanished process is simply absent (None).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from accelhost.errors import ParseError
@@ -78,16 +78,6 @@ def read_process(host: Host, pid: int, *, cmdline: bool = True) -> ProcessInfo |
     )
 
 
-def scan_processes(host: Host, pids: Iterable[int] | None = None) -> dict[int, ProcessInfo]:
-    """pid -> ProcessInfo for every live process (or the given pids that still live)."""
-    out: dict[int, ProcessInfo] = {}
-    for pid in list_pids(host) if pids is None else pids:
-        info = read_process(host, pid)
-        if info is not None:
-            out[pid] = info
-    return out
-
-
 def children_map(procs: Mapping[int, ProcessInfo]) -> dict[int, list[int]]:
     """ppid -> [child pids], ascending."""
     kids: dict[int, list[int]] = {}
@@ -137,14 +127,3 @@ def open_fd_targets(host: Host, pid: int) -> list[str]:
         if target is not None:
             targets.append(target)
     return targets
-
-
-def thread_ids(host: Host, pid: int) -> list[int]:
-    """Thread ids of a process, ascending (empty when it is gone)."""
-    names = host.list_dir(f"/proc/{pid}/task") or []
-    return sorted(int(n) for n in names if n.isdigit())
-
-
-def thread_name(host: Host, pid: int, tid: int) -> str | None:
-    text = host.read_file(f"/proc/{pid}/task/{tid}/comm")
-    return None if text is None else text.rstrip("\n")

@@ -57,6 +57,9 @@ class FakeHost:
             f"20 0 1 0 {ticks} 0 0\n"
         )
         self.files[f"/proc/{pid}/cmdline"] = "\0".join(cmdline.split()) + "\0"
+        self.files[f"/proc/{pid}/status"] = (
+            f"Name:\t{name}\nState:\t{state}\nPid:\t{pid}\nPPid:\t{ppid}\nCapPrm:\t0\n"
+        )
         if fds:
             self.dirs[f"/proc/{pid}/fd"] = sorted(str(n) for n in fds)
             for n, target in fds.items():

@@ -170,8 +170,8 @@ def test_nvidia_memory_and_failed_query() -> None:
     fake.commands[
         "nvidia-smi --query-compute-apps=pid,used_memory,gpu_bus_id --format=csv,noheader,nounits"
     ] = "4242, 38000, 00000000:3B:00.0\n"
-    fake.commands["nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader,nounits"] = (
-        "0, 00000000:3B:00.0\n1, 00000000:5E:00.0\n"
+    fake.commands["nvidia-smi --query-gpu=index,pci.bus_id,uuid --format=csv,noheader"] = (
+        "0, 00000000:3B:00.0, GPU-a\n1, 00000000:5E:00.0, GPU-b\n"
     )
     fake.proc(4242, "python3 -m sglang.launch_server", ppid=1, pgid=4242, fds={3: "/dev/nvidia0"})
     opts = HygieneOptions(expect_util=0.9, device=0)
@@ -328,14 +328,14 @@ def _gpu(apps: object, bus: object) -> FakeHost:
     fake.commands[
         "nvidia-smi --query-compute-apps=pid,used_memory,gpu_bus_id --format=csv,noheader,nounits"
     ] = apps
-    fake.commands["nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader,nounits"] = bus
+    fake.commands["nvidia-smi --query-gpu=index,pci.bus_id,uuid --format=csv,noheader"] = bus
     return fake
 
 
 def test_unplaceable_or_unmeasured_processes_are_not_unattributed_memory() -> None:
     """A GPU whose 38 GB belong to a listed process is not "memory held by nothing" just
     because the bus-id map failed or the driver printed [N/A] for the process."""
-    bus = "0, 00000000:3B:00.0\n"
+    bus = "0, 00000000:3B:00.0, GPU-a\n"
     ok = _gpu("4242, 38000, 00000000:3B:00.0\n", bus)
     assert check(ok, "unattributed_memory").status == "WARN"  # 2000 MiB over 1024: real
     no_bus = _gpu("4242, 38000, 00000000:3B:00.0\n", {"stdout": "", "rc": 6})

@@ -10,7 +10,6 @@ from accelhost.parsers.meminfo import parse_meminfo
 from accelhost.parsers.nvidia_smi_memory import (
     normalize_bus_id,
     parse_compute_apps,
-    parse_gpu_bus_ids,
     parse_gpu_memory,
 )
 
@@ -56,7 +55,6 @@ def test_nvidia_smi() -> None:
         (4242, 38000, "0000:3b:00.0"),
         (99, None, "0000:5e:00.0"),
     ]
-    assert parse_gpu_bus_ids("0, 00000000:3B:00.0\n") == {"0000:3b:00.0": 0}
     assert normalize_bus_id("0000:3b:00.0") == normalize_bus_id("00000000:3B:00.0")
     assert parse_compute_apps("") == []
     with pytest.raises(ParseError, match="expected 3"):

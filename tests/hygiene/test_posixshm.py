@@ -249,6 +249,46 @@ def test_list_shm_files_names_unreadable_dirs(tmp_path: Path) -> None:
     assert match_naming("other", [("vLLM", "psm_*")]) is None
 
 
+def test_listing_needs_no_gnu_find(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """busybox (Alpine) has a `find` without -printf and a `stat` without %W: the files are
+    still listed, with their size, blocks, owner, identity and birth time (statx)."""
+    from fakehost import fake_tools
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    (shm / "psm_a").write_bytes(b"x" * 5000)
+    (shm / "sub").mkdir()
+    os.symlink(shm / "psm_a", shm / "link")
+    log = fake_tools(tmp_path / "bin", {}, tools=["find", "stat"])  # every call fails
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/bin:/usr/bin")
+    listing = list_shm_files(LiveHost(), [str(shm)])[str(shm)]
+    assert listing is not None and [f.name for f in listing] == ["psm_a"]
+    st = os.stat(shm / "psm_a")
+    (f,) = listing
+    assert (f.size_bytes, f.used_bytes, f.uid) == (5000, st.st_blocks * 512, st.st_uid)
+    assert (f.dev, f.inode, f.mtime) == (st.st_dev, st.st_ino, st.st_mtime)
+    assert f.birth is not None and abs(f.birth - st.st_ctime) < 5  # tmpfs keeps it
+    assert log.calls() == {}  # neither tool was asked
+
+
+def test_recorded_listing_replays_what_was_read(tmp_path: Path) -> None:
+    from accelhost.host.snapshot import SnapshotHost
+    from accelhost.posixshm import render_listing
+    from accelhost.recording import recorder
+
+    (tmp_path / "sem.mp-x y").write_bytes(b"x" * 32)  # a space in the name
+    (tmp_path / "psm_b").write_bytes(b"")
+    rec = recorder(LiveHost())
+    live = list_shm_files(rec, [str(tmp_path)])[str(tmp_path)] or []
+    replayed = list_shm_files(SnapshotHost(rec.to_snapshot()), [str(tmp_path)])[str(tmp_path)]
+    assert [f.name for f in live] == ["psm_b", "sem.mp-x y"]
+    assert replayed == live
+    assert all(f.birth is not None for f in live)  # recorded and replayed too
+    assert parse_find_listing(render_listing(live), str(tmp_path)) == [
+        f.__class__(**{**f.__dict__, "birth": None}) for f in live
+    ]
+
+
 def test_scan_reports_processes_it_cannot_read(tmp_path: Path) -> None:
     scan = scan_held(LiveHost())
     # every unreadable pid is a live, non-kernel process we really could not read
@@ -332,3 +372,18 @@ def test_an_open_file_seen_under_another_path_is_held(
     assert str(other) not in held_paths(LiveHost())
     assert str(other) not in {v.file.path for v in leaked_posix_shm([str(private[1])], 60.0)}
     assert path_is_held(LiveHost(), str(other)) is True
+
+
+def test_a_process_gone_during_the_look_is_not_unreadable() -> None:
+    """The doctor reads /proc/PID/stat first and the open files later; a process that
+    exits in between (its status gone too) holds nothing: the verdict stays possible."""
+    from accelhost.hygiene import HygieneOptions, read_facts, run_checks
+
+    fake = _shm_fake(True)
+    fake.proc(77, "python3 short_lived.py", ppid=1, pgid=77)
+    del fake.files["/proc/77/status"]  # it exited after its stat was read
+    opts = HygieneOptions()
+    facts = read_facts(fake.host(), opts)
+    assert facts.processes is not None and 77 in facts.processes
+    check = run_checks(facts, opts, ("posix_shm",)).checks[0]
+    assert check.status == "WARN" and [e["path"] for e in check.evidence] == ["/dev/shm/psm_left"]

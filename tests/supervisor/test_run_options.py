@@ -43,10 +43,31 @@ def test_bind_to_an_unplanned_device_is_refused_before_the_start(tmp_path: Path)
         proc = j.start(run_cmd("--snapshot", GPU, "--bind", "7", "--", "touch", str(marker)))
         code, err = finish(proc)
     assert code == 1
+    # planned as `accelhost bind` plans: the host's plan, then this device alone, which
+    # says why it cannot be planned (the host has no such GPU)
     assert err.strip().splitlines() == [
-        "accelhost: cannot plan: device 7 is not in the plan (planned devices: 0, 1)"
+        "accelhost: cannot plan: GPU 7 is not visible (visible GPUs: 0, 1)"
     ]
     assert not marker.exists()
+
+
+def test_bind_plans_a_device_no_engine_runs_on_yet_as_bind_does() -> None:
+    """`run --bind 3` starts the engine that will open device 3: the host's plan (devices
+    with an engine) lacks it, so it is planned alone, as `accelhost bind --device 3` does."""
+    from accelhost.api import plan, plan_for_device
+    from accelhost.supervisor.integrations import bind_plan
+    from ascend_hosts import AscendHost, even_nodes
+
+    host = AscendHost("A2", 1, 8, even_nodes(192, 4), range(192), running=[0, 1]).host()
+    assert [d.device for d in plan(host).devices] == [0, 1]  # no engine on 3 yet
+    said: list[str] = []
+    device, planned = bind_plan(host, "3", None, [], True, said.append)
+    assert device == 3 and planned is not None and said == []
+    alone = plan_for_device(host, 3)
+    assert planned.device(3) == alone.device(3) == plan(host, devices=[3]).device(3)
+    # a device the host's plan has is taken from that plan, unchanged
+    _, first = bind_plan(host, "1", None, [], True, said.append)
+    assert first is not None and first.device(1) == plan(host).device(1)
 
 
 def test_bind_applies_the_plan_after_the_delay_and_never_stops_the_engine(
@@ -164,5 +185,5 @@ def test_preflight_without_the_module_says_so_in_one_line(monkeypatch: pytest.Mo
     from accelhost.supervisor import integrations
 
     monkeypatch.setitem(sys.modules, "accelhost.hygiene.preflight", None)
-    with pytest.raises(AccelhostError, match="--preflight-util is not available in this build"):
+    with pytest.raises(AccelhostError, match="--expect-util is not available in this build"):
         integrations.run_preflight(LiveHost(), 0.9, None, print)

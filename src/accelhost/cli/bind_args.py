@@ -16,7 +16,7 @@ from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR
 from accelhost.apply.irqbalance import MODES as IRQBALANCE_MODES
 from accelhost.cli.common import add_device_option, one_device
 from accelhost.cli.plan import add_device_type_option
-from accelhost.errors import ApplyError, ParseError, PlanError, UsageError
+from accelhost.errors import ApplyError, ParseError, UsageError
 from accelhost.planner.roles import ROLE_HELP, ROLE_METAVAR
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ def load_plan(args: argparse.Namespace, device: int) -> Plan:
     if args.plan:
         return load(args.plan)
     try:
-        from accelhost.api import plan as make_plan
+        from accelhost.api import plan_for_device
     except ImportError:
         raise ApplyError("no planner in this installation: pass --plan FILE") from None
     from accelhost.apply.traps import narrowed_warning
@@ -186,14 +186,7 @@ def load_plan(args: argparse.Namespace, device: int) -> Plan:
         kwargs["reserve_irq"] = args.reserve_irq
     host = read_once(LiveHost())
     warn(narrowed_warning("self", host))
-    try:
-        plan = make_plan(host, **kwargs)
-        plan.device(device)
-        return plan
-    except PlanError:
-        # No engine runs on the device yet (`exec`, or a worker still starting): plan for
-        # the device named on the command line, as `accelhost plan --device N` does.
-        return make_plan(host, devices=[device], **kwargs)
+    return plan_for_device(host, device, **kwargs)
 
 
 def bind_options(args: argparse.Namespace, **kw: Any) -> BindOptions:

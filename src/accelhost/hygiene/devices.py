@@ -11,15 +11,14 @@ from dataclasses import dataclass
 
 from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
+from accelhost.parsers.nvidia_smi import QUERY_GPU_ARGV, parse_query_gpu
 from accelhost.parsers.nvidia_smi_memory import (
     APPS_QUERY,
-    BUS_QUERY,
     GPU_QUERY,
-    normalize_bus_id,
     parse_compute_apps,
-    parse_gpu_bus_ids,
     parse_gpu_memory,
 )
+from accelhost.readers.ascend import NPU_INFO
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,7 @@ class DeviceMemory:
 def read_ascend(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | None:
     from accelhost.parsers.npusmi_info import parse_npu_smi_info
 
-    result = host.run(["npu-smi", "info"])
+    result = host.run(NPU_INFO)
     if result is None:
         return None
     if not result.ok:
@@ -100,7 +99,9 @@ def read_ascend(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | None
 
 
 def read_nvidia(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | None:
-    gpu, apps, bus = host.run_many([GPU_QUERY, APPS_QUERY, BUS_QUERY])
+    # GPU index -> PCI address from the query the planner reads too (`read_gpu_topology`):
+    # one fact, one command, run once when a snapshot records both
+    gpu, apps, bus = host.run_many([GPU_QUERY, APPS_QUERY, QUERY_GPU_ARGV])
     if gpu is None:
         return None
     if not gpu.ok:
@@ -108,7 +109,8 @@ def read_nvidia(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | None
         return []
     try:
         memory = parse_gpu_memory(gpu.stdout)
-        bus_ids = parse_gpu_bus_ids(bus.stdout) if bus is not None and bus.ok else {}
+        rows = parse_query_gpu(bus.stdout) if bus is not None and bus.ok else []
+        bus_ids = {row.pci: row.index for row in rows}
         app_rows = parse_compute_apps(apps.stdout) if apps is not None and apps.ok else []
     except AccelhostError as exc:
         errors["devices"] = str(exc)
@@ -121,7 +123,7 @@ def read_nvidia(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | None
     index_bus = {i: b for b, i in bus_ids.items()}
     procs: dict[int, list[DeviceProcessMemory]] = {}
     for app in app_rows:
-        idx = bus_ids.get(normalize_bus_id(app.bus_id))
+        idx = bus_ids.get(app.bus_id)  # both in the sysfs form, 0000:3b:00.0
         if idx is not None:
             procs.setdefault(idx, []).append(DeviceProcessMemory(app.pid, "", app.used_mib))
     return [

@@ -3,6 +3,9 @@
 `read_facts` is the only reader in the hygiene package: the checks are pure functions of
 the `HostFacts` it returns, so a doctor run on a snapshot and on a live host differ only in
 where the facts came from. Run on a `RecordingHost`, it records exactly the doctor's inputs.
+It reads through `read_once(host)`: one doctor look (one `watch` round, one `clean` plan)
+runs each command and reads each file at most once, however many checks share a fact;
+CPU facts come from the one reader of each (`accelhost.readers.cpus`).
 A source that cannot be read is recorded in `errors` (its check becomes UNKNOWN); a tool
 that is not installed is simply absent.
 """
@@ -16,6 +19,7 @@ from dataclasses import dataclass, field
 
 from accelhost.errors import AccelhostError, HostError
 from accelhost.host.base import Host
+from accelhost.host.once import read_once
 from accelhost.hygiene.devices import DeviceMemory, read_ascend, read_nvidia
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.parsers.hugepages import HugePagePool, parse_count, parse_size_dir
@@ -24,6 +28,7 @@ from accelhost.parsers.procstat import parse_status_field
 from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.posixshm import HeldScan, ShmFile, list_shm_files, scan_held
 from accelhost.procs import ProcessInfo, list_pids, open_fd_targets, read_process
+from accelhost.readers.cpus import read_allowed_cpus
 from accelhost.shm import read_segments
 
 HUGEPAGES_DIR = "/sys/kernel/mm/hugepages"
@@ -281,17 +286,10 @@ def _read_tuning(host: Host, procs: Mapping[int, ProcessInfo] | None) -> TuningF
                     readonly = ro
                     break
                 readonly = readonly or ro
-    status = host.read_file("/proc/self/status")
-    allowed = parse_status_field(status, "Cpus_allowed_list") if status else None
-
-    def count_cpus(text: str) -> int:
-        total = 0
-        for part in text.split(","):
-            lo, _, hi = part.partition("-")
-            if lo.strip().isdigit():
-                total += (int(hi) if hi.strip().isdigit() else int(lo)) - int(lo) + 1
-        return total
-
+    try:
+        allowed = read_allowed_cpus(host)
+    except AccelhostError:  # a hostile list: the check says it cannot tell
+        allowed = None
     env = {name: v for name in AFFINITY_ENV_VARS if (v := host.getenv(name)) is not None}
     return TuningFacts(
         irqbalance_pids=irqbalance,
@@ -301,7 +299,7 @@ def _read_tuning(host: Host, procs: Mapping[int, ProcessInfo] | None) -> TuningF
         thp_defrag=_selected(host.read_file(f"{THP_DIR}/defrag")),
         proc_irq_readonly=readonly,
         affinity_env=env,
-        allowed_cpus=count_cpus(allowed) if allowed else None,
+        allowed_cpus=len(set(allowed)) if allowed else None,
     )
 
 
@@ -321,6 +319,7 @@ def _self_pid(host: Host) -> int | None:
 
 def read_facts(host: Host, options: HygieneOptions | None = None) -> HostFacts:
     """Read every input of the doctor's checks from `host` (live, snapshot or recording)."""
+    host = read_once(host)  # a fresh wrapper per call: each watch round reads anew
     opts = options or HygieneOptions()
     errors: dict[str, str] = {}
     now, uptime = _read_clock(host)

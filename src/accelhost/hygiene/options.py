@@ -74,8 +74,6 @@ CONTROL_NODES = frozenset(
         "/dev/kfd",
     }
 )
-_ASCEND_NODE = re.compile(r"^/dev/davinci(\d+)$")
-_NVIDIA_NODE = re.compile(r"^/dev/nvidia(\d+)$")
 
 # Device memory a healthy idle device still reports as used (driver, firmware, context).
 DEFAULT_IDLE_BASELINE_MIB = {"ascend": 4096, "nvidia": 1024}
@@ -135,17 +133,6 @@ class HygieneOptions:
         if self.idle_baseline_mib is not None:
             return self.idle_baseline_mib
         return self.idle_baselines.get(vendor, 1024)
-
-
-def device_of_node(path: str) -> tuple[str, int] | None:
-    """`/dev/davinci3` -> ("ascend", 3), `/dev/nvidia1` -> ("nvidia", 1); else None."""
-    m = _ASCEND_NODE.match(path)
-    if m:
-        return ("ascend", int(m.group(1)))
-    m = _NVIDIA_NODE.match(path)
-    if m:
-        return ("nvidia", int(m.group(1)))
-    return None
 
 
 def is_control_node(path: str) -> bool:

@@ -21,12 +21,6 @@ APPS_QUERY = (
     "--query-compute-apps=pid,used_memory,gpu_bus_id",
     "--format=csv,noheader,nounits",
 )
-# Bus ids of the GPUs, to map compute apps (which name a bus id) to indices.
-BUS_QUERY = (
-    "nvidia-smi",
-    "--query-gpu=index,pci.bus_id",
-    "--format=csv,noheader,nounits",
-)
 
 
 @dataclass(frozen=True)
@@ -94,15 +88,4 @@ def parse_compute_apps(text: str) -> list[GpuComputeApp]:
         if pid is None:
             continue
         out.append(GpuComputeApp(pid, _number(cells[1], source, n), normalize_bus_id(cells[2])))
-    return out
-
-
-def parse_gpu_bus_ids(text: str) -> dict[str, int]:
-    """Normalized bus id -> GPU index."""
-    source = " ".join(BUS_QUERY)
-    out: dict[str, int] = {}
-    for n, cells in _rows(text, 2, source):
-        index = _number(cells[0], source, n)
-        if index is not None:
-            out[normalize_bus_id(cells[1])] = index
     return out

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 
 from accelhost.errors import AccelhostError
+from accelhost.host.live import LiveHost
 
 V1_PREFERENCE = ("freezer", "pids")
 
@@ -92,11 +93,8 @@ class Cgroup:
 
     def pids(self) -> list[int]:
         """Every process in the cgroup now (empty when it is gone)."""
-        try:
-            with open(self._file("cgroup.procs")) as fh:
-                return sorted({int(x) for x in fh.read().split()})
-        except OSError:
-            return []
+        text = _read(self._file("cgroup.procs"))
+        return sorted({int(x) for x in text.split() if x.isdigit()})
 
     def kill_all(self) -> None:
         """SIGKILL every member at once: cgroup.kill (v2, Linux 5.14+), else freeze, kill
@@ -133,11 +131,7 @@ class Cgroup:
     def _freezing(self) -> bool:
         if self.version == 2:
             return False  # cgroup.freeze is synchronous enough for a kill right after
-        try:
-            with open(self._file("freezer.state")) as fh:
-                return fh.read().strip() == "FREEZING"
-        except OSError:
-            return False
+        return _read(self._file("freezer.state")).strip() == "FREEZING"
 
     def remove(self, timeout_s: float = 2.0) -> bool:
         """rmdir once the members are reaped (EBUSY until the kernel drops the last one)."""
@@ -168,11 +162,8 @@ def join_cgroup(cgroup: Cgroup, pid: int) -> None:
 
 
 def _read(path: str) -> str:
-    try:
-        with open(path) as fh:
-            return fh.read()
-    except OSError:
-        return ""
+    """A cgroup file through the one live file reader; "" when absent or unreadable."""
+    return LiveHost().read_file(path) or ""
 
 
 def _candidates(version: str, mounts: list[Mount], own: dict[str, str]) -> list[tuple[int, str]]:

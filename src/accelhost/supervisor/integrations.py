@@ -1,9 +1,10 @@
 """Glue to the doctor's preflight and the applier, imported only when their options are used.
 
-Neither is reimplemented here: the preflight is `accelhost.hygiene.preflight.preflight`, the
-plan is `accelhost.api.plan` or a plan file, and binding is the one bind driver
-(`accelhost.apply.driver.bind`) that `accelhost bind --pid` also calls: the same ARM
-policy, roles, retries and report. A build without them says so in one line.
+Neither is reimplemented here: the preflight is `accelhost.hygiene.preflight.preflight`,
+the plan is a plan file or `accelhost.api.plan_for_device` (as `accelhost bind` plans),
+and binding is the one bind driver (`accelhost.apply.driver.bind`) that `accelhost bind
+--pid` also calls: the same ARM policy, roles, retries and report. A build without them
+says so in one line.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def run_preflight(host: Host, util: float, device: int | None, log: Callable[[st
     try:
         from accelhost.hygiene.preflight import preflight
     except ImportError as exc:
-        raise _unavailable("--preflight-util", exc) from None
+        raise _unavailable("--expect-util", exc) from None
     report = preflight(host, util, device)
     if report.status == "FAIL":
         raise AccelhostError(f"preflight: {report.reason}")
@@ -77,10 +78,11 @@ def bind_plan(
         the_plan = load_plan(plan_file)
     else:
         try:
-            from accelhost.api import plan
+            from accelhost.api import plan_for_device
         except ImportError as exc:
             raise _unavailable("--bind", exc) from None
-        the_plan = plan(host)
+        # as `accelhost bind` plans: the host's plan, else one for this device alone
+        the_plan = plan_for_device(host, device)
     # PlanError naming the planned devices when it is not there, or a role that cannot fit.
     the_plan = driver.with_roles(the_plan, device, roles)
     skip = driver.arch_skip(the_plan, any_arch)

@@ -30,6 +30,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from accelhost.host.live import LiveHost
+from accelhost.parsers.procstat import parse_status_field
+
 NETLINK_CONNECTOR = 11
 CN_IDX_PROC = 1
 CN_VAL_PROC = 1
@@ -67,8 +70,8 @@ def _may_listen() -> bool:
             return False
         if os.stat("/proc/self/ns/pid").st_ino != _INIT_PID_NS_INO:
             return False
-        with open("/proc/self/status") as fh:
-            caps = next((ln.split()[1] for ln in fh if ln.startswith("CapEff:")), "0")
+        status = LiveHost().read_file("/proc/self/status") or ""
+        caps = parse_status_field(status, "CapEff") or "0"
         return bool(int(caps, 16) >> CAP_NET_ADMIN & 1)
     except (OSError, ValueError, IndexError):
         return False
