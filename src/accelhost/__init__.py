@@ -9,7 +9,8 @@ What lives where (planning data flows one way for every family):
 - `apply/`: the only writer (its `driver` is the one bind driver); `devices`: which device
   is a process's (host, visible and logical ids);
 - `hygiene/`, `supervisor/`: doctor/clean/watch and `run`, on the shared readers `procs`
-  (processes), `shm` (SysV segments) and `posixshm` (/dev/shm files);
+  (processes), `shm` (SysV segments), `posixshm` (/dev/shm files held or leaked)
+  and `shmlisting` (the files of a tmpfs directory, live or recorded);
 - `pipeline/`, `benchbind/`: feeding a device, and the bound/unbound A/B;
 - `integrations/`: engine plugins (vLLM); `recording`: what `snapshot` keeps;
 - `cli/`: the command line; `api`: `plan(host)`, the library's front door; `errors`: the
