@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 
 import pytest
 from engine import Server
@@ -83,6 +84,16 @@ def test_plugin_binds_every_thread_of_the_real_worker(server_pool) -> None:
         "--no-irq",
     )
     assert verify.rc == 0, verify.explain()
+    assert re.search(r"^match: \d+ threads and 0 IRQs checked, 0 drifted$", verify.stdout, re.M), (
+        verify.explain()
+    )
+    # Kept beside the server's log: the proof docs/e2e.md shows.
+    proof = [f"$ accelhost verify --plan {plan} --device 0 --pid {worker} --no-irq"]
+    proof += verify.stdout.splitlines()
+    for tid in sorted(before):  # the kernel's view, as a user checks it by hand
+        taskset = subprocess.run(["taskset", "-pc", str(tid)], capture_output=True, text=True)
+        proof += [f"$ taskset -pc {tid}", (taskset.stdout or taskset.stderr).strip()]
+    server.log.with_name("plugin_bound.proof.txt").write_text("\n".join(proof) + "\n")
 
     assert server.answers()
     # Threads the worker started while serving inherit the bound CPU.
