@@ -103,7 +103,7 @@ def test_plugin_binds_every_thread_of_the_real_worker(server_pool) -> None:
 
 @pytest.mark.servers("healthy")
 def test_without_accelhost_plan_the_plugin_does_nothing(server_pool) -> None:
-    vllm_cpu, plan_cpu = needs_two_cpus()
+    _, plan_cpu = needs_two_cpus()
     server = server_pool.get("healthy")  # started without ACCELHOST_PLAN
     assert "ACCELHOST_PLAN" not in os.environ
     worker = server.pid_of("VLLM::Worker")
