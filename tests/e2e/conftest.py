@@ -26,6 +26,9 @@ from engine import Server, start_server  # noqa: E402
 from plugin_plans import absent_cpu, cpus, plugin_env  # noqa: E402
 from tiny_model import build_tiny_model  # noqa: E402
 
+# How long the session's end waits for a server's own graceful stop before SIGKILL.
+STOP_GRACE_S = 30.0
+
 EnvSpec = Mapping[str, str] | Callable[[Path], Mapping[str, str]]
 
 
@@ -117,8 +120,11 @@ class ServerPool:
         return server.wait_ready()
 
     def stop_all(self) -> None:
+        # All asked at once, so their graceful stops overlap; then whatever is left is killed.
         for server in self.started.values():
-            server.stop()
+            server.terminate()
+        for server in self.started.values():
+            server.stop(grace=STOP_GRACE_S)
 
 
 @pytest.fixture(scope="session")
