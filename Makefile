@@ -49,6 +49,9 @@ $(E2E_STAMP): pyproject.toml
 	$(E2E_BIN)/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	$(E2E_BIN)/python -m pip install --quiet -e '.[test]'
 	$(E2E_BIN)/python -c "import vllm, transformers, tokenizers, accelhost"
+	@# vLLM finds accelhost's plugin through this entry point (tests/e2e/test_plugin_e2e.py).
+	$(E2E_BIN)/python -c "from importlib.metadata import entry_points as e; \
+		assert 'accelhost' in e(group='vllm.general_plugins').names, 'no vLLM plugin entry point'"
 	touch $(E2E_STAMP)
 
 e2e: $(E2E_STAMP)

@@ -23,7 +23,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from engine import Server, start_server  # noqa: E402
+from plugin_plans import absent_cpu, cpus, plugin_env  # noqa: E402
 from tiny_model import build_tiny_model  # noqa: E402
+
+# How long the session's end waits for a server's own graceful stop before SIGKILL.
+STOP_GRACE_S = 30.0
 
 EnvSpec = Mapping[str, str] | Callable[[Path], Mapping[str, str]]
 
@@ -54,6 +58,14 @@ SERVER_SPECS: dict[str, ServerSpec] = {
     ),
     # Under `accelhost run`, which is stopped with SIGTERM.
     "run_sigterm": ServerSpec(launcher="run", run_args=("--grace", "30")),
+    # The vLLM plugin with a plan whose device 0 is one CPU, the one vLLM does not use.
+    "plugin_bound": ServerSpec(
+        env=lambda wd: plugin_env(wd, "plugin_bound", [cpus()[1]]),
+    ),
+    # The vLLM plugin with a plan whose device 0 is a CPU this host does not have.
+    "plugin_bad_plan": ServerSpec(
+        env=lambda wd: plugin_env(wd, "plugin_bad_plan", [absent_cpu()]),
+    ),
 }
 
 
@@ -108,8 +120,11 @@ class ServerPool:
         return server.wait_ready()
 
     def stop_all(self) -> None:
+        # All asked at once, so their graceful stops overlap; then whatever is left is killed.
         for server in self.started.values():
-            server.stop()
+            server.terminate()
+        for server in self.started.values():
+            server.stop(grace=STOP_GRACE_S)
 
 
 @pytest.fixture(scope="session")

@@ -204,10 +204,28 @@ class Server:
         kept = [ln for ln in self.log_text().splitlines() if "leaked " not in ln]
         return "\n".join(kept[-lines:])
 
-    def stop(self) -> None:
-        """Kill what is left of this server's tree and remove the files it left (finally)."""
+    def terminate(self) -> None:
+        """Ask a server that still serves to stop as users do: SIGTERM to its API server.
+
+        vLLM's own shutdown then unlinks the semaphores no process holds (its resource
+        tracker's), which the suite cannot tell apart from other software's unless the server
+        started alone; SIGKILL alone would leave them in /dev/shm.
+        """
         with contextlib.suppress(Exception):
             self.refresh()
+            if self.api_pid is not None and self.tracked.is_alive(self.api_pid):
+                self.tracked.signal({self.api_pid}, signal.SIGTERM)
+
+    def stop(self, grace: float = 0.0) -> None:
+        """Kill what is left of this server's tree and remove the files it left (finally).
+
+        With `grace` (after `terminate()`), first wait that long for the tree to end itself.
+        """
+        with contextlib.suppress(Exception):
+            self.refresh()
+        if grace > 0:
+            with contextlib.suppress(AssertionError):
+                wait_for(f"{self.name} to stop", lambda: not self.tracked.alive(), grace)
         self.tracked.kill_all()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout=30)

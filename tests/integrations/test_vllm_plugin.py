@@ -57,6 +57,9 @@ class Wrapper:  # vLLM's WorkerWrapperBase forwards unknown attributes to its wo
     def __getattr__(self, name):
         return getattr(self.worker, name)
 
+import threading, time
+for _ in range(args.get("threads", 0)):  # a runtime's threads, as a warmed-up worker has
+    threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
 first = vllm_plugin.install(Wrapper, args["plan"])
 second = vllm_plugin.install(Wrapper, args["plan"])
 result = Wrapper(Worker(args["rank"], args["backend"])).compile_or_warm_up_model()
@@ -173,3 +176,23 @@ def test_the_applier_s_warnings_go_through_vllm_s_logger(plan: str) -> None:
     assert len(warned) == 1 and "OMP_PROC_BIND=TRUE" in warned[0], err
     assert len(plugin_lines(err)) == 1
     assert not any(line.startswith("process ") for line in err.splitlines())  # no bare line
+
+
+def test_a_plan_naming_cpus_this_host_lacks_is_not_bound_and_says_why(tmp_path: Path) -> None:
+    # Found on the real engine: every thread step fails (the kernel refuses CPUs the host
+    # lacks), and the one line must say "not bound" and why, not "bound worker".
+    possible = Path("/sys/devices/system/cpu/possible").read_text().strip()
+    absent = max(int(part.split("-")[-1]) for part in possible.split(",")) + 1
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"devices": {"0": {"main": [absent]}}}))
+    before = sorted(os.sched_getaffinity(0))
+    out, err = run(str(path), 0, "cpu", vllm_logging=True, threads=5)
+    assert out["result"] == "compiled" and out["cpus"] == before
+    (line,) = plugin_lines(err)
+    assert "|WARNING|" in line and "not bound to device 0" in line, line
+    assert f"CPUs {absent}: none of these CPUs is allowed" in line, line
+    assert "bound worker" not in line
+    # One step per thread failed (6); vLLM's log gets the first and the count, not six.
+    failed = [ln for ln in err.splitlines() if "|WARNING|step failed" in ln]
+    assert len(failed) == 1, err
+    assert "6 of 7 binding steps failed" in err, err

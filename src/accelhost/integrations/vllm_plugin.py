@@ -113,9 +113,22 @@ def worker_device(worker: Any) -> tuple[int | None, int, str]:
 
 
 class _ToVllm(logging.Handler):
-    """Hands the applier's warnings to vLLM's logger, so they carry the worker's prefix."""
+    """Hands the applier's warnings to vLLM's logger, so they carry the worker's prefix.
+
+    Only the first "step failed" goes through: a plan the kernel refuses fails one step per
+    thread (47 in a small vLLM worker), and the applier's count and the plugin's line say
+    the rest.
+    """
+
+    def __init__(self, level: int) -> None:
+        super().__init__(level)
+        self.step_failures = 0
 
     def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("step failed"):
+            self.step_failures += 1
+            if self.step_failures > 1:
+                return
         log.handle(record)
 
 
@@ -151,27 +164,39 @@ def _bind(worker: Any, plan_path: str, environ: Mapping[str, str]) -> Any:
         else:
             report = bind_current_process(plan_path, local_rank=local_rank, **kwargs)
             how = f"{backend} backend, local rank {local_rank}"
-        log.info("accelhost: %s", summary(report, os.getpid(), how))
+        level, line = summary(report, os.getpid(), how)
+        log.log(level, "accelhost: %s", line)
         return report
     except Exception as exc:  # the engine must keep serving whatever went wrong here
         log.warning("accelhost: binding this worker failed, the engine goes on unbound: %r", exc)
         return None
 
 
-def summary(report: Any, pid: int, how: str) -> str:
-    """One line: what the bind did to this worker."""
-    if report.skipped:
-        return f"worker {pid} not bound ({how}): {report.skipped}"
-    threads = [r for r in report.results if r.step.kind == "thread"]
-    ok = [r for r in threads if r.status == "ok"]
-    cpus = sorted({c for r in ok for c in getattr(r.step, "cpus", ())})
+def summary(report: Any, pid: int, how: str) -> tuple[int, str]:
+    """(log level, one line): what the bind did to this worker.
+
+    A worker none of whose threads moved is "not bound", with the first reason, at WARNING:
+    a plan naming CPUs this host lacks must not read as a successful bind.
+    """
     from accelhost.cpulist import format_cpulist
 
-    failed = len(report.failed)
-    tail = f"; {failed} steps failed (see warnings)" if failed else ""
+    if report.skipped:
+        return logging.WARNING, f"worker {pid} not bound ({how}): {report.skipped}"
+    threads = [r for r in report.results if r.step.kind == "thread"]
+    ok = [r for r in threads if r.status == "ok"]
+    failed = report.failed
+    if threads and not ok:
+        first = threads[0]
+        wanted = format_cpulist(sorted(getattr(first.step, "cpus", ())))
+        return logging.WARNING, (
+            f"worker {pid} not bound to device {report.device} ({how}): "
+            f"CPUs {wanted or '-'}: {first.detail or first.status}"
+        )
+    cpus = sorted({c for r in ok for c in getattr(r.step, "cpus", ())})
+    tail = f"; {len(failed)} step(s) failed (see warnings)" if failed else ""
     memory = next((r for r in report.results if r.step.kind == "memory"), None)
     mem = f"; memory: {memory.status}" if memory is not None else ""
-    return (
+    return logging.WARNING if failed else logging.INFO, (
         f"bound worker {pid} to device {report.device} ({how}) after warm-up: "
         f"{len(ok)} of {len(threads)} threads on CPUs {format_cpulist(cpus) or '-'}"
         f"{mem}{tail}"
