@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR
 from accelhost.apply.irqbalance import MODES as IRQBALANCE_MODES
-from accelhost.cli.common import add_device_option, one_device
+from accelhost.cli.common import add_device_option, one_device, pci_from_args
 from accelhost.cli.plan import add_device_type_option
-from accelhost.errors import ApplyError, ParseError, UsageError
+from accelhost.errors import ApplyError, UsageError
 from accelhost.planner.roles import ROLE_HELP, ROLE_METAVAR
 
 if TYPE_CHECKING:
@@ -172,12 +172,7 @@ def load_plan(args: argparse.Namespace, device: int) -> Plan:
     if args.strategy:
         kwargs["strategy"] = args.strategy
     if args.pci:
-        from accelhost.readers.gpu import pci_addresses
-
-        try:
-            kwargs["pci"] = pci_addresses([args.pci])
-        except ParseError as exc:
-            raise UsageError(str(exc)) from None
+        kwargs["pci"] = pci_from_args(args)
     if args.numa_from != "numa_node":
         kwargs["numa_from"] = args.numa_from
     if args.reserve_irq:

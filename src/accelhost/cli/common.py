@@ -60,6 +60,19 @@ def one_device(args: argparse.Namespace, what: str = "this command") -> int | No
     return ids[0]
 
 
+def pci_from_args(args: argparse.Namespace) -> list[str] | None:
+    """`--pci ADDR[,ADDR...]` as the planner's PCI addresses, or None; bad ones are usage
+    errors. Shared by topo, plan and the planning options of bind/exec/verify."""
+    if getattr(args, "pci", None) is None:
+        return None
+    from accelhost.readers.gpu import pci_addresses
+
+    try:
+        return pci_addresses([args.pci])
+    except ParseError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def add_grace_option(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--grace",

@@ -10,11 +10,12 @@ from accelhost.cli.common import (
     add_json_option,
     add_snapshot_option,
     host_from_args,
+    pci_from_args,
     print_json,
     render_table,
 )
 from accelhost.cpulist import format_cpulist
-from accelhost.errors import ParseError, UsageError
+from accelhost.errors import UsageError
 from accelhost.family import FAMILIES, normalize_family
 from accelhost.plans import Plan
 
@@ -78,14 +79,7 @@ def add_plan_options(parser: argparse.ArgumentParser) -> None:
 def plan_from_args(args: argparse.Namespace) -> Plan:
     from accelhost.api import plan
 
-    pci = None
-    if args.pci is not None:
-        from accelhost.readers.gpu import pci_addresses
-
-        try:
-            pci = pci_addresses([args.pci])
-        except ParseError as exc:
-            raise UsageError(str(exc)) from None
+    pci = pci_from_args(args)
     roles = []
     if args.thread_role:
         from accelhost.planner.roles import parse_thread_role

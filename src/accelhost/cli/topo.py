@@ -9,12 +9,12 @@ from accelhost.cli.common import (
     add_json_option,
     add_snapshot_option,
     host_from_args,
+    pci_from_args,
     print_json,
     render_table,
 )
 from accelhost.cli.plan import add_device_type_option
 from accelhost.cpulist import format_cpulist
-from accelhost.errors import ParseError, UsageError
 from accelhost.topology import Topology
 
 
@@ -139,14 +139,7 @@ def _ascend_rows(topo: Topology) -> list[str]:
 def run_topo(args: argparse.Namespace) -> int:
     from accelhost.readers import read_topology
 
-    pci = None
-    if args.pci is not None:
-        from accelhost.readers.gpu import pci_addresses
-
-        try:
-            pci = pci_addresses([args.pci])
-        except ParseError as exc:
-            raise UsageError(str(exc)) from None
+    pci = pci_from_args(args)
     topo = read_topology(host_from_args(args), device_type=args.device_type, pci=pci)
     if args.json:
         print_json(topology_dict(topo))
