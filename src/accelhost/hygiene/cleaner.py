@@ -217,7 +217,7 @@ def _recheck_shm_file(act: RemoveShmFile, min_age_s: float) -> str | None:
         return "already gone"
     if (fresh.dev, fresh.inode) != (act.dev, act.inode):
         return "kept: the name now belongs to another file"
-    if abs(fresh.mtime - act.mtime) > 0.001:  # find prints 10 decimals, stat a float
+    if abs(fresh.mtime - act.mtime) > 0.001:  # listings round mtimes
         return "kept: changed since it was judged"
     if time.time() - fresh.mtime < min_age_s:
         return f"kept: changed under {min_age_s:g} s ago"
