@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accelhost.host.base import CommandResult, Host, command_key
+from accelhost.host.base import CommandResult, Host, HostWrapper, command_key
 from accelhost.host.snapshot import SNAPSHOT_FORMAT, SnapshotHost
 
 
@@ -51,28 +51,16 @@ class FakeMachine:
         return SnapshotHost(self.snapshot(), source=source)
 
 
-class CountingHost:
+class CountingHost(HostWrapper):
     """`inner`, counting each question by kind and key (a command's argv joined by spaces)."""
 
     def __init__(self, inner: Host) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.commands: Counter[str] = Counter()
         self.files: Counter[str] = Counter()
         self.dirs: Counter[str] = Counter()
         self.links: Counter[str] = Counter()
         self.env: Counter[str] = Counter()
-
-    @property
-    def machine(self) -> str:
-        return self.inner.machine
-
-    @property
-    def device_type(self) -> str | None:
-        return self.inner.device_type
-
-    @property
-    def is_live(self) -> bool:
-        return self.inner.is_live
 
     def run(self, argv: Sequence[str]) -> CommandResult | None:
         self.commands[command_key(argv)] += 1

@@ -70,3 +70,26 @@ class Host(Protocol):
     def getenv(self, name: str) -> str | None:
         """An environment variable of the host's process; None when unset."""
         ...
+
+
+class HostWrapper:
+    """Base of the hosts that answer through another one (read-once, recording, counting).
+
+    It forwards what the host *is* (machine, family, live or not); subclasses decide what
+    happens to the questions (`run`, `read_file`, ...), which they define themselves.
+    """
+
+    def __init__(self, inner: Host) -> None:
+        self.inner = inner
+
+    @property
+    def machine(self) -> str:
+        return self.inner.machine
+
+    @property
+    def device_type(self) -> str | None:
+        return self.inner.device_type
+
+    @property
+    def is_live(self) -> bool:
+        return self.inner.is_live

@@ -11,10 +11,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from accelhost.host.base import CommandResult, Host
+from accelhost.host.base import CommandResult, Host, HostWrapper
 
 
-class ReadOnce:
+class ReadOnce(HostWrapper):
     """`inner`, with every answer (absent ones too) kept for the next asker.
 
     Meant for one short read (a plan, a topology, a doctor's look): a long-lived watcher
@@ -24,25 +24,13 @@ class ReadOnce:
     answers_fixed = True
 
     def __init__(self, inner: Host) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._lock = threading.Lock()
         self._commands: dict[str, CommandResult | None] = {}
         self._files: dict[str, str | None] = {}
         self._dirs: dict[str, list[str] | None] = {}
         self._links: dict[str, str | None] = {}
         self._env: dict[str, str | None] = {}
-
-    @property
-    def machine(self) -> str:
-        return self.inner.machine
-
-    @property
-    def device_type(self) -> str | None:
-        return self.inner.device_type
-
-    @property
-    def is_live(self) -> bool:
-        return self.inner.is_live
 
     def run(self, argv: Sequence[str]) -> CommandResult | None:
         key = " ".join(argv)  # command_key, inlined: planners ask this on every plan

@@ -7,14 +7,14 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from accelhost.host.base import CommandResult, Host, command_key
+from accelhost.host.base import CommandResult, Host, HostWrapper, command_key
 from accelhost.host.snapshot import SNAPSHOT_FORMAT
 
 # A filter trims what is stored for a command to what the readers actually use.
 CommandFilter = Callable[[str], str]
 
 
-class RecordingHost:
+class RecordingHost(HostWrapper):
     """A host that answers from `inner` and keeps every answer for `to_snapshot()`.
 
     Absent answers are not stored: in a snapshot, absence already means "not there".
@@ -26,7 +26,7 @@ class RecordingHost:
         command_filters: Mapping[str, CommandFilter] | None = None,
         file_filters: Sequence[tuple[str, CommandFilter]] = (),
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._filters = dict(command_filters or {})
         # (fnmatch pattern, trim): e.g. keep only allocator variables of /proc/*/environ,
         # since a snapshot travels in bug reports and environments hold secrets.
@@ -37,18 +37,6 @@ class RecordingHost:
         self.dirs: dict[str, list[str]] = {}
         self.links: dict[str, str] = {}
         self.commands: dict[str, CommandResult] = {}
-
-    @property
-    def machine(self) -> str:
-        return self.inner.machine
-
-    @property
-    def device_type(self) -> str | None:
-        return self.inner.device_type
-
-    @property
-    def is_live(self) -> bool:
-        return self.inner.is_live
 
     def _keep_command(self, argv: Sequence[str], result: CommandResult | None) -> None:
         if result is None:
