@@ -6,10 +6,9 @@ Removal is `shmctl(shmid, IPC_RMID)` one segment at a time; no `ipcrm`, no "remo
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import os
 
 from accelhost.host.base import Host
+from accelhost.host.libc import check, libc
 from accelhost.parsers.sysvipc import ShmSegment, parse_sysvipc_shm
 
 IPC_RMID = 0
@@ -24,15 +23,9 @@ def read_segments(host: Host) -> list[ShmSegment] | None:
     return parse_sysvipc_shm(text)
 
 
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-
-
 def remove_segment(shmid: int) -> None:
     """Mark a segment for destruction (freed when its last attachment goes). OSError on failure."""
-    libc = _libc()
-    libc.shmctl.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
-    libc.shmctl.restype = ctypes.c_int
-    if libc.shmctl(shmid, IPC_RMID, None) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"shmctl({shmid}, IPC_RMID): {os.strerror(err)}")
+    shmctl = libc().shmctl
+    shmctl.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    shmctl.restype = ctypes.c_int
+    check(shmctl(shmid, IPC_RMID, None), f"shmctl({shmid}, IPC_RMID)")

@@ -10,9 +10,7 @@ judges the files; this module only lists them.
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
-import platform
 import pwd
 import stat as stat_mod
 import struct
@@ -20,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from accelhost.host.base import CommandResult, Host
+from accelhost.host.libc import syscall
 from accelhost.host.record import RecordingHost
 
 # How a snapshot records a directory (the live host reads it with os calls, not find):
@@ -190,39 +189,27 @@ def stat_shm_file(path: str) -> ShmFile | None:
     )
 
 
-# statx(2) numbers (Python 3.11's os.stat gives no birth time on Linux); others: None.
-_SYS_STATX = {"x86_64": 332, "aarch64": 291, "riscv64": 291, "ppc64le": 383, "s390x": 379}
+# statx(2): Python 3.11's os.stat gives no birth time on Linux.
 _AT_FDCWD = -100
 _AT_SYMLINK_NOFOLLOW = 0x100
 _STATX_BTIME = 0x800
 _STATX_SIZE = 256  # struct statx; stx_btime {s64 sec; u32 nsec} sits at offset 80
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL | None:
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-
-
 def birth_time(path: str) -> float | None:
     """When a file was created (statx), without coreutils' `stat` (busybox has no %W);
     None where the kernel, the filesystem or the architecture keeps none."""
-    number = _SYS_STATX.get(platform.machine())
-    libc = _libc()
-    if number is None or libc is None:
-        return None
     buf = ctypes.create_string_buffer(_STATX_SIZE)
-    rc = libc.syscall(
-        ctypes.c_long(number),
-        ctypes.c_long(_AT_FDCWD),
-        ctypes.c_char_p(os.fsencode(path)),
-        ctypes.c_long(_AT_SYMLINK_NOFOLLOW),
-        ctypes.c_long(_STATX_BTIME),
-        buf,
-    )
-    if rc != 0:
+    try:
+        syscall(
+            "statx",
+            ctypes.c_long(_AT_FDCWD),
+            ctypes.c_char_p(os.fsencode(path)),
+            ctypes.c_long(_AT_SYMLINK_NOFOLLOW),
+            ctypes.c_long(_STATX_BTIME),
+            buf,
+        )
+    except OSError:
         return None
     (mask,) = struct.unpack_from("=I", buf.raw, 0)
     if not mask & _STATX_BTIME:

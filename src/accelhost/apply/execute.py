@@ -167,7 +167,8 @@ def _run(step: Step, host: Host | None) -> tuple[str, str]:
             return FAILED, f"the kernel set CPUs {format_cpulist(got)} instead (cpuset)"
         return OK, ""
     if isinstance(step, MemPolicy):
-        from accelhost.apply.memory import SyscallUnavailable, set_mempolicy
+        from accelhost.apply.memory import set_mempolicy
+        from accelhost.host.libc import SyscallUnavailable
 
         try:
             set_mempolicy(step.mode, [step.node])

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from accelhost.cpulist import MAX_NODES, parse_cpulist
 from accelhost.errors import ParseError
+from accelhost.host.libc import syscall
 
 if TYPE_CHECKING:
     from accelhost.host.base import Host
@@ -27,64 +27,7 @@ MPOL_BIND = 2
 MODES = {"preferred": MPOL_PREFERRED, "bind": MPOL_BIND}
 MODE_NAMES = {MPOL_DEFAULT: "default", MPOL_PREFERRED: "preferred", MPOL_BIND: "bind"}
 
-# (set_mempolicy, get_mempolicy, migrate_pages). The generic table serves arm64, riscv64
-# and loongarch64.
-_GENERIC = (237, 236, 238)
-_SYSCALLS: dict[str, tuple[int, int, int]] = {
-    "x86_64": (238, 239, 256),
-    "amd64": (238, 239, 256),
-    "aarch64": _GENERIC,
-    "arm64": _GENERIC,
-    "riscv64": _GENERIC,
-    "loongarch64": _GENERIC,
-    "ppc64": (261, 260, 258),
-    "ppc64le": (261, 260, 258),
-    "s390x": (270, 269, 287),
-}
-
-
-# move_pages(2): generic table 239.
-_MOVE_PAGES = {
-    "x86_64": 279,
-    "amd64": 279,
-    "aarch64": 239,
-    "arm64": 239,
-    "riscv64": 239,
-    "loongarch64": 239,
-    "ppc64": 301,
-    "ppc64le": 301,
-    "s390x": 310,
-}
 MPOL_MF_MOVE = 1 << 1  # only pages mapped by this process alone (no CAP_SYS_NICE needed)
-
-
-class SyscallUnavailable(OSError):
-    """The NUMA system calls cannot be made here (unknown architecture, no NUMA kernel)."""
-
-
-def _numbers() -> tuple[int, int, int]:
-    nums = _SYSCALLS.get(platform.machine().lower())
-    if nums is None:
-        raise SyscallUnavailable(f"no NUMA syscall numbers known for {platform.machine()}")
-    return nums
-
-
-_libc: ctypes.CDLL | None = None
-
-
-def _syscall(number: int, *args: object) -> int:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.syscall.restype = ctypes.c_long
-    ctypes.set_errno(0)
-    result = int(_libc.syscall(ctypes.c_long(number), *args))
-    if result < 0:
-        err = ctypes.get_errno()
-        if err == 38:  # ENOSYS: a kernel built without NUMA
-            raise SyscallUnavailable(err, os.strerror(err))
-        raise OSError(err, os.strerror(err))
-    return result
 
 
 def _mask(
@@ -100,26 +43,22 @@ def _mask(
 
 def migrate_pages(pid: int, from_nodes: list[int], to_nodes: list[int]) -> int:
     """Move `pid`'s pages; returns the number of pages the kernel could not move."""
-    _, _, nr = _numbers()
     highest = max([*from_nodes, *to_nodes, 0])
     old, maxnode = _mask(from_nodes, highest)
     new, _ = _mask(to_nodes, highest)
-    return _syscall(nr, ctypes.c_int(pid), ctypes.c_ulong(maxnode), old, new)
+    return syscall("migrate_pages", ctypes.c_int(pid), ctypes.c_ulong(maxnode), old, new)
 
 
 def move_pages(pid: int, addresses: list[int], node: int) -> list[int]:
     """Move the pages at `addresses` of `pid` to `node`; each page's status as the kernel
     gives it: the node it is on now, or a negative errno (-ENOENT: not present, -EBUSY:
     pinned, -EACCES: mapped by other processes too, -EFAULT: no such mapping)."""
-    nr = _MOVE_PAGES.get(platform.machine().lower())
-    if nr is None:
-        raise SyscallUnavailable(f"no move_pages number known for {platform.machine()}")
     count = len(addresses)
     pages = (ctypes.c_void_p * count)(*addresses)
     nodes = (ctypes.c_int * count)(*([node] * count))
     status = (ctypes.c_int * count)()
-    _syscall(
-        nr,
+    syscall(
+        "move_pages",
         ctypes.c_int(pid),
         ctypes.c_ulong(count),
         pages,
@@ -132,17 +71,16 @@ def move_pages(pid: int, addresses: list[int], node: int) -> list[int]:
 
 def set_mempolicy(mode: str, nodes: list[int]) -> None:
     """The calling thread's policy; inherited by children and kept across execve."""
-    nr, _, _ = _numbers()
     mask, maxnode = _mask(nodes)
-    _syscall(nr, ctypes.c_int(MODES[mode]), mask, ctypes.c_ulong(maxnode))
+    syscall("set_mempolicy", ctypes.c_int(MODES[mode]), mask, ctypes.c_ulong(maxnode))
 
 
 def get_mempolicy() -> tuple[str, list[int]]:
     """(mode name, nodes) of the calling thread's policy."""
-    _, nr, _ = _numbers()
     mode = ctypes.c_int(0)
     mask, maxnode = _mask([1023])
-    _syscall(nr, ctypes.byref(mode), mask, ctypes.c_ulong(maxnode), None, ctypes.c_ulong(0))
+    args = (ctypes.byref(mode), mask, ctypes.c_ulong(maxnode), None, ctypes.c_ulong(0))
+    syscall("get_mempolicy", *args)
     nodes = [w * 64 + b for w, v in enumerate(mask) for b in range(64) if v >> b & 1]
     return MODE_NAMES.get(mode.value, str(mode.value)), nodes
 

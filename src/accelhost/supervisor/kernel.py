@@ -7,10 +7,11 @@ processes that stay under its command; it must not refuse to start the engine.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import signal
 from collections.abc import Callable
+
+from accelhost.host.libc import check, libc
 
 PR_SET_CHILD_SUBREAPER = 36
 CLONE_NEWNS = 0x00020000
@@ -21,20 +22,16 @@ MS_REC = 0x4000
 MS_SLAVE = 1 << 19
 
 
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-
-
 def become_subreaper() -> bool:
     """Orphans of the command's tree re-parent to us instead of to PID 1, so we can reap
     them and find them again through /proc parent links. False when the kernel refused."""
     if os.getpid() == 1:
         return True  # init of a PID namespace already receives every orphan
     try:
-        libc = _libc()
-        libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong]
-        libc.prctl.restype = ctypes.c_int
-        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0) == 0)
+        prctl = libc().prctl
+        prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong]
+        prctl.restype = ctypes.c_int
+        return bool(prctl(PR_SET_CHILD_SUBREAPER, 1, 0) == 0)
     except (OSError, AttributeError):
         return False
 
@@ -70,11 +67,10 @@ def private_ipc_setup() -> Callable[[], None]:
     message queues) and a new mount namespace with a fresh tmpfs on /dev/shm, the way
     Docker's `--ipc=private` does. The kernel frees all of them with the namespace's last
     process. Raises OSError (EPERM without CAP_SYS_ADMIN)."""
-    libc = _libc()
-    unshare = libc.unshare
+    unshare = libc().unshare
     unshare.argtypes = [ctypes.c_int]
     unshare.restype = ctypes.c_int
-    mount = libc.mount
+    mount = libc().mount
     mount.argtypes = [
         ctypes.c_char_p,
         ctypes.c_char_p,
@@ -84,15 +80,11 @@ def private_ipc_setup() -> Callable[[], None]:
     ]
     mount.restype = ctypes.c_int
 
-    def check(result: int) -> None:
-        if result != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err))
-
     def setup() -> None:
-        check(unshare(CLONE_NEWIPC | CLONE_NEWNS))
+        check(unshare(CLONE_NEWIPC | CLONE_NEWNS), "unshare")
         # Mounts made from here on must not propagate back to the host's namespace.
-        check(mount(None, b"/", None, MS_REC | MS_SLAVE, None))
-        check(mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777"))
+        check(mount(None, b"/", None, MS_REC | MS_SLAVE, None), "mount --make-rslave /")
+        tmpfs = mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777")
+        check(tmpfs, "mount tmpfs /dev/shm")
 
     return setup

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import os
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from accelhost.host.base import Host
+from accelhost.host.libc import libc
 from accelhost.posixshm import list_shm_files, path_is_held, scan_held, stat_shm_file
 from accelhost.supervisor.options import RemovedFile
 
@@ -54,16 +54,16 @@ class CreationWatch:
         """None where inotify is missing or refused (limits): then only the look at the
         teardown's start gathers evidence."""
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            fd = int(libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC))
+            lib = libc()
+            fd = int(lib.inotify_init1(IN_NONBLOCK | IN_CLOEXEC))
         except (OSError, AttributeError):
             return None
         if fd < 0:
             return None
-        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        lib.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
         watched: dict[int, str] = {}
         for d in dirs:
-            wd = int(libc.inotify_add_watch(fd, os.fsencode(d), IN_CREATE | IN_MOVED_TO))
+            wd = int(lib.inotify_add_watch(fd, os.fsencode(d), IN_CREATE | IN_MOVED_TO))
             if wd >= 0:
                 watched[wd] = d.rstrip("/")
         if not watched:
