@@ -81,16 +81,18 @@ def syscall(name: str, *args: object) -> int:
     ctypes.set_errno(0)
     result = int(libc().syscall(ctypes.c_long(number), *args))
     if result < 0:
-        raise_errno(f"{name}")
+        raise_errno()
     return result
 
 
-def raise_errno(what: str) -> None:
-    """Raise the OSError that the last libc call left in errno."""
+def raise_errno(what: str | None = None) -> None:
+    """Raise the OSError that the last libc call left in errno (its text prefixed with
+    `what` when given; a syscall's callers name their own context)."""
     err = ctypes.get_errno()
+    text = os.strerror(err) if what is None else f"{what}: {os.strerror(err)}"
     if err == errno.ENOSYS:
-        raise SyscallUnavailable(err, f"{what}: {os.strerror(err)}")
-    raise OSError(err, f"{what}: {os.strerror(err)}")
+        raise SyscallUnavailable(err, text)
+    raise OSError(err, text)
 
 
 def check(result: int, what: str) -> int:
