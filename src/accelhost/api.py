@@ -10,16 +10,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from accelhost.host.base import Host
-from accelhost.host.live import LiveHost
 from accelhost.plans import Plan
 
 if TYPE_CHECKING:
     from accelhost.planner.roles import RoleSpec
-
-
-def live_host() -> LiveHost:
-    """This machine, read-only."""
-    return LiveHost()
 
 
 def plan(

@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from accelhost.host.live import LiveHost
+from accelhost.host.live import live_host
 from accelhost.parsers.procstat import parse_status_field
 
 NETLINK_CONNECTOR = 11
@@ -70,7 +70,7 @@ def _may_listen() -> bool:
             return False
         if os.stat("/proc/self/ns/pid").st_ino != _INIT_PID_NS_INO:
             return False
-        status = LiveHost().read_file("/proc/self/status") or ""
+        status = live_host().read_file("/proc/self/status") or ""
         caps = parse_status_field(status, "CapEff") or "0"
         return bool(int(caps, 16) >> CAP_NET_ADMIN & 1)
     except (OSError, ValueError, IndexError):
