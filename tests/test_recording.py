@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from accelhost.host.redact import REDACTED, recorder, redact_cmdline
 from accelhost.host.snapshot import SnapshotHost
-from accelhost.procs import read_process
-from accelhost.recording import REDACTED, recorder, redact_cmdline
+from accelhost.readers.procs import read_process
 
 
 def test_secret_option_values_are_redacted() -> None:

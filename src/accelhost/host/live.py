@@ -100,7 +100,7 @@ class LiveHost:
             return None
 
     def stat_dir(self, path: str) -> list[FileStat] | None:
-        # scandir + lstat + statx, no `find -printf` or `stat -c %W`: busybox has neither.
+        # scandir + lstat + statx, no external tool: busybox images list the same.
         try:
             with os.scandir(path) as entries:
                 names = sorted(e.name for e in entries)

@@ -11,7 +11,7 @@ What lives where:
 - `gpu`: nvidia-smi or `--pci` addresses on top of sysfs, as torchrun reads;
 - `nvml`: the optional live-only NVML fallback for GPUs sysfs leaves without a node;
 - `procs`: processes from /proc (`ProcessInfo`, `read_process`, `list_pids`) and the one
-  walk of a process's open files (`open_fds`);
+  walk of a process's open files (`open_fds`, and `open_file_stat` for one fd's identity);
 - `sysv`: the SysV shared-memory segment table (`read_segments`; `remove_segment` too,
   until the removers have their own home);
 - `shmfiles`: /dev/shm files (`list_shm_files`, `stat_shm_file`) and who holds them open

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from accelhost.errors import ParseError
-from accelhost.host.base import Host
+from accelhost.host.base import FileStat, Host
 from accelhost.parsers.procstat import parse_proc_stat
 
 
@@ -131,3 +131,9 @@ def open_fds(host: Host, pid: int) -> dict[int, str] | None:
         if target is not None:  # closed since the listing
             out[int(name)] = target
     return out
+
+
+def open_file_stat(host: Host, pid: int, fd: int) -> FileStat | None:
+    """The file behind one of a process's fds (the link followed): its device and inode
+    name it even where the process sees it under another mount namespace's path."""
+    return host.stat(f"/proc/{pid}/fd/{fd}")

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from accelhost.host.base import FileStat, Host
 from accelhost.parsers.procstat import parse_status_field
-from accelhost.readers.procs import list_pids, open_fds
+from accelhost.readers.procs import list_pids, open_fds, open_file_stat
 
 _DELETED = " (deleted)"
 
@@ -169,7 +169,7 @@ def _fd_paths(host: Host, pid: int, inodes: set[tuple[int, int]]) -> set[str] | 
         out.add(target)
         if target.startswith(("/proc/", "/sys/", "/dev/")) and not target.startswith("/dev/shm/"):
             continue  # pseudo files and device nodes: never a shm file
-        st = host.stat(f"/proc/{pid}/fd/{fd}")
+        st = open_file_stat(host, pid, fd)
         if st is not None and st.kind == "file":
             inodes.add((st.dev, st.inode))
     return out
