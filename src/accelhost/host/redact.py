@@ -18,14 +18,28 @@ from accelhost.host.record import CommandFilter, RecordingHost
 # The allocator settings the doctor reports; nothing else of an environment is kept.
 ALLOC_CONF_VARS = ("PYTORCH_NPU_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 
-_SECRET_OPTION = re.compile(
-    r"^--?[\w.-]*(key|token|secret|password|passwd|credential)[\w.-]*$", re.I
-)
+_SECRET_WORD = r"(?:key|token|secret|password|passwd|credential)"
+_SECRET_OPTION = re.compile(rf"^--?[\w.-]*{_SECRET_WORD}[\w.-]*$", re.I)
+# Inside one argument (`bash -lc "vllm serve m --api-key K"`, `sh -c 'HF_TOKEN=abc python
+# ...'`, `env HF_TOKEN=abc`, a URL's `?token=abc`): an option and its value (after `=` or
+# blanks), or a variable assignment; the value is a quoted string or a run of non-blanks.
+# A value that is another option (`--no-key-check --port 1`) is not one.
+_VALUE = r"(\"[^\"]*\"|'[^']*'|(?!--)[^\s\"']+)"
+_INLINE_OPTION = re.compile(rf"(?<![\w.-])(--?[\w.-]*{_SECRET_WORD}[\w.-]*)(=|\s+){_VALUE}", re.I)
+_INLINE_ASSIGN = re.compile(rf"(?<![\w.-])((?=\w*{_SECRET_WORD})[A-Za-z_]\w*)={_VALUE}", re.I)
 REDACTED = "<redacted>"
 
 
+def _redact_inside(arg: str) -> str:
+    """An argument with the values of the secret-looking options and variables in it replaced."""
+    arg = _INLINE_OPTION.sub(lambda m: f"{m[1]}{m[2]}{REDACTED}", arg)
+    return _INLINE_ASSIGN.sub(lambda m: f"{m[1]}={REDACTED}", arg)
+
+
 def redact_cmdline(raw: str) -> str:
-    """A /proc/PID/cmdline with the values of secret-looking options replaced.
+    """A /proc/PID/cmdline with the values of secret-looking options and variables replaced,
+    as separate arguments (`--api-key K`, `--hf-token=K`, `HF_TOKEN=K`) and inside one
+    argument that holds a shell command (`bash -lc "vllm serve m --api-key K"`).
 
     Engine names and titles (what the doctor matches) stay; `--api-key sk-...` does not.
     """
@@ -44,6 +58,8 @@ def redact_cmdline(raw: str) -> str:
                 arg = f"{name}={REDACTED}"
             else:
                 hide_next = True
+        else:
+            arg = _redact_inside(arg)
         out.append(arg)
     return "\0".join(out)
 
