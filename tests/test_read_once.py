@@ -24,7 +24,7 @@ from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
 from accelhost.host.once import ReadOnce, read_once
 from accelhost.host.snapshot import SnapshotHost, load_snapshot
-from accelhost.readers import read_topology
+from accelhost.readers.topology import read_topology
 from ascend_hosts import AscendHost, even_nodes
 from fakehost import CountingHost, FakeMachine, fake_tools
 from gpu.gpu_hosts import QUERY, TOPO, dgx_like

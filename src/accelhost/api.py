@@ -34,7 +34,7 @@ def plan(
     (sysfs only); `reserve_irq` and `thread_roles` add roles on top.
     """
     from accelhost.planner import plan_topology
-    from accelhost.readers import read_topology
+    from accelhost.readers.topology import read_topology
 
     topo = read_topology(host, device_type=device_type, pci=pci or None)
     result = plan_topology(topo, strategy=strategy, devices=devices, numa_from=numa_from)

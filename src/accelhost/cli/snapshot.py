@@ -27,7 +27,8 @@ def record_snapshot(
     from accelhost.host.redact import recorder
     from accelhost.hygiene import read_facts
     from accelhost.parsers.ps import keep_thread_lines
-    from accelhost.readers import PS_THREADS, read_topology
+    from accelhost.readers.ascend import PS_THREADS
+    from accelhost.readers.topology import read_topology
 
     rec = recorder(inner, {command_key(PS_THREADS): keep_thread_lines})
     once = read_once(rec)  # what the planner and the doctor both read is read once

@@ -1,5 +1,6 @@
 """The facts layer: read a host through the host door into typed facts.
 
+    from accelhost.readers.topology import read_topology
     read_topology(host)       # Ascend, NVIDIA, `--pci` and plain hosts alike
 
 What lives where:
@@ -18,41 +19,6 @@ What lives where:
   or mapped (`scan_held`, `path_is_held`).
 
 `procs`, `sysv` and `shmfiles` are shared by the doctor, the cleaner and `accelhost run`
-(PID 1 of a container): names here load on first use, so importing them costs no
-topology readers.
+(PID 1 of a container): this package re-exports nothing, so importing one of them loads
+no topology reader.
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
-
-__all__ = [
-    "PS_THREADS",
-    "read_allowed_cpus",
-    "read_cgroup_cpuset",
-    "read_topology",
-]
-
-_LAZY = {
-    "PS_THREADS": "accelhost.readers.ascend",
-    "read_allowed_cpus": "accelhost.readers.cpus",
-    "read_cgroup_cpuset": "accelhost.readers.cpus",
-    "read_topology": "accelhost.readers.topology",
-}
-
-if TYPE_CHECKING:
-    from accelhost.readers.ascend import PS_THREADS
-    from accelhost.readers.cpus import read_allowed_cpus, read_cgroup_cpuset
-    from accelhost.readers.topology import read_topology
-
-
-def __getattr__(name: str) -> Any:
-    try:
-        module_name = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'accelhost.readers' has no attribute {name!r}") from None
-    import importlib
-
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value

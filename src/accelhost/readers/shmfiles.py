@@ -58,17 +58,9 @@ def _shm_file(path: str, st: FileStat) -> ShmFile | None:
     """`st` as a shm file; None for what shm_open never makes (directories, links, ...)."""
     if st.kind != "file":
         return None
+    used = st.blocks * 512
     return ShmFile(
-        path=path,
-        size_bytes=st.size,
-        used_bytes=st.blocks * 512,
-        uid=st.uid,
-        owner=st.owner,
-        mtime=st.mtime,
-        ctime=st.ctime,
-        dev=st.dev,
-        inode=st.inode,
-        birth=st.birth,
+        path, st.size, used, st.uid, st.owner, st.mtime, st.ctime, st.dev, st.inode, st.birth
     )
 
 
