@@ -21,7 +21,7 @@ import time
 
 from accelhost.host.snapshot import load_snapshot
 from accelhost.planner.ascend import plan_ascend
-from accelhost.readers import read_topology
+from accelhost.readers.topology import read_topology
 
 AIMS_MS = {"a3-640cpu-16npu": 0.4, "950-384cpu-8npu-sees-0123": 1.4}
 

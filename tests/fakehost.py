@@ -1,10 +1,10 @@
 """The one builder of fake hosts for tests, and a host that counts what is read.
 
-- `FakeMachine`: a recorded machine (files, directories, links, commands, environment)
+- `FakeMachine`: a recorded machine (files, directories, links, stats, commands, environment)
   as a snapshot dictionary or a `SnapshotHost`. The family-specific builders
   (`ascend_hosts.AscendHost`, `gpu/gpu_hosts.FakeHost`) write their texts into one.
-- `CountingHost`: wraps any host and counts every command, file, directory, link and
-  variable asked for, so a test can prove that a command reads each fact once.
+- `CountingHost`: wraps any host and counts every command, file, directory, link, stat
+  and variable asked for, so a test can prove that a command reads each fact once.
 - `fake_tools`: real executables (`npu-smi`, `nvidia-smi`, `lscpu`, ...) on a PATH that
   print recorded output and log each call, to count what a live host really runs.
 """
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from accelhost.host.base import CommandResult, Host, HostWrapper, command_key
-from accelhost.host.snapshot import SNAPSHOT_FORMAT, SnapshotHost
+from accelhost.host.base import CommandResult, FileStat, Host, HostWrapper, command_key
+from accelhost.host.snapshot import SNAPSHOT_FORMAT, SnapshotHost, stat_to_dict
 
 
 @dataclass
@@ -34,6 +34,8 @@ class FakeMachine:
     dirs: dict[str, list[str]] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)
     commands: dict[str, Any] = field(default_factory=dict)
+    stat_dirs: dict[str, list[FileStat]] = field(default_factory=dict)
+    stats: dict[str, FileStat] = field(default_factory=dict)
 
     def snapshot(self) -> dict[str, Any]:
         data: dict[str, Any] = {"format": SNAPSHOT_FORMAT, "machine": self.machine}
@@ -44,6 +46,10 @@ class FakeMachine:
         data["dirs"] = {k: list(v) for k, v in self.dirs.items()}
         if self.links:
             data["links"] = dict(self.links)
+        if self.stat_dirs:
+            data["stat_dirs"] = {k: [stat_to_dict(e) for e in v] for k, v in self.stat_dirs.items()}
+        if self.stats:
+            data["stats"] = {k: stat_to_dict(v) for k, v in self.stats.items()}
         data["commands"] = dict(self.commands)
         return data
 
@@ -61,6 +67,8 @@ class CountingHost(HostWrapper):
         self.dirs: Counter[str] = Counter()
         self.links: Counter[str] = Counter()
         self.env: Counter[str] = Counter()
+        self.stat_dirs: Counter[str] = Counter()
+        self.stats: Counter[str] = Counter()
 
     def run(self, argv: Sequence[str]) -> CommandResult | None:
         self.commands[command_key(argv)] += 1
@@ -83,6 +91,14 @@ class CountingHost(HostWrapper):
         self.links[path] += 1
         return self.inner.read_link(path)
 
+    def stat_dir(self, path: str) -> list[FileStat] | None:
+        self.stat_dirs[path] += 1
+        return self.inner.stat_dir(path)
+
+    def stat(self, path: str) -> FileStat | None:
+        self.stats[path] += 1
+        return self.inner.stat(path)
+
     def getenv(self, name: str) -> str | None:
         self.env[name] += 1
         return self.inner.getenv(name)
@@ -96,6 +112,8 @@ class CountingHost(HostWrapper):
             ("dir", self.dirs),
             ("link", self.links),
             ("env", self.env),
+            ("stat_dir", self.stat_dirs),
+            ("stat", self.stats),
         ):
             out.update({f"{kind} {k}": n for k, n in counter.items() if n > 1})
         return out

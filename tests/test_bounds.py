@@ -17,7 +17,7 @@ import pytest
 import accelhost
 from accelhost.errors import AccelhostError, ParseError, SnapshotError
 from accelhost.host.snapshot import MAX_SNAPSHOT_BYTES, SnapshotHost, load_snapshot
-from accelhost.readers import read_topology
+from accelhost.readers.topology import read_topology
 from ascend_hosts import AscendHost, even_nodes
 from fakehost import FakeMachine
 from gpu.gpu_hosts import dgx_like

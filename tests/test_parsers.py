@@ -17,7 +17,7 @@ from accelhost.parsers.npusmi_topo import parse_npu_topo
 from accelhost.parsers.procstatus import find_allowed_cpus
 from accelhost.parsers.ps import keep_thread_lines, parse_thread_ids
 from accelhost.parsers.sysvipc import parse_sysvipc_shm
-from accelhost.readers import read_topology
+from accelhost.readers.topology import read_topology
 from ascend_hosts import AscendHost, even_nodes
 
 # ---- CPU lists and masks -------------------------------------------------------------

@@ -1,6 +1,6 @@
 """`plan`, `topo` and `snapshot` read each fact of a host once, whatever its family.
 
-Two ways of counting: `CountingHost` counts every command, file, directory and variable
+Two ways of counting: `CountingHost` counts every command, file, directory, stat and variable
 asked of a recorded host; `fake_tools` puts real executables on PATH that log each call,
 so a live `accelhost plan` / `topo` is counted where it really runs its commands.
 """
@@ -19,12 +19,12 @@ import accelhost
 from accelhost.cli import plan as cli_plan
 from accelhost.cli import topo as cli_topo
 from accelhost.cli.main import main
+from accelhost.cli.snapshot import record_snapshot
 from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
 from accelhost.host.once import ReadOnce, read_once
 from accelhost.host.snapshot import SnapshotHost, load_snapshot
-from accelhost.readers import read_topology
-from accelhost.recording import record_snapshot
+from accelhost.readers.topology import read_topology
 from ascend_hosts import AscendHost, even_nodes
 from fakehost import CountingHost, FakeMachine, fake_tools
 from gpu.gpu_hosts import QUERY, TOPO, dgx_like
@@ -230,9 +230,7 @@ def _ascend_doctor_host() -> SnapshotHost:
     fake.files["/proc/meminfo"] = "MemTotal: 1000 kB\nHugepagesize: 2048 kB\n"
     fake.files["/proc/101/maps"] = "7f00-7f10 rw-s 00000000 00:1a 77 /dev/shm/psm_held\n"
     old = NOW - 7200
-    fake.commands[
-        "find /dev/shm -mindepth 1 -maxdepth 1 -printf %y %s %b %U %u %T@ %C@ %D %i %P\0"
-    ] = f"f 1000 8 0 root {old} {old} 26 77 psm_held\0f 1000 8 0 root {old} {old} 26 78 psm_x\0"
+    fake.shm_file("psm_held", 1000, 8, old, 77).shm_file("psm_x", 1000, 8, old, 78)
     return fake.host()
 
 

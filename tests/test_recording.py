@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from accelhost.host.redact import REDACTED, recorder, redact_cmdline
 from accelhost.host.snapshot import SnapshotHost
-from accelhost.procs import read_process
-from accelhost.recording import REDACTED, recorder, redact_cmdline
+from accelhost.readers.procs import read_process
 
 
 def test_secret_option_values_are_redacted() -> None:
@@ -48,3 +48,57 @@ def test_recording_keeps_the_engine_title_but_not_the_key() -> None:
     assert "sk-secret" not in str(snap)
     replayed = read_process(SnapshotHost(snap), 42)
     assert replayed is not None and replayed.cmdline[:3] == ("vllm", "serve", "m")
+
+
+def test_secrets_inside_one_shell_argument_are_redacted() -> None:
+    """The usual container launch puts the whole command in one argument: its secrets go,
+    the engine's name and the other options stay."""
+    raw = "bash\0-lc\0vllm serve Qwen --api-key sk-123 --port 8000\0"
+    assert redact_cmdline(raw) == f"bash\0-lc\0vllm serve Qwen --api-key {REDACTED} --port 8000\0"
+    raw = "sh\0-c\0HF_TOKEN=hf_abc python -m vllm.entrypoints.openai.api_server --hf-token='a b'\0"
+    assert redact_cmdline(raw) == (
+        f"sh\0-c\0HF_TOKEN={REDACTED} python -m vllm.entrypoints.openai.api_server "
+        f"--hf-token={REDACTED}\0"
+    )
+    assert "x9" not in redact_cmdline('bash\0-c\0exec vllm serve m --api-key="x9 y"\0')
+
+
+def test_secret_variables_as_their_own_argument_are_redacted() -> None:
+    raw = "env\0HF_TOKEN=hf_abc\0OPENAI_API_KEY=sk-9\0VLLM_PORT=8000\0vllm\0serve\0m\0"
+    assert redact_cmdline(raw).split("\0") == [
+        "env",
+        f"HF_TOKEN={REDACTED}",
+        f"OPENAI_API_KEY={REDACTED}",
+        "VLLM_PORT=8000",
+        "vllm",
+        "serve",
+        "m",
+        "",
+    ]
+
+
+def test_what_is_no_secret_stays_inside_a_shell_argument() -> None:
+    for raw in (
+        "bash\0-c\0PYTORCH_NPU_ALLOC_CONF=expandable_segments:True vllm serve m --port=8000\0",
+        "bash\0-c\0vllm serve m --no-key-check --port 8000\0",  # a flag: --port is no value
+        "VLLM::EngineCore",
+    ):
+        assert redact_cmdline(raw) == raw
+
+
+def test_recording_a_shell_launch_keeps_the_engine_but_not_the_key() -> None:
+    inner = SnapshotHost(
+        {
+            "format": "accelhost-snapshot/1",
+            "files": {
+                "/proc/7/stat": "7 (bash) S 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99 0 0",
+                "/proc/7/cmdline": "bash\0-lc\0HF_TOKEN=hf_s3 vllm serve m --api-key sk-s3\0",
+            },
+        }
+    )
+    rec = recorder(inner)
+    assert read_process(rec, 7) is not None
+    snap = rec.to_snapshot()
+    assert "s3" not in str(snap)
+    replayed = read_process(SnapshotHost(snap), 7)
+    assert replayed is not None and "vllm serve m" in replayed.command

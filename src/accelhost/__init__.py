@@ -1,18 +1,18 @@
 """accelhost: host-side toolkit for accelerator inference servers.
 
 What lives where (planning data flows one way for every family):
-- `host/`: the only reader of the machine (live, snapshot, recording, `read_once`);
+- `host/`: the only reader of the machine (live, snapshot, recording and what it
+  redacts, `read_once`, `live_host`, the one libc binding);
 - `parsers/` and `cpulist`: pure text -> typed facts, every id and list bounded;
 - `readers/`: the facts layer, host -> one `Topology` (`topology`), family (`family`)
-  decided once;
+  decided once; and the readers the doctor, the cleaner and `run` share: processes and
+  their open files, SysV segments, /dev/shm files and who holds them;
 - `planner/`: pure `Topology` -> `Plan` (`plans`), Ascend and GPU strategies, roles;
 - `apply/`: the only writer (its `driver` is the one bind driver); `devices`: which device
   is a process's (host, visible and logical ids);
-- `hygiene/`, `supervisor/`: doctor/clean/watch and `run`, on the shared readers `procs`
-  (processes), `shm` (SysV segments), `posixshm` (/dev/shm files held or leaked)
-  and `shmlisting` (the files of a tmpfs directory, live or recorded);
+- `hygiene/`, `supervisor/`: doctor/clean/watch and `run`, on those shared readers;
 - `pipeline/`, `benchbind/`: feeding a device, and the bound/unbound A/B;
-- `integrations/`: engine plugins (vLLM); `recording`: what `snapshot` keeps;
+- `integrations/`: engine plugins (vLLM);
 - `cli/`: the command line; `api`: `plan(host)`, the library's front door; `errors`: the
   typed errors (a `UsageError` exits 2, any other `AccelhostError` 1).
 
@@ -54,20 +54,21 @@ __all__ = [
 
 _LAZY = {
     "load_snapshot": ("accelhost.host.snapshot", "load_snapshot"),
-    "live_host": ("accelhost.api", "live_host"),
+    "live_host": ("accelhost.host.live", "live_host"),
     "plan": ("accelhost.api", "plan"),
-    "read_topology": ("accelhost.readers", "read_topology"),
+    "read_topology": ("accelhost.readers.topology", "read_topology"),
     "bind_current_process": ("accelhost.apply.worker", "bind_current_process"),
     "Plan": ("accelhost.plans", "Plan"),
     "Topology": ("accelhost.topology", "Topology"),
 }
 
 if TYPE_CHECKING:
-    from accelhost.api import live_host, plan
+    from accelhost.api import plan
     from accelhost.apply.worker import bind_current_process
+    from accelhost.host.live import live_host
     from accelhost.host.snapshot import load_snapshot
     from accelhost.plans import Plan
-    from accelhost.readers import read_topology
+    from accelhost.readers.topology import read_topology
     from accelhost.topology import Topology
 
 

@@ -10,16 +10,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from accelhost.host.base import Host
-from accelhost.host.live import LiveHost
 from accelhost.plans import Plan
 
 if TYPE_CHECKING:
     from accelhost.planner.roles import RoleSpec
-
-
-def live_host() -> LiveHost:
-    """This machine, read-only."""
-    return LiveHost()
 
 
 def plan(
@@ -40,7 +34,7 @@ def plan(
     (sysfs only); `reserve_irq` and `thread_roles` add roles on top.
     """
     from accelhost.planner import plan_topology
-    from accelhost.readers import read_topology
+    from accelhost.readers.topology import read_topology
 
     topo = read_topology(host, device_type=device_type, pci=pci or None)
     result = plan_topology(topo, strategy=strategy, devices=devices, numa_from=numa_from)

@@ -4,7 +4,7 @@ One `Topology` for every family: Ascend NPUs, NVIDIA GPUs and plain PCI devices 
 `Accelerator`s with an index (the logical id a worker uses), an optional PCI address, NUMA
 node and CPU affinity. The CPU details that only some strategies need (SMT siblings,
 sockets, caches: torchrun's GPU rules) are the typed part `Topology.cpu`.
-Built by `accelhost.readers.read_topology(host)`; consumed by planners, which are pure.
+Built by `accelhost.readers.topology.read_topology(host)`; consumed by planners, which are pure.
 """
 
 from __future__ import annotations

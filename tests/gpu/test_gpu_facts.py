@@ -19,8 +19,8 @@ from accelhost.host.base import CommandResult
 from accelhost.host.record import RecordingHost
 from accelhost.host.snapshot import SnapshotHost
 from accelhost.planner.gpu import plan_gpus
-from accelhost.readers import read_topology
 from accelhost.readers.gpu import read_gpu_topology
+from accelhost.readers.topology import read_topology
 from accelhost.topology import Accelerator
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from accelhost.host.base import FileStat
 from accelhost.host.snapshot import SnapshotHost
 from fakehost import FakeMachine
 
@@ -28,6 +29,7 @@ class FakeHost:
     env: dict[str, str] = field(default_factory=dict)
     pids: list[int] = field(default_factory=list)
     segments: list[str] = field(default_factory=list)
+    stat_dirs: dict[str, list[FileStat]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.files["/proc/uptime"] = f"{UPTIME} 100.0\n"
@@ -87,6 +89,21 @@ class FakeHost:
         )
         return self
 
+    def shm_file(
+        self,
+        name: str,
+        size: int,
+        blocks: int,
+        mtime: float,
+        inode: int,
+        directory: str = "/dev/shm",
+    ) -> FakeHost:
+        """A regular file of a tmpfs dir, owned by root, as the host's `stat_dir` lists it."""
+        self.stat_dirs.setdefault(directory, []).append(
+            FileStat(name, "file", size, blocks, 0, "root", mtime, mtime, 26, inode)
+        )
+        return self
+
     def hugepages(self, size_kb: int, total: int, free: int, node: int | None = None) -> FakeHost:
         base = (
             "/sys/kernel/mm/hugepages"
@@ -121,6 +138,7 @@ class FakeHost:
             dirs=dirs,
             links=self.links,
             commands=self.commands,
+            stat_dirs=self.stat_dirs,
         )
         return machine.snapshot()
 

@@ -11,7 +11,7 @@ from accelhost.host.live import LiveHost
 from accelhost.hygiene import stopper
 from accelhost.hygiene.cleaner import Journal, ProcessRef, StopProcesses, execute
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.procs import read_process
+from accelhost.readers.procs import read_process
 
 
 def test_d_state_is_reported_not_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

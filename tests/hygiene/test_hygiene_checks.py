@@ -6,10 +6,10 @@ from hygiene_fakes import NOW, FakeHost, npu_smi
 
 from accelhost.host.live import LiveHost
 from accelhost.host.record import RecordingHost
+from accelhost.host.redact import recorder
 from accelhost.host.snapshot import SnapshotHost
 from accelhost.hygiene import HygieneOptions, read_facts, run_checks
 from accelhost.hygiene.cleaner import RemoveSegment, StopProcesses, plan_clean
-from accelhost.recording import recorder
 
 OPTS = HygieneOptions()
 

@@ -14,19 +14,22 @@ import pytest
 from hygiene_lab import stop_popen
 
 from accelhost.host.live import LiveHost
-from accelhost.posixshm import (
-    HeldScan,
-    ShmFile,
+from accelhost.hygiene.posix_check import (
+    SIBLING_WINDOW_S,
     held_births,
-    held_paths,
     judge_shm_file,
     leaked_posix_shm,
-    list_shm_files,
     match_naming,
-    parse_find_listing,
+)
+from accelhost.readers.shmfiles import (
+    HeldScan,
+    ShmFile,
+    held_paths,
+    list_shm_files,
     parse_maps,
     path_is_held,
     scan_held,
+    stat_shm_file,
 )
 
 SHM = Path("/dev/shm")
@@ -132,16 +135,25 @@ def test_parse_maps_keeps_files_and_drops_deleted_and_pseudo() -> None:
     assert all(ino != 12346 for _, ino in inodes)
 
 
-def test_parse_find_listing_reads_blocks_owner_and_skips_dirs() -> None:
-    text = (
-        "f 160000000 4096 0 root 1700000000.5 1700000001.0 26 77 psm_1a2b\0"
-        "d 40 0 0 root 1700000000.0 1700000000.0 26 78 somedir\0"
-        "f 32 8 1000 alice 1700000002.0 1700000002.0 26 79 name with space\0"
+def test_a_recorded_listing_keeps_blocks_owner_identity_and_skips_dirs() -> None:
+    from accelhost.host.base import FileStat
+    from fakehost import FakeMachine
+
+    machine = FakeMachine(
+        stat_dirs={
+            "/dev/shm/": [
+                FileStat("psm_1a2b", "file", 160000000, 4096, 0, "root", 1.7e9, 1.7e9, 26, 77),
+                FileStat("somedir", "dir", 40, 0, 0, "root", 1.7e9, 1.7e9, 26, 78),
+                FileStat("ln", "link", 8, 0, 0, "root", 1.7e9, 1.7e9, 26, 80),
+                FileStat("name with space", "file", 32, 8, 1000, "alice", 2.0, 2.0, 26, 79, 1.5),
+            ]
+        }
     )
-    files = parse_find_listing(text, "/dev/shm/")
+    files = list_shm_files(machine.host(), ["/dev/shm/"])["/dev/shm/"] or []
     assert [f.path for f in files] == ["/dev/shm/psm_1a2b", "/dev/shm/name with space"]
     assert files[0].used_bytes == 4096 * 512 and files[0].size_bytes == 160000000
     assert (files[1].owner, files[1].uid, files[1].inode) == ("alice", 1000, 79)
+    assert (files[0].birth, files[1].birth) == (None, 1.5)
 
 
 def test_held_paths_sees_open_and_mapped_files_but_not_deleted_mappings(
@@ -217,8 +229,6 @@ def test_a_file_born_with_a_held_one_is_its_holders(
 
 
 def test_sibling_window_is_a_few_seconds() -> None:
-    from accelhost.posixshm import SIBLING_WINDOW_S
-
     f = ShmFile("/dev/shm/sem.mp-x", 32, 4096, 0, "root", 0.0, 0.0, birth=1000.0)
     scan = HeldScan(frozenset(), frozenset(), ())
     near = judge_shm_file(f, scan, 1e9, 60.0, "vLLM", [1000.0 + SIBLING_WINDOW_S - 0.5])
@@ -272,21 +282,53 @@ def test_listing_needs_no_gnu_find(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_recorded_listing_replays_what_was_read(tmp_path: Path) -> None:
+    """A recording keeps what the kernel said of each file (no tool's output): the
+    replayed listing equals the live one, birth times included."""
+    import json
+
+    from accelhost.host.redact import recorder
     from accelhost.host.snapshot import SnapshotHost
-    from accelhost.posixshm import render_listing
-    from accelhost.recording import recorder
 
     (tmp_path / "sem.mp-x y").write_bytes(b"x" * 32)  # a space in the name
     (tmp_path / "psm_b").write_bytes(b"")
     rec = recorder(LiveHost())
     live = list_shm_files(rec, [str(tmp_path)])[str(tmp_path)] or []
-    replayed = list_shm_files(SnapshotHost(rec.to_snapshot()), [str(tmp_path)])[str(tmp_path)]
+    snap = json.loads(json.dumps(rec.to_snapshot()))  # through JSON, as a file would
+    replayed = list_shm_files(SnapshotHost(snap), [str(tmp_path)])[str(tmp_path)]
     assert [f.name for f in live] == ["psm_b", "sem.mp-x y"]
     assert replayed == live
     assert all(f.birth is not None for f in live)  # recorded and replayed too
-    assert parse_find_listing(render_listing(live), str(tmp_path)) == [
-        f.__class__(**{**f.__dict__, "birth": None}) for f in live
-    ]
+    assert not snap["commands"]  # no tool ran, none was made up
+
+
+def test_a_fresh_look_at_one_file_is_the_listed_file(tmp_path: Path) -> None:
+    (tmp_path / "psm_a").write_bytes(b"x" * 100)
+    (tmp_path / "sub").mkdir()
+    (listed,) = list_shm_files(LiveHost(), [str(tmp_path)])[str(tmp_path)] or []
+    assert stat_shm_file(str(tmp_path / "psm_a")) == listed
+    assert stat_shm_file(str(tmp_path / "sub")) is None  # no regular file
+    assert stat_shm_file(str(tmp_path / "gone")) is None
+
+
+def test_an_open_file_is_held_by_its_identity_on_a_replay(
+    shm_paths: list[Path], holders: list[subprocess.Popen[str]], private: list[Path]
+) -> None:
+    """The identity of an open file (`stat` of /proc/PID/fd/N) is recorded, so a replay
+    sees, as the live host did, that a file listed under another path is held."""
+    from accelhost.host.redact import recorder
+    from accelhost.host.snapshot import SnapshotHost
+
+    opened = _new_file(shm_paths, where=private[0])
+    other = private[1] / opened.name
+    os.link(opened, other)
+    shm_paths.append(other)
+    pid = _hold(holders, "open", opened)
+    rec = recorder(LiveHost())
+    live = scan_held(rec, [pid])
+    (listed,) = list_shm_files(rec, [str(private[1])])[str(private[1])] or []
+    replayed = scan_held(SnapshotHost(rec.to_snapshot()), [pid])
+    assert live.holds(listed) and replayed.holds(listed)
+    assert str(other) not in replayed.paths  # held by identity, not by name
 
 
 def test_scan_reports_processes_it_cannot_read(tmp_path: Path) -> None:
@@ -301,9 +343,9 @@ def test_scan_reports_processes_it_cannot_read(tmp_path: Path) -> None:
 def test_snapshot_keeps_only_shared_mappings_and_replays_the_verdict(
     shm_paths: list[Path], holders: list[subprocess.Popen[str]], private: list[Path]
 ) -> None:
+    from accelhost.host.redact import recorder
     from accelhost.host.snapshot import SnapshotHost
     from accelhost.hygiene import HygieneOptions, read_facts, run_checks
-    from accelhost.recording import recorder
 
     held, free = _new_file(shm_paths, where=private[0]), _new_file(shm_paths, where=private[1])
     pid = _hold(holders, "map", held)
@@ -325,16 +367,11 @@ def _shm_fake(readable: bool):  # type: ignore[no-untyped-def]
     """A recorded host with two old files in /dev/shm, one mapped by pid 50."""
     from hygiene_fakes import NOW, FakeHost
 
-    from accelhost.host.base import command_key
-    from accelhost.posixshm import find_argv
-
     fake = FakeHost()
     fake.proc(50, "VLLM::EngineCore", ppid=1, pgid=50, sid=50)
     old = NOW - 7200
-    fake.commands[command_key(find_argv("/dev/shm"))] = (
-        f"f 160000000 8192 0 root {old} {old} 26 77 psm_held\0"
-        f"f 160000000 8192 0 root {old} {old} 26 78 psm_left\0"
-    )
+    fake.shm_file("psm_held", 160000000, 8192, old, 77)
+    fake.shm_file("psm_left", 160000000, 8192, old, 78)
     fake.files["/proc/50/maps"] = "7f00-7f10 rw-s 00000000 00:1a 77 /dev/shm/psm_held\n"
     for pid in (1, 900) if readable else (900,):
         fake.files[f"/proc/{pid}/maps"] = ""

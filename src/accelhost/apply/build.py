@@ -26,8 +26,8 @@ from accelhost.apply.steps import (
     thread_step,
 )
 from accelhost.apply.threads import RoleMatcher, list_threads, scan_named_threads, thread_steps
-from accelhost.apply.traps import live_host
 from accelhost.cpulist import cpu_mask, format_cpulist
+from accelhost.host.live import live_host
 from accelhost.plans import DevicePlan, Plan, ThreadRole
 from accelhost.readers.cpus import read_cgroup_cpuset
 

@@ -215,7 +215,7 @@ def _kernel_set(got: set[int]) -> str:
 
 
 def _irq(step: IrqAffinity) -> tuple[str, str]:
-    from accelhost.apply.traps import live_host
+    from accelhost.host.live import live_host
 
     irqmod.write_mask(step.path, step.mask)
     now = live_host().read_file(step.path)
@@ -225,7 +225,7 @@ def _irq(step: IrqAffinity) -> tuple[str, str]:
 
 
 def _irqbalance(step: IrqBalance, host: Host | None) -> tuple[str, str]:
-    from accelhost.apply.traps import live_host
+    from accelhost.host.live import live_host
 
     h = host or live_host()
 

@@ -33,9 +33,9 @@ _SYSFS_CLASS = {"render": "/sys/class/drm/renderD{n}", "accel": "/sys/class/acce
 def _host(host: Host | None) -> Host:
     if host is not None:
         return host
-    from accelhost.host.live import LiveHost
+    from accelhost.host.live import live_host
 
-    return LiveHost()
+    return live_host()
 
 
 def plan_pci(plan: Plan) -> dict[str, int]:
@@ -55,10 +55,10 @@ def nvidia_gpus(host: Host) -> list[NvidiaGpu]:
 
 def held_nodes(pid: int, globs: Sequence[str] = (), host: Host | None = None) -> list[HeldNode]:
     """The device nodes `pid` holds open, each with its PCI address where one is known."""
-    from accelhost.procs import open_fd_targets
+    from accelhost.readers.procs import open_fds
 
     h = _host(host)
-    nodes = nodes_of_targets(open_fd_targets(h, pid), globs)
+    nodes = nodes_of_targets((open_fds(h, pid) or {}).values(), globs)
     minors: dict[int, str] | None = None
     out = []
     for node in nodes:

@@ -152,9 +152,9 @@ def state_key(root: str, irq: int) -> str:
 def load_state(path: str) -> dict[str, Any]:
     """The saved state; empty when there is none. ApplyError when the file cannot be
     trusted: silently starting afresh would overwrite the only copy of the masks."""
-    from accelhost.host.live import LiveHost
+    from accelhost.host.live import live_host
 
-    text = LiveHost().read_file(path)
+    text = live_host().read_file(path)
     empty: dict[str, Any] = {"format": STATE_FORMAT, "irqs": {}, "irqbalance": None}
     if text is None:
         if os.path.exists(path):

@@ -246,6 +246,6 @@ def numa_usage(pid: int, root: str = "/") -> NumaUsage | None:
 
 def _live() -> Host:
     """This machine through the host door (paths made under `--host-root` by the caller)."""
-    from accelhost.host.live import LiveHost
+    from accelhost.host.live import live_host
 
-    return LiveHost()
+    return live_host()

@@ -205,9 +205,9 @@ def scan_named_threads(
     threads, this walk is not on the hot path.
     """
     if host is None:
-        from accelhost.host.live import LiveHost
+        from accelhost.host.live import live_host
 
-        host = LiveHost()
+        host = live_host()
     out: list[tuple[int, int, str]] = []
     pids = [int(n) for n in host.list_dir(proc) or () if n.isdigit()]
     for pid in sorted(pids):

@@ -13,16 +13,10 @@ from collections.abc import Mapping, Sequence
 from accelhost.cpulist import format_cpulist, parse_cpulist
 from accelhost.errors import ParseError
 from accelhost.host.base import Host
+from accelhost.host.live import live_host
 from accelhost.readers.cpus import read_allowed_cpus, read_cgroup_cpuset
 
 OMP_VARS = ("OMP_PROC_BIND", "GOMP_CPU_AFFINITY")
-
-
-def live_host() -> Host:
-    """This machine, for callers that pass no host."""
-    from accelhost.host.live import LiveHost
-
-    return LiveHost()
 
 
 def process_environ(pid: int | str, host: Host | None = None) -> dict[str, str] | None:

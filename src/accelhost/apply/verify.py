@@ -20,8 +20,8 @@ from accelhost.apply.build import (
 from accelhost.apply.driver import role_warnings
 from accelhost.apply.irq import read_mask
 from accelhost.apply.threads import RoleMatcher, assign, get_affinity, list_threads
-from accelhost.apply.traps import live_host
 from accelhost.cpulist import cpu_mask, format_cpulist, parse_cpu_mask
+from accelhost.host.live import live_host
 from accelhost.plans import Plan
 
 if TYPE_CHECKING:

@@ -164,7 +164,7 @@ def load_plan(args: argparse.Namespace, device: int) -> Plan:
         raise ApplyError("no planner in this installation: pass --plan FILE") from None
     from accelhost.apply.traps import narrowed_warning
     from accelhost.host import read_once
-    from accelhost.host.live import LiveHost
+    from accelhost.host.live import live_host
 
     kwargs: dict[str, Any] = {}
     if args.device_type:
@@ -179,7 +179,7 @@ def load_plan(args: argparse.Namespace, device: int) -> Plan:
         if args.reserve_irq < 0:
             raise UsageError("--reserve-irq must be 0 or more")
         kwargs["reserve_irq"] = args.reserve_irq
-    host = read_once(LiveHost())
+    host = read_once(live_host())
     warn(narrowed_warning("self", host))
     return plan_for_device(host, device, **kwargs)
 

@@ -104,9 +104,9 @@ def host_from_args(args: argparse.Namespace) -> Host:
         from accelhost.host.snapshot import load_snapshot
 
         return load_snapshot(path)
-    from accelhost.host.live import LiveHost
+    from accelhost.host.live import live_host
 
-    return LiveHost()
+    return live_host()
 
 
 def dumps_json(data: Any, indent: int = 2) -> str:

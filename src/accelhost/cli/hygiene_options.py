@@ -15,8 +15,7 @@ from accelhost.cli.common import add_device_option, add_snapshot_option, host_fr
 from accelhost.errors import SnapshotError, UsageError
 from accelhost.host.base import Host
 from accelhost.hygiene.engines import Engine, build_catalog, parse_catalog_file
-from accelhost.hygiene.options import HygieneOptions
-from accelhost.posixshm import DEFAULT_SHM_DIRS
+from accelhost.hygiene.options import DEFAULT_SHM_DIRS, HygieneOptions
 
 
 def add_common(p: argparse.ArgumentParser, min_age_alias: bool = False) -> None:

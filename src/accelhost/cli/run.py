@@ -186,11 +186,11 @@ def _printer(quiet: bool) -> Any:
 def handler(args: argparse.Namespace) -> int:
     argv = _command(args)
     device = _check(args)
-    from accelhost.host.live import LiveHost
+    from accelhost.host.live import live_host
     from accelhost.supervisor import SupervisorOptions, supervise
     from accelhost.supervisor.options import BindRequest
 
-    host = LiveHost()
+    host = live_host()
     log = _printer(args.quiet)
     warn = _printer(False)
     facts_host: Any = host

@@ -7,17 +7,41 @@ import json
 import os
 import sys
 import tempfile
+from typing import Any
 
 from accelhost.cli.common import dumps_json
 from accelhost.cli.plan import add_device_type_option
 from accelhost.errors import AccelhostError
+from accelhost.host.base import Host
+
+
+def record_snapshot(
+    inner: Host, device_type: str | None = None, doctor: bool = True
+) -> dict[str, Any]:
+    """Read `inner` as `plan`/`topo` (and `doctor`) would, and return the snapshot dict.
+
+    Trimmed like every recording (`accelhost.host.redact`); of `ps -Te` only the UVB poll
+    threads the Ascend planner looks for are kept."""
+    from accelhost.host.base import command_key
+    from accelhost.host.once import read_once
+    from accelhost.host.redact import recorder
+    from accelhost.hygiene import read_facts
+    from accelhost.parsers.ps import keep_thread_lines
+    from accelhost.readers.ascend import PS_THREADS
+    from accelhost.readers.topology import read_topology
+
+    rec = recorder(inner, {command_key(PS_THREADS): keep_thread_lines})
+    once = read_once(rec)  # what the planner and the doctor both read is read once
+    topo = read_topology(once, device_type=device_type)
+    if doctor:
+        read_facts(once)
+    return rec.to_snapshot(device_type=topo.family)
 
 
 def run_snapshot(args: argparse.Namespace) -> int:
-    from accelhost.host.live import LiveHost
-    from accelhost.recording import record_snapshot
+    from accelhost.host import live_host
 
-    data = record_snapshot(LiveHost(), args.device_type, doctor=not args.plan_only)
+    data = record_snapshot(live_host(), args.device_type, doctor=not args.plan_only)
     text = dumps_json(data) + "\n"
     if args.output in (None, "-"):
         sys.stdout.write(text)

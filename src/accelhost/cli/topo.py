@@ -137,7 +137,7 @@ def _ascend_rows(topo: Topology) -> list[str]:
 
 
 def run_topo(args: argparse.Namespace) -> int:
-    from accelhost.readers import read_topology
+    from accelhost.readers.topology import read_topology
 
     pci = pci_from_args(args)
     topo = read_topology(host_from_args(args), device_type=args.device_type, pci=pci)

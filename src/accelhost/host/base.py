@@ -19,6 +19,28 @@ class CommandResult:
         return self.rc == 0
 
 
+@dataclass(frozen=True)
+class FileStat:
+    """What the kernel says of one file: the facts /dev/shm hygiene and fd identity need.
+
+    `kind` is "file", "dir", "link" or "other"; `blocks` counts 512-byte units (what the
+    file really takes from a tmpfs, where `size` is often sparse); `birth` is the creation
+    time (statx), None where the kernel, filesystem or architecture keeps none.
+    """
+
+    name: str
+    kind: str
+    size: int
+    blocks: int
+    uid: int
+    owner: str
+    mtime: float
+    ctime: float
+    dev: int
+    inode: int
+    birth: float | None = None
+
+
 def command_key(argv: Sequence[str]) -> str:
     """The snapshot key of a command: its argv joined with single spaces."""
     return " ".join(argv)
@@ -65,6 +87,17 @@ class Host(Protocol):
 
     def read_link(self, path: str) -> str | None:
         """Target of a symbolic link (e.g. /proc/PID/fd/N); None when absent."""
+        ...
+
+    def stat_dir(self, path: str) -> list[FileStat] | None:
+        """Every entry of a directory as it is (links not followed), sorted by name; None
+        when the directory cannot be listed. /dev/shm is read this way, so the doctor asks
+        the kernel, not a tool busybox images lack."""
+        ...
+
+    def stat(self, path: str) -> FileStat | None:
+        """The file a path names, links followed (so /proc/PID/fd/N is the open file
+        itself); None when it does not exist or cannot be looked at."""
         ...
 
     def getenv(self, name: str) -> str | None:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
+import pwd
+import stat as stat_mod
+import struct
 import subprocess
 from collections.abc import Mapping, Sequence
 
 from accelhost.errors import HostError
-from accelhost.host.base import CommandResult, command_key
+from accelhost.host.base import CommandResult, FileStat, command_key
+from accelhost.host.libc import syscall
 
 # Tools like npu-smi answer in seconds on a busy host but can hang on a wedged driver.
 DEFAULT_TIMEOUT_S = 60.0
@@ -94,5 +99,94 @@ class LiveHost:
         except OSError:
             return None
 
+    def stat_dir(self, path: str) -> list[FileStat] | None:
+        # scandir + lstat + statx, no external tool: busybox images list the same.
+        try:
+            with os.scandir(path) as entries:
+                names = sorted(e.name for e in entries)
+        except OSError:
+            return None
+        base = path.rstrip("/")
+        owners: dict[int, str] = {}
+        out = []
+        for name in names:
+            found = _file_stat(f"{base}/{name}", name, follow=False, owners=owners)
+            if found is not None:  # gone between the listing and the look
+                out.append(found)
+        return out
+
+    def stat(self, path: str) -> FileStat | None:
+        return _file_stat(path, path.rstrip("/").rsplit("/", 1)[-1], follow=True, owners={})
+
     def getenv(self, name: str) -> str | None:
         return self._env.get(name)
+
+
+def _kind(mode: int) -> str:
+    if stat_mod.S_ISREG(mode):
+        return "file"
+    if stat_mod.S_ISDIR(mode):
+        return "dir"
+    return "link" if stat_mod.S_ISLNK(mode) else "other"
+
+
+def _file_stat(path: str, name: str, *, follow: bool, owners: dict[int, str]) -> FileStat | None:
+    try:
+        st = os.stat(path, follow_symlinks=follow)
+    except OSError:
+        return None
+    owner = owners.get(st.st_uid)
+    if owner is None:
+        try:
+            owner = pwd.getpwuid(st.st_uid).pw_name
+        except KeyError:
+            owner = str(st.st_uid)
+        owners[st.st_uid] = owner
+    return FileStat(
+        name=name,
+        kind=_kind(st.st_mode),
+        size=st.st_size,
+        blocks=st.st_blocks,
+        uid=st.st_uid,
+        owner=owner,
+        mtime=st.st_mtime,
+        ctime=st.st_ctime,
+        dev=st.st_dev,
+        inode=st.st_ino,
+        birth=birth_time(path, follow=follow),
+    )
+
+
+# statx(2): Python 3.11's os.stat gives no birth time on Linux.
+_AT_FDCWD = -100
+_AT_SYMLINK_NOFOLLOW = 0x100
+_STATX_BTIME = 0x800
+_STATX_SIZE = 256  # struct statx; stx_btime {s64 sec; u32 nsec} sits at offset 80
+
+
+def birth_time(path: str, *, follow: bool = False) -> float | None:
+    """When a file was created (statx); None where the kernel, the filesystem or the
+    architecture keeps none."""
+    buf = ctypes.create_string_buffer(_STATX_SIZE)
+    try:
+        syscall(
+            "statx",
+            ctypes.c_long(_AT_FDCWD),
+            ctypes.c_char_p(os.fsencode(path)),
+            ctypes.c_long(0 if follow else _AT_SYMLINK_NOFOLLOW),
+            ctypes.c_long(_STATX_BTIME),
+            buf,
+        )
+    except OSError:
+        return None
+    (mask,) = struct.unpack_from("=I", buf.raw, 0)
+    if not mask & _STATX_BTIME:
+        return None
+    sec, nsec = struct.unpack_from("=qI", buf.raw, 80)
+    return sec + nsec / 1e9 if sec > 0 else None
+
+
+def live_host() -> LiveHost:
+    """This machine, read-only: the one place the library makes a live host (a caller
+    that holds a host already passes that one instead)."""
+    return LiveHost()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from accelhost.host.base import CommandResult, Host, HostWrapper
+from accelhost.host.base import CommandResult, FileStat, Host, HostWrapper
 
 
 class ReadOnce(HostWrapper):
@@ -31,6 +31,8 @@ class ReadOnce(HostWrapper):
         self._dirs: dict[str, list[str] | None] = {}
         self._links: dict[str, str | None] = {}
         self._env: dict[str, str | None] = {}
+        self._stat_dirs: dict[str, list[FileStat] | None] = {}
+        self._stats: dict[str, FileStat | None] = {}
 
     def run(self, argv: Sequence[str]) -> CommandResult | None:
         key = " ".join(argv)  # command_key, inlined: planners ask this on every plan
@@ -69,6 +71,19 @@ class ReadOnce(HostWrapper):
                 self._links[path] = self.inner.read_link(path)
             return self._links[path]
 
+    def stat_dir(self, path: str) -> list[FileStat] | None:
+        with self._lock:
+            if path not in self._stat_dirs:
+                self._stat_dirs[path] = self.inner.stat_dir(path)
+            entries = self._stat_dirs[path]
+        return None if entries is None else list(entries)
+
+    def stat(self, path: str) -> FileStat | None:
+        with self._lock:
+            if path not in self._stats:
+                self._stats[path] = self.inner.stat(path)
+            return self._stats[path]
+
     def getenv(self, name: str) -> str | None:
         with self._lock:
             if name not in self._env:
@@ -77,7 +92,7 @@ class ReadOnce(HostWrapper):
 
 
 def read_once(host: Host) -> Host:
-    """`host` wrapped so that each command, file, directory and variable is read once.
+    """`host` wrapped so that each command, file, directory, stat and variable is read once.
 
     A host whose answers are fixed already (one wrapped before, a snapshot: its class says
     `answers_fixed = True`) is returned as it is, so layers can each ask for it freely.

@@ -7,8 +7,8 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from accelhost.host.base import CommandResult, Host, HostWrapper, command_key
-from accelhost.host.snapshot import SNAPSHOT_FORMAT
+from accelhost.host.base import CommandResult, FileStat, Host, HostWrapper, command_key
+from accelhost.host.snapshot import SNAPSHOT_FORMAT, stat_to_dict
 
 # A filter trims what is stored for a command to what the readers actually use.
 CommandFilter = Callable[[str], str]
@@ -37,6 +37,8 @@ class RecordingHost(HostWrapper):
         self.dirs: dict[str, list[str]] = {}
         self.links: dict[str, str] = {}
         self.commands: dict[str, CommandResult] = {}
+        self.stat_dirs: dict[str, list[FileStat]] = {}
+        self.stats: dict[str, FileStat] = {}
 
     def _keep_command(self, argv: Sequence[str], result: CommandResult | None) -> None:
         if result is None:
@@ -46,11 +48,6 @@ class RecordingHost(HostWrapper):
         stored = CommandResult(keep(result.stdout), result.rc) if keep else result
         with self._lock:
             self.commands[key] = stored
-
-    def keep(self, argv: Sequence[str], result: CommandResult) -> None:
-        """Record, as if `argv` had printed it, a fact read with plain os calls beside the
-        host door (the /dev/shm listing: `find -printf` is missing on busybox)."""
-        self._keep_command(argv, result)
 
     def run(self, argv: Sequence[str]) -> CommandResult | None:
         result = self.inner.run(argv)
@@ -85,6 +82,20 @@ class RecordingHost(HostWrapper):
                 self.links[path] = target
         return target
 
+    def stat_dir(self, path: str) -> list[FileStat] | None:
+        entries = self.inner.stat_dir(path)
+        if entries is not None:
+            with self._lock:
+                self.stat_dirs[path] = list(entries)
+        return entries
+
+    def stat(self, path: str) -> FileStat | None:
+        found = self.inner.stat(path)
+        if found is not None:
+            with self._lock:
+                self.stats[path] = found
+        return found
+
     def getenv(self, name: str) -> str | None:
         value = self.inner.getenv(name)
         if value is not None:
@@ -106,5 +117,12 @@ class RecordingHost(HostWrapper):
         data["dirs"] = dict(sorted(self.dirs.items()))
         if self.links:
             data["links"] = dict(sorted(self.links.items()))
+        if self.stat_dirs:
+            data["stat_dirs"] = {
+                path: [stat_to_dict(e) for e in entries]
+                for path, entries in sorted(self.stat_dirs.items())
+            }
+        if self.stats:
+            data["stats"] = {path: stat_to_dict(e) for path, e in sorted(self.stats.items())}
         data["commands"] = commands
         return data

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from accelhost.errors import SnapshotError
-from accelhost.host.base import CommandResult, command_key
+from accelhost.host.base import CommandResult, FileStat, command_key
 
 SNAPSHOT_FORMAT = "accelhost-snapshot/1"
 EXAMPLE_PREFIX = "example:"
@@ -41,6 +41,13 @@ class SnapshotHost:
         self._files: dict[str, str] = dict(data.get("files", {}))
         self._dirs: dict[str, list[str]] = {k: list(v) for k, v in data.get("dirs", {}).items()}
         self._links: dict[str, str] = dict(data.get("links", {}))
+        self._stat_dirs: dict[str, list[FileStat]] = {
+            path: [stat_from_dict(e) for e in entries]
+            for path, entries in data.get("stat_dirs", {}).items()
+        }
+        self._stats: dict[str, FileStat] = {
+            path: stat_from_dict(e) for path, e in data.get("stats", {}).items()
+        }
         self._commands: dict[str, CommandResult] = {}
         for key, value in data.get("commands", {}).items():
             if isinstance(value, str):
@@ -75,8 +82,70 @@ class SnapshotHost:
     def read_link(self, path: str) -> str | None:
         return self._links.get(path)
 
+    def stat_dir(self, path: str) -> list[FileStat] | None:
+        entries = self._stat_dirs.get(path)
+        return None if entries is None else list(entries)
+
+    def stat(self, path: str) -> FileStat | None:
+        return self._stats.get(path)
+
     def getenv(self, name: str) -> str | None:
         return self._env.get(name)
+
+
+# How a snapshot writes one `FileStat` (the "stat_dirs" and "stats" sections): the fields
+# by name, `birth` left out when the kernel kept none.
+_STAT_INTS = ("size", "blocks", "uid", "dev", "inode")
+_STAT_FLOATS = ("mtime", "ctime")
+
+
+def stat_to_dict(st: FileStat) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": st.name,
+        "kind": st.kind,
+        **{k: getattr(st, k) for k in (*_STAT_INTS, *_STAT_FLOATS)},
+        "owner": st.owner,
+    }
+    if st.birth is not None:
+        out["birth"] = st.birth
+    return out
+
+
+def stat_from_dict(data: Mapping[str, Any]) -> FileStat:
+    birth = data.get("birth")
+    return FileStat(
+        name=data["name"],
+        kind=data["kind"],
+        size=data["size"],
+        blocks=data["blocks"],
+        uid=data["uid"],
+        owner=data["owner"],
+        mtime=float(data["mtime"]),
+        ctime=float(data["ctime"]),
+        dev=data["dev"],
+        inode=data["inode"],
+        birth=None if birth is None else float(birth),
+    )
+
+
+def _stat_problem(entry: Any) -> str | None:
+    """What is wrong with one recorded `FileStat`, or None."""
+    if not isinstance(entry, dict):
+        return "is not an object"
+    for key in ("name", "kind", "owner"):
+        if not isinstance(entry.get(key), str):
+            return f"needs a string {key!r}"
+    for key in _STAT_INTS:
+        value = entry.get(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"needs an integer {key!r}"
+    for key in (*_STAT_FLOATS, "birth"):
+        value = entry.get(key)
+        if key == "birth" and value is None:
+            continue  # not kept by the kernel
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return f"needs a number {key!r}"
+    return None
 
 
 def example_names() -> list[str]:
@@ -165,6 +234,19 @@ def _validate(data: Any, source: str) -> None:
         isinstance(v, list) and all(isinstance(e, str) for e in v) for v in dirs.values()
     ):
         fail("'dirs' must map paths to lists of names")
+    stat_dirs = data.get("stat_dirs", {})
+    if not isinstance(stat_dirs, dict) or not all(isinstance(v, list) for v in stat_dirs.values()):
+        fail("'stat_dirs' must map paths to lists of entries")
+    for path, entries in stat_dirs.items():
+        for entry in entries:
+            if problem := _stat_problem(entry):
+                fail(f"an entry of stat_dirs {path!r} {problem}")
+    stats = data.get("stats", {})
+    if not isinstance(stats, dict):
+        fail("'stats' must map paths to entries")
+    for path, entry in stats.items():
+        if problem := _stat_problem(entry):
+            fail(f"stats {path!r} {problem}")
     commands = data.get("commands", {})
     if not isinstance(commands, dict):
         fail("'commands' must be an object")

@@ -7,10 +7,10 @@ registers these commands without importing the checks.
 
 What lives where: `options` (what to look for), `facts` (read once through the host
 door) with `devices` (device memory from npu-smi / nvidia-smi), `engines` (the engine
-catalog: frontends and children), `rules` (what is an orphan, what leaked), `checks` and
-`posix_check`, `tuning`, `preflight` (the verdicts), `evidence`, `report`, `render` and
-`text` (what is shown), `actions`, `cleaner`, `stopper` and `journal` (what `clean`
-does), `watch` (the loop and its metrics).
+catalog: frontends and children), `rules` (what is an orphan, what leaked), `checks`,
+`posix_check` (the /dev/shm leak rule), `tuning`, `preflight` (the verdicts),
+`evidence`, `report`, `render` and `text` (what is shown), `actions`, `cleaner`,
+`stopper` and `journal` (what `clean` does), `watch` (the loop and its metrics).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from accelhost.cli.common import DEFAULT_GRACE_S
-from accelhost.host.live import LiveHost
+from accelhost.host.live import live_host
 from accelhost.hygiene.actions import (
     Action,
     CleanFilters,
@@ -34,9 +34,9 @@ from accelhost.hygiene.posix_check import judge_shm_files, shm_known
 from accelhost.hygiene.rules import find_orphans, judge_segment, leaked_segments, protected_pids
 from accelhost.hygiene.stopper import stop_all
 from accelhost.hygiene.text import one_line
-from accelhost.posixshm import path_is_held, stat_shm_file
-from accelhost.procs import ProcessInfo, descendants, read_process
-from accelhost.shm import read_segments, remove_segment
+from accelhost.readers.procs import ProcessInfo, descendants, read_process
+from accelhost.readers.shmfiles import path_is_held, stat_shm_file
+from accelhost.readers.sysv import read_segments, remove_segment
 
 __all__ = [
     "DEFAULT_GRACE_S",
@@ -155,7 +155,7 @@ def plan_clean(
 
 
 def _alive_now(pid: int) -> bool:
-    info = read_process(LiveHost(), pid)
+    info = read_process(live_host(), pid)
     return info is not None and not info.is_zombie
 
 
@@ -167,7 +167,7 @@ def _remove_segments(
     say: Callable[[str], None],
     remover: Callable[[int], None],
 ) -> None:
-    host = LiveHost()
+    host = live_host()
     for act in removes:
         target = f"shmid {act.shmid}"
         segs = read_segments(host) or []
@@ -221,7 +221,7 @@ def _recheck_shm_file(act: RemoveShmFile, min_age_s: float) -> str | None:
         return "kept: changed since it was judged"
     if time.time() - fresh.mtime < min_age_s:
         return f"kept: changed under {min_age_s:g} s ago"
-    held = path_is_held(LiveHost(), act.path)
+    held = path_is_held(live_host(), act.path)
     if held is None:
         return "kept: some process's open files cannot be read"
     if held:

@@ -14,8 +14,8 @@ from accelhost.hygiene.facts import HostFacts
 from accelhost.hygiene.report import UNKNOWN, CheckResult
 from accelhost.hygiene.rules import Orphan, is_hugetlb, segment_idle_s
 from accelhost.parsers.sysvipc import ShmSegment
-from accelhost.posixshm import ShmFile
-from accelhost.procs import ProcessInfo
+from accelhost.readers.procs import ProcessInfo
+from accelhost.readers.shmfiles import ShmFile
 
 
 def unknown(name: str, why: str) -> CheckResult:

@@ -20,21 +20,21 @@ from dataclasses import dataclass, field
 from accelhost.errors import AccelhostError, HostError
 from accelhost.host.base import Host
 from accelhost.host.once import read_once
+from accelhost.host.redact import ALLOC_CONF_VARS
 from accelhost.hygiene.devices import DeviceMemory, read_ascend, read_nvidia
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.parsers.hugepages import HugePagePool, parse_count, parse_size_dir
 from accelhost.parsers.meminfo import Meminfo, parse_meminfo
 from accelhost.parsers.procstat import parse_status_field
 from accelhost.parsers.sysvipc import ShmSegment
-from accelhost.posixshm import HeldScan, ShmFile, list_shm_files, scan_held
-from accelhost.procs import ProcessInfo, list_pids, open_fd_targets, read_process
 from accelhost.readers.cpus import read_allowed_cpus
-from accelhost.shm import read_segments
+from accelhost.readers.procs import ProcessInfo, list_pids, open_fds, read_process
+from accelhost.readers.shmfiles import HeldScan, ShmFile, list_shm_files, scan_held
+from accelhost.readers.sysv import read_segments
 
 HUGEPAGES_DIR = "/sys/kernel/mm/hugepages"
 NODES_DIR = "/sys/devices/system/node"
 THP_DIR = "/sys/kernel/mm/transparent_hugepage"
-ALLOC_CONF_VARS = ("PYTORCH_NPU_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 AFFINITY_ENV_VARS = ("OMP_PROC_BIND", "GOMP_CPU_AFFINITY")
 # Interrupt actions of accelerator drivers in /proc/interrupts.
 _DEVICE_IRQ = re.compile(r"nvidia|davinci|devdrv|hisi|amdgpu|kfd", re.IGNORECASE)
@@ -124,7 +124,7 @@ def _read_clock(host: Host) -> tuple[float | None, float | None]:
 def device_paths_held(host: Host, pid: int, options: HygieneOptions) -> tuple[str, ...]:
     """The device nodes (by the option's globs) among a process's open files."""
     held = set()
-    for target in open_fd_targets(host, pid):
+    for target in (open_fds(host, pid) or {}).values():
         path = target.removesuffix(" (deleted)")
         if path.startswith("/") and options.is_device_path(path):
             held.add(path)
@@ -161,13 +161,6 @@ def _read_processes(
         if held:
             fds[pid] = held
     return procs, fds
-
-
-def keep_alloc_vars(environ: str) -> str:
-    """What a snapshot keeps of a /proc/PID/environ: the allocator variables, no secrets."""
-    return "".join(
-        f"{item}\0" for item in environ.split("\0") if item.partition("=")[0] in ALLOC_CONF_VARS
-    )
 
 
 def _read_alloc_env(host: Host, pid: int) -> dict[str, str] | None:

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 
 from accelhost.errors import UsageError
 from accelhost.hygiene.engines import Catalog, build_catalog
-from accelhost.posixshm import DEFAULT_SHM_DIRS
 
+# The tmpfs dirs shm_open names live in; `--shm-dir` adds to them.
+DEFAULT_SHM_DIRS: tuple[str, ...] = ("/dev/shm",)
 BUILTIN_DEVICE_GLOBS: tuple[str, ...] = (
     "/dev/davinci*",
     "/dev/davinci_manager",

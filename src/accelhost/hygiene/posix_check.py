@@ -5,21 +5,106 @@ A file counts as leaked when no live process holds it open or maps it, it has no
 for `--shm-min-age`, and its name matches an engine's naming in the catalog (or a
 `--shm-name` glob). Files held by nobody that match no naming are listed but never
 removed: /dev/shm is shared by every program on the host, and we only clean what we can
-name. `plan_shm` is the one place that decides, for the doctor and the cleaner alike.
+name. `judge_shm_file` is the rule for one file (held by no live process, no sibling of a
+held one, unchanged for `--shm-min-age`); `judge_shm_files` applies it for the doctor and
+the cleaner alike, `leaked_posix_shm` for a library caller. The files and who holds them
+are read by `accelhost.readers.shmfiles`.
 """
 
 from __future__ import annotations
 
+import fnmatch
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from accelhost.host.base import Host
 from accelhost.hygiene.evidence import shm_file_evidence, unknown
 from accelhost.hygiene.facts import HostFacts
-from accelhost.hygiene.options import HygieneOptions
+from accelhost.hygiene.options import DEFAULT_SHM_DIRS, HygieneOptions
 from accelhost.hygiene.report import OK, SKIP, UNKNOWN, WARN, CheckResult
 from accelhost.hygiene.text import human_bytes
-from accelhost.posixshm import ShmFile, held_births, judge_shm_file, match_naming
+from accelhost.readers.shmfiles import HeldScan, ShmFile, list_shm_files, scan_held
 
 NAME = "posix_shm"
+
+
+@dataclass(frozen=True)
+class ShmVerdict:
+    file: ShmFile
+    leaked: bool
+    reason: str
+    naming: str | None  # which engine's naming the name matches (None: no known naming)
+    blocked: bool = False  # could not tell: some live process's open files were unreadable
+
+
+# vLLM makes its message queues (psm_*) and their semaphores (sem.mp-*) at the same
+# moment; while it serves, its resource tracker keeps such a semaphore's name, which no
+# process holds open or mapped. A file born this close to one a live process holds is
+# that live process's sibling, not a leak (a false "sibling" only ever keeps a file).
+SIBLING_WINDOW_S = 2.0
+
+
+def held_births(files: Sequence[ShmFile], scan: HeldScan) -> list[float]:
+    """Birth times of the files some live process holds (siblings are judged by them)."""
+    return [f.birth for f in files if f.birth is not None and scan.holds(f)]
+
+
+def judge_shm_file(
+    f: ShmFile,
+    scan: HeldScan,
+    now_epoch: float | None,
+    min_age_s: float,
+    naming: str | None,
+    sibling_births: Sequence[float] = (),
+) -> ShmVerdict:
+    """The POSIX leak rule: held by no live process, no sibling of a held file (born within
+    SIBLING_WINDOW_S of one), and unchanged for `min_age_s`."""
+    if scan.holds(f):
+        return ShmVerdict(f, False, "held open or mapped by a live process", naming)
+    if f.birth is not None and any(abs(f.birth - b) <= SIBLING_WINDOW_S for b in sibling_births):
+        return ShmVerdict(f, False, "born with a file a live process holds: that process's", naming)
+    if not scan.complete:
+        shown = ", ".join(str(p) for p in scan.unreadable[:3])
+        return ShmVerdict(f, False, f"open files of pid(s) {shown} unreadable", naming, True)
+    age = f.age_s(now_epoch)
+    if age is None:
+        return ShmVerdict(f, False, "age unknown (no clock)", naming)
+    if age < min_age_s:
+        return ShmVerdict(f, False, f"unchanged {age:.0f} s, under {min_age_s:g} s", naming)
+    return ShmVerdict(f, True, f"held by no process, unchanged {age:.0f} s", naming)
+
+
+def match_naming(name: str, namings: Sequence[tuple[str, str]]) -> str | None:
+    """The first (label, glob) whose glob matches the file name."""
+    return next((label for label, glob in namings if fnmatch.fnmatchcase(name, glob)), None)
+
+
+def leaked_posix_shm(
+    dirs: Sequence[str] = DEFAULT_SHM_DIRS,
+    min_age_s: float = 60.0,
+    host: Host | None = None,
+    namings: Sequence[tuple[str, str]] = (),
+    now_epoch: float | None = None,
+) -> list[ShmVerdict]:
+    """Files under `dirs` no live process holds, unchanged for `min_age_s` (live by default)."""
+    import time
+
+    if host is None:
+        from accelhost.host.live import live_host
+
+        host = live_host()
+    now = time.time() if now_epoch is None and host.is_live else now_epoch
+    scan = scan_held(host)
+    out = []
+    for files in list_shm_files(host, dirs).values():
+        siblings = held_births(files or [], scan)
+        for f in files or []:
+            verdict = judge_shm_file(
+                f, scan, now, min_age_s, match_naming(f.name, namings), siblings
+            )
+            if verdict.leaked:
+                out.append(verdict)
+    return out
 
 
 @dataclass(frozen=True)

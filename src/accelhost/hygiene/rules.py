@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from accelhost.hygiene.engines import Catalog
 from accelhost.hygiene.options import SHELLS_AND_INITS, HygieneOptions
 from accelhost.parsers.sysvipc import SHM_HUGETLB, ShmSegment
-from accelhost.procs import ProcessInfo, ancestors
+from accelhost.readers.procs import ProcessInfo, ancestors
 
 
 @dataclass(frozen=True)

@@ -12,21 +12,21 @@ import signal
 import time
 from collections.abc import Callable
 
-from accelhost.host.live import LiveHost
+from accelhost.host.live import live_host
 from accelhost.hygiene.actions import CleanResult, Outcome, ProcessRef, StopProcesses
 from accelhost.hygiene.journal import Journal
 from accelhost.hygiene.text import one_line
-from accelhost.procs import read_process
+from accelhost.readers.procs import read_process
 
 
 def _is_gone(pid: int, start_ticks: int) -> bool:
     """Exited (or a zombie, or the pid now belongs to someone else)."""
-    info = read_process(LiveHost(), pid)
+    info = read_process(live_host(), pid)
     return info is None or info.is_zombie or info.start_ticks != start_ticks
 
 
 def _state(pid: int) -> str | None:
-    info = read_process(LiveHost(), pid)
+    info = read_process(live_host(), pid)
     return None if info is None else info.state
 
 
@@ -92,7 +92,7 @@ def _group_still_ours(pgid: int, tracked: list[_Tracked]) -> bool:
     for t in tracked:
         if not t.alive:
             continue
-        info = read_process(LiveHost(), t.ref.pid)
+        info = read_process(live_host(), t.ref.pid)
         if info is not None and info.pgid == pgid and info.start_ticks == t.ref.start_ticks:
             return True
     return False

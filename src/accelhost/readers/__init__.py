@@ -1,106 +1,24 @@
-"""The facts layer: read a host through the host door into one `Topology`.
+"""The facts layer: read a host through the host door into typed facts.
 
+    from accelhost.readers.topology import read_topology
     read_topology(host)       # Ascend, NVIDIA, `--pci` and plain hosts alike
 
 What lives where:
+- `topology`: `read_topology`, where the family is decided (and nowhere else), and
+  `plain_topology` for hosts with no accelerator we can see;
 - `cpus`: one reader per CPU fact (allowed CPUs, cgroup cpuset, NUMA nodes from lscpu or
   sysfs, SMT siblings, caches, sockets);
 - `ascend`: npu-smi (chips, processes, affinity) on top of lscpu, as vllm-ascend reads;
 - `gpu`: nvidia-smi or `--pci` addresses on top of sysfs, as torchrun reads;
-- `nvml`: the optional live-only NVML fallback for GPUs sysfs leaves without a node.
+- `nvml`: the optional live-only NVML fallback for GPUs sysfs leaves without a node;
+- `procs`: processes from /proc (`ProcessInfo`, `read_process`, `list_pids`) and the one
+  walk of a process's open files (`open_fds`, and `open_file_stat` for one fd's identity);
+- `sysv`: the SysV shared-memory segment table (`read_segments`; `remove_segment` too,
+  until the removers have their own home);
+- `shmfiles`: /dev/shm files (`list_shm_files`, `stat_shm_file`) and who holds them open
+  or mapped (`scan_held`, `path_is_held`).
 
-The family is decided here and nowhere else (`read_topology`); the host is wrapped in
-`accelhost.host.read_once`, so each command and file is read at most once per call.
+`procs`, `sysv` and `shmfiles` are shared by the doctor, the cleaner and `accelhost run`
+(PID 1 of a container): this package re-exports nothing, so importing one of them loads
+no topology reader.
 """
-
-from __future__ import annotations
-
-from collections.abc import Sequence
-from dataclasses import replace
-
-from accelhost.family import normalize_family
-from accelhost.host.base import Host
-from accelhost.host.once import read_once
-from accelhost.readers.ascend import (
-    NPU_INFO,
-    NPU_MAP,
-    NPU_TOPO,
-    PS_THREADS,
-    read_ascend_topology,
-)
-from accelhost.readers.cpus import (
-    LSCPU,
-    LSCPU_NODES,
-    read_allowed_cpus,
-    read_cgroup_cpuset,
-    read_lscpu_nodes,
-    read_threads_per_core,
-)
-from accelhost.readers.gpu import read_gpu_topology, read_sysfs_topology
-from accelhost.topology import Topology
-
-__all__ = [
-    "PS_THREADS",
-    "read_allowed_cpus",
-    "read_cgroup_cpuset",
-    "read_topology",
-]
-
-
-NO_SMI = "nvidia-smi is not installed (name PCI devices with --pci)"
-NO_PCI = "no PCI device given (name them with --pci)"
-
-
-def read_topology(
-    host: Host, device_type: str | None = None, pci: Sequence[str] | None = None
-) -> Topology:
-    """Everything the planners need about `host`, for whatever family it is.
-
-    The family is `pci` when PCI addresses are given, else `device_type`, else the
-    host's recorded one, else told from what is installed: npu-smi (then the chip names),
-    nvidia-smi, or nothing (a plain host: CPUs and nodes only, family None).
-    """
-    host = read_once(host)
-    family = normalize_family(device_type) if device_type else None
-    if family is None and host.device_type:
-        family = normalize_family(host.device_type)
-    if pci is not None:
-        found = read_gpu_topology(host, pci=pci)
-        assert found is not None  # with addresses given there is always a topology
-        return found
-    if family == "pci":
-        return plain_topology(host, family, notes=(NO_PCI,))
-    if family == "nvidia":
-        return read_gpu_topology(host) or plain_topology(host, family, notes=(NO_SMI,))
-    map_res, info_res, *_ = host.run_many([NPU_MAP, NPU_INFO, NPU_TOPO, LSCPU_NODES, LSCPU])
-    if family is None and map_res is None and info_res is None:
-        return read_gpu_topology(host) or plain_topology(host)
-    return read_ascend_topology(host, family)
-
-
-def plain_topology(host: Host, family: str | None = None, notes: Sequence[str] = ()) -> Topology:
-    """CPUs and NUMA nodes of a host with no accelerator we can see.
-
-    Nodes come from lscpu as on Ascend hosts, from sysfs where lscpu is missing.
-    """
-    cpu_node, node_cpus = read_lscpu_nodes(host)
-    if not cpu_node:
-        found: list[str] = []
-        base = read_sysfs_topology(host, found)
-        return replace(
-            base,
-            family=family,
-            threads_per_core=read_threads_per_core(host) or base.threads_per_core,
-            notes=(*notes, *found),
-        )
-    cpuset = read_cgroup_cpuset(host)
-    return Topology(
-        machine=host.machine,
-        family=family,
-        allowed_cpus=read_allowed_cpus(host) or (),
-        cpu_node=cpu_node,
-        node_cpus=node_cpus,
-        cpuset=cpuset[0] if cpuset else None,
-        threads_per_core=read_threads_per_core(host),
-        notes=tuple(notes),
-    )

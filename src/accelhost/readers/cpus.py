@@ -3,7 +3,7 @@
 - allowed CPUs: `Cpus_allowed_list` of /proc/self/status (`read_allowed_cpus`);
 - the container's cpuset: the process's cgroup (`read_cgroup_cpuset`);
 - NUMA nodes: `lscpu -e=CPU,NODE` (`read_lscpu_nodes`, what vllm-ascend reads) or sysfs
-  (`read_sysfs_nodes`, what torchrun reads); `readers.read_topology` picks per family;
+  (`read_sysfs_nodes`, what torchrun reads); `readers.topology.read_topology` picks per family;
 - threads per core: plain `lscpu` (`read_threads_per_core`);
 - SMT siblings, caches and sockets for the GPU strategies (`read_cpu_detail`).
 

@@ -8,8 +8,9 @@ process it ever had), `teardown` (SIGTERM, grace, SIGKILL), `leftovers`, `segmen
 calls through ctypes), `integrations` (the preflight and `--bind`, loaded when asked).
 
 The supervisor may be PID 1 of every inference container, so this package imports only the
-standard library and the small shared readers (`accelhost.procs`, `accelhost.shm`); the
-preflight and the CPU binding are imported only when their options are given.
+standard library, the host door and the small shared readers (`accelhost.readers.procs`,
+`accelhost.readers.sysv`, `accelhost.readers.shmfiles`); the preflight and the CPU binding
+are imported only when their options are given.
 """
 
 from __future__ import annotations

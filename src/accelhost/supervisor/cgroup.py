@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from accelhost.errors import AccelhostError
-from accelhost.host.live import LiveHost
+from accelhost.host.live import live_host
 
 V1_PREFERENCE = ("freezer", "pids")
 
@@ -163,7 +163,7 @@ def join_cgroup(cgroup: Cgroup, pid: int) -> None:
 
 def _read(path: str) -> str:
     """A cgroup file through the one live file reader; "" when absent or unreadable."""
-    return LiveHost().read_file(path) or ""
+    return live_host().read_file(path) or ""
 
 
 def _candidates(version: str, mounts: list[Mount], own: dict[str, str]) -> list[tuple[int, str]]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from accelhost.errors import AccelhostError, ParseError, UsageError
 from accelhost.host.base import Host
-from accelhost.procs import ProcessInfo, open_fd_targets
+from accelhost.readers.procs import ProcessInfo, open_fds
 
 if TYPE_CHECKING:
     from accelhost.apply.steps import ApplyReport
@@ -101,7 +101,7 @@ def holders_of_device(host: Host, tree: dict[int, ProcessInfo], device: int) -> 
     for pid, info in tree.items():
         if info.state == "Z":
             continue
-        nodes = [t for t in open_fd_targets(host, pid) if _ACCEL_NODE.match(t)]
+        nodes = [t for t in (open_fds(host, pid) or {}).values() if _ACCEL_NODE.match(t)]
         if not nodes:
             continue
         if any(t.endswith(f"davinci{device}") or t.endswith(f"nvidia{device}") for t in nodes):

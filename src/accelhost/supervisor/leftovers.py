@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from accelhost.host.base import Host
-from accelhost.procs import list_pids
+from accelhost.readers.procs import list_pids
 from accelhost.supervisor.options import RunOutcome, SupervisorOptions
 from accelhost.supervisor.procevents import ForkTracker
 from accelhost.supervisor.segments import SegmentLedger, remove_leaked

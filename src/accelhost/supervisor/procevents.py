@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from accelhost.host.live import LiveHost
+from accelhost.host.live import live_host
 from accelhost.parsers.procstat import parse_status_field
 
 NETLINK_CONNECTOR = 11
@@ -66,11 +66,13 @@ def _may_listen() -> bool:
     """The kernel sends events only to CAP_NET_ADMIN in the initial user and PID namespaces;
     a listener elsewhere is ignored in silence, so tell without waiting for a probe."""
     try:
-        if os.stat("/proc/self/ns/user").st_ino != _INIT_USER_NS_INO:
+        host = live_host()
+        user_ns, pid_ns = host.stat("/proc/self/ns/user"), host.stat("/proc/self/ns/pid")
+        if user_ns is None or user_ns.inode != _INIT_USER_NS_INO:
             return False
-        if os.stat("/proc/self/ns/pid").st_ino != _INIT_PID_NS_INO:
+        if pid_ns is None or pid_ns.inode != _INIT_PID_NS_INO:
             return False
-        status = LiveHost().read_file("/proc/self/status") or ""
+        status = host.read_file("/proc/self/status") or ""
         caps = parse_status_field(status, "CapEff") or "0"
         return bool(int(caps, 16) >> CAP_NET_ADMIN & 1)
     except (OSError, ValueError, IndexError):

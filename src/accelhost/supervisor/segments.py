@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from accelhost.host.base import Host
 from accelhost.parsers.sysvipc import ShmSegment
-from accelhost.shm import read_segments, remove_segment
+from accelhost.readers.sysv import read_segments, remove_segment
 from accelhost.supervisor.options import RemovedSegment
 
 

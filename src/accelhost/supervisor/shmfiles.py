@@ -14,7 +14,8 @@ file is the tree's only on evidence, and `run` removes exactly the files that
 A file made and dropped by a process that was gone before the teardown began is not the
 tree's by this rule: it is kept, and `accelhost doctor` / `clean` handle it; `run
 --private-ipc` gives the tree a /dev/shm of its own that the kernel frees with it.
-The held/leaked readers are `accelhost.posixshm`'s, shared with the doctor and the cleaner.
+The listing and held readers are `accelhost.readers.shmfiles`, shared with the doctor and the
+cleaner.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 
 from accelhost.host.base import Host
 from accelhost.host.libc import libc
-from accelhost.posixshm import list_shm_files, path_is_held, scan_held, stat_shm_file
+from accelhost.readers.shmfiles import list_shm_files, path_is_held, scan_held, stat_shm_file
 from accelhost.supervisor.options import RemovedFile
 
 Inode = tuple[int, int]  # (st_dev, st_ino)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
-from accelhost.procs import ProcessInfo
+from accelhost.readers.procs import ProcessInfo
 from accelhost.supervisor.cgroup import Cgroup, create_cgroup
 from accelhost.supervisor.kernel import become_subreaper, open_pidfd
 from accelhost.supervisor.leftovers import Leftovers
@@ -320,7 +320,7 @@ def supervise(options: SupervisorOptions, host: Host | None = None) -> RunOutcom
     if not options.argv:
         raise ValueError("no command to run")
     if host is None:
-        from accelhost.host.live import LiveHost
+        from accelhost.host.live import live_host
 
-        host = LiveHost()
+        host = live_host()
     return Supervisor(options, host).run()

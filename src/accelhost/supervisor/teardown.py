@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from accelhost.procs import ProcessInfo
+from accelhost.readers.procs import ProcessInfo
 from accelhost.supervisor.kernel import open_pidfd, send_signal
 from accelhost.supervisor.options import RunOutcome
 from accelhost.supervisor.tree import still_same

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from accelhost.host.base import Host
-from accelhost.procs import ProcessInfo, descendants, list_pids, read_process
+from accelhost.readers.procs import ProcessInfo, descendants, list_pids, read_process
 
 
 def scan_tree(host: Host, root: int, extra: Iterable[int] = ()) -> dict[int, ProcessInfo]:

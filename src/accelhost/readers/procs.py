@@ -1,6 +1,7 @@
 """Processes as /proc shows them, read through the host door (live or snapshot).
 
-Shared by the doctor, the cleaner and the supervisor: one reader, one `ProcessInfo`.
+Shared by the doctor, the cleaner, the supervisor and the applier: one reader, one
+`ProcessInfo`, one walk of a process's open files (`open_fds`).
 Processes vanish while being read; a vanished process is simply absent (None).
 """
 
@@ -10,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from accelhost.errors import ParseError
-from accelhost.host.base import Host
+from accelhost.host.base import FileStat, Host
 from accelhost.parsers.procstat import parse_proc_stat
 
 
@@ -116,14 +117,23 @@ def ancestors(procs: Mapping[int, ProcessInfo], pid: int) -> list[int]:
     return out
 
 
-def open_fd_targets(host: Host, pid: int) -> list[str]:
-    """What the process's file descriptors point at (`/dev/davinci0`, `socket:[..]`, ...)."""
-    fds = host.list_dir(f"/proc/{pid}/fd")
-    if not fds:
-        return []
-    targets = []
-    for fd in fds:
-        target = host.read_link(f"/proc/{pid}/fd/{fd}")
-        if target is not None:
-            targets.append(target)
-    return targets
+def open_fds(host: Host, pid: int) -> dict[int, str] | None:
+    """fd -> what it points at (`/dev/davinci0`, `/dev/shm/psm_x`, `socket:[..]`, a path
+    ending in ` (deleted)`), in the order /proc lists them; None when the process's fd
+    directory cannot be read (gone, or not ours to read). The one walk of /proc/PID/fd:
+    device holders, /dev/shm holders and a process's accelerator all read it here."""
+    names = host.list_dir(f"/proc/{pid}/fd")
+    if names is None:
+        return None
+    out = {}
+    for name in names:
+        target = host.read_link(f"/proc/{pid}/fd/{name}") if name.isdigit() else None
+        if target is not None:  # closed since the listing
+            out[int(name)] = target
+    return out
+
+
+def open_file_stat(host: Host, pid: int, fd: int) -> FileStat | None:
+    """The file behind one of a process's fds (the link followed): its device and inode
+    name it even where the process sees it under another mount namespace's path."""
+    return host.stat(f"/proc/{pid}/fd/{fd}")

@@ -1,0 +1,210 @@
+"""POSIX shared-memory files (/dev/shm and other tmpfs dirs) and who holds them, read
+through the host door (live, snapshot or recording alike).
+
+- `list_shm_files(host, dirs)`: dir -> its regular files (`ShmFile`), None when the
+  directory cannot be listed; the host answers with `stat_dir` (scandir and statx on a
+  live host, busybox images too; the recorded entries on a snapshot);
+- `stat_shm_file(path, host=None)`: a fresh look at one file (the re-check before an unlink);
+- `scan_held(host, pids=None) -> HeldScan`: every path some live process holds open
+  (/proc/PID/fd) or maps (/proc/PID/maps), the (device, inode) of each, and the pids
+  whose files could not be read (then nothing may be called leaked);
+- `held_paths(host, pids=None)` and `path_is_held(host, path)`: the same, as a set of
+  paths and as the re-check of one file.
+
+Which file leaked is a rule, not a reading: `accelhost.hygiene.posix_check`.
+
+Why by path and inode: a process maps `/dev/shm/psm_x` by name; an unlinked one shows
+`(deleted)`. A process in another mount namespace shows its own /dev/shm under the same
+name: that can only make a file look held (kept), never look free (removed).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from accelhost.host.base import FileStat, Host
+from accelhost.parsers.procstat import parse_status_field
+from accelhost.readers.procs import list_pids, open_fds, open_file_stat
+
+_DELETED = " (deleted)"
+
+
+@dataclass(frozen=True)
+class ShmFile:
+    path: str
+    size_bytes: int  # apparent size (st_size), often sparse
+    used_bytes: int  # st_blocks * 512: what the file really takes from the tmpfs
+    uid: int
+    owner: str
+    mtime: float
+    ctime: float
+    dev: int = 0
+    inode: int = 0
+    birth: float | None = None  # creation time (statx), None where the kernel keeps none
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+    def age_s(self, now_epoch: float | None) -> float | None:
+        if now_epoch is None:
+            return None
+        return max(0.0, now_epoch - self.mtime)
+
+
+def _shm_file(path: str, st: FileStat) -> ShmFile | None:
+    """`st` as a shm file; None for what shm_open never makes (directories, links, ...)."""
+    if st.kind != "file":
+        return None
+    used = st.blocks * 512
+    return ShmFile(
+        path, st.size, used, st.uid, st.owner, st.mtime, st.ctime, st.dev, st.inode, st.birth
+    )
+
+
+def list_shm_files(host: Host, dirs: Sequence[str]) -> dict[str, list[ShmFile] | None]:
+    """dir -> its regular files (top level, like shm_open's names); None when unreadable."""
+    out: dict[str, list[ShmFile] | None] = {}
+    for directory in dirs:
+        entries = host.stat_dir(directory)
+        base = directory.rstrip("/")
+        out[directory] = (
+            None
+            if entries is None
+            else [f for st in entries if (f := _shm_file(f"{base}/{st.name}", st)) is not None]
+        )
+    return out
+
+
+def stat_shm_file(path: str, host: Host | None = None) -> ShmFile | None:
+    """A fresh look at one file (live by default: the cleaner's and the supervisor's
+    re-check); None when it is gone or no regular file."""
+    if host is None:
+        from accelhost.host.live import live_host
+
+        host = live_host()
+    st = host.stat(path)
+    return None if st is None else _shm_file(path, st)
+
+
+@dataclass(frozen=True)
+class HeldScan:
+    paths: frozenset[str]
+    inodes: frozenset[tuple[int, int]]  # (st_dev, st_ino) of open or mapped files
+    unreadable: tuple[int, ...]  # live pids whose fd/maps could not be read: may hold anything
+    # Unreadable only because they hold capabilities the reader lacks (a sandbox's or VM's
+    # init): the kernel hides them even from root. Named in evidence, assumed to hold none.
+    privileged: tuple[int, ...] = ()
+
+    @property
+    def complete(self) -> bool:
+        return not self.unreadable
+
+    def holds(self, f: ShmFile) -> bool:
+        """Some live process holds `f` open or maps it, by its path or by its identity."""
+        return f.path in self.paths or bool(f.inode and (f.dev, f.inode) in self.inodes)
+
+
+def _cap_prm(status: str | None) -> int | None:
+    """The permitted capabilities in a /proc/PID/status text."""
+    value = parse_status_field(status or "", "CapPrm")
+    try:
+        return None if value is None else int(value, 16)
+    except ValueError:
+        return None
+
+
+def _may_hold(status: str | None, pid: int) -> bool:
+    """False for a process that holds nothing: gone (no status), a zombie, a kernel thread."""
+    if status is None:
+        return False
+    state = parse_status_field(status, "State") or ""
+    return not state.startswith("Z") and parse_status_field(status, "PPid") != "2" and pid != 2
+
+
+def parse_maps(text: str) -> tuple[set[str], set[tuple[int, int]]]:
+    """Paths and (dev, inode) of file mappings in a /proc/PID/maps text; no deleted ones."""
+    paths: set[str] = set()
+    inodes: set[tuple[int, int]] = set()
+    for line in text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6 or not parts[5].startswith("/"):
+            continue
+        path = parts[5]
+        if path.endswith(_DELETED):
+            continue
+        paths.add(path)
+        major, _, minor = parts[3].partition(":")
+        try:
+            inode = int(parts[4])
+            dev = os.makedev(int(major, 16), int(minor, 16))
+        except ValueError:
+            continue
+        if inode:
+            inodes.add((dev, inode))
+    return paths, inodes
+
+
+def _fd_paths(host: Host, pid: int, inodes: set[tuple[int, int]]) -> set[str] | None:
+    """Paths of a process's open files, and into `inodes` the identity of each open regular
+    file: a process of another mount namespace (a pod's emptyDir at its /dev/shm) names by
+    its own path a file we list under the host's path."""
+    fds = open_fds(host, pid)
+    if fds is None:
+        return None
+    out = set()
+    for fd, target in fds.items():
+        if not target.startswith("/") or target.endswith(_DELETED):
+            continue
+        out.add(target)
+        if target.startswith(("/proc/", "/sys/", "/dev/")) and not target.startswith("/dev/shm/"):
+            continue  # pseudo files and device nodes: never a shm file
+        st = open_file_stat(host, pid, fd)
+        if st is not None and st.kind == "file":
+            inodes.add((st.dev, st.inode))
+    return out
+
+
+def scan_held(host: Host, pids: Iterable[int] | None = None) -> HeldScan:
+    """What every live process (or the given pids) holds open or maps, read once."""
+    paths: set[str] = set()
+    inodes: set[tuple[int, int]] = set()
+    unreadable: list[int] = []
+    privileged: list[int] = []
+    mine = _cap_prm(host.read_file("/proc/self/status"))
+    for pid in list_pids(host) if pids is None else pids:
+        fd_paths = _fd_paths(host, pid, inodes)
+        maps = host.read_file(f"/proc/{pid}/maps")
+        if fd_paths is None or maps is None:
+            # Anything that may hold files and could not be read: we cannot see it. Its
+            # status is read now, not the /proc/PID/stat a doctor read earlier, so that a
+            # process that exited in between is gone, not unreadable.
+            status = host.read_file(f"/proc/{pid}/status")
+            if _may_hold(status, pid):
+                theirs = _cap_prm(status)
+                stronger = mine is not None and theirs is not None and bool(theirs & ~mine)
+                (privileged if stronger else unreadable).append(pid)
+        paths |= fd_paths or set()
+        if maps:
+            mapped, nodes = parse_maps(maps)
+            paths |= mapped
+            inodes |= nodes
+    return HeldScan(
+        frozenset(paths), frozenset(inodes), tuple(sorted(unreadable)), tuple(sorted(privileged))
+    )
+
+
+def held_paths(host: Host, pids: Iterable[int] | None = None) -> set[str]:
+    """Every path a live process (or one of `pids`) holds open or maps right now."""
+    return set(scan_held(host, pids).paths)
+
+
+def path_is_held(host: Host, path: str) -> bool | None:
+    """One file, looked up fresh: True held, False free, None when some process is unreadable."""
+    fresh = stat_shm_file(path, host)
+    scan = scan_held(host)
+    if path in scan.paths or (fresh is not None and scan.holds(fresh)):
+        return True
+    return None if not scan.complete else False
