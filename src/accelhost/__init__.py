@@ -11,7 +11,7 @@ What lives where (planning data flows one way for every family):
 - `apply/`: the only writer (its `driver` is the one bind driver); `devices`: which device
   is a process's (host, visible and logical ids);
 - `hygiene/`, `supervisor/`: doctor/clean/watch and `run`, on those shared readers;
-- `pipeline/`, `benchbind/`: feeding a device, and the bound/unbound A/B;
+- `pipeline/`, `benchbind/`, `bench/`: feeding a device, and the A/B tools;
 - `integrations/`: engine plugins (vLLM);
 - `cli/`: the command line; `api`: `plan(host)`, the library's front door; `errors`: the
   typed errors (a `UsageError` exits 2, any other `AccelhostError` 1).
