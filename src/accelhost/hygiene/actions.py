@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from accelhost.hygiene.text import human_bytes
+from accelhost.parsers.sysvipc import ShmSegment
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,20 @@ class RemoveSegment:
             f"creator {self.cpid}){when}: {self.reason}"
         )
 
+    def ident(self) -> dict[str, Any]:
+        """What names it in the journal."""
+        return {"shmid": self.shmid}
+
+    def intent(self, now: ShmSegment, why: str) -> dict[str, Any]:
+        """The journal's intent line: the segment as the table shows it just before."""
+        return {
+            **self.ident(),
+            "key": self.key,
+            "bytes": now.size,
+            "creator_pid": now.cpid,
+            "reason": why,
+        }
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
@@ -108,6 +123,20 @@ class RemoveShmFile:
         return (
             f"remove {self.path} ({human_bytes(self.used_bytes)} used, {self.owner}): {self.reason}"
         )
+
+    def ident(self) -> dict[str, Any]:
+        """What names it in the journal."""
+        return {"path": self.path}
+
+    def intent(self, why: str) -> dict[str, Any]:
+        """The journal's intent line."""
+        return {
+            **self.ident(),
+            "used_bytes": self.used_bytes,
+            "owner": self.owner,
+            "naming": self.naming,
+            "reason": why,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         return {
