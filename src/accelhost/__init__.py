@@ -6,15 +6,21 @@ What lives where (planning data flows one way for every family):
 - `readers/`: the facts layer, host -> one `Topology` (`topology`), family (`family`)
   decided once;
 - `planner/`: pure `Topology` -> `Plan` (`plans`), Ascend and GPU strategies, roles;
-- `apply/`: the only writer (its `driver` is the one bind driver); `devices`: which device
-  is a process's (host, visible and logical ids);
+- `apply/`: binding (its `driver` is the one bind driver); `devices`: which device is a
+  process's (host, visible and logical ids);
 - `hygiene/`, `supervisor/`: doctor/clean/watch and `run`, on the shared readers `procs`
   (processes), `shm` (SysV segments), `posixshm` (/dev/shm files held or leaked)
-  and `shmlisting` (the files of a tmpfs directory, live or recorded);
+  and `shmlisting` (the files of a tmpfs directory, live or recorded), and on `remove/`
+  (signals, unlink, IPC_RMID, each re-checked at the moment it is done);
 - `pipeline/`, `benchbind/`: feeding a device, and the bound/unbound A/B;
 - `integrations/`: engine plugins (vLLM); `recording`: what `snapshot` keeps;
 - `cli/`: the command line; `api`: `plan(host)`, the library's front door; `errors`: the
   typed errors (a `UsageError` exits 2, any other `AccelhostError` 1).
+
+The house rule: apply/ places (CPU affinity, memory policy and pages, IRQ masks,
+irqbalance); remove/ removes (signals, /dev/shm unlinks, IPC_RMID); supervisor/ sets up the
+child it starts (spawn, subreaper, namespaces, its cgroup); nothing else changes the
+machine (accelhost's own files and a pipeline's own workers are not the machine).
 
 The worker-side import must stay cheap (no CLI, no table rendering, no metrics): names are
 resolved lazily on first use.

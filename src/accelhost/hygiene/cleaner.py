@@ -121,38 +121,14 @@ def plan_clean(
             else:
                 reason = verdict.reason
             if verdict.leaked or after:
-                actions.append(
-                    RemoveSegment(
-                        shmid=seg.shmid,
-                        key=seg.key_hex,
-                        size=seg.size,
-                        cpid=seg.cpid,
-                        lpid=seg.lpid,
-                        ctime=seg.ctime,
-                        reason=reason,
-                        after_stop=after,
-                    )
-                )
+                actions.append(RemoveSegment(seg, reason, after_stop=after))
     if f.shm_files:
         for j in judge_shm_files(facts, options):
             if not j.leaked or (f.paths and j.file.path not in f.paths):
                 continue
             if f.owners and j.file.uid not in f.owners:
                 continue
-            actions.append(
-                RemoveShmFile(
-                    path=j.file.path,
-                    used_bytes=j.file.used_bytes,
-                    size_bytes=j.file.size_bytes,
-                    owner=j.file.owner,
-                    uid=j.file.uid,
-                    dev=j.file.dev,
-                    inode=j.file.inode,
-                    mtime=j.file.mtime,
-                    naming=j.naming,
-                    reason=j.reason,
-                )
-            )
+            actions.append(RemoveShmFile(j.file, j.naming, j.reason))
     return actions
 
 
@@ -165,7 +141,7 @@ def _segment_rule(act: RemoveSegment, min_age_s: float) -> Callable[[ShmSegment]
     """The plan's segment, judged again by the leak rule on the table read now."""
 
     def rule(seg: ShmSegment) -> tuple[bool, str]:
-        if (seg.key_hex, seg.cpid, seg.ctime) != (act.key, act.cpid, act.ctime):
+        if (seg.key, seg.cpid, seg.ctime) != (act.seg.key, act.seg.cpid, act.seg.ctime):
             return False, "shmid now names another segment"
         verdict = judge_segment(seg, _alive_now, time.time(), min_age_s, exempt_age=act.after_stop)
         return verdict.leaked, verdict.reason
@@ -177,7 +153,7 @@ def _file_rule(act: RemoveShmFile, min_age_s: float) -> Callable[[ShmFile], tupl
     """The plan's file, unchanged since it was judged (the plan is minutes old, maybe)."""
 
     def rule(fresh: ShmFile) -> tuple[bool, str]:
-        if abs(fresh.mtime - act.mtime) > 0.001:  # listings round mtimes
+        if abs(fresh.mtime - act.file.mtime) > 0.001:  # listings round mtimes
             return False, "changed since it was judged"
         if time.time() - fresh.mtime < min_age_s:
             return False, f"changed under {min_age_s:g} s ago"
@@ -208,7 +184,10 @@ def _remove(
             journal.write("intent", action=act.kind, **act.intent(why))
 
         file_rule = _file_rule(act, min_age_s)
-        removal = unlink_shm_file(host, act.path, act.dev, act.inode, file_rule, file_intent)
+        planned = act.file
+        removal = unlink_shm_file(
+            host, planned.path, planned.dev, planned.inode, file_rule, file_intent
+        )
     if removal.tried:
         journal.write("outcome", action=act.kind, **act.ident(), result=removal.result)
     return removal
