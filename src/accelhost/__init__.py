@@ -8,13 +8,19 @@ What lives where (planning data flows one way for every family):
   decided once; and the readers the doctor, the cleaner and `run` share: processes and
   their open files, SysV segments, /dev/shm files and who holds them;
 - `planner/`: pure `Topology` -> `Plan` (`plans`), Ascend and GPU strategies, roles;
-- `apply/`: the only writer (its `driver` is the one bind driver); `devices`: which device
-  is a process's (host, visible and logical ids);
-- `hygiene/`, `supervisor/`: doctor/clean/watch and `run`, on those shared readers;
+- `apply/`: binding (its `driver` is the one bind driver); `devices`: which device is a
+  process's (host, visible and logical ids);
+- `hygiene/`, `supervisor/`: doctor/clean/watch and `run`, on those shared readers and on
+  `remove/` (signals, unlink, IPC_RMID, each re-checked at the moment it is done);
 - `pipeline/`, `benchbind/`, `bench/`: feeding a device, and the A/B tools;
 - `integrations/`: engine plugins (vLLM);
 - `cli/`: the command line; `api`: `plan(host)`, the library's front door; `errors`: the
   typed errors (a `UsageError` exits 2, any other `AccelhostError` 1).
+
+The house rule: apply/ places (CPU affinity, memory policy and pages, IRQ masks,
+irqbalance); remove/ removes (signals, /dev/shm unlinks, IPC_RMID); supervisor/ sets up the
+child it starts (spawn, subreaper, namespaces, its cgroup); nothing else changes the
+machine (accelhost's own files and a pipeline's own workers are not the machine).
 
 The worker-side import must stay cheap (no CLI, no table rendering, no metrics): names are
 resolved lazily on first use.

@@ -12,6 +12,7 @@ from accelhost.hygiene import stopper
 from accelhost.hygiene.cleaner import Journal, ProcessRef, StopProcesses, execute
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.readers.procs import read_process
+from accelhost.remove.signals import Pinned
 
 
 def test_d_state_is_reported_not_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -21,8 +22,8 @@ def test_d_state_is_reported_not_retried(tmp_path: Path, monkeypatch: pytest.Mon
         assert info is not None
         sent: list[int] = []
         # Simulate an uninterruptible sleeper: signals are recorded, the process "stays".
-        monkeypatch.setattr(stopper._Tracked, "alive", property(lambda self: True))
-        monkeypatch.setattr(stopper._Tracked, "send", lambda self, sig: sent.append(sig))
+        monkeypatch.setattr(Pinned, "alive", property(lambda self: True))
+        monkeypatch.setattr(Pinned, "send", lambda self, sig: sent.append(sig))
         monkeypatch.setattr(stopper, "_state", lambda pid: "D")
         journal = Journal(tmp_path / "j.jsonl")
         action = StopProcesses(

@@ -1,4 +1,9 @@
-"""The applier: the only code in accelhost that changes the machine.
+"""The applier: what accelhost places on the machine.
+
+The house rule: apply/ places (CPU affinity, memory policy and pages, IRQ masks,
+irqbalance); remove/ removes (signals, /dev/shm unlinks, IPC_RMID); supervisor/ sets up the
+child it starts (spawn, subreaper, namespaces, its cgroup); nothing else changes the
+machine (accelhost's own files and a pipeline's own workers are not the machine).
 
 Applying a plan is two phases so that `--dry-run` can show exactly what a real run does:
 `build` reads the host and returns a list of step dataclasses (`steps`), and `execute`

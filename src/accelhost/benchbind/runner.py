@@ -9,7 +9,6 @@ no other threads, which the CLI has not.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import re
@@ -25,6 +24,7 @@ from typing import Any
 import accelhost.apply.execute  # noqa: F401
 import accelhost.apply.memory  # noqa: F401
 from accelhost.benchbind.binding import Binding, apply_in_child
+from accelhost.remove.signals import signal_group
 
 UNBOUND = "unbound"
 BOUND = "bound"
@@ -257,22 +257,17 @@ def _one(
 def _stop(proc: subprocess.Popen[bytes], grace: float) -> None:
     """SIGTERM to the child's process group, SIGKILL after `grace` seconds (or at once
     on a second Ctrl-C)."""
-    _signal_group(proc.pid, signal.SIGTERM)
+    signal_group(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=grace)
     except (subprocess.TimeoutExpired, KeyboardInterrupt, Stopped):
-        _signal_group(proc.pid, signal.SIGKILL)
+        signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
     # What the command started in its group and left behind goes too.
-    _signal_group(proc.pid, signal.SIGKILL)
+    signal_group(proc.pid, signal.SIGKILL)
     for pipe in (proc.stdout, proc.stderr):
         if pipe is not None:
             pipe.close()
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
 
 
 def _signal_name(signum: int) -> str:

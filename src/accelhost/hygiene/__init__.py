@@ -1,9 +1,14 @@
 """Host hygiene: find and safely remove what crashed engines leave behind.
 
 `read_facts` reads a host (live, snapshot, recording); the checks judge the facts; the
-cleaner is the only writer; `watch` repeats it all and exports metrics; `preflight` says
-whether an engine will fit before it starts. Names load on first use: `accelhost --help`
-registers these commands without importing the checks.
+cleaner plans what to remove and has `accelhost.remove` do it; `watch` repeats it all and
+exports metrics; `preflight` says whether an engine will fit before it starts. Names load
+on first use: `accelhost --help` registers these commands without importing the checks.
+
+The house rule: apply/ places (CPU affinity, memory policy and pages, IRQ masks,
+irqbalance); remove/ removes (signals, /dev/shm unlinks, IPC_RMID); supervisor/ sets up the
+child it starts (spawn, subreaper, namespaces, its cgroup); nothing else changes the
+machine (accelhost's own files and a pipeline's own workers are not the machine).
 
 What lives where: `options` (what to look for), `facts` (read once through the host
 door) with `devices` (device memory from npu-smi / nvidia-smi), `engines` (the engine

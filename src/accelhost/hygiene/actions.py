@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from accelhost.hygiene.text import human_bytes
+from accelhost.parsers.sysvipc import ShmSegment
+from accelhost.readers.shmfiles import ShmFile
 
 
 @dataclass(frozen=True)
@@ -52,71 +54,87 @@ class StopProcesses:
 class RemoveSegment:
     """`shmctl(IPC_RMID)` of one shmid, if it still passes the leak rule when we get there.
 
+    `seg` is the segment as the plan saw it (the re-check compares the table with it).
     `after_stop` segments belong to processes this plan stops: judged once they are gone,
     without the idle grace (we know why they are idle).
     """
 
-    shmid: int
-    key: str
-    size: int
-    cpid: int
-    lpid: int
-    ctime: int
+    seg: ShmSegment
     reason: str
     after_stop: bool = False
     kind: str = "remove_segment"
 
+    @property
+    def shmid(self) -> int:
+        return self.seg.shmid
+
     def describe(self) -> str:
         when = " (once its processes are stopped, if then unattached)" if self.after_stop else ""
         return (
-            f"remove segment shmid {self.shmid} (key {self.key}, {human_bytes(self.size)}, "
-            f"creator {self.cpid}){when}: {self.reason}"
+            f"remove segment shmid {self.shmid} (key {self.seg.key_hex}, "
+            f"{human_bytes(self.seg.size)}, creator {self.seg.cpid}){when}: {self.reason}"
         )
+
+    def ident(self) -> dict[str, Any]:
+        """What names it in the journal."""
+        return {"shmid": self.shmid}
+
+    def intent(self, now: ShmSegment, why: str) -> dict[str, Any]:
+        """The journal's intent line: the segment as the table shows it just before."""
+        return {**_segment_facts(now), "reason": why}
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
-            "shmid": self.shmid,
-            "key": self.key,
-            "bytes": self.size,
-            "creator_pid": self.cpid,
-            "last_pid": self.lpid,
-            "ctime": self.ctime,
+            **_segment_facts(self.seg),
+            "last_pid": self.seg.lpid,
+            "ctime": self.seg.ctime,
             "after_stop": self.after_stop,
             "reason": self.reason,
         }
 
 
+def _segment_facts(seg: ShmSegment) -> dict[str, Any]:
+    return {"shmid": seg.shmid, "key": seg.key_hex, "bytes": seg.size, "creator_pid": seg.cpid}
+
+
 @dataclass(frozen=True)
 class RemoveShmFile:
     """`unlink` of one POSIX shared-memory file, if it is still the same file (device,
-    inode, mtime) and still held by nobody when we get there."""
+    inode, mtime) and still held by nobody when we get there. `file` is the file as the
+    plan saw it."""
 
-    path: str
-    used_bytes: int
-    size_bytes: int
-    owner: str
-    uid: int
-    dev: int
-    inode: int
-    mtime: float
+    file: ShmFile
     naming: str | None
     reason: str
     kind: str = "remove_shm_file"
 
+    @property
+    def path(self) -> str:
+        return self.file.path
+
     def describe(self) -> str:
-        return (
-            f"remove {self.path} ({human_bytes(self.used_bytes)} used, {self.owner}): {self.reason}"
-        )
+        used = human_bytes(self.file.used_bytes)
+        return f"remove {self.path} ({used} used, {self.file.owner}): {self.reason}"
+
+    def ident(self) -> dict[str, Any]:
+        """What names it in the journal."""
+        return {"path": self.path}
+
+    def intent(self, why: str) -> dict[str, Any]:
+        """The journal's intent line: the plan's facts of the file, and why it goes."""
+        planned = self.to_dict()
+        return {k: planned[k] for k in ("path", "used_bytes", "owner", "naming")} | {"reason": why}
 
     def to_dict(self) -> dict[str, Any]:
+        f = self.file
         return {
             "kind": self.kind,
-            "path": self.path,
-            "used_bytes": self.used_bytes,
-            "size_bytes": self.size_bytes,
-            "owner": self.owner,
-            "uid": self.uid,
+            "path": f.path,
+            "used_bytes": f.used_bytes,
+            "size_bytes": f.size_bytes,
+            "owner": f.owner,
+            "uid": f.uid,
             "naming": self.naming,
             "reason": self.reason,
         }

@@ -1,21 +1,22 @@
-"""The cleaner: the only writer in the hygiene package.
+"""The cleaner: what `clean` plans, and the order in which it has `accelhost.remove` do it.
 
 `plan_clean` is pure: it turns facts into a list of actions, each with its reason, so a dry
-run prints exactly what `--yes` would do. `execute` does those actions and nothing else:
-every action is journaled before it is taken, every process is re-identified (pid and
-start time, through a pidfd) before it is signalled, every segment is re-read and re-judged
-by the leak rule at the moment of removal, and every /dev/shm file is looked at again (same
-inode, unchanged, held by nobody) just before its unlink.
+run prints exactly what `--yes` would do. `execute` does those actions and nothing else,
+through `accelhost.remove` (the hygiene package changes nothing itself): every action is
+journaled before it is taken, every process is re-identified (pid and start time, through
+a pidfd) before it is signalled, every segment is re-read and re-judged by the leak rule
+at the moment of removal, and every /dev/shm file is looked at again (same inode,
+unchanged, held by nobody) just before its unlink.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from accelhost.cli.common import DEFAULT_GRACE_S
+from accelhost.host.base import Host
 from accelhost.host.live import live_host
 from accelhost.hygiene.actions import (
     Action,
@@ -34,9 +35,10 @@ from accelhost.hygiene.posix_check import judge_shm_files, shm_known
 from accelhost.hygiene.rules import find_orphans, judge_segment, leaked_segments, protected_pids
 from accelhost.hygiene.stopper import stop_all
 from accelhost.hygiene.text import one_line
+from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.readers.procs import ProcessInfo, descendants, read_process
-from accelhost.readers.shmfiles import path_is_held, stat_shm_file
-from accelhost.readers.sysv import read_segments, remove_segment
+from accelhost.readers.shmfiles import ShmFile
+from accelhost.remove.shm import Removal, ipc_rmid, remove_segment, unlink_shm_file
 
 __all__ = [
     "DEFAULT_GRACE_S",
@@ -119,149 +121,76 @@ def plan_clean(
             else:
                 reason = verdict.reason
             if verdict.leaked or after:
-                actions.append(
-                    RemoveSegment(
-                        shmid=seg.shmid,
-                        key=seg.key_hex,
-                        size=seg.size,
-                        cpid=seg.cpid,
-                        lpid=seg.lpid,
-                        ctime=seg.ctime,
-                        reason=reason,
-                        after_stop=after,
-                    )
-                )
+                actions.append(RemoveSegment(seg, reason, after_stop=after))
     if f.shm_files:
         for j in judge_shm_files(facts, options):
             if not j.leaked or (f.paths and j.file.path not in f.paths):
                 continue
             if f.owners and j.file.uid not in f.owners:
                 continue
-            actions.append(
-                RemoveShmFile(
-                    path=j.file.path,
-                    used_bytes=j.file.used_bytes,
-                    size_bytes=j.file.size_bytes,
-                    owner=j.file.owner,
-                    uid=j.file.uid,
-                    dev=j.file.dev,
-                    inode=j.file.inode,
-                    mtime=j.file.mtime,
-                    naming=j.naming,
-                    reason=j.reason,
-                )
-            )
+            actions.append(RemoveShmFile(j.file, j.naming, j.reason))
     return actions
 
 
 def _alive_now(pid: int) -> bool:
-    info = read_process(live_host(), pid)
+    info = read_process(live_host(), pid, cmdline=False)
     return info is not None and not info.is_zombie
 
 
-def _remove_segments(
-    removes: list[RemoveSegment],
-    options: HygieneOptions,
+def _segment_rule(act: RemoveSegment, min_age_s: float) -> Callable[[ShmSegment], tuple[bool, str]]:
+    """The plan's segment, judged again by the leak rule on the table read now."""
+
+    def rule(seg: ShmSegment) -> tuple[bool, str]:
+        if (seg.key, seg.cpid, seg.ctime) != (act.seg.key, act.seg.cpid, act.seg.ctime):
+            return False, "shmid now names another segment"
+        verdict = judge_segment(seg, _alive_now, time.time(), min_age_s, exempt_age=act.after_stop)
+        return verdict.leaked, verdict.reason
+
+    return rule
+
+
+def _file_rule(act: RemoveShmFile, min_age_s: float) -> Callable[[ShmFile], tuple[bool, str]]:
+    """The plan's file, unchanged since it was judged (the plan is minutes old, maybe)."""
+
+    def rule(fresh: ShmFile) -> tuple[bool, str]:
+        if abs(fresh.mtime - act.file.mtime) > 0.001:  # listings round mtimes
+            return False, "changed since it was judged"
+        if time.time() - fresh.mtime < min_age_s:
+            return False, f"changed under {min_age_s:g} s ago"
+        return True, act.reason
+
+    return rule
+
+
+def _remove(
+    host: Host,
+    act: RemoveSegment | RemoveShmFile,
+    min_age_s: float,
     journal: Journal,
-    result: CleanResult,
-    say: Callable[[str], None],
-    remover: Callable[[int], None],
-) -> None:
-    host = live_host()
-    for act in removes:
-        target = f"shmid {act.shmid}"
-        segs = read_segments(host) or []
-        now_seg = next((s for s in segs if s.shmid == act.shmid), None)
-        if now_seg is None:
-            result.outcomes.append(Outcome("remove_segment", target, "already gone", True))
-            continue
-        if now_seg.key_hex != act.key or now_seg.cpid != act.cpid or now_seg.ctime != act.ctime:
-            result.outcomes.append(
-                Outcome("remove_segment", target, "shmid now names another segment: skipped", True)
-            )
-            continue
-        now = time.time()
-        verdict = judge_segment(
-            now_seg, _alive_now, now, options.shm_min_age_s, exempt_age=act.after_stop
+    rmid: Callable[[int], None],
+) -> Removal:
+    """One removal, re-checked by `accelhost.remove`; its intent journaled (and synced)
+    just before the system call, its outcome right after."""
+    if isinstance(act, RemoveSegment):
+
+        def segment_intent(seg: ShmSegment, why: str) -> None:
+            journal.write("intent", action=act.kind, **act.intent(seg, why))
+
+        rule = _segment_rule(act, min_age_s)
+        removal = remove_segment(host, act.shmid, rule, segment_intent, rmid)
+    else:
+
+        def file_intent(_fresh: ShmFile, why: str) -> None:
+            journal.write("intent", action=act.kind, **act.intent(why))
+
+        file_rule = _file_rule(act, min_age_s)
+        planned = act.file
+        removal = unlink_shm_file(
+            host, planned.path, planned.dev, planned.inode, file_rule, file_intent
         )
-        if not verdict.leaked:
-            result.outcomes.append(
-                Outcome("remove_segment", target, f"kept: {verdict.reason}", True)
-            )
-            say(f"  kept {target}: {verdict.reason}")
-            continue
-        journal.write(
-            "intent",
-            action="remove_segment",
-            shmid=act.shmid,
-            key=act.key,
-            bytes=now_seg.size,
-            creator_pid=now_seg.cpid,
-            reason=verdict.reason,
-        )
-        try:
-            remover(act.shmid)
-        except OSError as exc:
-            outcome = Outcome("remove_segment", target, f"failed: {exc}", False)
-        else:
-            outcome = Outcome("remove_segment", target, "removed", True)
-        journal.write("outcome", action="remove_segment", shmid=act.shmid, result=outcome.result)
-        say(f"  {target}: {outcome.result}")
-        result.outcomes.append(outcome)
-
-
-def _recheck_shm_file(act: RemoveShmFile, min_age_s: float) -> str | None:
-    """None when the file may go now; else why it stays (the plan is minutes old, maybe)."""
-    fresh = stat_shm_file(act.path)
-    if fresh is None:
-        return "already gone"
-    if (fresh.dev, fresh.inode) != (act.dev, act.inode):
-        return "kept: the name now belongs to another file"
-    if abs(fresh.mtime - act.mtime) > 0.001:  # listings round mtimes
-        return "kept: changed since it was judged"
-    if time.time() - fresh.mtime < min_age_s:
-        return f"kept: changed under {min_age_s:g} s ago"
-    held = path_is_held(live_host(), act.path)
-    if held is None:
-        return "kept: some process's open files cannot be read"
-    if held:
-        return "kept: a live process holds it open or mapped"
-    return None
-
-
-def _remove_shm_files(
-    removes: list[RemoveShmFile],
-    options: HygieneOptions,
-    journal: Journal,
-    result: CleanResult,
-    say: Callable[[str], None],
-) -> None:
-    for act in removes:
-        why = _recheck_shm_file(act, options.shm_min_age_s)
-        if why is not None:
-            result.outcomes.append(Outcome("remove_shm_file", act.path, why, True))
-            say(f"  {act.path}: {why}")
-            continue
-        journal.write(
-            "intent",
-            action="remove_shm_file",
-            path=act.path,
-            used_bytes=act.used_bytes,
-            owner=act.owner,
-            naming=act.naming,
-            reason=act.reason,
-        )
-        try:
-            os.unlink(act.path)
-        except FileNotFoundError:
-            outcome = Outcome("remove_shm_file", act.path, "already gone", True)
-        except OSError as exc:
-            outcome = Outcome("remove_shm_file", act.path, f"failed: {exc.strerror}", False)
-        else:
-            outcome = Outcome("remove_shm_file", act.path, "removed", True)
-        journal.write("outcome", action="remove_shm_file", path=act.path, result=outcome.result)
-        say(f"  {act.path}: {outcome.result}")
-        result.outcomes.append(outcome)
+    if removal.tried:
+        journal.write("outcome", action=act.kind, **act.ident(), result=removal.result)
+    return removal
 
 
 def execute(
@@ -271,19 +200,21 @@ def execute(
     grace_s: float = DEFAULT_GRACE_S,
     say: Callable[[str], None] = lambda _line: None,
     sleep: Callable[[float], None] = time.sleep,
-    remover: Callable[[int], None] = remove_segment,
+    remover: Callable[[int], None] = ipc_rmid,
 ) -> CleanResult:
-    """Do the planned actions on this machine (stops first, so segments can then go)."""
+    """Do the planned actions on this machine: stops first, so that segments can then go,
+    then segments and files in the plan's order."""
     result = CleanResult()
     stops = [a for a in actions if isinstance(a, StopProcesses)]
-    removes = [a for a in actions if isinstance(a, RemoveSegment)]
-    files = [a for a in actions if isinstance(a, RemoveShmFile)]
     if stops:
         stop_all(stops, grace_s, journal, result, say, sleep)
-    if removes:
-        _remove_segments(removes, options, journal, result, say, remover)
-    if files:
-        _remove_shm_files(files, options, journal, result, say)
+    host = live_host()
+    for act in actions:
+        if isinstance(act, StopProcesses):
+            continue
+        removal = _remove(host, act, options.shm_min_age_s, journal, remover)
+        say(f"  {removal.target}: {removal.result}")
+        result.outcomes.append(Outcome(act.kind, removal.target, removal.result, removal.ok))
     return result
 
 

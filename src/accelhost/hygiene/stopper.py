@@ -1,107 +1,50 @@
 """Stopping orphans: SIGTERM, wait, SIGKILL, wait, each process re-identified first.
 
-Every signal is journaled before it is sent; every target is pinned by a pidfd (or checked
-by start time on kernels without one) so that a pid reused meanwhile is never signalled.
+Every signal is journaled before it is sent; every target is pinned by
+`accelhost.remove.signals.Pinned` (a pidfd, or its start time on kernels without one), so
+a pid reused meanwhile is never signalled, and a group only while a pinned member is
+still in it.
 """
 
 from __future__ import annotations
 
-import os
-import select
 import signal
 import time
 from collections.abc import Callable
 
 from accelhost.host.live import live_host
-from accelhost.hygiene.actions import CleanResult, Outcome, ProcessRef, StopProcesses
+from accelhost.hygiene.actions import CleanResult, Outcome, StopProcesses
 from accelhost.hygiene.journal import Journal
 from accelhost.hygiene.text import one_line
 from accelhost.readers.procs import read_process
+from accelhost.remove.signals import Pinned, signal_pinned_group
 
-
-def _is_gone(pid: int, start_ticks: int) -> bool:
-    """Exited (or a zombie, or the pid now belongs to someone else)."""
-    info = read_process(live_host(), pid)
-    return info is None or info.is_zombie or info.start_ticks != start_ticks
+D_STATE = (
+    "in D state (uninterruptible): not retried; it needs a device "
+    "reset (npu-smi set -t reset -i N / nvidia-smi -r -i N)"
+)
 
 
 def _state(pid: int) -> str | None:
-    info = read_process(live_host(), pid)
+    info = read_process(live_host(), pid, cmdline=False)
     return None if info is None else info.state
 
 
-class _Tracked:
-    """One target process, re-identified by pid and start time before every signal.
-
-    With a pidfd (Linux 5.3+) the identity is pinned once: signals through it can never
-    reach a process that later got the same pid. Older kernels (4.19 is common on Ascend
-    hosts) get the same check by start time just before each `kill`; the window left is
-    the few microseconds between that check and the signal.
-    """
-
-    def __init__(self, ref: ProcessRef) -> None:
-        self.ref = ref
-        self.fd: int | None = None
-        self._by_pid = False
-        self._gone = False
-        # Why a signal could not be sent (EPERM: another user's process, no CAP_KILL).
-        self.denied: str | None = None
-        try:
-            self.fd = os.pidfd_open(ref.pid)
-        except ProcessLookupError:
-            self._gone = True
-            return
-        except (OSError, AttributeError):
-            self._by_pid = True  # no pidfd on this kernel
-        # The pid names whatever has it now: check it is the process we planned.
-        if _is_gone(ref.pid, ref.start_ticks):
-            self._gone = True
-            self.close()
-
-    @property
-    def alive(self) -> bool:
-        if self._gone:
-            return False
-        if self._by_pid:
-            self._gone = _is_gone(self.ref.pid, self.ref.start_ticks)
-            return not self._gone
-        if self.fd is None:
-            return False
-        return not select.select([self.fd], [], [], 0)[0]
-
-    def send(self, sig: int) -> None:
-        if self._gone:
-            return
-        try:
-            if self.fd is not None:
-                signal.pidfd_send_signal(self.fd, sig)
-            elif self._by_pid and not _is_gone(self.ref.pid, self.ref.start_ticks):
-                os.kill(self.ref.pid, sig)
-        except ProcessLookupError:
-            pass
-        except PermissionError:
-            self.denied = "not permitted to signal it (run as root or as its owner)"
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-
-def _group_still_ours(pgid: int, tracked: list[_Tracked]) -> bool:
-    for t in tracked:
-        if not t.alive:
-            continue
-        info = read_process(live_host(), t.ref.pid)
-        if info is not None and info.pgid == pgid and info.start_ticks == t.ref.start_ticks:
-            return True
-    return False
-
-
-def _wait(tracked: list[_Tracked], grace_s: float, sleep: Callable[[float], None]) -> None:
+def _wait(pinned: list[Pinned], grace_s: float, sleep: Callable[[float], None]) -> None:
     deadline = time.monotonic() + grace_s
-    while any(t.alive for t in tracked) and time.monotonic() < deadline:
+    while any(p.alive for p in pinned) and time.monotonic() < deadline:
         sleep(0.05)
+
+
+def _outcome(p: Pinned) -> Outcome:
+    target = f"pid {p.pid}"
+    if not p.alive:
+        return Outcome("stop", target, "gone", True)
+    if p.denied:
+        return Outcome("stop", target, p.denied, False)
+    if _state(p.pid) == "D":
+        return Outcome("stop", target, D_STATE, False)
+    return Outcome("stop", target, "still alive after SIGKILL", False)
 
 
 def stop_all(
@@ -112,14 +55,14 @@ def stop_all(
     say: Callable[[str], None],
     sleep: Callable[[float], None],
 ) -> None:
-    tracked: dict[int, list[_Tracked]] = {}
-    for n, act in enumerate(stops):
-        tracked[n] = [_Tracked(t) for t in act.targets]
+    host = live_host()
+    pinned = [[Pinned(host, t.pid, t.start_ticks) for t in act.targets] for act in stops]
+    cmdlines = {t.pid: t.cmdline for act in stops for t in act.targets}
     try:
         for sig, name in ((signal.SIGTERM, "SIGTERM"), (signal.SIGKILL, "SIGKILL")):
             sent = False
-            for n, act in enumerate(stops):
-                live = [t for t in tracked[n] if t.alive]
+            for act, members in zip(stops, pinned, strict=True):
+                live = [p for p in members if p.alive]
                 if not live:
                     continue
                 journal.write(
@@ -127,52 +70,31 @@ def stop_all(
                     action="signal",
                     signal=name,
                     pgid=act.pgid if act.signal_group else None,
-                    pids=[t.ref.pid for t in live],
-                    cmdlines=[one_line(t.ref.cmdline, 300) for t in live],
+                    pids=[p.pid for p in live],
+                    cmdlines=[one_line(cmdlines[p.pid], 300) for p in live],
                     reason=act.reason,
                 )
-                # The group id is reserved while any member lives; a tracked (pidfd-verified)
-                # member still in the group proves it is the same group, not a new one.
-                if act.signal_group and _group_still_ours(act.pgid, tracked[n]):
-                    try:
-                        os.killpg(act.pgid, sig)
-                    except ProcessLookupError:
-                        pass
-                    except PermissionError as exc:
-                        say(f"  killpg({act.pgid}, {name}): {exc.strerror}")
-                for t in live:
-                    t.send(sig)
-                    if t.denied:
-                        say(f"  pid {t.ref.pid}: {t.denied}")
+                if act.signal_group:
+                    err = signal_pinned_group(act.pgid, members, sig)
+                    if isinstance(err, PermissionError):
+                        say(f"  killpg({act.pgid}, {name}): {err.strerror}")
+                for p in live:
+                    p.send(sig)
+                    if p.denied:
+                        say(f"  pid {p.pid}: {p.denied}")
                 sent = True
                 say(
                     f"  {name} -> {'group ' + str(act.pgid) + ', ' if act.signal_group else ''}"
-                    f"pids {' '.join(str(t.ref.pid) for t in live)}"
+                    f"pids {' '.join(str(p.pid) for p in live)}"
                 )
             if sent:
-                _wait([t for ts in tracked.values() for t in ts], grace_s, sleep)
-        for ts in tracked.values():
-            for t in ts:
-                target = f"pid {t.ref.pid}"
-                if not t.alive:
-                    outcome = Outcome("stop", target, "gone", True)
-                elif t.denied:
-                    outcome = Outcome("stop", target, t.denied, False)
-                else:
-                    state = _state(t.ref.pid)
-                    if state == "D":
-                        outcome = Outcome(
-                            "stop",
-                            target,
-                            "in D state (uninterruptible): not retried; it needs a device "
-                            "reset (npu-smi set -t reset -i N / nvidia-smi -r -i N)",
-                            False,
-                        )
-                    else:
-                        outcome = Outcome("stop", target, "still alive after SIGKILL", False)
-                journal.write("outcome", action="stop", pid=t.ref.pid, result=outcome.result)
+                _wait([p for members in pinned for p in members], grace_s, sleep)
+        for members in pinned:
+            for p in members:
+                outcome = _outcome(p)
+                journal.write("outcome", action="stop", pid=p.pid, result=outcome.result)
                 result.outcomes.append(outcome)
     finally:
-        for ts in tracked.values():
-            for t in ts:
-                t.close()
+        for members in pinned:
+            for p in members:
+                p.close()

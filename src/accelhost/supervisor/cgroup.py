@@ -10,7 +10,6 @@ read-only /sys/fs/cgroup), `--cgroup` fails with one line instead of running unp
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import signal
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 
 from accelhost.errors import AccelhostError
 from accelhost.host.live import live_host
+from accelhost.remove.signals import signal_members
 
 V1_PREFERENCE = ("freezer", "pids")
 
@@ -106,9 +106,7 @@ class Cgroup:
             except OSError:
                 pass
         frozen = self._freeze(True)
-        for pid in self.pids():
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
+        signal_members(self.pids(), signal.SIGKILL)
         if frozen:
             self._freeze(False)
 

@@ -1,14 +1,14 @@
-"""The few Linux calls the standard library lacks, through ctypes, each failing softly.
+"""The few Linux calls that set up the supervisor and its child, each failing softly.
 
 A supervisor that cannot become a subreaper (old kernel, seccomp) still works for the
-processes that stay under its command; it must not refuse to start the engine.
+processes that stay under its command; it must not refuse to start the engine. Signals are
+`accelhost.remove.signals`'; libc is `accelhost.host.libc`'s.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import signal
 from collections.abc import Callable
 
 from accelhost.host.libc import check, libc
@@ -45,20 +45,6 @@ def open_pidfd(pid: int) -> int | None:
         return os.pidfd_open(pid)
     except OSError:
         return None
-
-
-def send_signal(pid: int, sig: int, pidfd: int | None) -> bool:
-    """Signal through the pidfd when there is one; False when the process is gone."""
-    try:
-        if pidfd is not None and hasattr(signal, "pidfd_send_signal"):
-            signal.pidfd_send_signal(pidfd, sig)
-        else:
-            os.kill(pid, sig)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False
-    return True
 
 
 def private_ipc_setup() -> Callable[[], None]:

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 from accelhost.host.base import Host
 from accelhost.parsers.sysvipc import ShmSegment
-from accelhost.readers.sysv import read_segments, remove_segment
+from accelhost.readers.sysv import read_segments
+from accelhost.remove.shm import ipc_rmid, remove_segment
 from accelhost.supervisor.options import RemovedSegment
 
 
@@ -76,33 +77,31 @@ def remove_leaked(
     host: Host,
     ledger: SegmentLedger,
     log: Callable[[str], None],
-    remove: Callable[[int], None] = remove_segment,
+    remove: Callable[[int], None] = ipc_rmid,
 ) -> list[RemovedSegment]:
-    """Remove the leaked segments, re-checking each one against a fresh read of the table
-    just before its removal (a segment attached in between is kept)."""
-    removed: list[RemovedSegment] = []
-    for seg in ledger.leaked(host):
-        fresh = {s.shmid: s for s in read_segments(host) or []}.get(seg.shmid)
-        if fresh is None or fresh.nattch != 0 or not ledger.ours(fresh):
-            continue
+    """Remove the leaked segments, each re-checked by `accelhost.remove` against a fresh
+    read of the table just before its removal (a segment attached in between is kept)."""
+
+    def rule(seg: ShmSegment) -> tuple[bool, str]:
+        if seg.nattch != 0 or not ledger.ours(seg):
+            return False, ""  # attached meanwhile (reported below), or not ours
         if host.read_file(f"/proc/{seg.cpid}/stat") is not None:
             # The tree is gone, yet a process has the creator's pid: reused, or one that
             # survived SIGKILL. Either way not provably a leftover of ours.
-            log(
-                f"kept shared memory shmid {seg.shmid} key {seg.key_hex}: its creator pid "
-                f"{seg.cpid} belongs to a live process"
-            )
-            continue
-        try:
-            remove(seg.shmid)
-        except OSError as exc:
-            log(f"could not remove shared memory shmid {seg.shmid} ({seg.key_hex}): {exc}")
-            continue
-        removed.append(RemovedSegment(seg.shmid, seg.key_hex, seg.size, seg.cpid))
-        log(
-            f"removed shared memory shmid {seg.shmid} key {seg.key_hex} "
-            f"({seg.size} bytes) left by pid {seg.cpid}"
-        )
+            return False, f"its creator pid {seg.cpid} belongs to a live process"
+        return True, ""
+
+    removed: list[RemovedSegment] = []
+    for seg in ledger.leaked(host):
+        what = f"shared memory shmid {seg.shmid} key {seg.key_hex}"
+        done = remove_segment(host, seg.shmid, rule, rmid=remove)
+        if done.status == "kept" and done.why:
+            log(f"kept {what}: {done.why}")
+        elif done.status == "failed":
+            log(f"could not remove shared memory shmid {seg.shmid} ({seg.key_hex}): {done.why}")
+        elif done.status == "removed":
+            removed.append(RemovedSegment(seg.shmid, seg.key_hex, seg.size, seg.cpid))
+            log(f"removed {what} ({seg.size} bytes) left by pid {seg.cpid}")
     for seg in ledger.still_attached(host):
         log(
             f"kept shared memory shmid {seg.shmid} key {seg.key_hex} made by pid {seg.cpid}: "

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 
 from accelhost.host.base import Host
 from accelhost.host.libc import libc
-from accelhost.readers.shmfiles import list_shm_files, path_is_held, scan_held, stat_shm_file
+from accelhost.readers.shmfiles import list_shm_files, scan_held, stat_shm_file
+from accelhost.remove.shm import unlink_shm_file
 from accelhost.supervisor.options import RemovedFile
 
 Inode = tuple[int, int]  # (st_dev, st_ino)
@@ -152,10 +153,14 @@ class ShmFileLedger:
             self.held_by_tree |= scan_held(host, other).inodes
 
 
+_HELD = {"held": "still held by a live process", "unreadable": "cannot tell who holds it"}
+
+
 def remove_left_files(
     host: Host, ledger: ShmFileLedger, log: Callable[[str], None]
 ) -> list[RemovedFile]:
-    """Unlink the tree's files that nobody holds any more, each re-checked just before."""
+    """Unlink the tree's files that nobody holds any more, each re-checked by
+    `accelhost.remove` just before (same inode, held by nobody)."""
     removed: list[RemovedFile] = []
     kept_new = 0
     for found in list_shm_files(host, ledger.dirs).values():
@@ -166,21 +171,14 @@ def remove_left_files(
             if key not in ledger.held_by_tree:
                 kept_new += 1
                 continue
-            fresh = stat_shm_file(f.path)
-            if fresh is None or (fresh.dev, fresh.inode) != key:
-                continue  # gone, or the name now belongs to another file
-            held = path_is_held(host, f.path)
-            if held is not False:
-                why = "still held by a live process" if held else "cannot tell who holds it"
-                log(f"kept {f.path}: {why}")
-                continue
-            try:
-                os.unlink(f.path)
-            except OSError as exc:
-                log(f"could not remove {f.path}: {exc.strerror}")
-                continue
-            removed.append(RemovedFile(f.path, fresh.used_bytes))
-            log(f"removed {f.path} ({fresh.used_bytes} bytes used) left by the tree")
+            done = unlink_shm_file(host, f.path, f.dev, f.inode)
+            if done.status in ("held", "unreadable"):
+                log(f"kept {f.path}: {_HELD[done.status]}")
+            elif done.status == "failed":
+                log(f"could not remove {f.path}: {done.why}")
+            elif done.status == "removed":
+                removed.append(RemovedFile(f.path, done.freed_bytes))
+                log(f"removed {f.path} ({done.freed_bytes} bytes used) left by the tree")
     if kept_new:
         log(
             f"kept {kept_new} new file(s) under {', '.join(ledger.dirs)}: "

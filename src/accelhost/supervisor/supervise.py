@@ -4,12 +4,11 @@ It sleeps in one `poll()` (`wakeup.Waker`) over a self-pipe that the signal hand
 to, over pidfds of the processes it tracks and over the kernel's process events (read in
 batches), so an idle supervisor costs nothing: no timer fires unless something is tracked
 (`--fail-on-exit`, `--bind`), and then only a rescan of /proc that backs off to
-`scan_interval_s`. The teardown is `teardown.Teardown`'s.
+`scan_interval_s`. The teardown is `teardown.tear_down`'s, handed a `teardown.Tree`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import re
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
 from accelhost.readers.procs import ProcessInfo
+from accelhost.remove.signals import signal_group
 from accelhost.supervisor.cgroup import Cgroup, create_cgroup
 from accelhost.supervisor.kernel import become_subreaper, open_pidfd
 from accelhost.supervisor.leftovers import Leftovers
@@ -36,7 +36,7 @@ from accelhost.supervisor.options import (
 )
 from accelhost.supervisor.procevents import BATCH_S
 from accelhost.supervisor.spawn import SpawnError, spawn
-from accelhost.supervisor.teardown import Teardown, alive_only
+from accelhost.supervisor.teardown import Tree, alive_only, tear_down
 from accelhost.supervisor.tree import TreeScanner, scan_tree, still_same, with_cmdlines
 from accelhost.supervisor.wakeup import Waker
 
@@ -106,10 +106,11 @@ class Supervisor:
         return self.st.cmd_pid is not None and self.st.cmd_status is None
 
     def _forward(self, sig: int) -> None:
+        """Pass `sig` on to the command's group (its leader is our unreaped child, so the
+        group id is still its own)."""
         if self._cmd_running():
             assert self.st.cmd_pid is not None
-            with contextlib.suppress(OSError):
-                os.killpg(self.st.cmd_pid, sig)
+            signal_group(self.st.cmd_pid, sig)
 
     def _extra_pids(self) -> list[int]:
         return self.cgroup.pids() if self.cgroup is not None else []
@@ -312,7 +313,33 @@ class Supervisor:
             self.poller.unregister(fd)
             os.close(fd)
         self.st.tracked.clear()
-        Teardown(self).run(outcome)
+        tree = Tree(
+            host=self.host,
+            cmd_pid=self.st.cmd_pid,
+            grace_s=self.opts.grace_s,
+            kill_wait_s=self.opts.kill_wait_s,
+            log=self.opts.log,
+            warn=self.opts.warn,
+            live=self._live,
+            wait=self._wait_forwarding,
+            watch=lambda fd: self.poller.register(fd, select.POLLIN),
+            unwatch=self.poller.unregister,
+            kill_all=None if self.cgroup is None else self.cgroup.kill_all,
+        )
+        tear_down(tree, outcome)
+
+    def _live(self) -> dict[int, ProcessInfo]:
+        self._reap()
+        return alive_only(self._scan())
+
+    def _wait_forwarding(self, timeout_s: float) -> list[int]:
+        """Sleep in the one poll; reap and pass stop signals on meanwhile."""
+        signals, fds = self._wait(timeout_s)
+        self._reap()
+        for sig in signals:
+            if sig != signal.SIGCHLD:
+                self._forward(sig)
+        return fds
 
 
 def supervise(options: SupervisorOptions, host: Host | None = None) -> RunOutcome:

@@ -1,0 +1,125 @@
+"""Shared memory: unlink one /dev/shm file, IPC_RMID one System V segment, each re-checked.
+
+Both go the same way, one name or one shmid at a time (no `ipcrm`, no "remove all"): look
+at the thing again now; keep it when it is gone or no longer the same thing, when the
+caller's rule says so on that fresh look, or (a file) when any live process holds it;
+else `announce` it (the cleaner syncs its journal line there: no record, no action) and
+remove it. What a caller decides is only its rule; the re-checks are always made.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from accelhost.host.base import Host
+from accelhost.host.libc import check, libc
+from accelhost.parsers.sysvipc import ShmSegment
+from accelhost.readers.shmfiles import ShmFile, path_is_held, stat_shm_file
+from accelhost.readers.sysv import read_segments
+
+IPC_RMID = 0
+
+# removed: done now; gone: nothing there any more; replaced: the name or shmid now names
+# another thing; kept: the caller's rule keeps it; held / unreadable: a live process holds
+# the file, or some process's files cannot be read; failed: the system call refused.
+Status = Literal["removed", "gone", "replaced", "kept", "held", "unreadable", "failed"]
+
+# A caller's rule, given the fresh look: (may it go, why). The why of a kept thing is
+# shown; the why of one that goes is what `announce` records.
+Rule = Callable[[ShmSegment], tuple[bool, str]]
+FileRule = Callable[[ShmFile], tuple[bool, str]]
+
+
+@dataclass(frozen=True)
+class Removal:
+    """What became of one removal; `result` is the line to show or journal."""
+
+    target: str  # "shmid 32768" or the file's path
+    status: Status
+    why: str = ""  # why it was kept, or why the call failed
+    tried: bool = False  # announced, and the system call made
+    freed_bytes: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "failed"
+
+    @property
+    def result(self) -> str:
+        if self.status == "removed":
+            return "removed"
+        if self.status == "gone":
+            return "already gone"
+        return f"{'failed' if self.status == 'failed' else 'kept'}: {self.why}"
+
+
+def _anything(_thing: object) -> tuple[bool, str]:
+    return True, ""
+
+
+def ipc_rmid(shmid: int) -> None:
+    """Mark a segment for destruction (freed when its last attachment goes). OSError on failure."""
+    shmctl = libc().shmctl
+    shmctl.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+    shmctl.restype = ctypes.c_int
+    check(shmctl(shmid, IPC_RMID, None), f"shmctl({shmid}, IPC_RMID)")
+
+
+def remove_segment(
+    host: Host,
+    shmid: int,
+    rule: Rule = _anything,
+    announce: Callable[[ShmSegment, str], None] = lambda _seg, _why: None,
+    rmid: Callable[[int], None] = ipc_rmid,
+) -> Removal:
+    """IPC_RMID of `shmid`, if the segment table read now still has it and `rule` lets it go."""
+    target = f"shmid {shmid}"
+    seg = next((s for s in read_segments(host) or [] if s.shmid == shmid), None)
+    if seg is None:
+        return Removal(target, "gone")
+    go, why = rule(seg)
+    if not go:
+        return Removal(target, "kept", why)
+    announce(seg, why)
+    try:
+        rmid(shmid)
+    except OSError as exc:
+        return Removal(target, "failed", str(exc), tried=True)
+    return Removal(target, "removed", tried=True, freed_bytes=seg.size)
+
+
+def unlink_shm_file(
+    host: Host,
+    path: str,
+    dev: int,
+    inode: int,
+    rule: FileRule = _anything,
+    announce: Callable[[ShmFile, str], None] = lambda _file, _why: None,
+) -> Removal:
+    """unlink(`path`), if it is still the file (`dev`, `inode`) it was judged as, `rule`
+    lets it go, and no live process holds it open or mapped."""
+    fresh = stat_shm_file(path)
+    if fresh is None:
+        return Removal(path, "gone")
+    if (fresh.dev, fresh.inode) != (dev, inode):
+        return Removal(path, "replaced", "the name now belongs to another file")
+    go, why = rule(fresh)
+    if not go:
+        return Removal(path, "kept", why)
+    held = path_is_held(host, path)
+    if held is None:
+        return Removal(path, "unreadable", "some process's open files cannot be read")
+    if held:
+        return Removal(path, "held", "a live process holds it open or mapped")
+    announce(fresh, why)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return Removal(path, "gone", tried=True)
+    except OSError as exc:
+        return Removal(path, "failed", exc.strerror or str(exc), tried=True)
+    return Removal(path, "removed", tried=True, freed_bytes=fresh.used_bytes)
