@@ -6,8 +6,8 @@ What lives where (planning data flows one way for every family):
 - `readers/`: the facts layer, host -> one `Topology` (`topology`), family (`family`)
   decided once;
 - `planner/`: pure `Topology` -> `Plan` (`plans`), Ascend and GPU strategies, roles;
-- `apply/`: the only writer (its `driver` is the one bind driver); `devices`: which device
-  is a process's (host, visible and logical ids);
+- `apply/`: the only writer (its `driver` is the one bind driver; its `identity`: which
+  device is a process's: host, visible and logical ids);
 - `hygiene/`, `supervisor/`: doctor/clean/watch and `run`, on the shared readers `procs`
   (processes), `shm` (SysV segments), `posixshm` (/dev/shm files held or leaked)
   and `shmlisting` (the files of a tmpfs directory, live or recorded);

@@ -31,7 +31,7 @@ def plan(
     pci: Sequence[str] | None = None,
     numa_from: str = "numa_node",
     reserve_irq: int = 0,
-    thread_roles: Sequence[RoleSpec | tuple[str, str, int]] = (),
+    thread_roles: Sequence[RoleSpec] = (),
 ) -> Plan:
     """The CPU plan of every visible accelerator of `host` (PlanError when none can be made).
 

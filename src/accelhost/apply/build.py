@@ -7,7 +7,7 @@ The functional core of applying: everything that a real run will do is decided h
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR, traps
@@ -55,11 +55,17 @@ class BindOptions:
 
 @dataclass(frozen=True)
 class Prepared:
-    """The steps to run, the warnings to give first, and facts worth a line (no-ops)."""
+    """The steps to run, the warnings to give first, and facts worth a line (no-ops).
+
+    A bind's thread roles and main CPUs come with its steps, so that pinning threads born
+    while binding uses exactly what the first listing did.
+    """
 
     steps: tuple[Step, ...]
     warnings: tuple[str, ...] = ()
-    notes: tuple[str, ...] = field(default_factory=tuple)
+    notes: tuple[str, ...] = ()
+    roles: tuple[ThreadRole, ...] = ()
+    main: tuple[int, ...] = ()
 
 
 def roles_of(plan: Plan, dev: DevicePlan) -> list[ThreadRole]:
@@ -101,8 +107,8 @@ def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None 
     warnings: list[str] = []
     notes: list[str] = []
     pid = options.pid
+    roles = roles_of(plan, dev)
     if pid is not None and options.threads:
-        roles = roles_of(plan, dev)
         steps += thread_steps(pid, dev.main, roles)  # list_threads + assign, in one pass
         planned = [*dev.main, *(c for r in roles for c in r.cpus)]
         # What the threads show says more than the environment alone: one warning, not two.
@@ -121,7 +127,7 @@ def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None 
         steps += irq_steps
         warnings += irq_warnings
         notes += irq_notes
-    return Prepared(tuple(steps), tuple(warnings), tuple(notes))
+    return Prepared(tuple(steps), tuple(warnings), tuple(notes), tuple(roles), dev.main)
 
 
 def _host_thread_steps(live: Host, plan: Plan, pid: int | None) -> tuple[list[Step], list[str]]:

@@ -21,6 +21,7 @@ from accelhost.planner.roles import ROLE_HELP, ROLE_METAVAR
 
 if TYPE_CHECKING:
     from accelhost.apply.build import BindOptions
+    from accelhost.apply.identity import Identified
     from accelhost.planner.roles import RoleSpec
     from accelhost.plans import Plan
 
@@ -128,8 +129,9 @@ def thread_roles(args: argparse.Namespace) -> list[RoleSpec]:
     return [parse_role_spec(text) for text in getattr(args, "thread_role", ())]
 
 
-def device_of(args: argparse.Namespace, what: str) -> int:
-    """The one device the command applies to; UsageError when none (or several) is given."""
+def device_of(args: argparse.Namespace, what: str) -> tuple[int, Identified | None]:
+    """The one device the command applies to, and how it was found when it was not given;
+    UsageError when none (or several) is given."""
     device = one_device(args, what)
     if (
         device is None
@@ -140,11 +142,10 @@ def device_of(args: argparse.Namespace, what: str) -> int:
         from accelhost.apply.identity import device_for_command
 
         found = device_for_command(args.pid, args.plan, args.device_glob)
-        args.device_found = found.to_dict()
-        return found.device
+        return found.device, found
     if device is None:
         raise UsageError(f"give --device N (the device whose plan to {what.split()[-1]})")
-    return device
+    return device, None
 
 
 def load_plan(args: argparse.Namespace, device: int) -> Plan:
