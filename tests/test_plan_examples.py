@@ -159,7 +159,9 @@ def test_950_json_has_empty_roles_and_host_threads(capsys: pytest.CaptureFixture
     ],
 )
 def test_malformed_plans_are_refused_when_read(data: dict[str, object], problem: str) -> None:
-    with pytest.raises(accelhost.PlanError, match=problem.replace("(", r"\(").replace("[", r"\[")) as e:
+    with pytest.raises(
+        accelhost.PlanError, match=problem.replace("(", r"\(").replace("[", r"\[")
+    ) as e:
         accelhost.Plan.from_dict(data, source="plan.json")
     assert str(e.value).startswith("plan.json: ")
 

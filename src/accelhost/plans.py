@@ -16,6 +16,8 @@ from typing import Any
 from accelhost.errors import ApplyError, PlanError
 
 PLAN_FORMAT = "accelhost-plan/1"
+# Where a host's name is read, for `Plan.host` (`PlannedHost`).
+HOSTNAME = "/proc/sys/kernel/hostname"
 
 # Thread-name patterns of the Ascend runtime threads that get their own CPU (the roles
 # inside a pool, and how they are applied, in the project's spec for Ascend binding).
@@ -89,24 +91,22 @@ class HostThreads:
 
 @dataclass(frozen=True)
 class PlannedHost:
-    """The host a plan was made for: its name and the facts the planner read.
+    """The host a plan was made for: its name and the CPU facts the planner read.
 
-    Kept in the plan (`host`) so that applying it elsewhere is refused
-    (`accelhost.apply.hostcheck`): CPU ids, nodes and PCI addresses of another machine
-    mean other CPUs and devices here. `pci`: device id -> PCI address (sysfs form).
+    Kept in the plan (`host`, with each device's `pci`) so that applying it elsewhere is
+    refused (`accelhost.apply.hostcheck`): CPU ids, nodes and PCI addresses of another
+    machine mean other CPUs and devices here.
     """
 
     hostname: str | None
     allowed_cpus: tuple[int, ...]
     numa_nodes: tuple[int, ...]
-    pci: Mapping[int, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "hostname": self.hostname,
             "allowed_cpus": list(self.allowed_cpus),
             "numa_nodes": list(self.numa_nodes),
-            "pci": {str(d): addr for d, addr in sorted(self.pci.items())},
         }
 
 
@@ -261,14 +261,10 @@ class _Reader:
         name = raw.get("hostname")
         if name is not None and not isinstance(name, str):
             raise self.fail("host.hostname must be a string or null")
-        pci = self.obj(raw.get("pci", {}), "host.pci")
-        if not all(k.isdigit() and isinstance(v, str) for k, v in pci.items()):
-            raise self.fail("host.pci must map device ids to PCI address strings")
         return PlannedHost(
             hostname=name,
             allowed_cpus=self.cpus(raw.get("allowed_cpus", []), "host.allowed_cpus"),
             numa_nodes=self.cpus(raw.get("numa_nodes", []), "host.numa_nodes"),
-            pci={int(k): v for k, v in pci.items()},
         )
 
 

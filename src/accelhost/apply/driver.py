@@ -4,6 +4,7 @@ So that the four ways of binding cannot drift apart, each of them only gathers i
 (a plan, a device, options, extra thread roles, how the device was found) and calls
 `bind` (with the command's `argv` for `exec`), which decides alike:
 
+- Host: a plan made for another host is refused, unless `allow_foreign` (`--force`).
 - ARM: an Ascend plan is bound on ARM hosts only, as the reference does, unless
   `any_arch` (the CLI's `bind` and `exec` pass it: naming a pid or a command is asking).
 - Roles: `--thread-role` specs (COUNT or CPULIST) are added to the device's plan by the
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from accelhost.apply.build import BindOptions, Prepared, build_bind, build_exec
 from accelhost.apply.execute import execute, plan_only
+from accelhost.apply.hostcheck import refuse_foreign
 from accelhost.apply.steps import ApplyReport, StepResult, ThreadAffinity
 from accelhost.apply.threads import thread_steps
 from accelhost.cpulist import format_cpulist
@@ -82,15 +84,18 @@ def bind(
     any_arch: bool = False,
     host: Host | None = None,
     found: Identified | None = None,
+    allow_foreign: bool = False,
 ) -> ApplyReport:
     """Bind `options.pid` (threads, memory) and the device's IRQs; the report of it.
 
     With `argv` (`exec`): bind this process (IRQs, own CPUs, memory policy) for the command
     the caller then execs. `found`: how the device was found, when it was not given.
     Raises AccelhostError for input that cannot be bound at all (unknown device, a process
-    that is gone, a bad role); a step that fails is a result, not an exception.
+    that is gone, a bad role, a plan made for another host unless `allow_foreign`); a step
+    that fails is a result, not an exception.
     """
     plan = with_roles(plan, device, roles)  # an unknown device or bad role: before anything
+    refuse_foreign(plan, allow_foreign)
     pid = options.pid if argv is None else os.getpid()
     skip = arch_skip(plan, any_arch)
     if skip is not None:

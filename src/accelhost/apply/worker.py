@@ -40,6 +40,7 @@ def bind_current_process(
     host_root: str = "/",
     state_dir: str = DEFAULT_STATE_DIR,
     thread_roles: Sequence[str | RoleSpec] = (),
+    allow_foreign: bool = False,
 ) -> ApplyReport:
     """Bind every thread of this process to `device`'s CPUs in `plan`, then its memory and IRQs.
 
@@ -49,8 +50,10 @@ def bind_current_process(
     Without `device`, the device is the one of worker `local_rank` (the R-th entry of
     ASCEND_RT_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES / ..., mapped to the host id:
     `accelhost.apply.identity.device_of_local_rank`); the report's `device` is that host id.
-    `migrate_budget_ms` bounds the memory migration. Returns the report (`report.ok`,
-    `report.lines()`): a bind that could not be done is `skipped`, and not ok. With
+    `migrate_budget_ms` bounds the memory migration. A plan made for another host is
+    refused unless `allow_foreign` (docs/bind.md, "A plan belongs to its host"). Returns
+    the report (`report.ok`, `report.lines()`): a bind that could not be done is
+    `skipped`, and not ok. With
     `strict=True` a bad plan or a failed step raises `AccelhostError` instead of only
     logging a warning.
     """
@@ -82,7 +85,14 @@ def bind_current_process(
             device = found.device
             log.info("%s", found.line())
         report = driver.bind(
-            the_plan, device, options, roles=roles, dry_run=dry_run, any_arch=any_arch, found=found
+            the_plan,
+            device,
+            options,
+            roles=roles,
+            dry_run=dry_run,
+            any_arch=any_arch,
+            found=found,
+            allow_foreign=allow_foreign,
         )
     except Exception as exc:  # a worker must keep serving whatever went wrong here
         if strict:

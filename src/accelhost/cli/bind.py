@@ -184,7 +184,14 @@ def cmd_bind(args: argparse.Namespace) -> int:
     _quiet_library_log()
     # The CLI binds on any architecture: naming the process is the override.
     rep = driver.bind(
-        plan, device, options, roles=roles, dry_run=args.dry_run, any_arch=True, found=found
+        plan,
+        device,
+        options,
+        roles=roles,
+        dry_run=args.dry_run,
+        any_arch=True,
+        found=found,
+        allow_foreign=args.force,
     )
     _print_report(args, rep)
     return rep.exit_status
@@ -206,7 +213,14 @@ def cmd_exec(args: argparse.Namespace) -> int:
     )
     _quiet_library_log()
     rep = driver.bind(
-        plan, device, options, argv=argv, roles=roles, dry_run=args.dry_run, any_arch=True
+        plan,
+        device,
+        options,
+        argv=argv,
+        roles=roles,
+        dry_run=args.dry_run,
+        any_arch=True,
+        allow_foreign=args.force,
     )
     if args.dry_run:
         _print_report(args, rep)
@@ -228,6 +242,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from accelhost.apply.driver import with_roles
+    from accelhost.apply.hostcheck import refuse_foreign
     from accelhost.apply.verify import verify
 
     roles = thread_roles(args)
@@ -235,6 +250,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.pid is not None and not os.path.isdir(f"/proc/{args.pid}"):
         raise ApplyError(f"process {args.pid} does not exist")
     plan = with_roles(load_plan(args, device), device, roles)
+    refuse_foreign(plan, args.force)
     if args.pid is None and not _irqs_to_check(plan, device, args.no_irq):
         raise UsageError(
             f"nothing to check: give --pid PID (the plan has no IRQ CPUs for device {device}"

@@ -38,6 +38,7 @@ def plan_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="a plan from `accelhost plan --json` (or hand-written); default: plan this host now",
     )
+    force_option(p)
     # Optional at parse time: a command that still needs it says so (`give --device`).
     add_device_option(
         p,
@@ -63,6 +64,16 @@ def plan_options(p: argparse.ArgumentParser) -> None:
         default=0,
         metavar="K",
         help="when planning: reserve the first K CPUs of the pool for the device's IRQs",
+    )
+
+
+def force_option(p: argparse.ArgumentParser) -> None:
+    """`--force`: for bind, exec, verify and run --bind alike."""
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="apply a --plan made for another host (one whose CPUs, NUMA nodes or devices "
+        "are not this host's; refused without it)",
     )
 
 

@@ -53,11 +53,13 @@ def bind_plan(
     role_texts: Sequence[str],
     any_arch: bool,
     log: Callable[[str], None],
+    allow_foreign: bool = False,
 ) -> tuple[int, Plan | None]:
     """`--bind DEVICE [--plan FILE] [--thread-role ...]`: the device and the plan to apply,
-    made before the engine starts so a host that cannot be planned for (PlanError) or a bad
-    option (UsageError) is refused up front, not discovered minutes later. The plan is None
-    when the ARM policy skips it (said through `log`)."""
+    made before the engine starts so a host that cannot be planned for (PlanError), a plan
+    file made for another host (ApplyError, unless `allow_foreign`) or a bad option
+    (UsageError) is refused up front, not discovered minutes later. The plan is None when
+    the ARM policy skips it (said through `log`)."""
     from accelhost.cpulist import parse_device_list
 
     try:
@@ -69,6 +71,7 @@ def bind_plan(
     device = ids[0]
     try:
         from accelhost.apply import driver
+        from accelhost.apply.hostcheck import refuse_foreign
         from accelhost.planner.roles import parse_role_spec
         from accelhost.plans import load_plan
     except ImportError as exc:
@@ -76,6 +79,7 @@ def bind_plan(
     roles = [parse_role_spec(text) for text in role_texts]
     if plan_file:
         the_plan = load_plan(plan_file)
+        refuse_foreign(the_plan, allow_foreign)  # a plan made now is of the host it reads
     else:
         try:
             from accelhost.api import plan_for_device
@@ -140,7 +144,9 @@ def bind_tree(
     for n, pid in enumerate(pids):
         opts = BindOptions(pid=pid, irq=n == 0, host_threads=n == 0)
         try:
-            report = driver.bind(plan, device, opts, any_arch=True, host=host)
+            # the plan's host was checked by `bind_plan`, before the start (a plan made from
+            # --snapshot is of the host the user named)
+            report = driver.bind(plan, device, opts, any_arch=True, host=host, allow_foreign=True)
         except (AccelhostError, OSError) as exc:
             log(f"--bind: pid {pid}: {exc}")
             continue
