@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from accelhost.apply.traps import live_host
 from accelhost.errors import ApplyError, UsageError
 from accelhost.parsers.devnodes import (
     BUILTIN_NODES,
@@ -190,14 +191,6 @@ def _uuid_device(entry: str, uuids: Mapping[str, int] | None, where: str) -> int
 # -- the readers (through a Host) ------------------------------------------------------
 
 
-def _host(host: Host | None) -> Host:
-    if host is not None:
-        return host
-    from accelhost.host.live import LiveHost
-
-    return LiveHost()
-
-
 def plan_pci(plan: Plan) -> dict[str, int]:
     """PCI address (lower case) -> device id, for the plan devices that carry one."""
     return {d.pci.strip().lower(): d.device for d in plan.devices if d.pci}
@@ -217,7 +210,7 @@ def held_nodes(pid: int, globs: Sequence[str] = (), host: Host | None = None) ->
     """The device nodes `pid` holds open, each with its PCI address where one is known."""
     from accelhost.procs import open_fd_targets
 
-    h = _host(host)
+    h = host or live_host()
     minors: dict[int, str] | None = None
     out = []
     for node in nodes_of_targets(open_fd_targets(h, pid), globs):
@@ -272,7 +265,7 @@ def device_of_local_rank(
     host: Host | None = None,
 ) -> Identified:
     """The host id (a plan key) of the device worker `local_rank` of this process uses."""
-    h = _host(host)
+    h = host or live_host()
     family = plan.device_type
     gpus = nvidia_gpus(h)
     by_pci = plan_pci(plan)
@@ -298,7 +291,7 @@ def device_for_command(
 ) -> Identified:
     """`bind`/`verify --pid P` without --device: the device P holds, joined to the plan
     file's `pci` when it has them (when planning this host, the node's number)."""
-    h = _host(host)
+    h = host or live_host()
     if h.list_dir(f"/proc/{pid}") is None:
         raise ApplyError(f"process {pid} does not exist")
     plan = None

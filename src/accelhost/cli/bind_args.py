@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR
 from accelhost.apply.irqbalance import MODES as IRQBALANCE_MODES
-from accelhost.cli.common import add_device_option, one_device, pci_from_args
+from accelhost.cli.common import add_device_option, add_force_option, one_device, pci_from_args
 from accelhost.cli.plan import add_device_type_option
 from accelhost.errors import ApplyError, UsageError
 from accelhost.planner.roles import ROLE_HELP, ROLE_METAVAR
@@ -38,7 +38,7 @@ def plan_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="a plan from `accelhost plan --json` (or hand-written); default: plan this host now",
     )
-    force_option(p)
+    add_force_option(p)
     # Optional at parse time: a command that still needs it says so (`give --device`).
     add_device_option(
         p,
@@ -64,16 +64,6 @@ def plan_options(p: argparse.ArgumentParser) -> None:
         default=0,
         metavar="K",
         help="when planning: reserve the first K CPUs of the pool for the device's IRQs",
-    )
-
-
-def force_option(p: argparse.ArgumentParser) -> None:
-    """`--force`: for bind, exec, verify and run --bind alike."""
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="apply a --plan made for another host (one whose CPUs, NUMA nodes or devices "
-        "are not this host's; refused without it)",
     )
 
 

@@ -12,8 +12,12 @@ import contextlib
 import sys
 from typing import Any
 
-from accelhost.cli.bind_args import force_option
-from accelhost.cli.common import add_device_option, add_grace_option, one_device
+from accelhost.cli.common import (
+    add_device_option,
+    add_force_option,
+    add_grace_option,
+    one_device,
+)
 from accelhost.errors import UsageError
 
 DESCRIPTION = (
@@ -107,7 +111,7 @@ def register(subparsers: Any) -> None:
         help="with --bind: bind Ascend plans on non-ARM hosts too (default: skip, as the "
         "reference does)",
     )
-    force_option(p)
+    add_force_option(p)
     p.add_argument(
         "--bind-delay",
         type=float,

@@ -10,19 +10,17 @@ says so in one line.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from accelhost.errors import AccelhostError, ParseError, UsageError
 from accelhost.host.base import Host
+from accelhost.parsers.devnodes import node_kind
 from accelhost.procs import ProcessInfo, open_fd_targets
 
 if TYPE_CHECKING:
     from accelhost.apply.steps import ApplyReport
     from accelhost.plans import Plan
-
-_ACCEL_NODE = re.compile(r"^/dev/(?:davinci|nvidia)(\d+)$|^/dev/dri/renderD\d+$|^/dev/accel/")
 
 
 def _unavailable(option: str, exc: ImportError) -> AccelhostError:
@@ -105,10 +103,10 @@ def holders_of_device(host: Host, tree: dict[int, ProcessInfo], device: int) -> 
     for pid, info in tree.items():
         if info.state == "Z":
             continue
-        nodes = [t for t in open_fd_targets(host, pid) if _ACCEL_NODE.match(t)]
+        nodes = [k for k in map(node_kind, open_fd_targets(host, pid)) if k is not None]
         if not nodes:
             continue
-        if any(t.endswith(f"davinci{device}") or t.endswith(f"nvidia{device}") for t in nodes):
+        if any(kind in ("davinci", "nvidia") and n == device for kind, n in nodes):
             exact.append(pid)
         else:
             other.append(pid)
