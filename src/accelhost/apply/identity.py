@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from accelhost.apply.traps import live_host
+from accelhost.cpulist import MAX_DEVICES
 from accelhost.errors import ApplyError, UsageError
 from accelhost.parsers.devnodes import (
     BUILTIN_NODES,
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from accelhost.plans import Plan
 
 NVIDIA_GPUS = "/proc/driver/nvidia/gpus"
-_TRAILING_NUMBER = re.compile(r"(\d+)$")
+_TRAILING_NUMBER = re.compile("(?<![0-9])[0-9]{1,5}$")
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,8 @@ def nodes_of_targets(targets: Iterable[str], globs: Sequence[str] = ()) -> list[
             continue
         if any(fnmatch.fnmatchcase(target, glob) for glob in globs):
             m = _TRAILING_NUMBER.search(os.path.basename(target))
-            found[target] = HeldNode(target, "glob", int(m.group(1)) if m else None)
+            glob_id = int(m.group()) if m and int(m.group()) < MAX_DEVICES else None
+            found[target] = HeldNode(target, "glob", glob_id)
     return [found[p] for p in sorted(found)]
 
 

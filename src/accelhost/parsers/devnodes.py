@@ -1,11 +1,12 @@
 """Accelerator device nodes by name: the one grammar of /dev/davinciN, /dev/nvidiaN, ...
 
 Every module that asks "is this path a device node, and of which device" asks here, so a
-new kind of node is added once. The number in a node's name is the host's device id (npu-smi's
-logic id, nvidia-smi's index), except for a render node (`renderD128` is the first GPU's
-render node, not device 128): that one is known only through its PCI address, which sysfs
-gives. Also the NVIDIA driver's per-GPU file, which joins a node's number (the minor) to
-its PCI address and UUID.
+new kind of node is added once. The number in a node's name (below `MAX_DEVICES`, else
+the path is no device node) is the host's device id (npu-smi's logic id, nvidia-smi's
+index), except for a render node (`renderD128` is the first GPU's render node, not
+device 128): that one is known only through its PCI address, which sysfs gives. Also the
+NVIDIA driver's per-GPU file, which joins a node's number (the minor) to its PCI address
+and UUID.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from accelhost.cpulist import MAX_DEVICES
+
 # Kind -> the node's path up to the number in its name.
 NODE_PREFIX = {
     "davinci": "/dev/davinci",
@@ -21,8 +24,10 @@ NODE_PREFIX = {
     "accel": "/dev/accel/accel",
     "render": "/dev/dri/renderD",
 }
-_NODE_RE = re.compile("^(" + "|".join(re.escape(p) for p in NODE_PREFIX.values()) + r")(\d+)$")
+_PREFIXES = "|".join(re.escape(p) for p in NODE_PREFIX.values())
+_NODE_RE = re.compile(f"^({_PREFIXES})([0-9]{{1,5}})$")
 _KIND_OF = {prefix: kind for kind, prefix in NODE_PREFIX.items()}
+_ID = re.compile("[0-9]{1,5}")
 BUILTIN_NODES = "/dev/davinciN, /dev/nvidiaN, /dev/accel/accelN, /dev/dri/renderD*"
 # The per-device node kind of each vendor (as `hygiene.devices` names vendors).
 VENDOR_KIND = {"ascend": "davinci", "nvidia": "nvidia"}
@@ -37,7 +42,9 @@ def node_kind(path: str) -> tuple[str, int] | None:
     name no device and are not matched.
     """
     m = _NODE_RE.match(path)
-    return (_KIND_OF[m.group(1)], int(m.group(2))) if m else None
+    if m is None or int(m.group(2)) >= MAX_DEVICES:
+        return None
+    return _KIND_OF[m.group(1)], int(m.group(2))
 
 
 def device_node(kind: str, number: int) -> str:
@@ -47,10 +54,8 @@ def device_node(kind: str, number: int) -> str:
 
 def node_numbers(names: Iterable[str], kind: str) -> list[int]:
     """The numbers of the `kind` nodes among the entries of a /dev listing, ascending."""
-    prefix = NODE_PREFIX[kind].rsplit("/", 1)[1]
-    return sorted(
-        int(n[len(prefix) :]) for n in names if n.startswith(prefix) and n[len(prefix) :].isdigit()
-    )
+    found = (node_kind(f"{NODE_PREFIX[kind].rsplit('/', 1)[0]}/{name}") for name in names)
+    return sorted(n for k, n in filter(None, found) if k == kind)
 
 
 def sysfs_device_link(kind: str, number: int) -> str | None:
@@ -75,7 +80,7 @@ def parse_nvidia_information(pci: str, text: str) -> NvidiaGpu:
     for line in text.splitlines()[:64]:
         key, _, value = line.partition(":")
         key, value = key.strip(), value.strip()
-        if key == "Device Minor" and value.isdigit():
+        if key == "Device Minor" and _ID.fullmatch(value) and int(value) < MAX_DEVICES:
             minor = int(value)
         elif key == "GPU UUID" and value:
             uuid = value
