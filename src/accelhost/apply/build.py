@@ -15,6 +15,7 @@ from accelhost.apply import irq as irqmod
 from accelhost.apply.migrate import build_move
 from accelhost.apply.steps import (
     ExecCommand,
+    ForgetIrqState,
     IrqAffinity,
     IrqBalance,
     MemPolicy,
@@ -27,7 +28,7 @@ from accelhost.apply.steps import (
 )
 from accelhost.apply.threads import RoleMatcher, list_threads, scan_named_threads, thread_steps
 from accelhost.apply.traps import live_host
-from accelhost.cpulist import cpu_mask, format_cpulist
+from accelhost.cpulist import cpu_mask, format_cpulist, parse_cpu_mask
 from accelhost.plans import DevicePlan, Plan, ThreadRole
 from accelhost.readers.cpus import read_cgroup_cpuset
 
@@ -293,8 +294,6 @@ def build_unbind_irq(
     state_dir: str, device: int | None = None, root: str | None = None
 ) -> Prepared:
     """Put back the masks saved at bind time; restart/restore irqbalance once none remain."""
-    from accelhost.apply.steps import ForgetIrqState
-
     path = irqmod.state_path(state_dir)
     data = irqmod.load_state(path)
     live = live_host()
@@ -307,8 +306,6 @@ def build_unbind_irq(
         if wanted_root is not None and rec.get("root") != wanted_root:
             continue
         irq, mask, rroot = int(rec["irq"]), str(rec["mask"]), str(rec.get("root", "/"))
-        from accelhost.cpulist import parse_cpu_mask
-
         steps.append(
             IrqAffinity(
                 irq,

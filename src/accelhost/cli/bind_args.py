@@ -16,7 +16,7 @@ from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR
 from accelhost.apply.irqbalance import MODES as IRQBALANCE_MODES
 from accelhost.cli.common import add_device_option, add_force_option, one_device, pci_from_args
 from accelhost.cli.plan import add_device_type_option
-from accelhost.errors import ApplyError, UsageError
+from accelhost.errors import UsageError
 from accelhost.planner.roles import ROLE_HELP, ROLE_METAVAR
 
 if TYPE_CHECKING:
@@ -160,10 +160,7 @@ def load_plan(args: argparse.Namespace, device: int) -> Plan:
 
     if args.plan:
         return load(args.plan)
-    try:
-        from accelhost.api import plan_for_device
-    except ImportError:
-        raise ApplyError("no planner in this installation: pass --plan FILE") from None
+    from accelhost.api import plan_for_device
     from accelhost.apply.traps import narrowed_warning
     from accelhost.host import read_once
     from accelhost.host.live import LiveHost

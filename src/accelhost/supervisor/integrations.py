@@ -3,8 +3,8 @@
 Neither is reimplemented here: the preflight is `accelhost.hygiene.preflight.preflight`,
 the plan is a plan file or `accelhost.api.plan_for_device` (as `accelhost bind` plans),
 and binding is the one bind driver (`accelhost.apply.driver.bind`) that `accelhost bind
---pid` also calls: the same ARM policy, roles, retries and report. A build without them
-says so in one line.
+--pid` also calls: the same ARM policy, roles, retries and report. Both are imported on
+first use, so that `run` without these options loads neither.
 """
 
 from __future__ import annotations
@@ -23,18 +23,12 @@ if TYPE_CHECKING:
     from accelhost.plans import Plan
 
 
-def _unavailable(option: str, exc: ImportError) -> AccelhostError:
-    return AccelhostError(f"{option} is not available in this build ({exc.name} is missing)")
-
-
 def run_preflight(host: Host, util: float, device: int | None, log: Callable[[str], None]) -> None:
     """Refuse to start (AccelhostError with the preflight's own sentence) when the engine
     would not fit; a preflight that cannot read device memory at all only warns, because
     refusing to start an engine over a missing vendor tool would be an outage of our own."""
-    try:
-        from accelhost.hygiene.preflight import preflight
-    except ImportError as exc:
-        raise _unavailable("--expect-util", exc) from None
+    from accelhost.hygiene.preflight import preflight
+
     report = preflight(host, util, device)
     if report.status == "FAIL":
         raise AccelhostError(f"preflight: {report.reason}")
@@ -67,22 +61,18 @@ def bind_plan(
     if len(ids) != 1:
         raise UsageError(f"run: --bind takes one device, got {device_text!r}")
     device = ids[0]
-    try:
-        from accelhost.apply import driver
-        from accelhost.apply.hostcheck import refuse_foreign
-        from accelhost.planner.roles import parse_role_spec
-        from accelhost.plans import load_plan
-    except ImportError as exc:
-        raise _unavailable("--bind", exc) from None
+    from accelhost.apply import driver
+    from accelhost.apply.hostcheck import refuse_foreign
+    from accelhost.planner.roles import parse_role_spec
+    from accelhost.plans import load_plan
+
     roles = [parse_role_spec(text) for text in role_texts]
     if plan_file:
         the_plan = load_plan(plan_file)
         refuse_foreign(the_plan, allow_foreign)  # a plan made now is of the host it reads
     else:
-        try:
-            from accelhost.api import plan_for_device
-        except ImportError as exc:
-            raise _unavailable("--bind", exc) from None
+        from accelhost.api import plan_for_device
+
         # as `accelhost bind` plans: the host's plan, else one for this device alone
         the_plan = plan_for_device(host, device)
     # PlanError naming the planned devices when it is not there, or a role that cannot fit.
