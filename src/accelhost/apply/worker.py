@@ -53,9 +53,8 @@ def bind_current_process(
     `migrate_budget_ms` bounds the memory migration. A plan made for another host is
     refused unless `allow_foreign` (docs/bind.md, "A plan belongs to its host"). Returns
     the report (`report.ok`, `report.lines()`): a bind that could not be done is
-    `skipped`, and not ok. With
-    `strict=True` a bad plan or a failed step raises `AccelhostError` instead of only
-    logging a warning.
+    `skipped`, and not ok. With `strict=True` a bad plan or a failed step raises
+    `AccelhostError` instead of only logging a warning.
     """
     pid = os.getpid()
     try:
