@@ -145,7 +145,8 @@ class _IrqGuard:
 
 
 def _oserror(exc: OSError) -> str:
-    return exc.strerror or str(exc)
+    """The kernel's reason alone: the step's own line already says what was called."""
+    return os.strerror(exc.errno) if exc.errno else exc.strerror or str(exc)
 
 
 def _bad_cpus(exc: Exception) -> str:
