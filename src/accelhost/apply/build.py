@@ -52,6 +52,7 @@ class BindOptions:
     host_threads: bool = True
     membind: bool = False
     migrate_budget_ms: int = DEFAULT_MIGRATE_BUDGET_MS
+    allow_foreign: bool = False  # apply a plan made for another host (`--force`)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ So that the four ways of binding cannot drift apart, each of them only gathers i
 (a plan, a device, options, extra thread roles, how the device was found) and calls
 `bind` (with the command's `argv` for `exec`), which decides alike:
 
-- Host: a plan made for another host is refused, unless `allow_foreign` (`--force`).
+- Host: a plan made for another host is refused, unless `options.allow_foreign`
+  (`--force`).
 - ARM: an Ascend plan is bound on ARM hosts only, as the reference does, unless
   `any_arch` (the CLI's `bind` and `exec` pass it: naming a pid or a command is asking).
 - Roles: `--thread-role` specs (COUNT or CPULIST) are added to the device's plan by the
@@ -84,18 +85,17 @@ def bind(
     any_arch: bool = False,
     host: Host | None = None,
     found: Identified | None = None,
-    allow_foreign: bool = False,
 ) -> ApplyReport:
     """Bind `options.pid` (threads, memory) and the device's IRQs; the report of it.
 
     With `argv` (`exec`): bind this process (IRQs, own CPUs, memory policy) for the command
     the caller then execs. `found`: how the device was found, when it was not given.
     Raises AccelhostError for input that cannot be bound at all (unknown device, a process
-    that is gone, a bad role, a plan made for another host unless `allow_foreign`); a step
-    that fails is a result, not an exception.
+    that is gone, a bad role, a plan made for another host unless `options.allow_foreign`);
+    a step that fails is a result, not an exception.
     """
     plan = with_roles(plan, device, roles)  # an unknown device or bad role: before anything
-    refuse_foreign(plan, allow_foreign)
+    refuse_foreign(plan, options.allow_foreign)
     pid = options.pid if argv is None else os.getpid()
     skip = arch_skip(plan, any_arch)
     if skip is not None:

@@ -71,6 +71,7 @@ def bind_current_process(
             host_root=host_root,
             state_dir=state_dir,
             migrate_budget_ms=migrate_budget_ms,
+            allow_foreign=allow_foreign,
         )
         roles = [parse_role_spec(r) if isinstance(r, str) else r for r in thread_roles]
         the_plan = load_plan(plan)
@@ -84,14 +85,7 @@ def bind_current_process(
             device = found.device
             log.info("%s", found.line())
         report = driver.bind(
-            the_plan,
-            device,
-            options,
-            roles=roles,
-            dry_run=dry_run,
-            any_arch=any_arch,
-            found=found,
-            allow_foreign=allow_foreign,
+            the_plan, device, options, roles=roles, dry_run=dry_run, any_arch=any_arch, found=found
         )
     except Exception as exc:  # a worker must keep serving whatever went wrong here
         if strict:

@@ -184,14 +184,7 @@ def cmd_bind(args: argparse.Namespace) -> int:
     _quiet_library_log()
     # The CLI binds on any architecture: naming the process is the override.
     rep = driver.bind(
-        plan,
-        device,
-        options,
-        roles=roles,
-        dry_run=args.dry_run,
-        any_arch=True,
-        found=found,
-        allow_foreign=args.force,
+        plan, device, options, roles=roles, dry_run=args.dry_run, any_arch=True, found=found
     )
     _print_report(args, rep)
     return rep.exit_status
@@ -213,14 +206,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     )
     _quiet_library_log()
     rep = driver.bind(
-        plan,
-        device,
-        options,
-        argv=argv,
-        roles=roles,
-        dry_run=args.dry_run,
-        any_arch=True,
-        allow_foreign=args.force,
+        plan, device, options, argv=argv, roles=roles, dry_run=args.dry_run, any_arch=True
     )
     if args.dry_run:
         _print_report(args, rep)
@@ -250,13 +236,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.pid is not None and not os.path.isdir(f"/proc/{args.pid}"):
         raise ApplyError(f"process {args.pid} does not exist")
     plan = with_roles(load_plan(args, device), device, roles)
-    refuse_foreign(plan, args.force)
     if args.pid is None and not _irqs_to_check(plan, device, args.no_irq):
         raise UsageError(
             f"nothing to check: give --pid PID (the plan has no IRQ CPUs for device {device}"
             + (", and --no-irq was given)" if args.no_irq else ")")
         )
     options = bind_options(args, pid=args.pid, irq=not args.no_irq)
+    refuse_foreign(plan, options.allow_foreign)
     rep = verify(plan, device, options)
     if args.json:
         print_json({**rep.to_dict(), **({"device_found": found.to_dict()} if found else {})})

@@ -190,6 +190,7 @@ def bind_options(args: argparse.Namespace, **kw: Any) -> BindOptions:
         host_root=getattr(args, "host_root", "/") or "/",
         irqbalance=getattr(args, "irqbalance", "stop"),
         state_dir=getattr(args, "state_dir", None) or DEFAULT_STATE_DIR,
+        allow_foreign=getattr(args, "force", False),
         **kw,
     )
 

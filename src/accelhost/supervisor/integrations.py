@@ -130,11 +130,11 @@ def bind_tree(
     log(f"--bind: binding pid(s) {', '.join(map(str, pids))} to device {device} ({reason})")
     reports = []
     for n, pid in enumerate(pids):
-        opts = BindOptions(pid=pid, irq=n == 0, host_threads=n == 0)
+        # the plan's host was checked by `bind_plan`, before the start (a plan made from
+        # --snapshot is of the host the user named)
+        opts = BindOptions(pid=pid, irq=n == 0, host_threads=n == 0, allow_foreign=True)
         try:
-            # the plan's host was checked by `bind_plan`, before the start (a plan made from
-            # --snapshot is of the host the user named)
-            report = driver.bind(plan, device, opts, any_arch=True, host=host, allow_foreign=True)
+            report = driver.bind(plan, device, opts, any_arch=True, host=host)
         except (AccelhostError, OSError) as exc:
             log(f"--bind: pid {pid}: {exc}")
             continue
