@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from accelhost.apply.traps import live_host
 from accelhost.cpulist import MAX_DEVICES
 from accelhost.errors import ApplyError, UsageError
+from accelhost.family import ASCEND_FAMILIES
 from accelhost.parsers.devnodes import (
     BUILTIN_NODES,
     NvidiaGpu,
@@ -244,8 +245,6 @@ def namespace_ids(family: str | None, host: Host) -> list[int]:
     Container runtimes mount a host's /dev/davinci3 as /dev/davinci3: these numbers are
     host ids, and the runtime numbers them 0, 1, ... in this order.
     """
-    from accelhost.family import ASCEND_FAMILIES
-
     if family in ASCEND_FAMILIES:
         kinds: tuple[str, ...] = ("davinci",)
     elif family == "nvidia":
