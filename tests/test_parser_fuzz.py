@@ -19,6 +19,7 @@ import accelhost.parsers
 from accelhost import cpulist
 from accelhost.errors import ParseError
 from accelhost.parsers import (
+    devnodes,
     hugepages,
     lscpu,
     meminfo,
@@ -75,6 +76,12 @@ PARSERS: dict[str, list[Parser]] = {
         sysfs.cgroup_cpuset_candidates,
     ],
     "accelhost.parsers.sysvipc": [sysvipc.parse_sysvipc_shm],
+    "accelhost.parsers.devnodes": [
+        devnodes.node_kind,
+        lambda t: devnodes.node_kind("/dev/davinci" + t),
+        lambda t: devnodes.node_numbers(t.split(), "nvidia"),
+        lambda t: devnodes.parse_nvidia_information("0000:01:00.0", t),
+    ],
 }
 EVERY = [f for fs in PARSERS.values() for f in fs]
 

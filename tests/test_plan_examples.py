@@ -137,11 +137,33 @@ def test_950_json_has_empty_roles_and_host_threads(capsys: pytest.CaptureFixture
         ({"devices": {"0": {"main": [-1]}}}, "non-negative integers"),
         ({"devices": {}}, "non-empty object"),
         ({"format": "other/1", "devices": {"0": {"main": [0]}}}, "unsupported format"),
+        ([1, 2], "a plan is a JSON object"),
+        ({"devices": {"x": {"main": [0]}}}, "device key 'x' is not an integer"),
+        ({"devices": {"0": [0]}}, "device 0 must be an object"),
+        ({"devices": {"0": {"irq": []}}}, "device 0 has no CPUs"),
+        ({"devices": {"0": {"main": [0], "numa_node": True}}}, "numa_node must be an integer"),
+        ({"devices": {"0": {"main": [0], "pci": 3}}}, "devices.0.pci must be a string"),
+        ({"devices": {"0": {"main": [0], "thread_roles": []}}}, "thread_roles must be an object"),
+        (
+            {"devices": {"0": {"main": [0], "thread_roles": {"x": {"cpus": [1]}}}}},
+            "thread_roles.x needs a 'pattern' string",
+        ),
+        (
+            {"devices": {"0": {"main": [0], "thread_roles": {"x": {"pattern": "a"}}}}},
+            "'thread_roles.x.cpus' must be a list",
+        ),
+        ({"devices": {"0": {"main": "0-3"}}}, "'devices.0.main' must be a list"),
+        ({"devices": {"0": {"main": [0]}}, "host_threads": [1]}, "'host_threads' must be an"),
+        ({"devices": {"0": {"main": [0]}}, "messages": "hi"}, "'messages' must be a list"),
+        ({"devices": {"0": {"main": [0]}}, "visible": [-2]}, "'visible' must be a list"),
     ],
 )
 def test_malformed_plans_are_refused_when_read(data: dict[str, object], problem: str) -> None:
-    with pytest.raises(accelhost.PlanError, match=problem.replace("(", r"\(").replace("[", r"\[")):
+    with pytest.raises(
+        accelhost.PlanError, match=problem.replace("(", r"\(").replace("[", r"\[")
+    ) as e:
         accelhost.Plan.from_dict(data, source="plan.json")
+    assert str(e.value).startswith("plan.json: ")
 
 
 def test_host_thread_ids_may_exceed_cpu_ids() -> None:

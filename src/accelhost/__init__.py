@@ -8,8 +8,8 @@ What lives where (planning data flows one way for every family):
   decided once; and the readers the doctor, the cleaner and `run` share: processes and
   their open files, SysV segments, /dev/shm files and who holds them;
 - `planner/`: pure `Topology` -> `Plan` (`plans`), Ascend and GPU strategies, roles;
-- `apply/`: binding (its `driver` is the one bind driver); `devices`: which device is a
-  process's (host, visible and logical ids);
+- `apply/`: binding (its `driver` is the one bind driver; its `identity`: which device is a
+  process's: host, visible and logical ids);
 - `hygiene/`, `supervisor/`: doctor/clean/watch and `run`, on those shared readers and on
   `remove/` (signals, unlink, IPC_RMID, each re-checked at the moment it is done);
 - `pipeline/`, `benchbind/`, `bench/`: feeding a device, and the A/B tools;

@@ -7,13 +7,15 @@ planner (`accelhost.planner`) -> `Plan`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from accelhost.host.base import Host
-from accelhost.plans import Plan
+from accelhost.plans import HOSTNAME, Plan, PlannedHost
 
 if TYPE_CHECKING:
     from accelhost.planner.roles import RoleSpec
+    from accelhost.topology import Topology
 
 
 def plan(
@@ -25,7 +27,7 @@ def plan(
     pci: Sequence[str] | None = None,
     numa_from: str = "numa_node",
     reserve_irq: int = 0,
-    thread_roles: Sequence[RoleSpec | tuple[str, str, int]] = (),
+    thread_roles: Sequence[RoleSpec] = (),
 ) -> Plan:
     """The CPU plan of every visible accelerator of `host` (PlanError when none can be made).
 
@@ -38,11 +40,19 @@ def plan(
 
     topo = read_topology(host, device_type=device_type, pci=pci or None)
     result = plan_topology(topo, strategy=strategy, devices=devices, numa_from=numa_from)
+    result = replace(result, host=planned_host(host, topo))
     if reserve_irq or thread_roles:
         from accelhost.planner.roles import add_roles
 
         result = add_roles(result, reserve_irq=reserve_irq, thread_roles=thread_roles)
     return result
+
+
+def planned_host(host: Host, topo: Topology) -> PlannedHost:
+    """What a plan records of the host it is made for (`Plan.host`): the hostname where the
+    host tells it, and the allowed CPUs and NUMA nodes the planner read."""
+    name = (host.read_file(HOSTNAME) or "").strip() or None
+    return PlannedHost(name, tuple(topo.allowed_cpus), tuple(sorted(topo.node_cpus)))
 
 
 def plan_for_device(host: Host, device: int, **kwargs: Any) -> Plan:

@@ -16,6 +16,8 @@ from typing import Any
 from accelhost.errors import ApplyError, PlanError
 
 PLAN_FORMAT = "accelhost-plan/1"
+# Where a host's name is read, for `Plan.host` (`PlannedHost`).
+HOSTNAME = "/proc/sys/kernel/hostname"
 
 # Thread-name patterns of the Ascend runtime threads that get their own CPU (the roles
 # inside a pool, and how they are applied, in the project's spec for Ascend binding).
@@ -88,6 +90,27 @@ class HostThreads:
 
 
 @dataclass(frozen=True)
+class PlannedHost:
+    """The host a plan was made for: its name and the CPU facts the planner read.
+
+    Kept in the plan (`host`, with each device's `pci`) so that applying it elsewhere is
+    refused (`accelhost.apply.hostcheck`): CPU ids, nodes and PCI addresses of another
+    machine mean other CPUs and devices here.
+    """
+
+    hostname: str | None
+    allowed_cpus: tuple[int, ...]
+    numa_nodes: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "hostname": self.hostname,
+            "allowed_cpus": list(self.allowed_cpus),
+            "numa_nodes": list(self.numa_nodes),
+        }
+
+
+@dataclass(frozen=True)
 class Plan:
     """One host's plan for its visible accelerators."""
 
@@ -98,6 +121,7 @@ class Plan:
     messages: tuple[str, ...] = ()
     host_threads: HostThreads | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    host: PlannedHost | None = None
 
     def device(self, index: int) -> DevicePlan:
         """The plan of one device; PlanError naming the planned ones when it is absent."""
@@ -118,122 +142,130 @@ class Plan:
         }
         if self.host_threads is not None:
             d["host_threads"] = self.host_threads.to_dict()
+        if self.host is not None:
+            d["host"] = self.host.to_dict()
         d.update(self.extra)
         return d
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "plan") -> Plan:
-        """Read a plan back (e.g. `bind --plan plan.json`); PlanError on any malformation.
-
-        Hand-written plans may omit everything but `devices` and their `main` (or `pool`).
+        """Read a plan back (e.g. `bind --plan plan.json`); PlanError "SOURCE: problem" on
+        any malformation. Hand-written plans may omit everything but `devices` and their
+        `main` (or `pool`); `host` is optional (plans made before it was recorded).
         """
-
-        def fail(problem: str) -> PlanError:
-            return PlanError(f"{source}: {problem}")
-
+        r = _Reader(source)
         if not isinstance(data, dict):
-            raise fail("a plan is a JSON object")
+            raise r.fail("a plan is a JSON object")
         fmt = data.get("format", PLAN_FORMAT)
         if fmt != PLAN_FORMAT:
-            raise fail(f"unsupported format {fmt!r} (expected {PLAN_FORMAT!r})")
+            raise r.fail(f"unsupported format {fmt!r} (expected {PLAN_FORMAT!r})")
         raw_devices = data.get("devices")
         if not isinstance(raw_devices, dict) or not raw_devices:
-            raise fail("'devices' must be a non-empty object keyed by device id")
-        devices = []
-        for key, raw in raw_devices.items():
-            try:
-                index = int(key)
-            except ValueError:
-                raise fail(f"device key {key!r} is not an integer") from None
-            if not isinstance(raw, dict):
-                raise fail(f"device {key} must be an object")
-            lists = {
-                name: _cpus(raw.get(name, []), f"devices.{key}.{name}", fail)
-                for name in ("pool", "irq", "main", "acl", "release")
-            }
-            if not lists["pool"]:
-                lists["pool"] = tuple(
-                    dict.fromkeys(lists["irq"] + lists["main"] + lists["acl"] + lists["release"])
-                )
-            if not lists["main"] and not lists["acl"] and not lists["release"]:
-                lists["main"] = lists["pool"]
-            if not lists["pool"]:
-                raise fail(f"device {key} has no CPUs")
-            node = raw.get("numa_node")
-            if node is not None and (not isinstance(node, int) or isinstance(node, bool)):
-                raise fail(f"devices.{key}.numa_node must be an integer or null")
-            pci = raw.get("pci")
-            if pci is not None and not isinstance(pci, str):
-                raise fail(f"devices.{key}.pci must be a string")
-            roles = []
-            raw_roles = raw.get("thread_roles", {})
-            if not isinstance(raw_roles, dict):
-                raise fail(f"devices.{key}.thread_roles must be an object")
-            for name, role in raw_roles.items():
-                if not isinstance(role, dict) or not isinstance(role.get("pattern"), str):
-                    raise fail(f"devices.{key}.thread_roles.{name} needs a 'pattern' string")
-                try:
-                    re.compile(role["pattern"])
-                except re.error as exc:
-                    raise fail(
-                        f"devices.{key}.thread_roles.{name}: bad pattern {role['pattern']!r}: {exc}"
-                    ) from None
-                roles.append(
-                    ThreadRole(
-                        name,
-                        role["pattern"],
-                        _cpus(role.get("cpus"), f"thread_roles.{name}.cpus", fail),
-                    )
-                )
-            devices.append(
-                DevicePlan(
-                    device=index,
-                    numa_node=node,
-                    pci=pci,
-                    thread_roles=tuple(roles),
-                    **lists,
-                )
-            )
-        devices.sort(key=lambda d: d.device)
-        host_threads = None
-        raw_ht = data.get("host_threads")
-        if raw_ht is not None:
-            if not isinstance(raw_ht, dict):
-                raise fail("'host_threads' must be an object")
-            host_threads = HostThreads(
-                pattern=str(raw_ht.get("pattern", UVB_THREAD)),
-                cpus=_cpus(raw_ht.get("cpus", []), "host_threads.cpus", fail),
-                tids=_cpus(raw_ht.get("tids", []), "host_threads.tids", fail, limit=None),
-            )
-        visible = data.get("visible", [d.device for d in devices])
+            raise r.fail("'devices' must be a non-empty object keyed by device id")
+        devices = sorted((r.device(k, v) for k, v in raw_devices.items()), key=lambda d: d.device)
         messages = data.get("messages", [])
         if not isinstance(messages, list) or not all(isinstance(m, str) for m in messages):
-            raise fail("'messages' must be a list of strings")
-        known = {"format", "device_type", "mode", "visible", "devices", "messages"}
+            raise r.fail("'messages' must be a list of strings")
+        ht, host = data.get("host_threads"), data.get("host")
         return cls(
             device_type=str(data.get("device_type", "unknown")),
             mode=str(data.get("mode", "manual")),
-            visible=_cpus(visible, "visible", fail),
+            visible=r.cpus(data.get("visible", [d.device for d in devices]), "visible"),
             devices=tuple(devices),
             messages=tuple(messages),
-            host_threads=host_threads,
-            extra={k: v for k, v in data.items() if k not in known | {"host_threads"}},
+            host_threads=None if ht is None else r.host_threads(ht),
+            extra={k: v for k, v in data.items() if k not in _KNOWN},
+            host=None if host is None else r.host(host),
         )
 
 
+_KNOWN = {"format", "device_type", "mode", "visible", "devices", "messages", "host_threads", "host"}
+_CPU_LISTS = ("pool", "irq", "main", "acl", "release")
 # No kernel configures more CPUs than this (NR_CPUS tops out at 8192 today).
 MAX_CPU_ID = 1 << 16
 
 
-def _cpus(value: Any, where: str, fail: Any, limit: int | None = MAX_CPU_ID) -> tuple[int, ...]:
-    if not isinstance(value, list) or not all(
-        isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in value
-    ):
-        raise fail(f"'{where}' must be a list of non-negative integers")
-    too_big = [c for c in value if limit is not None and c >= limit]
-    if too_big:
-        raise fail(f"'{where}' has CPU id {too_big[0]}, beyond any kernel's CPU count")
-    return tuple(value)
+class _Reader:
+    """The checks of `Plan.from_dict`, each failing with "SOURCE: what is wrong"."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, problem: str) -> PlanError:
+        return PlanError(f"{self.source}: {problem}")
+
+    def obj(self, value: Any, what: str) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(f"{what} must be an object")
+        return value
+
+    def cpus(self, value: Any, where: str, limit: int | None = MAX_CPU_ID) -> tuple[int, ...]:
+        if not isinstance(value, list) or not all(
+            isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in value
+        ):
+            raise self.fail(f"'{where}' must be a list of non-negative integers")
+        too_big = [c for c in value if limit is not None and c >= limit]
+        if too_big:
+            raise self.fail(f"'{where}' has CPU id {too_big[0]}, beyond any kernel's CPU count")
+        return tuple(value)
+
+    def device(self, key: str, raw: Any) -> DevicePlan:
+        try:
+            index = int(key)
+        except ValueError:
+            raise self.fail(f"device key {key!r} is not an integer") from None
+        raw = self.obj(raw, f"device {key}")
+        lists = {n: self.cpus(raw.get(n, []), f"devices.{key}.{n}") for n in _CPU_LISTS}
+        if not lists["pool"]:
+            lists["pool"] = tuple(dict.fromkeys(c for n in _CPU_LISTS[1:] for c in lists[n]))
+        if not (lists["main"] or lists["acl"] or lists["release"]):
+            lists["main"] = lists["pool"]
+        if not lists["pool"]:
+            raise self.fail(f"device {key} has no CPUs")
+        node, pci = raw.get("numa_node"), raw.get("pci")
+        if node is not None and (not isinstance(node, int) or isinstance(node, bool)):
+            raise self.fail(f"devices.{key}.numa_node must be an integer or null")
+        if pci is not None and not isinstance(pci, str):
+            raise self.fail(f"devices.{key}.pci must be a string")
+        roles = self.obj(raw.get("thread_roles", {}), f"devices.{key}.thread_roles")
+        return DevicePlan(
+            device=index,
+            numa_node=node,
+            pci=pci,
+            thread_roles=tuple(self.role(f"devices.{key}", n, v) for n, v in roles.items()),
+            **lists,
+        )
+
+    def role(self, where: str, name: str, raw: Any) -> ThreadRole:
+        pattern = raw.get("pattern") if isinstance(raw, dict) else None
+        if not isinstance(pattern, str):
+            raise self.fail(f"{where}.thread_roles.{name} needs a 'pattern' string")
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise self.fail(
+                f"{where}.thread_roles.{name}: bad pattern {pattern!r}: {exc}"
+            ) from None
+        return ThreadRole(name, pattern, self.cpus(raw.get("cpus"), f"thread_roles.{name}.cpus"))
+
+    def host_threads(self, raw: Any) -> HostThreads:
+        raw = self.obj(raw, "'host_threads'")
+        return HostThreads(
+            pattern=str(raw.get("pattern", UVB_THREAD)),
+            cpus=self.cpus(raw.get("cpus", []), "host_threads.cpus"),
+            tids=self.cpus(raw.get("tids", []), "host_threads.tids", limit=None),
+        )
+
+    def host(self, raw: Any) -> PlannedHost:
+        raw = self.obj(raw, "'host'")
+        name = raw.get("hostname")
+        if name is not None and not isinstance(name, str):
+            raise self.fail("host.hostname must be a string or null")
+        return PlannedHost(
+            hostname=name,
+            allowed_cpus=self.cpus(raw.get("allowed_cpus", []), "host.allowed_cpus"),
+            numa_nodes=self.cpus(raw.get("numa_nodes", []), "host.numa_nodes"),
+        )
 
 
 def numa_node_of(pool: Iterable[int], cpu_node: Mapping[int, int]) -> int | None:

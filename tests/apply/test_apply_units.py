@@ -66,11 +66,15 @@ def test_numa_maps_pages_per_node():
 def test_exit_status_partial_versus_full():
     ok = StepResult(ThreadAffinity(1, 1, "a", "main", (0,)), OK)
     bad = StepResult(ThreadAffinity(1, 2, "b", "main", (0,)), FAILED, "x")
-    assert ApplyReport((ok, ok)).exit_status == 0
-    assert ApplyReport((ok, bad)).exit_status == 2
-    assert ApplyReport((bad,)).exit_status == 1
+    assert ApplyReport(results=(ok, ok)).exit_status == 0
+    assert ApplyReport(results=(ok, bad)).exit_status == 2
+    assert ApplyReport(results=(bad,)).exit_status == 1
     unresolved = StepResult(Unresolved("irq", "no pci"), PLANNED)
-    assert ApplyReport((unresolved,), dry_run=True).exit_status == 2
+    assert ApplyReport(results=(unresolved,), dry_run=True).exit_status == 2
+    # A bind that did nothing is not ok, dry run or not (issue 18, point 4).
+    skipped = ApplyReport.skip("CPU binding skipped: non-ARM CPU detected.", device=0, pid=1)
+    assert skipped.exit_status == 1 and not skipped.ok
+    assert not ApplyReport.skip("why", device=None, pid=1, dry_run=True).ok
 
 
 def test_migrate_pages_syscall_runs_on_this_kernel(spawn):

@@ -86,6 +86,7 @@ def test_dry_run_in_the_worker_changes_nothing():
 def test_never_raises_unless_strict():
     out, log = run_worker(GENERIC, device=7)
     assert out["skipped"].startswith("device 7 is not in the plan")
+    assert out["ok"] is False  # skipped is not ok
     assert "CPU binding skipped: device 7" in log
     out, _ = run_worker(GENERIC, device=7, strict=True)
     assert out["raised"] == "PlanError"
@@ -94,6 +95,27 @@ def test_never_raises_unless_strict():
     assert out["ok"] is False and "step failed" in log
     out, _ = run_worker(bad, device=0, strict=True)
     assert out["raised"] == "ApplyError" and "acl_thread" in out["message"]
+
+
+def test_a_bind_that_did_nothing_is_not_ok(tmp_path):
+    """A missing plan file or a device not in the plan: skipped, not ok, never raised."""
+    missing = str(tmp_path / "no-such-plan.json")
+    code = (
+        "import json, sys, accelhost\n"
+        "for plan, device in ((sys.argv[1], 0), (json.loads(sys.argv[2]), 7)):\n"
+        "    r = accelhost.bind_current_process(plan, device)\n"
+        "    print(json.dumps([r.ok, r.exit_status, r.skipped]))\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code, missing, json.dumps(GENERIC)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    (ok1, status1, why1), (ok2, status2, why2) = map(json.loads, res.stdout.splitlines())
+    assert (ok1, status1) == (False, 1) and why1.startswith(f"cannot read plan file {missing}")
+    assert (ok2, status2) == (False, 1) and why2.startswith("device 7 is not in the plan")
 
 
 def test_worker_import_pulls_in_only_what_it_needs():

@@ -126,7 +126,7 @@ def test_threads_born_or_gone_while_binding_are_retried_or_skipped(spawn):
     child.spawn_thread("late")  # born after the list was made
     doomed = child.tid("doomed")
     child.end_thread("doomed")  # gone before it is pinned
-    results = driver.run_steps(prepared, plan, 0, child.pid, None)
+    results = driver.run_steps(prepared, child.pid, None)
     by_tid = {r.step.tid: r for r in results}  # type: ignore[attr-defined]
     late = child.tid("late")
     assert by_tid[late].status == OK and by_tid[late].step.role == "main"

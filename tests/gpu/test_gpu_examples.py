@@ -12,7 +12,7 @@ from accelhost.cpulist import format_cpulist
 from accelhost.host.record import RecordingHost
 from accelhost.host.snapshot import load_snapshot
 from accelhost.planner.gpu import plan_gpus
-from accelhost.planner.roles import add_roles
+from accelhost.planner.roles import RoleSpec, add_roles
 from accelhost.readers.gpu import read_gpu_topology
 
 
@@ -56,7 +56,7 @@ def test_one_node_host_with_minus_one_nodes() -> None:
         2: "12-17,36-41",
         3: "18-23,42-47",
     }
-    dev = add_roles(plan, reserve_irq=1, thread_roles=[("nccl", "NCCL", 1)]).device(2)
+    dev = add_roles(plan, reserve_irq=1, thread_roles=[RoleSpec("nccl", "NCCL", 1)]).device(2)
     assert (dev.irq, dev.thread_roles[0].cpus) == ((12,), (41,))
 
 

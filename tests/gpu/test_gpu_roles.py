@@ -9,7 +9,7 @@ from gpu_hosts import dgx_like
 from accelhost.cpulist import format_cpulist
 from accelhost.errors import PlanError
 from accelhost.planner.gpu import plan_gpus
-from accelhost.planner.roles import add_roles
+from accelhost.planner.roles import RoleSpec, add_roles
 from accelhost.plans import DevicePlan, Plan, ThreadRole
 from accelhost.readers.gpu import read_gpu_topology
 
@@ -30,7 +30,7 @@ def test_reserve_irq_and_thread_roles_on_a_gpu_pool() -> None:
     plan = add_roles(
         gpu_plan(),
         reserve_irq=2,
-        thread_roles=[("nccl", "^NCCL", 2), ("zmq", "ZMQbg", 1)],
+        thread_roles=[RoleSpec("nccl", "^NCCL", 2), RoleSpec("zmq", "ZMQbg", 1)],
     )
     dev = plan.device(0)  # pool 0-13,112-125
     assert dev.irq == (0, 1)
@@ -55,7 +55,9 @@ def ascend_device() -> DevicePlan:
 
 def test_roles_on_an_ascend_plan_come_out_of_main() -> None:
     plan = Plan("A3", "global_slice", (0,), (ascend_device(),))
-    dev = add_roles(plan, reserve_irq=1, thread_roles=[("engine", "EngineCore", 4)]).device(0)
+    dev = add_roles(plan, reserve_irq=1, thread_roles=[RoleSpec("engine", "EngineCore", 4)]).device(
+        0
+    )
     assert dev.irq == (0, 1, 2)
     assert dev.thread_roles == (ThreadRole("engine", "EngineCore", (34, 35, 36, 37)),)
     assert dev.main == tuple(range(3, 34))
@@ -64,9 +66,11 @@ def test_roles_on_an_ascend_plan_come_out_of_main() -> None:
 
 def test_a_pool_too_small_for_the_roles_is_refused() -> None:
     plan = Plan("nvidia", "exclusive", (0,), (DevicePlan(0, (4, 5, 6), main=(4, 5, 6)),))
-    assert add_roles(plan, reserve_irq=1, thread_roles=[("a", "x", 1)]).device(0).main == (5,)
+    assert add_roles(plan, reserve_irq=1, thread_roles=[RoleSpec("a", "x", 1)]).device(0).main == (
+        5,
+    )
     with pytest.raises(PlanError) as err:
-        add_roles(plan, reserve_irq=2, thread_roles=[("nccl", "NCCL", 1)])
+        add_roles(plan, reserve_irq=2, thread_roles=[RoleSpec("nccl", "NCCL", 1)])
     assert "device 0: its pool of 3 CPUs has 3 main CPU(s), too few for 2 IRQ + 1 nccl" in str(
         err.value
     )
@@ -76,8 +80,8 @@ def test_a_pool_too_small_for_the_roles_is_refused() -> None:
     ("kwargs", "match"),
     [
         ({"reserve_irq": -1}, "must be 0 or more"),
-        ({"thread_roles": [("a", "x", 1), ("a", "y", 1)]}, "given twice"),
-        ({"thread_roles": [("a", "x", 0)]}, "at least one CPU"),
+        ({"thread_roles": [RoleSpec("a", "x", 1), RoleSpec("a", "y", 1)]}, "given twice"),
+        ({"thread_roles": [RoleSpec("a", "x", 0)]}, "at least one CPU"),
     ],
 )
 def test_bad_role_requests(kwargs: dict[str, object], match: str) -> None:
@@ -86,6 +90,6 @@ def test_bad_role_requests(kwargs: dict[str, object], match: str) -> None:
 
 
 def test_a_role_already_in_the_plan_is_not_added_twice() -> None:
-    plan = add_roles(gpu_plan(), thread_roles=[("nccl", "NCCL", 1)])
+    plan = add_roles(gpu_plan(), thread_roles=[RoleSpec("nccl", "NCCL", 1)])
     with pytest.raises(PlanError, match="already has a thread role 'nccl'"):
-        add_roles(plan, thread_roles=[("nccl", "NCCL", 1)])
+        add_roles(plan, thread_roles=[RoleSpec("nccl", "NCCL", 1)])

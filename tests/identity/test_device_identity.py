@@ -13,8 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from accelhost.apply.identity import device_of_pid, held_nodes
-from accelhost.devices import HeldNode, device_of_nodes, nodes_of_targets
+from accelhost.apply.identity import (
+    HeldNode,
+    device_of_nodes,
+    device_of_pid,
+    held_nodes,
+    nodes_of_targets,
+)
 from accelhost.errors import UsageError
 
 NULL = os.stat("/dev/null").st_rdev

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from accelhost.devices import device_of_rank, parse_nvidia_information
+from accelhost.apply.identity import device_of_rank
 from accelhost.errors import UsageError
+from accelhost.parsers.devnodes import parse_nvidia_information
 
 # Runs bind_current_process in a fresh process (so pinning never touches pytest) and
 # prints the report's device and the CPUs every thread of that process ended on.

@@ -7,10 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from run_support import janitor, run_cmd
 
-from accelhost.errors import AccelhostError
 from accelhost.host.live import LiveHost
 from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.supervisor.cgroup import Mount, _candidates, read_mounts, read_own_cgroups
@@ -179,11 +177,3 @@ def test_cheap_rescans_see_what_a_full_scan_sees() -> None:
         finally:
             a.kill()
             b.kill()
-
-
-def test_preflight_without_the_module_says_so_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from accelhost.supervisor import integrations
-
-    monkeypatch.setitem(sys.modules, "accelhost.hygiene.preflight", None)
-    with pytest.raises(AccelhostError, match="--expect-util is not available in this build"):
-        integrations.run_preflight(LiveHost(), 0.9, None, print)

@@ -12,7 +12,8 @@ runs them in order and reports each outcome. `driver` is the one bind driver tha
 policy, thread roles, retry of threads born while binding, the report). Around them:
 `threads` (list, match and pin threads), `irq` and `irqbalance` (device interrupts),
 `memory` and `migrate` (NUMA pages), `traps` (warnings before binding), `identity` (which
-device a process holds), `verify` (drift). Files are read through the host door
+device a process holds, or a worker's local rank uses), `hostcheck` (a plan made for
+another host is refused), `verify` (drift). Files are read through the host door
 (`accelhost.host`: a `LiveHost`, with `--host-root` paths), the allowed CPUs and the cgroup
 cpuset by their one readers in `accelhost.readers.cpus`; one exception, on purpose: the
 thread names of the bind's hot path (`threads`), opened relative to an open task directory,

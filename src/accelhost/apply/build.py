@@ -7,7 +7,7 @@ The functional core of applying: everything that a real run will do is decided h
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR, traps
@@ -15,6 +15,7 @@ from accelhost.apply import irq as irqmod
 from accelhost.apply.migrate import build_move
 from accelhost.apply.steps import (
     ExecCommand,
+    ForgetIrqState,
     IrqAffinity,
     IrqBalance,
     MemPolicy,
@@ -26,7 +27,7 @@ from accelhost.apply.steps import (
     thread_step,
 )
 from accelhost.apply.threads import RoleMatcher, list_threads, scan_named_threads, thread_steps
-from accelhost.cpulist import cpu_mask, format_cpulist
+from accelhost.cpulist import cpu_mask, format_cpulist, parse_cpu_mask
 from accelhost.host.live import live_host
 from accelhost.plans import DevicePlan, Plan, ThreadRole
 from accelhost.readers.cpus import read_cgroup_cpuset
@@ -51,15 +52,22 @@ class BindOptions:
     host_threads: bool = True
     membind: bool = False
     migrate_budget_ms: int = DEFAULT_MIGRATE_BUDGET_MS
+    allow_foreign: bool = False  # apply a plan made for another host (`--force`)
 
 
 @dataclass(frozen=True)
 class Prepared:
-    """The steps to run, the warnings to give first, and facts worth a line (no-ops)."""
+    """The steps to run, the warnings to give first, and facts worth a line (no-ops).
+
+    A bind's thread roles and main CPUs come with its steps, so that pinning threads born
+    while binding uses exactly what the first listing did.
+    """
 
     steps: tuple[Step, ...]
     warnings: tuple[str, ...] = ()
-    notes: tuple[str, ...] = field(default_factory=tuple)
+    notes: tuple[str, ...] = ()
+    roles: tuple[ThreadRole, ...] = ()
+    main: tuple[int, ...] = ()
 
 
 def roles_of(plan: Plan, dev: DevicePlan) -> list[ThreadRole]:
@@ -101,8 +109,8 @@ def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None 
     warnings: list[str] = []
     notes: list[str] = []
     pid = options.pid
+    roles = roles_of(plan, dev)
     if pid is not None and options.threads:
-        roles = roles_of(plan, dev)
         steps += thread_steps(pid, dev.main, roles)  # list_threads + assign, in one pass
         planned = [*dev.main, *(c for r in roles for c in r.cpus)]
         # What the threads show says more than the environment alone: one warning, not two.
@@ -121,7 +129,7 @@ def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None 
         steps += irq_steps
         warnings += irq_warnings
         notes += irq_notes
-    return Prepared(tuple(steps), tuple(warnings), tuple(notes))
+    return Prepared(tuple(steps), tuple(warnings), tuple(notes), tuple(roles), dev.main)
 
 
 def _host_thread_steps(live: Host, plan: Plan, pid: int | None) -> tuple[list[Step], list[str]]:
@@ -287,8 +295,6 @@ def build_unbind_irq(
     state_dir: str, device: int | None = None, root: str | None = None
 ) -> Prepared:
     """Put back the masks saved at bind time; restart/restore irqbalance once none remain."""
-    from accelhost.apply.steps import ForgetIrqState
-
     path = irqmod.state_path(state_dir)
     data = irqmod.load_state(path)
     live = live_host()
@@ -301,8 +307,6 @@ def build_unbind_irq(
         if wanted_root is not None and rec.get("root") != wanted_root:
             continue
         irq, mask, rroot = int(rec["irq"]), str(rec["mask"]), str(rec.get("root", "/"))
-        from accelhost.cpulist import parse_cpu_mask
-
         steps.append(
             IrqAffinity(
                 irq,

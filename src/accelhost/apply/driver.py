@@ -1,9 +1,11 @@
 """The one bind driver: `bind`, `exec`, `run --bind` and `bind_current_process` come here.
 
 So that the four ways of binding cannot drift apart, each of them only gathers its input
-(a plan, a device, options, extra thread roles) and calls `bind` or `exec_report`, which
-decide alike:
+(a plan, a device, options, extra thread roles, how the device was found) and calls
+`bind` (with the command's `argv` for `exec`), which decides alike:
 
+- Host: a plan made for another host is refused, unless `options.allow_foreign`
+  (`--force`).
 - ARM: an Ascend plan is bound on ARM hosts only, as the reference does, unless
   `any_arch` (the CLI's `bind` and `exec` pass it: naming a pid or a command is asking).
 - Roles: `--thread-role` specs (COUNT or CPULIST) are added to the device's plan by the
@@ -11,17 +13,20 @@ decide alike:
 - Retry: threads that exit between listing and pinning are `skipped`; threads that appear
   while binding are listed again and pinned, for up to RETRY_ROUNDS rounds.
 - Report: one `ApplyReport`; a dry run's steps are exactly the steps a real run starts
-  with. A role that matched no thread is a warning in it.
+  with. A role that matched no thread is a warning in it. The thread roles are computed
+  once per bind (`Prepared.roles`): the steps, the retry and the warnings share them.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from accelhost.apply.build import BindOptions, Prepared, build_bind, build_exec, roles_of
+from accelhost.apply.build import BindOptions, Prepared, build_bind, build_exec
 from accelhost.apply.execute import execute, plan_only
+from accelhost.apply.hostcheck import refuse_foreign
 from accelhost.apply.steps import ApplyReport, StepResult, ThreadAffinity
 from accelhost.apply.threads import thread_steps
 from accelhost.cpulist import format_cpulist
@@ -31,6 +36,7 @@ from accelhost.planner.roles import RoleSpec, add_roles
 from accelhost.plans import Plan, ThreadRole
 
 if TYPE_CHECKING:
+    from accelhost.apply.identity import Identified
     from accelhost.host.base import Host
 
 NON_ARM = "CPU binding skipped: non-ARM CPU detected."
@@ -38,8 +44,6 @@ ARM_MACHINES = ("aarch64", "arm64", "armv8l", "armv8b")
 # Threads an engine starts while we pin: list again this many times at most. An engine
 # that keeps starting threads is not warmed up yet; what comes later `verify` will name.
 RETRY_ROUNDS = 3
-
-RoleInput = RoleSpec | ThreadRole | tuple[str, str, int]
 
 
 def arch_skip(plan: Plan, any_arch: bool, machine: str | None = None) -> str | None:
@@ -51,7 +55,7 @@ def arch_skip(plan: Plan, any_arch: bool, machine: str | None = None) -> str | N
     return NON_ARM
 
 
-def with_roles(plan: Plan, device: int, roles: Sequence[RoleInput] = ()) -> Plan:
+def with_roles(plan: Plan, device: int, roles: Sequence[RoleSpec] = ()) -> Plan:
     """The plan with extra thread roles added to `device` (PlanError for an unknown one)."""
     plan.device(device)
     if not roles:
@@ -75,33 +79,49 @@ def bind(
     device: int,
     options: BindOptions,
     *,
-    roles: Sequence[RoleInput] = (),
+    argv: Sequence[str] | None = None,
+    roles: Sequence[RoleSpec] = (),
     dry_run: bool = False,
     any_arch: bool = False,
     host: Host | None = None,
+    found: Identified | None = None,
 ) -> ApplyReport:
     """Bind `options.pid` (threads, memory) and the device's IRQs; the report of it.
 
+    With `argv` (`exec`): bind this process (IRQs, own CPUs, memory policy) for the command
+    the caller then execs. `found`: how the device was found, when it was not given.
     Raises AccelhostError for input that cannot be bound at all (unknown device, a process
-    that is gone, a bad role); a step that fails is a result, not an exception.
+    that is gone, a bad role, a plan made for another host unless `options.allow_foreign`);
+    a step that fails is a result, not an exception.
     """
     plan = with_roles(plan, device, roles)  # an unknown device or bad role: before anything
+    refuse_foreign(plan, options.allow_foreign)
+    pid = options.pid if argv is None else os.getpid()
     skip = arch_skip(plan, any_arch)
     if skip is not None:
-        return ApplyReport((), (), dry_run, device, options.pid, skip)
-    prepared = build_bind(plan, device, options, host)
-    pid = options.pid
-    results = plan_only(prepared.steps) if dry_run else run_steps(prepared, plan, device, pid, host)
+        return ApplyReport.skip(skip, device=device, pid=pid, dry_run=dry_run, device_found=found)
+    if argv is not None:
+        prepared = _exec_notes(plan, device, build_exec(plan, device, list(argv), options, host))
+        results = plan_only(prepared.steps) if dry_run else execute(prepared.steps, host)
+    else:
+        prepared = build_bind(plan, device, options, host)
+        results = plan_only(prepared.steps) if dry_run else run_steps(prepared, pid, host)
     warnings = list(prepared.warnings)
-    if pid is not None and options.threads:
+    if argv is None and pid is not None and options.threads:
         got = {r.step.role for r in results if type(r.step) is ThreadAffinity and r.step.pid == pid}
-        warnings += role_warnings(roles_of(plan, plan.device(device)), got, pid)
-    return ApplyReport(tuple(results), tuple(warnings), dry_run, device, pid, None, prepared.notes)
+        warnings += role_warnings(prepared.roles, got, pid)
+    return ApplyReport(
+        results=tuple(results),
+        warnings=tuple(warnings),
+        notes=prepared.notes,
+        dry_run=dry_run,
+        device=device,
+        pid=pid,
+        device_found=found,
+    )
 
 
-def run_steps(
-    prepared: Prepared, plan: Plan, device: int, pid: int | None, host: Host | None
-) -> list[StepResult]:
+def run_steps(prepared: Prepared, pid: int | None, host: Host | None) -> list[StepResult]:
     """Execute the steps; after the process's own thread steps, pin threads born meanwhile."""
     steps = prepared.steps
     n = 0
@@ -111,12 +131,10 @@ def run_steps(
         n += 1
     results = execute(steps[:n], host)
     if pid is not None and n:
-        dev = plan.device(device)
-        roles = roles_of(plan, dev)
         seen = {s.tid for s in steps[:n] if isinstance(s, ThreadAffinity)}
         for _ in range(RETRY_ROUNDS):
             try:
-                new = thread_steps(pid, dev.main, roles, skip=seen)
+                new = thread_steps(pid, prepared.main, prepared.roles, skip=seen)
             except ApplyError:  # the process exited meanwhile: its results say so
                 break
             if not new:
@@ -127,35 +145,13 @@ def run_steps(
     return results
 
 
-def exec_report(
-    plan: Plan,
-    device: int,
-    argv: Sequence[str],
-    options: BindOptions,
-    *,
-    roles: Sequence[RoleInput] = (),
-    dry_run: bool = False,
-    any_arch: bool = False,
-    host: Host | None = None,
-) -> ApplyReport:
-    """Bind this process (IRQs, own CPUs, memory policy) for `argv`; the caller execs it.
-
-    Thread roles cannot be applied before their threads exist: their COUNT CPUs are kept
-    out of `main`, and a note says to pin them later with `bind`.
-    """
-    plan = with_roles(plan, device, roles)
-    skip = arch_skip(plan, any_arch)
-    if skip is not None:
-        return ApplyReport((), (), dry_run, device, os.getpid(), skip)
-    prepared = build_exec(plan, device, list(argv), options, host)
-    notes = list(prepared.notes)
-    for role in plan.device(device).thread_roles:
-        notes.append(
-            f"thread role {role.name!r}: CPUs {format_cpulist(role.cpus)} are kept for threads "
-            f"matching {role.pattern!r}; pin them once they exist (`accelhost bind` or "
-            "accelhost.bind_current_process)"
-        )
-    results = plan_only(prepared.steps) if dry_run else execute(prepared.steps, host)
-    return ApplyReport(
-        tuple(results), prepared.warnings, dry_run, device, os.getpid(), None, tuple(notes)
-    )
+def _exec_notes(plan: Plan, device: int, prepared: Prepared) -> Prepared:
+    """Thread roles cannot be applied before their threads exist: their COUNT CPUs are kept
+    out of `main`, and a note says to pin them later with `bind`."""
+    notes = [
+        f"thread role {role.name!r}: CPUs {format_cpulist(role.cpus)} are kept for threads "
+        f"matching {role.pattern!r}; pin them once they exist (`accelhost bind` or "
+        "accelhost.bind_current_process)"
+        for role in plan.device(device).thread_roles
+    ]
+    return replace(prepared, notes=(*prepared.notes, *notes))

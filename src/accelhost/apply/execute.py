@@ -18,7 +18,6 @@ from accelhost.apply.steps import (
     OK,
     PLANNED,
     SKIPPED,
-    ApplyReport,
     ExecCommand,
     ForgetIrqState,
     IrqAffinity,
@@ -51,8 +50,8 @@ def plan_only(steps: Sequence[Step]) -> list[StepResult]:
 def execute(steps: Sequence[Step], host: Host | None = None) -> list[StepResult]:
     """Run every step but an ExecCommand (the caller execs after reporting).
 
-    When the IRQ masks found cannot be saved, the IRQ writes after it are not made: a
-    mask that `unbind --irq` cannot put back is worse than one left alone.
+    Thread steps, hundreds per engine, run inline here: one Python call less per thread.
+    Every other step goes through `_IrqGuard.run`, which keeps the IRQ state across steps.
     """
     results: list[StepResult] = []
     append = results.append
@@ -61,10 +60,9 @@ def execute(steps: Sequence[Step], host: Host | None = None) -> list[StepResult]
     last: tuple[int, ...] | None = None  # the CPUs of the last thread step, as `cpus`
     cpus: set[int] = set()
     setaffinity, getaffinity, make = os.sched_setaffinity, os.sched_getaffinity, step_result
-    unsaved = False  # the IRQ masks found could not be saved: leave them as they are
-    not_restored: set[str] = set()  # unbind: saved masks that could not be written back
+    irqs = _IrqGuard(host)
     for step in steps:
-        if type(step) is ThreadAffinity:  # the hot path: hundreds of threads per engine
+        if type(step) is ThreadAffinity:
             # Most steps share one CPU tuple (main): an identity test is cheaper than
             # hashing a tuple of 40 CPUs for the dict on every thread.
             if step.cpus is not last:
@@ -73,15 +71,12 @@ def execute(steps: Sequence[Step], host: Host | None = None) -> list[StepResult]
                 if found is None:
                     found = wanted[last] = set(last)
                 cpus = found
-            # _thread, inlined: one Python call less per thread.
             try:
                 setaffinity(step.tid, cpus)
-                # Read back every thread, even when the CPUs look allowed. The kernel keeps
-                # the CPUs intersected with the cpuset of *that thread* (threads of one
-                # process can sit in different cpusets: cgroup v1, v2 threaded mode), and
-                # cpusets and online CPUs can change between build and execute. Skipping
-                # it on the strength of a per-process cpuset read earlier would make "ok"
-                # a guess. It is one cheap call (a tenth of a thread's system-call time).
+                # Read back every thread: the kernel intersects the CPUs with the cpuset of
+                # *that thread* (threads of one process can sit in different cpusets), and
+                # cpusets and online CPUs can change between build and execute, so "ok"
+                # without it would be a guess. One cheap call per thread.
                 got = getaffinity(step.tid)
             except OSError as exc:
                 status, detail = _thread_error(exc)
@@ -100,31 +95,8 @@ def execute(steps: Sequence[Step], host: Host | None = None) -> list[StepResult]
         elif isinstance(step, MoveRegions):  # its result carries per-node memory for --json
             append(run_move(step))
             continue
-        elif unsaved and isinstance(step, IrqAffinity):
-            # Writing it now would lose the mask `unbind --irq` is to put back.
-            status, detail = FAILED, UNSAVED
-        elif isinstance(step, ForgetIrqState) and not_restored:
-            # Keep the saved masks whose restore failed: the next `unbind --irq` retries.
-            keys = tuple(k for k in step.keys if k not in not_restored)
-            try:
-                irqmod.forget(step.path, keys)
-                status = OK
-                detail = f"kept {len(step.keys) - len(keys)} whose restore failed, to retry"
-            except (OSError, AccelhostError) as exc:
-                status = FAILED
-                detail = _oserror(exc) if isinstance(exc, OSError) else str(exc)
         else:
-            try:
-                status, detail = _run(step, host)
-            except OSError as exc:
-                status, detail = FAILED, _oserror(exc)
-            except AccelhostError as exc:
-                status, detail = FAILED, str(exc)
-        if status == FAILED:
-            if isinstance(step, SaveIrqState):
-                unsaved = True
-            elif isinstance(step, IrqAffinity) and step.state_key is not None:
-                not_restored.add(step.state_key)
+            status, detail = irqs.run(step)
         result = make(step, status, detail)
         if status == FAILED:
             log.warning("step failed: %s: %s", step.describe(), detail)
@@ -134,20 +106,47 @@ def execute(steps: Sequence[Step], host: Host | None = None) -> list[StepResult]
     return results
 
 
-def report(
-    results: Sequence[StepResult],
-    warnings: Sequence[str] = (),
-    *,
-    dry_run: bool = False,
-    device: int | None = None,
-    pid: int | None = None,
-    notes: Sequence[str] = (),
-) -> ApplyReport:
-    return ApplyReport(tuple(results), tuple(warnings), dry_run, device, pid, None, tuple(notes))
+class _IrqGuard:
+    """Runs the steps other than threads, minding the IRQ state saved for `unbind --irq`.
+
+    When the masks found cannot be saved, the IRQ writes after it are not made: a mask
+    that `unbind --irq` cannot put back is worse than one left alone. A saved mask whose
+    restore fails is kept, so that the next `unbind --irq` retries it.
+    """
+
+    def __init__(self, host: Host | None) -> None:
+        self.host = host
+        self.unsaved = False
+        self.not_restored: set[str] = set()
+
+    def run(self, step: Step) -> tuple[str, str]:
+        if self.unsaved and isinstance(step, IrqAffinity):
+            return FAILED, UNSAVED
+        try:
+            status, detail = self._run(step)
+        except OSError as exc:
+            status, detail = FAILED, _oserror(exc)
+        except AccelhostError as exc:
+            status, detail = FAILED, str(exc)
+        if status == FAILED:
+            if isinstance(step, SaveIrqState):
+                self.unsaved = True
+            elif isinstance(step, IrqAffinity) and step.state_key is not None:
+                self.not_restored.add(step.state_key)
+        return status, detail
+
+    def _run(self, step: Step) -> tuple[str, str]:
+        if isinstance(step, ForgetIrqState):
+            keys = tuple(k for k in step.keys if k not in self.not_restored)
+            irqmod.forget(step.path, keys)
+            kept = len(step.keys) - len(keys)
+            return OK, (f"kept {kept} whose restore failed, to retry" if kept else "")
+        return _run(step, self.host)
 
 
 def _oserror(exc: OSError) -> str:
-    return exc.strerror or str(exc)
+    """The kernel's reason alone: the step's own line already says what was called."""
+    return os.strerror(exc.errno) if exc.errno else exc.strerror or str(exc)
 
 
 def _bad_cpus(exc: Exception) -> str:
@@ -155,8 +154,6 @@ def _bad_cpus(exc: Exception) -> str:
 
 
 def _run(step: Step, host: Host | None) -> tuple[str, str]:
-    if isinstance(step, ThreadAffinity):
-        return _thread(step, set(step.cpus))
     if isinstance(step, OwnAffinity):
         try:
             os.sched_setaffinity(0, step.cpus)
@@ -181,25 +178,11 @@ def _run(step: Step, host: Host | None) -> tuple[str, str]:
         return OK, (f"{kept} kept from an earlier bind" if kept else "")
     if isinstance(step, IrqAffinity):
         return _irq(step)
-    if isinstance(step, ForgetIrqState):
-        irqmod.forget(step.path, step.keys)
-        return OK, ""
     if isinstance(step, IrqBalance):
         return _irqbalance(step, host)
     if isinstance(step, Unresolved):
         return FAILED, step.reason
     raise TypeError(f"unknown step {type(step).__name__}")
-
-
-def _thread(step: ThreadAffinity, cpus: set[int]) -> tuple[str, str]:
-    try:
-        os.sched_setaffinity(step.tid, cpus)
-        got = os.sched_getaffinity(step.tid)
-    except OSError as exc:
-        return _thread_error(exc)
-    if got != cpus:
-        return FAILED, _kernel_set(got)
-    return OK, ""
 
 
 def _thread_error(exc: OSError) -> tuple[str, str]:
@@ -225,31 +208,14 @@ def _irq(step: IrqAffinity) -> tuple[str, str]:
 
 
 def _irqbalance(step: IrqBalance, host: Host | None) -> tuple[str, str]:
+    """Stop or start irqbalance, or ban the IRQ CPUs in its configuration and restore it;
+    what a bind changes is saved first, and forgotten once `unbind --irq` has put it back."""
     from accelhost.host.live import live_host
 
-    h = host or live_host()
-
-    def systemctl(verb: str) -> tuple[str, str] | None:
-        result = h.run(["systemctl", verb, step.service])
-        if result is None:
-            return FAILED, "systemctl is not available"
-        if not result.ok:
-            return FAILED, f"systemctl {verb} {step.service} exited with status {result.rc}"
-        return None
-
-    if step.action == "stop":
-        if step.state_path:
-            irqmod.remember_irqbalance(step.state_path, {"action": "stop"})
-        return systemctl("stop") or (OK, "")
-    if step.action == "start":
-        failed = systemctl("start")
-        if failed:
-            return failed
-        if step.state_path:
-            irqmod.forget(step.state_path, (), irqbalance=True)
-        return OK, ""
-    assert step.config_path is not None
-    if step.action == "ban":
+    if step.action == "stop" and step.state_path:
+        irqmod.remember_irqbalance(step.state_path, {"action": "stop"})
+    elif step.action == "ban":
+        assert step.config_path is not None
         if step.state_path:
             original = live_host().read_file(step.config_path)
             irqmod.remember_irqbalance(
@@ -257,16 +223,18 @@ def _irqbalance(step: IrqBalance, host: Host | None) -> tuple[str, str]:
                 {"action": "ban", "config_path": step.config_path, "original": original},
             )
         irqmod.write_atomic(step.config_path, step.config_text or "")
-        return systemctl("restart") or (OK, "")
-    # restore
-    if step.config_text is None:
-        if os.path.exists(step.config_path):
+    elif step.action == "restore":
+        assert step.config_path is not None
+        if step.config_text is not None:
+            irqmod.write_atomic(step.config_path, step.config_text)
+        elif os.path.exists(step.config_path):
             os.unlink(step.config_path)
-    else:
-        irqmod.write_atomic(step.config_path, step.config_text)
-    failed = systemctl("restart")
-    if failed:
-        return failed
-    if step.state_path:
+    verb = step.action if step.action in ("stop", "start") else "restart"
+    result = (host or live_host()).run(["systemctl", verb, step.service])
+    if result is None:
+        return FAILED, "systemctl is not available"
+    if not result.ok:
+        return FAILED, f"systemctl {verb} {step.service} exited with status {result.rc}"
+    if step.action in ("start", "restore") and step.state_path:
         irqmod.forget(step.state_path, (), irqbalance=True)
     return OK, ""

@@ -1,33 +1,46 @@
-"""Find a process's device: read its open device nodes (or its environment) through a Host.
+"""Which device is a process's: its open device nodes, or (in a worker) its local rank.
 
-The reading is here, the rules are in `accelhost.devices` (pure). A node's PCI address,
-when sysfs or the NVIDIA driver tells it, joins the node to a plan device by the plan's
-`pci`; otherwise the number in the node's name is the host id, which plan keys are.
+Three id spaces meet here (docs/bind.md, "Device ids"): the *host* id (the N of
+/dev/davinciN or /dev/nvidiaN, npu-smi's logic id, nvidia-smi's index; what plan keys
+are), the *user-visible* id (an entry of ASCEND_RT_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES)
+and the *logical* id a framework uses (its position in that list: `npu:R`, `cuda:R`, the
+worker's local rank). The rules (`device_of_nodes`, `device_of_rank`) are pure and take
+what the readers below found through a Host; the grammar of node names is
+`accelhost.parsers.devnodes`, that of the visible-devices variables
+`accelhost.planner.visible`. A node's PCI address, when sysfs or the NVIDIA driver tells
+it, joins the node to a plan device by the plan's `pci`; otherwise the number in the
+node's name is the host id.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import os
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from accelhost.devices import (
-    HeldNode,
-    Identified,
+from accelhost.cpulist import MAX_DEVICES
+from accelhost.errors import ApplyError, UsageError
+from accelhost.family import ASCEND_FAMILIES
+from accelhost.parsers.devnodes import (
+    BUILTIN_NODES,
     NvidiaGpu,
-    device_of_nodes,
-    device_of_rank,
-    nodes_of_targets,
+    device_node,
+    node_kind,
+    node_numbers,
     parse_nvidia_information,
+    sysfs_device_link,
 )
+from accelhost.planner.visible import by_uuid, is_uuid, visible_entries
 
 if TYPE_CHECKING:
     from accelhost.host.base import Host
     from accelhost.plans import Plan
 
 NVIDIA_GPUS = "/proc/driver/nvidia/gpus"
-# Where the kernel says which PCI device a render / accel node belongs to.
-_SYSFS_CLASS = {"render": "/sys/class/drm/renderD{n}", "accel": "/sys/class/accel/accel{n}"}
+_TRAILING_NUMBER = re.compile("(?<![0-9])[0-9]{1,5}$")
 
 
 def _host(host: Host | None) -> Host:
@@ -36,6 +49,156 @@ def _host(host: Host | None) -> Host:
     from accelhost.host.live import live_host
 
     return live_host()
+
+
+@dataclass(frozen=True)
+class Identified:
+    """A device id and, in words, how it was found (printed, and in --json)."""
+
+    device: int
+    how: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"device": self.device, "how": self.how}
+
+    def line(self) -> str:
+        return f"device {self.device}: {self.how}"
+
+
+@dataclass(frozen=True)
+class HeldNode:
+    """One device node a process holds open; `number` is the id its name gives, if any."""
+
+    path: str
+    kind: str
+    number: int | None
+    pci: str | None = None
+
+
+# -- the rules (pure) ------------------------------------------------------------------
+
+
+def nodes_of_targets(targets: Iterable[str], globs: Sequence[str] = ()) -> list[HeldNode]:
+    """The device nodes among a process's fd link targets, each once, in path order.
+
+    `globs` (`--device-glob`) name more nodes; their id is the number their name ends with.
+    A render node's number (128 + n) is no device id: it is known by its PCI address only.
+    """
+    found: dict[str, HeldNode] = {}
+    for target in targets:
+        if target in found:
+            continue
+        kind = node_kind(target)
+        if kind is not None:
+            name, number = kind
+            found[target] = HeldNode(target, name, None if name == "render" else number)
+            continue
+        if any(fnmatch.fnmatchcase(target, glob) for glob in globs):
+            m = _TRAILING_NUMBER.search(os.path.basename(target))
+            glob_id = int(m.group()) if m and int(m.group()) < MAX_DEVICES else None
+            found[target] = HeldNode(target, "glob", glob_id)
+    return [found[p] for p in sorted(found)]
+
+
+def device_of_nodes(
+    pid: int, nodes: Sequence[HeldNode], plan_pci: Mapping[str, int] | None = None
+) -> Identified:
+    """The one device `pid` holds; UsageError naming what it holds when that is not one.
+
+    A node whose PCI address is a plan device's `pci` is that device (the plan's own key,
+    whatever the node's number); otherwise the number in the node's name is the host id.
+    """
+    by_pci = {k.lower(): v for k, v in (plan_pci or {}).items()}
+    ids: dict[int, list[str]] = {}
+    unknown: list[str] = []
+    for node in nodes:
+        if node.pci is not None and node.pci.lower() in by_pci:
+            dev = by_pci[node.pci.lower()]
+            ids.setdefault(dev, []).append(f"{node.path} (PCI {node.pci})")
+        elif node.number is not None:
+            ids.setdefault(node.number, []).append(node.path)
+        else:
+            where = f"PCI {node.pci}, in no plan device's 'pci'" if node.pci else "no PCI address"
+            unknown.append(f"{node.path} ({where})")
+    if len(ids) == 1:
+        (dev, paths), *_ = ids.items()
+        return Identified(dev, f"process {pid} holds {', '.join(paths)} open")
+    if not ids:
+        held = f"; it holds {', '.join(unknown)}, which name no device id" if unknown else ""
+        raise UsageError(
+            f"process {pid} holds no device node ({BUILTIN_NODES}{held}): give --device N, "
+            "or --device-glob GLOB for other nodes"
+        )
+    listed = "; ".join(f"device {d}: {', '.join(p)}" for d, p in sorted(ids.items()))
+    raise UsageError(
+        f"process {pid} holds several devices ({listed}): give --device N to say which"
+    )
+
+
+def device_of_rank(
+    env: Mapping[str, str],
+    local_rank: int,
+    *,
+    family: str | None = None,
+    namespace_ids: Sequence[int] | None = None,
+    uuids: Mapping[str, int] | None = None,
+) -> Identified:
+    """The host id of the device a worker of `local_rank` uses, as the engines resolve it.
+
+    The worker's device is entry `local_rank` of the visible list (`npu:R` / `cuda:R`). An
+    entry is an ordinal among the devices this (container) namespace has: with
+    `namespace_ids` (the numbers of the device nodes present, which keep their host names)
+    entry v is the v-th of them, so host NPUs 3-7 seen as 0-4 map back to 3-7; without,
+    the entry is the host id. `GPU-<uuid>` entries are looked up in `uuids` (a unique
+    prefix is enough). No variable set: the local rank itself, as an entry.
+    """
+    if local_rank < 0:
+        raise UsageError(f"local_rank must be 0 or more, got {local_rank}")
+    name, entries = visible_entries(env, family)
+    if name is None:
+        entry = str(local_rank)
+        how = f"local rank {local_rank}; no visible-devices variable set"
+    else:
+        if local_rank >= len(entries):
+            raise UsageError(
+                f"local rank {local_rank} but {name}={env[name]} lists {len(entries)} devices"
+            )
+        entry = entries[local_rank]
+        how = f"local rank {local_rank} is entry {entry!r} of {name}={env[name]}"
+    if is_uuid(entry):
+        dev = _uuid_device(entry, uuids, name or "the visible list")
+        return Identified(dev, f"{how}, which is device {dev} by its UUID")
+    if not entry.isdigit():
+        raise UsageError(f"{name}: entry {entry!r} is neither an index nor a GPU-<uuid>")
+    visible = int(entry)
+    ns = sorted(set(namespace_ids or ()))
+    if ns and ns != list(range(len(ns))):
+        if visible >= len(ns):
+            raise UsageError(
+                f"{how}, but this namespace has only {len(ns)} devices "
+                f"(host ids {', '.join(map(str, ns))})"
+            )
+        host = ns[visible]
+        return Identified(
+            host, f"{how}: ordinal {visible} of this namespace's devices is host {host}"
+        )
+    return Identified(visible, how)
+
+
+def _uuid_device(entry: str, uuids: Mapping[str, int] | None, where: str) -> int:
+    if not uuids:
+        raise UsageError(
+            f"{where} names {entry}, and accelhost cannot map GPU UUIDs to device ids here "
+            f"(no {NVIDIA_GPUS}/*/information to read): pass device= instead"
+        )
+    hits = set(by_uuid(entry, uuids))
+    if len(hits) != 1:
+        problem = "no GPU" if not hits else "several GPUs"
+        raise UsageError(f"{where}: {entry} matches {problem} of this host: pass device=")
+    return hits.pop()
+
+
+# -- the readers (through a Host) ------------------------------------------------------
 
 
 def plan_pci(plan: Plan) -> dict[str, int]:
@@ -58,15 +221,15 @@ def held_nodes(pid: int, globs: Sequence[str] = (), host: Host | None = None) ->
     from accelhost.readers.procs import open_fds
 
     h = _host(host)
-    nodes = nodes_of_targets((open_fds(h, pid) or {}).values(), globs)
     minors: dict[int, str] | None = None
     out = []
-    for node in nodes:
+    for node in nodes_of_targets((open_fds(h, pid) or {}).values(), globs):
         pci: str | None = None
-        if node.kind in _SYSFS_CLASS:
-            number = os.path.basename(node.path).removeprefix("renderD").removeprefix("accel")
-            link = h.read_link(_SYSFS_CLASS[node.kind].format(n=number) + "/device")
-            pci = os.path.basename(link).lower() if link else None
+        kind = node_kind(node.path)
+        link = sysfs_device_link(*kind) if kind is not None else None
+        if link is not None:
+            target = h.read_link(link)
+            pci = os.path.basename(target).lower() if target else None
         elif node.kind == "nvidia" and node.number is not None:
             if minors is None:
                 minors = {g.minor: g.pci for g in nvidia_gpus(h) if g.minor is not None}
@@ -89,21 +252,15 @@ def namespace_ids(family: str | None, host: Host) -> list[int]:
     Container runtimes mount a host's /dev/davinci3 as /dev/davinci3: these numbers are
     host ids, and the runtime numbers them 0, 1, ... in this order.
     """
-    from accelhost.family import ASCEND_FAMILIES
-
     if family in ASCEND_FAMILIES:
-        prefixes: tuple[str, ...] = ("davinci",)
+        kinds: tuple[str, ...] = ("davinci",)
     elif family == "nvidia":
-        prefixes = ("nvidia",)
+        kinds = ("nvidia",)
     else:
-        prefixes = ("davinci", "nvidia")
+        kinds = ("davinci", "nvidia")
     names = host.list_dir("/dev") or []
-    for prefix in prefixes:
-        ids = sorted(
-            int(n[len(prefix) :])
-            for n in names
-            if n.startswith(prefix) and n[len(prefix) :].isdigit()
-        )
+    for kind in kinds:
+        ids = node_numbers(names, kind)
         if ids:
             return ids
     return []
@@ -117,17 +274,12 @@ def device_of_local_rank(
 ) -> Identified:
     """The host id (a plan key) of the device worker `local_rank` of this process uses."""
     h = _host(host)
-    environ = dict(os.environ) if env is None else env
     family = plan.device_type
     gpus = nvidia_gpus(h)
     by_pci = plan_pci(plan)
-    uuids = {
-        g.uuid: by_pci.get(g.pci, g.minor)
-        for g in gpus
-        if g.uuid is not None and (g.pci in by_pci or g.minor is not None)
-    }
+    uuids = {g.uuid: by_pci.get(g.pci, g.minor) for g in gpus if g.uuid is not None}
     found = device_of_rank(
-        environ,
+        dict(os.environ) if env is None else env,
         local_rank,
         family=family,
         namespace_ids=namespace_ids(family, h),
@@ -137,9 +289,8 @@ def device_of_local_rank(
     pci = {g.minor: g.pci for g in gpus}.get(found.device)
     if pci is not None and pci in by_pci and by_pci[pci] != found.device:
         dev = by_pci[pci]
-        return Identified(
-            dev, f"{found.how}; /dev/nvidia{found.device} is {pci}, plan device {dev}"
-        )
+        node = device_node("nvidia", found.device)
+        return Identified(dev, f"{found.how}; {node} is {pci}, plan device {dev}")
     return found
 
 
@@ -148,8 +299,6 @@ def device_for_command(
 ) -> Identified:
     """`bind`/`verify --pid P` without --device: the device P holds, joined to the plan
     file's `pci` when it has them (when planning this host, the node's number)."""
-    from accelhost.errors import ApplyError
-
     h = _host(host)
     if h.list_dir(f"/proc/{pid}") is None:
         raise ApplyError(f"process {pid} does not exist")

@@ -12,10 +12,13 @@ field): same objects, equal to the ones the dataclass constructors make, in half
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from accelhost.cpulist import format_cpulist
+
+if TYPE_CHECKING:
+    from accelhost.apply.identity import Identified
 
 # Outcomes. `noop` is a success that changed nothing (e.g. memory on a one-node host).
 PLANNED = "planned"
@@ -244,20 +247,37 @@ def step_result(step: Step, status: str, detail: str = "") -> StepResult:
     return result
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ApplyReport:
-    """What a bind (or dry run) did, step by step, with the warnings given before it."""
+    """What a bind (or dry run) did, step by step, with the warnings given before it.
 
-    results: tuple[StepResult, ...]
+    Built by keyword, or `ApplyReport.skip` for a bind that did nothing (a skipped bind is
+    not ok: it exits 1, so a worker or a script never reads "done" where nothing was).
+    """
+
+    results: tuple[StepResult, ...] = ()
     warnings: tuple[str, ...] = ()
     dry_run: bool = False
     device: int | None = None
     pid: int | None = None
     skipped: str | None = None
-    notes: tuple[str, ...] = field(default_factory=tuple)
-    # How the device was found when it was not given (`{"device": N, "how": ...}`), so that
-    # every entry point's `--json` / `to_dict()` has the same fields; None when given.
-    device_found: dict[str, Any] | None = None
+    notes: tuple[str, ...] = ()
+    # How the device was found when it was not given, so that every entry point's
+    # `--json` / `to_dict()` has the same fields; None when given.
+    device_found: Identified | None = None
+
+    @classmethod
+    def skip(
+        cls,
+        why: str,
+        *,
+        device: int | None,
+        pid: int | None,
+        dry_run: bool = False,
+        device_found: Identified | None = None,
+    ) -> ApplyReport:
+        """A bind that changed nothing, and why (the ARM policy, a bad plan, ...)."""
+        return cls(dry_run=dry_run, device=device, pid=pid, skipped=why, device_found=device_found)
 
     @property
     def failed(self) -> list[StepResult]:
@@ -265,10 +285,13 @@ class ApplyReport:
 
     @property
     def exit_status(self) -> int:
-        """0 when every step succeeded, 2 when some failed, 1 when none succeeded.
+        """0 when every step succeeded, 2 when some failed, 1 when none succeeded or the
+        bind was skipped.
 
         In a dry run a step that cannot be prepared counts as a failure to come.
         """
+        if self.skipped is not None:
+            return EXIT_NOTHING
         if self.dry_run:
             bad = sum(isinstance(r.step, Unresolved) for r in self.results)
             return EXIT_PARTIAL if bad else EXIT_OK
@@ -289,6 +312,7 @@ class ApplyReport:
         return out
 
     def to_dict(self) -> dict[str, Any]:
+        found = self.device_found
         return {
             "dry_run": self.dry_run,
             "device": self.device,
@@ -298,5 +322,5 @@ class ApplyReport:
             "notes": list(self.notes),
             "steps": [r.to_dict() for r in self.results],
             "exit_status": self.exit_status,
-            "device_found": self.device_found,
+            "device_found": found.to_dict() if found is not None else None,
         }

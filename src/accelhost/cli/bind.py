@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from accelhost.cli.bind_args import (
@@ -137,14 +136,11 @@ def _quiet_library_log() -> None:
 def _print_report(args: argparse.Namespace, rep: ApplyReport, out: Any = None) -> None:
     """The report as JSON or lines; the same for bind, exec and unbind, dry run or not."""
     stream = out or sys.stdout
-    found = getattr(args, "device_found", None)
-    if found and rep.device_found is None:
-        rep = replace(rep, device_found=found)
     if args.json:
         print_json(rep.to_dict(), stream)
         return
-    if found:
-        print(f"device {found['device']}: {found['how']}", file=stream)
+    if rep.device_found is not None:
+        print(rep.device_found.line(), file=stream)
     warn(rep.warnings)
     if rep.skipped is not None:
         print(f"accelhost: {rep.skipped}", file=sys.stderr)
@@ -168,7 +164,7 @@ def cmd_bind(args: argparse.Namespace) -> int:
     if args.pid is None and not args.irq_only:
         raise UsageError("--pid PID is required (or --irq-only to bind the device's IRQs only)")
     roles = thread_roles(args)
-    device = device_of(args, "bind")
+    device, found = device_of(args, "bind")
     if args.pid is not None and not args.irq_only and not os.path.isdir(f"/proc/{args.pid}"):
         raise ApplyError(f"process {args.pid} does not exist")
     plan = load_plan(args, device)
@@ -187,7 +183,9 @@ def cmd_bind(args: argparse.Namespace) -> int:
     )
     _quiet_library_log()
     # The CLI binds on any architecture: naming the process is the override.
-    rep = driver.bind(plan, device, options, roles=roles, dry_run=args.dry_run, any_arch=True)
+    rep = driver.bind(
+        plan, device, options, roles=roles, dry_run=args.dry_run, any_arch=True, found=found
+    )
     _print_report(args, rep)
     return rep.exit_status
 
@@ -201,14 +199,14 @@ def cmd_exec(args: argparse.Namespace) -> int:
     if not argv:
         raise UsageError("no command to run: accelhost exec --device N -- COMMAND [ARG...]")
     roles = thread_roles(args)
-    device = device_of(args, "exec")
+    device, _ = device_of(args, "exec")
     plan = load_plan(args, device)
     options = bind_options(
         args, membind=args.membind, memory=not args.no_memory, irq=not args.no_irq
     )
     _quiet_library_log()
-    rep = driver.exec_report(
-        plan, device, argv, options, roles=roles, dry_run=args.dry_run, any_arch=True
+    rep = driver.bind(
+        plan, device, options, argv=argv, roles=roles, dry_run=args.dry_run, any_arch=True
     )
     if args.dry_run:
         _print_report(args, rep)
@@ -230,10 +228,11 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from accelhost.apply.driver import with_roles
+    from accelhost.apply.hostcheck import refuse_foreign
     from accelhost.apply.verify import verify
 
     roles = thread_roles(args)
-    device = device_of(args, "verify")
+    device, found = device_of(args, "verify")
     if args.pid is not None and not os.path.isdir(f"/proc/{args.pid}"):
         raise ApplyError(f"process {args.pid} does not exist")
     plan = with_roles(load_plan(args, device), device, roles)
@@ -243,13 +242,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
             + (", and --no-irq was given)" if args.no_irq else ")")
         )
     options = bind_options(args, pid=args.pid, irq=not args.no_irq)
+    refuse_foreign(plan, options.allow_foreign)
     rep = verify(plan, device, options)
-    found = getattr(args, "device_found", None)
     if args.json:
-        print_json({**rep.to_dict(), **({"device_found": found} if found else {})})
+        print_json({**rep.to_dict(), **({"device_found": found.to_dict()} if found else {})})
     else:
         if found:
-            print(f"device {found['device']}: {found['how']}")
+            print(found.line())
         for line in rep.lines():
             print(line)
     return rep.exit_status
@@ -281,6 +280,12 @@ def cmd_unbind(args: argparse.Namespace) -> int:
         notes += p.notes
     _quiet_library_log()
     results = plan_only(steps) if args.dry_run else execute(steps)
-    rep = ApplyReport(tuple(results), (), args.dry_run, device, args.pid, None, tuple(notes))
+    rep = ApplyReport(
+        results=tuple(results),
+        dry_run=args.dry_run,
+        device=device,
+        pid=args.pid,
+        notes=tuple(notes),
+    )
     _print_report(args, rep)
     return rep.exit_status

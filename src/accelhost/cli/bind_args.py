@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR
 from accelhost.apply.irqbalance import MODES as IRQBALANCE_MODES
-from accelhost.cli.common import add_device_option, one_device, pci_from_args
+from accelhost.cli.common import add_device_option, add_force_option, one_device, pci_from_args
 from accelhost.cli.plan import add_device_type_option
-from accelhost.errors import ApplyError, UsageError
+from accelhost.errors import UsageError
 from accelhost.planner.roles import ROLE_HELP, ROLE_METAVAR
 
 if TYPE_CHECKING:
     from accelhost.apply.build import BindOptions
+    from accelhost.apply.identity import Identified
     from accelhost.planner.roles import RoleSpec
     from accelhost.plans import Plan
 
@@ -37,6 +38,7 @@ def plan_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="a plan from `accelhost plan --json` (or hand-written); default: plan this host now",
     )
+    add_force_option(p)
     # Optional at parse time: a command that still needs it says so (`give --device`).
     add_device_option(
         p,
@@ -128,8 +130,9 @@ def thread_roles(args: argparse.Namespace) -> list[RoleSpec]:
     return [parse_role_spec(text) for text in getattr(args, "thread_role", ())]
 
 
-def device_of(args: argparse.Namespace, what: str) -> int:
-    """The one device the command applies to; UsageError when none (or several) is given."""
+def device_of(args: argparse.Namespace, what: str) -> tuple[int, Identified | None]:
+    """The one device the command applies to, and how it was found when it was not given;
+    UsageError when none (or several) is given."""
     device = one_device(args, what)
     if (
         device is None
@@ -140,11 +143,10 @@ def device_of(args: argparse.Namespace, what: str) -> int:
         from accelhost.apply.identity import device_for_command
 
         found = device_for_command(args.pid, args.plan, args.device_glob)
-        args.device_found = found.to_dict()
-        return found.device
+        return found.device, found
     if device is None:
         raise UsageError(f"give --device N (the device whose plan to {what.split()[-1]})")
-    return device
+    return device, None
 
 
 def load_plan(args: argparse.Namespace, device: int) -> Plan:
@@ -158,10 +160,7 @@ def load_plan(args: argparse.Namespace, device: int) -> Plan:
 
     if args.plan:
         return load(args.plan)
-    try:
-        from accelhost.api import plan_for_device
-    except ImportError:
-        raise ApplyError("no planner in this installation: pass --plan FILE") from None
+    from accelhost.api import plan_for_device
     from accelhost.apply.traps import narrowed_warning
     from accelhost.host import read_once
     from accelhost.host.live import live_host
@@ -191,6 +190,7 @@ def bind_options(args: argparse.Namespace, **kw: Any) -> BindOptions:
         host_root=getattr(args, "host_root", "/") or "/",
         irqbalance=getattr(args, "irqbalance", "stop"),
         state_dir=getattr(args, "state_dir", None) or DEFAULT_STATE_DIR,
+        allow_foreign=getattr(args, "force", False),
         **kw,
     )
 

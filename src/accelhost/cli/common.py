@@ -84,6 +84,16 @@ def add_grace_option(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
+def add_force_option(parser: argparse.ArgumentParser) -> None:
+    """`--force`: bind, exec, verify and run --bind apply a plan made for another host."""
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="apply a --plan made for another host (one whose CPUs, NUMA nodes or devices "
+        "are not this host's; refused without it)",
+    )
+
+
 def add_snapshot_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--snapshot",

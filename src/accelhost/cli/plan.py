@@ -82,9 +82,9 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     pci = pci_from_args(args)
     roles = []
     if args.thread_role:
-        from accelhost.planner.roles import parse_thread_role
+        from accelhost.planner.roles import parse_role_spec
 
-        roles = [parse_thread_role(text) for text in args.thread_role]
+        roles = [parse_role_spec(text) for text in args.thread_role]
     if args.reserve_irq < 0:
         raise UsageError("--reserve-irq must be 0 or more")
     return plan(

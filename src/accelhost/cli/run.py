@@ -12,7 +12,12 @@ import contextlib
 import sys
 from typing import Any
 
-from accelhost.cli.common import add_device_option, add_grace_option, one_device
+from accelhost.cli.common import (
+    add_device_option,
+    add_force_option,
+    add_grace_option,
+    one_device,
+)
 from accelhost.errors import UsageError
 
 DESCRIPTION = (
@@ -106,6 +111,7 @@ def register(subparsers: Any) -> None:
         help="with --bind: bind Ascend plans on non-ARM hosts too (default: skip, as the "
         "reference does)",
     )
+    add_force_option(p)
     p.add_argument(
         "--bind-delay",
         type=float,
@@ -211,12 +217,12 @@ def handler(args: argparse.Namespace) -> int:
         from accelhost.supervisor.integrations import bind_plan
 
         device, plan = bind_plan(
-            facts_host, args.bind, args.plan, args.thread_role, args.any_arch, log
+            facts_host, args.bind, args.plan, args.thread_role, args.any_arch, log, args.force
         )
         if plan is not None:  # None: skipped on this architecture, and said so
             bind = BindRequest(device, plan, args.bind_delay)
-    elif args.plan or args.thread_role or args.any_arch:
-        raise UsageError("--plan, --thread-role and --any-arch go with --bind DEVICE")
+    elif args.plan or args.thread_role or args.any_arch or args.force:
+        raise UsageError("--plan, --thread-role, --any-arch and --force go with --bind DEVICE")
     options = SupervisorOptions(
         argv=argv,
         grace_s=args.grace,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
+from accelhost.parsers.devnodes import VENDOR_KIND, device_node
 from accelhost.parsers.nvidia_smi import QUERY_GPU_ARGV, parse_query_gpu
 from accelhost.parsers.nvidia_smi_memory import (
     APPS_QUERY,
@@ -47,7 +48,7 @@ class DeviceMemory:
     @property
     def node(self) -> str:
         """The device node its users open (`/dev/davinciN`, `/dev/nvidiaN`)."""
-        return f"/dev/{'davinci' if self.vendor == 'ascend' else 'nvidia'}{self.index}"
+        return device_node(VENDOR_KIND[self.vendor], self.index)
 
     @property
     def free_mib(self) -> int | None:

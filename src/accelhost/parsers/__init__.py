@@ -10,6 +10,8 @@ What lives where: `lscpu` (CPU -> node, threads per core); `procstatus`
 fields); `sysfs` (PCI addresses, NUMA node ids, cache dirs, cgroup cpuset paths);
 `npusmi_map`, `npusmi_info`, `npusmi_topo`, `npusmi_board` (the npu-smi queries);
 `nvidia_smi` (GPU list, `topo -m`), `nvidia_smi_memory` (memory and compute apps);
-`meminfo`, `hugepages`, `sysvipc`, `ps` (what the doctor and the 950 planner read).
+`meminfo`, `hugepages`, `sysvipc`, `ps` (what the doctor and the 950 planner read);
+`devnodes` (the one grammar of accelerator device node names, and the NVIDIA driver's
+per-GPU file).
 CPU lists themselves are parsed by `accelhost.cpulist.parse_cpulist`.
 """

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from accelhost.errors import PlanError
+from accelhost.planner.visible import visible_ids
 from accelhost.plans import UVB_THREAD, DevicePlan, HostThreads, Plan, numa_node_of
 from accelhost.topology import Topology
 
@@ -42,13 +43,6 @@ def logical_ids(topo: Topology) -> list[int]:
     return sorted({a.index for a in topo.accelerators})
 
 
-def parse_visible(value: str, name: str = "ASCEND_RT_VISIBLE_DEVICES") -> list[int]:
-    try:
-        return [int(v) for v in value.split(",") if v.strip()]
-    except ValueError:
-        raise PlanError(f"{name}={value!r} is not a comma-separated list of integers") from None
-
-
 def running_npus(topo: Topology, hint: bool = True) -> list[int]:
     """Logical NPUs with a process on them (any process on the host), ∩ visible, sorted."""
     chips_of: dict[int, dict[int, int]] = {}
@@ -75,7 +69,7 @@ def running_npus(topo: Topology, hint: bool = True) -> list[int]:
             )
         running.add(next(iter(chips.values())))
     if topo.visible_env is not None and topo.visible_env.strip():
-        running &= set(parse_visible(topo.visible_env))
+        running &= set(visible_ids(topo.visible_env))
     if not running:
         raise PlanError(NO_RUNNING + (NO_RUNNING_HINT if hint else ""))
     return sorted(running)

@@ -42,16 +42,6 @@ class RoleSpec(NamedTuple):
     ncpus: int = 0
     cpus: tuple[int, ...] = ()
 
-    @classmethod
-    def of(cls, role: RoleSpec | ThreadRole | tuple[str, str, int]) -> RoleSpec:
-        """A ThreadRole is a CPULIST role; a (name, pattern, count) tuple a COUNT role."""
-        if isinstance(role, RoleSpec):
-            return role
-        if isinstance(role, ThreadRole):
-            return cls(role.name, role.pattern, 0, tuple(role.cpus))
-        name, pattern, count = role
-        return cls(name, pattern, count)
-
 
 def parse_role_spec(text: str) -> RoleSpec:
     """`NAME=PATTERN:COUNT` or `NAME=PATTERN@CPULIST`; UsageError saying what is wrong.
@@ -93,10 +83,6 @@ def parse_role_spec(text: str) -> RoleSpec:
     return RoleSpec(name, pattern, int(count_text))
 
 
-# The name `plan` calls it by.
-parse_thread_role = parse_role_spec
-
-
 def _pattern(text: str, usage: str) -> str:
     if not text:
         raise UsageError(f"{usage}; the pattern is empty")
@@ -111,7 +97,7 @@ def add_roles(
     plan: Plan,
     *,
     reserve_irq: int = 0,
-    thread_roles: Sequence[RoleSpec | ThreadRole | tuple[str, str, int]] = (),
+    thread_roles: Sequence[RoleSpec] = (),
     device: int | None = None,
 ) -> Plan:
     """The plan with K IRQ CPUs and the named thread roles added to each device (or only
@@ -123,7 +109,7 @@ def add_roles(
     """
     if reserve_irq < 0:
         raise PlanError(f"--reserve-irq must be 0 or more, not {reserve_irq}")
-    specs = [RoleSpec.of(r) for r in thread_roles]
+    specs = list(thread_roles)
     names: list[str] = []
     for spec in specs:
         if spec.ncpus < 1 and not spec.cpus:

@@ -1,56 +1,128 @@
-"""Which GPUs a process sees, and in what order: `CUDA_VISIBLE_DEVICES` as CUDA reads it.
+"""Which devices a process sees, and in what order: the visible-devices variables.
 
-The order matters: entry i is what the process calls `cuda:i`, and torchrun ranks the GPUs
-of a NUMA node by that ordinal.
+The one reading of ASCEND_RT_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES (indices and
+`GPU-<uuid>`), HIP_VISIBLE_DEVICES over ROCR_VISIBLE_DEVICES and NEURON_RT_VISIBLE_CORES,
+and the one GPU UUID lookup. The order matters: entry i is what the process calls
+`cuda:i` / `npu:i`, torchrun ranks the GPUs of a NUMA node by that ordinal, and a worker of
+local rank R uses entry R (`accelhost.apply.identity`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
-from accelhost.errors import PlanError
+from accelhost.errors import PlanError, UsageError
+from accelhost.family import ASCEND_FAMILIES
 from accelhost.topology import Accelerator
+
+T = TypeVar("T")
+
+CUDA = "CUDA_VISIBLE_DEVICES"
+ASCEND = "ASCEND_RT_VISIBLE_DEVICES"
+HIP = "HIP_VISIBLE_DEVICES"
+ROCR = "ROCR_VISIBLE_DEVICES"
+NEURON = "NEURON_RT_VISIBLE_CORES"
+# Which variable selects the devices a runtime sees, by plan family; for a plan of no
+# family (hand-written) the first one set, in this order.
+VISIBLE_VARS: dict[str, tuple[str, ...]] = {
+    "ascend": (ASCEND,),
+    "nvidia": (CUDA,),
+    "any": (ASCEND, CUDA, HIP, ROCR, NEURON),
+}
+_RANGE = re.compile(r"(\d+)-(\d+)")
+
+
+def visible_vars(family: str | None) -> tuple[str, ...]:
+    if family in ASCEND_FAMILIES:
+        return VISIBLE_VARS["ascend"]
+    if family == "nvidia":
+        return VISIBLE_VARS["nvidia"]
+    return VISIBLE_VARS["any"]
+
+
+def parse_visible(name: str, text: str) -> list[str]:
+    """Entries of a visible-devices variable; Neuron's `0-3` ranges expanded (bounded)."""
+    out: list[str] = []
+    for raw in text.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        m = _RANGE.fullmatch(entry)
+        if m and name == NEURON:
+            lo, hi = int(m.group(1)), int(m.group(2))
+            if hi < lo or hi - lo > 4096:
+                raise UsageError(f"{name}={text}: bad range {entry!r}")
+            out.extend(str(i) for i in range(lo, hi + 1))
+        else:
+            out.append(entry)
+    return out
+
+
+def visible_ids(text: str, name: str = ASCEND) -> list[int]:
+    """A list of device ids (ASCEND_RT_VISIBLE_DEVICES as the Ascend planner reads it)."""
+    try:
+        return [int(v) for v in parse_visible(name, text)]
+    except ValueError:
+        raise PlanError(f"{name}={text!r} is not a comma-separated list of integers") from None
+
+
+def visible_entries(env: Mapping[str, str], family: str | None) -> tuple[str | None, list[str]]:
+    """(the variable that decides, its entries), or (None, []) when none is set.
+
+    ROCm applies ROCR_VISIBLE_DEVICES first, then HIP_VISIBLE_DEVICES indexes into it.
+    """
+    for name in visible_vars(family):
+        value = env.get(name, "")
+        if not value.strip():
+            continue
+        entries = parse_visible(name, value)
+        rocr = env.get(ROCR, "")
+        if name != HIP or not rocr.strip():
+            return name, entries
+        under = parse_visible(ROCR, rocr)
+        for h in entries:
+            if not h.isdigit() or int(h) >= len(under):
+                raise UsageError(f"{HIP} entry {h!r} is not an index into {ROCR}={rocr}")
+        return name, [under[int(h)] for h in entries]
+    return None, []
+
+
+def is_uuid(entry: str) -> bool:
+    return entry.upper().startswith(("GPU-", "MIG-"))
+
+
+def by_uuid(entry: str, uuids: Mapping[str, T]) -> list[T]:
+    """What the GPUs whose UUID starts with `entry` map to (a unique prefix is enough)."""
+    wanted = entry.lower()
+    return [value for uuid, value in uuids.items() if uuid.lower().startswith(wanted)]
 
 
 def resolve_visible(
     env: str | None, gpus: Sequence[Accelerator]
 ) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """(GPU indices in CUDA ordinal order, messages).
+    """(GPU indices in CUDA ordinal order, messages): CUDA_VISIBLE_DEVICES as CUDA reads it.
 
-    Unset: every GPU, by index. Entries are indices or `GPU-<uuid>` (a unique prefix is
-    enough); like CUDA, the list stops at the first entry that names no GPU, with a
-    message. A GPU named twice is refused (CUDA then sees no device at all).
+    Unset: every GPU, by index. Entries are indices or `GPU-<uuid>`; like CUDA, the list
+    stops at the first entry that names no GPU, with a message. A GPU named twice is
+    refused (CUDA then sees no device at all).
     """
-    by_index = {g.index: g for g in gpus}
+    indices = sorted(g.index for g in gpus)
     if env is None:
-        return tuple(sorted(by_index)), ()
+        return tuple(indices), ()
     if not env.strip():
-        return (), ("CUDA_VISIBLE_DEVICES is empty: no GPU is visible",)
+        return (), (f"{CUDA} is empty: no GPU is visible",)
+    uuids = {g.uuid: g.index for g in gpus if g.uuid}
     out: list[int] = []
-    messages: list[str] = []
-    for raw in env.split(","):
-        entry = raw.strip()
-        index = _lookup(entry, gpus, by_index)
-        if index is None:
-            messages.append(
-                f"CUDA_VISIBLE_DEVICES={env}: {entry!r} names no GPU on this host; "
-                "CUDA ignores it and every entry after it"
+    for entry in parse_visible(CUDA, env):
+        hits = by_uuid(entry, uuids) if is_uuid(entry) else [int(entry)] if entry.isdigit() else []
+        if len(hits) != 1 or hits[0] not in indices:
+            return tuple(out), (
+                f"{CUDA}={env}: {entry!r} names no GPU on this host; "
+                "CUDA ignores it and every entry after it",
             )
-            break
-        if index in out:
-            raise PlanError(f"CUDA_VISIBLE_DEVICES={env} names GPU {index} twice")
-        out.append(index)
-    return tuple(out), tuple(messages)
-
-
-def _lookup(
-    entry: str, gpus: Sequence[Accelerator], by_index: dict[int, Accelerator]
-) -> int | None:
-    if entry.isdigit():
-        value = int(entry)
-        return value if value in by_index else None
-    if entry.upper().startswith("GPU-"):
-        wanted = entry.lower()
-        hits = [g.index for g in gpus if g.uuid and g.uuid.lower().startswith(wanted)]
-        return hits[0] if len(hits) == 1 else None
-    return None
+        if hits[0] in out:
+            raise PlanError(f"{CUDA}={env} names GPU {hits[0]} twice")
+        out.append(hits[0])
+    return tuple(out), ()

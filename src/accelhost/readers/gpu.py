@@ -211,15 +211,10 @@ def _nvml_fill(
             continue
         node, nvml_cpus = hit
         notes.append(f"GPU {acc.index}: NUMA node and CPUs from NVML (not kept in snapshots)")
-        filled = Accelerator(
-            index=acc.index,
-            pci=acc.pci,
-            uuid=acc.uuid,
+        filled = acc._replace(
             numa_node=node,
             numa_source="nvml" if node is not None else acc.numa_source,
             cpus_source="nvml" if nvml_cpus is not None else acc.cpus_source,
-            in_sysfs=acc.in_sysfs,
-            msi_irqs=acc.msi_irqs,
         )
         out.append((filled, nvml_cpus))
     return out

@@ -3,40 +3,32 @@
 Neither is reimplemented here: the preflight is `accelhost.hygiene.preflight.preflight`,
 the plan is a plan file or `accelhost.api.plan_for_device` (as `accelhost bind` plans),
 and binding is the one bind driver (`accelhost.apply.driver.bind`) that `accelhost bind
---pid` also calls: the same ARM policy, roles, retries and report. A build without them
-says so in one line.
+--pid` also calls: the same ARM policy, roles, retries and report. Both are imported on
+first use, so that `run` without these options loads neither.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from accelhost.errors import AccelhostError, ParseError, UsageError
 from accelhost.host.base import Host
+from accelhost.parsers.devnodes import node_kind
 from accelhost.readers.procs import ProcessInfo, open_fds
 
 if TYPE_CHECKING:
     from accelhost.apply.steps import ApplyReport
     from accelhost.plans import Plan
 
-_ACCEL_NODE = re.compile(r"^/dev/(?:davinci|nvidia)(\d+)$|^/dev/dri/renderD\d+$|^/dev/accel/")
-
-
-def _unavailable(option: str, exc: ImportError) -> AccelhostError:
-    return AccelhostError(f"{option} is not available in this build ({exc.name} is missing)")
-
 
 def run_preflight(host: Host, util: float, device: int | None, log: Callable[[str], None]) -> None:
     """Refuse to start (AccelhostError with the preflight's own sentence) when the engine
     would not fit; a preflight that cannot read device memory at all only warns, because
     refusing to start an engine over a missing vendor tool would be an outage of our own."""
-    try:
-        from accelhost.hygiene.preflight import preflight
-    except ImportError as exc:
-        raise _unavailable("--expect-util", exc) from None
+    from accelhost.hygiene.preflight import preflight
+
     report = preflight(host, util, device)
     if report.status == "FAIL":
         raise AccelhostError(f"preflight: {report.reason}")
@@ -53,11 +45,13 @@ def bind_plan(
     role_texts: Sequence[str],
     any_arch: bool,
     log: Callable[[str], None],
+    allow_foreign: bool = False,
 ) -> tuple[int, Plan | None]:
     """`--bind DEVICE [--plan FILE] [--thread-role ...]`: the device and the plan to apply,
-    made before the engine starts so a host that cannot be planned for (PlanError) or a bad
-    option (UsageError) is refused up front, not discovered minutes later. The plan is None
-    when the ARM policy skips it (said through `log`)."""
+    made before the engine starts so a host that cannot be planned for (PlanError), a plan
+    file made for another host (ApplyError, unless `allow_foreign`) or a bad option
+    (UsageError) is refused up front, not discovered minutes later. The plan is None when
+    the ARM policy skips it (said through `log`)."""
     from accelhost.cpulist import parse_device_list
 
     try:
@@ -67,20 +61,18 @@ def bind_plan(
     if len(ids) != 1:
         raise UsageError(f"run: --bind takes one device, got {device_text!r}")
     device = ids[0]
-    try:
-        from accelhost.apply import driver
-        from accelhost.planner.roles import parse_role_spec
-        from accelhost.plans import load_plan
-    except ImportError as exc:
-        raise _unavailable("--bind", exc) from None
+    from accelhost.apply import driver
+    from accelhost.apply.hostcheck import refuse_foreign
+    from accelhost.planner.roles import parse_role_spec
+    from accelhost.plans import load_plan
+
     roles = [parse_role_spec(text) for text in role_texts]
     if plan_file:
         the_plan = load_plan(plan_file)
+        refuse_foreign(the_plan, allow_foreign)  # a plan made now is of the host it reads
     else:
-        try:
-            from accelhost.api import plan_for_device
-        except ImportError as exc:
-            raise _unavailable("--bind", exc) from None
+        from accelhost.api import plan_for_device
+
         # as `accelhost bind` plans: the host's plan, else one for this device alone
         the_plan = plan_for_device(host, device)
     # PlanError naming the planned devices when it is not there, or a role that cannot fit.
@@ -101,10 +93,10 @@ def holders_of_device(host: Host, tree: dict[int, ProcessInfo], device: int) -> 
     for pid, info in tree.items():
         if info.state == "Z":
             continue
-        nodes = [t for t in (open_fds(host, pid) or {}).values() if _ACCEL_NODE.match(t)]
+        nodes = [k for k in map(node_kind, (open_fds(host, pid) or {}).values()) if k is not None]
         if not nodes:
             continue
-        if any(t.endswith(f"davinci{device}") or t.endswith(f"nvidia{device}") for t in nodes):
+        if any(kind in ("davinci", "nvidia") and n == device for kind, n in nodes):
             exact.append(pid)
         else:
             other.append(pid)
@@ -138,7 +130,9 @@ def bind_tree(
     log(f"--bind: binding pid(s) {', '.join(map(str, pids))} to device {device} ({reason})")
     reports = []
     for n, pid in enumerate(pids):
-        opts = BindOptions(pid=pid, irq=n == 0, host_threads=n == 0)
+        # the plan's host was checked by `bind_plan`, before the start (a plan made from
+        # --snapshot is of the host the user named)
+        opts = BindOptions(pid=pid, irq=n == 0, host_threads=n == 0, allow_foreign=True)
         try:
             report = driver.bind(plan, device, opts, any_arch=True, host=host)
         except (AccelhostError, OSError) as exc:
