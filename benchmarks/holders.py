@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 from accelhost.host.live import LiveHost
-from accelhost.hygiene.facts import read_facts, scan_device_holders
+from accelhost.hygiene.devices import scan_device_holders
+from accelhost.hygiene.facts import read_facts
 from accelhost.hygiene.options import BUILTIN_DEVICE_GLOBS, HygieneOptions
 
 EXTRA = 1000

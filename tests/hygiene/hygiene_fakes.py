@@ -62,10 +62,11 @@ class FakeHost:
         self.files[f"/proc/{pid}/status"] = (
             f"Name:\t{name}\nState:\t{state}\nPid:\t{pid}\nPPid:\t{ppid}\nCapPrm:\t0\n"
         )
-        if fds:
-            self.dirs[f"/proc/{pid}/fd"] = sorted(str(n) for n in fds)
-            for n, target in fds.items():
-                self.links[f"/proc/{pid}/fd/{n}"] = target
+        # as root records them: every process's fd directory and (shared) maps are read
+        self.dirs[f"/proc/{pid}/fd"] = sorted(str(n) for n in fds or {})
+        self.files.setdefault(f"/proc/{pid}/maps", "")
+        for n, target in (fds or {}).items():
+            self.links[f"/proc/{pid}/fd/{n}"] = target
         if environ is not None:
             self.files[f"/proc/{pid}/environ"] = "".join(f"{k}={v}\0" for k, v in environ.items())
         self.pids.append(pid)

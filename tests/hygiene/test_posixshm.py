@@ -235,8 +235,23 @@ def test_sibling_window_is_a_few_seconds() -> None:
     assert not near.leaked and "born with" in near.reason
     far = judge_shm_file(f, scan, 1e9, 60.0, "vLLM", [1000.0 + SIBLING_WINDOW_S + 0.5])
     assert far.leaked
-    unknown_birth = ShmFile("/dev/shm/sem.mp-y", 32, 4096, 0, "root", 0.0, 0.0)
-    assert judge_shm_file(unknown_birth, scan, 1e9, 60.0, "vLLM", [0.0, 5.0]).leaked
+
+
+def test_a_missing_birth_time_beside_a_held_file_cannot_be_judged() -> None:
+    """Without a birth time (a kernel that keeps none, a recording made without it) an
+    unheld file beside a held one may be a live server's semaphore: "cannot tell", never
+    leaked, live or replayed. With no held file in the directory the rule needs no birth."""
+    scan = HeldScan(frozenset(), frozenset(), ())
+    no_birth = ShmFile("/dev/shm/sem.mp-y", 32, 4096, 0, "root", 0.0, 0.0)
+    beside = judge_shm_file(no_birth, scan, 1e9, 60.0, "vLLM", [0.0, 5.0])
+    assert not beside.leaked and beside.blocked and "birth" in beside.reason
+    assert judge_shm_file(no_birth, scan, 1e9, 60.0, "vLLM", []).leaked
+    born = ShmFile("/dev/shm/sem.mp-z", 32, 4096, 0, "root", 0.0, 0.0, birth=100.0)
+    held_unborn = judge_shm_file(born, scan, 1e9, 60.0, "vLLM", [None])
+    assert held_unborn.blocked and not held_unborn.leaked
+    # a young file is simply young, whatever is missing
+    young = judge_shm_file(no_birth, scan, 30.0, 60.0, "vLLM", [None])
+    assert not young.blocked and "under 60 s" in young.reason
 
 
 def test_unreadable_process_blocks_the_verdict() -> None:
@@ -373,8 +388,8 @@ def _shm_fake(readable: bool):  # type: ignore[no-untyped-def]
     fake.shm_file("psm_held", 160000000, 8192, old, 77)
     fake.shm_file("psm_left", 160000000, 8192, old, 78)
     fake.files["/proc/50/maps"] = "7f00-7f10 rw-s 00000000 00:1a 77 /dev/shm/psm_held\n"
-    for pid in (1, 900) if readable else (900,):
-        fake.files[f"/proc/{pid}/maps"] = ""
+    if not readable:
+        del fake.files["/proc/1/maps"]  # pid 1's mappings closed to the reader
     for pid in (1, 50, 900):
         fake.dirs.setdefault(f"/proc/{pid}/fd", [])
     return fake

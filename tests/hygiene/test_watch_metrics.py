@@ -93,8 +93,8 @@ def test_registry_is_per_watch_and_devices_come_from_the_snapshot() -> None:
     assert 'accelhost_device_memory_used_bytes{device="npu0"} 6.294601728e+10' in text
     assert 'accelhost_device_memory_total_bytes{device="npu7"}' in text
     assert "accelhost_device_memory_unattributed_bytes" in text
-    # a source not recorded is UNKNOWN, and exports no sample
-    assert 'accelhost_check_status{check="shared_memory",state="UNKNOWN"} 1.0' in text
+    # a source not in the recording is SKIP (never OK), and exports no sample
+    assert 'accelhost_check_status{check="shared_memory",state="SKIP"} 1.0' in text
     assert "accelhost_shm_leaked_bytes" not in text
     assert "accelhost_" not in generate_latest(REGISTRY).decode()
     assert "accelhost_watch_runs_total 0.0" in generate_latest(b.registry).decode()

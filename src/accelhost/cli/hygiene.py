@@ -29,6 +29,7 @@ from accelhost.cli.hygiene_options import (
     hygiene_options,
 )
 from accelhost.errors import AccelhostError, UsageError
+from accelhost.hygiene.capabilities import help_epilog
 from accelhost.hygiene.journal import DEFAULT_JOURNAL
 from accelhost.hygiene.report import CHECK_NAMES
 
@@ -44,6 +45,7 @@ def register(subparsers: Any) -> None:
         "held by nothing, leaked shared memory (SysV and /dev/shm), HugePages, preflight, "
         "host tuning. Exit 0 healthy (OK/WARN), 1 a problem (FAIL), 2 could not tell "
         "(a check could not run, or a bad command line).",
+        epilog=help_epilog("doctor"),
     )
     add_common(doctor)
     add_preflight(doctor)
@@ -67,6 +69,7 @@ def register(subparsers: Any) -> None:
         "clean",
         help="remove orphan engines and leaked shared memory (dry run unless --yes)",
         description="Show what would be removed and why; with --yes, do it, journaled.",
+        epilog=help_epilog("clean"),
     )
     add_common(clean, min_age_alias=True)
     add_json_option(clean)
@@ -114,6 +117,7 @@ def register(subparsers: Any) -> None:
         description="Keep watching: log check changes as JSON lines, serve metrics, and "
         "with --auto-clean remove orphans and leaked shared memory past a threshold "
         "(never a tree whose engine frontend lives).",
+        epilog=help_epilog("watch"),
     )
     add_common(watch)
     add_preflight(watch)

@@ -11,11 +11,14 @@ child it starts (spawn, subreaper, namespaces, its cgroup); nothing else changes
 machine (accelhost's own files and a pipeline's own workers are not the machine).
 
 What lives where: `options` (what to look for), `facts` (read once through the host
-door) with `devices` (device memory from npu-smi / nvidia-smi), `engines` (the engine
+door) with `devices` (device memory from npu-smi / nvidia-smi, and who has a device node
+open), `engines` (the engine
 catalog: frontends and children), `rules` (what is an orphan, what leaked), `checks`,
 `posix_check` (the /dev/shm leak rule), `tuning`, `preflight` (the verdicts),
 `evidence`, `report`, `render` and `text` (what is shown), `actions`, `cleaner`,
-`stopper` and `journal` (what `clean` does), `watch` (the loop and its metrics).
+`stopper` and `journal` (what `clean` does), `watch` (the loop and its metrics),
+`capabilities` (which Linux capabilities each check and each clean action needs: the one
+table the docs, `--help` and contrib/ are checked against).
 """
 
 from __future__ import annotations

@@ -17,15 +17,21 @@ from accelhost.hygiene.evidence import (
     segment_evidence,
     unknown,
 )
-from accelhost.hygiene.facts import HostFacts
+from accelhost.hygiene.facts import NOT_RECORDED, HostFacts
 from accelhost.hygiene.options import HygieneOptions, is_control_node
-from accelhost.hygiene.posix_check import check_posix_shm
+from accelhost.hygiene.posix_check import (
+    check_posix_shm,
+    not_in_recording,
+    privileged_note,
+    unreadable_evidence,
+)
 from accelhost.hygiene.preflight import DevicePreflight, device_holders_of, preflight_from_facts
 from accelhost.hygiene.report import (
     CHECK_NAMES,
     FAIL,
     OK,
     SKIP,
+    UNKNOWN,
     WARN,
     CheckResult,
     DoctorReport,
@@ -35,14 +41,25 @@ from accelhost.hygiene.text import human_bytes
 from accelhost.hygiene.tuning import check_host_tuning
 
 
+def _unreadable(facts: HostFacts) -> frozenset[int]:
+    """Live processes whose open files this reader could not see (they may hold anything)."""
+    return frozenset(facts.shm_held.unreadable) if facts.shm_held is not None else frozenset()
+
+
 def check_orphan_engines(facts: HostFacts, options: HygieneOptions) -> CheckResult:
     name = "orphan_engines"
     if facts.processes is None:
-        return unknown(name, facts.errors.get("processes", "no process table"))
+        return not_in_recording(facts, name)
     orphans = find_orphans(facts.processes, facts.self_pid, options)
     if not orphans:
         return CheckResult(name, OK, "no engine process outlived its launcher")
-    evidence = tuple(orphan_evidence(o, facts) for o in orphans)
+    blind = _unreadable(facts)
+    evidence = tuple(
+        {**orphan_evidence(o, facts), "open_files_unreadable": True}
+        if o.proc.pid in blind
+        else orphan_evidence(o, facts)
+        for o in orphans
+    )
     stuck = [o.proc.pid for o in orphans if o.proc.is_uninterruptible]
     fix = (
         "accelhost clean --yes (SIGTERM to each orphan and its descendants, SIGKILL after --grace)"
@@ -50,10 +67,12 @@ def check_orphan_engines(facts: HostFacts, options: HygieneOptions) -> CheckResu
     if stuck:
         fix += f"; pids {' '.join(map(str, stuck))} are in D state: they need a device reset"
     held = [o for o in orphans if facts.device_fds.get(o.proc.pid)]
+    unseen = [o for o in orphans if o.proc.pid in blind]
     return CheckResult(
         name,
         FAIL,
-        f"{len(orphans)} orphan engine process(es), {len(held)} holding a device",
+        f"{len(orphans)} orphan engine process(es), {len(held)} holding a device"
+        + (f", {len(unseen)} whose open files cannot be read (run as root)" if unseen else ""),
         evidence,
         fix,
     )
@@ -71,7 +90,7 @@ def _holders(facts: HostFacts) -> dict[int, set[str]]:
 def check_device_holders(facts: HostFacts, options: HygieneOptions) -> CheckResult:
     name = "device_holders"
     if facts.processes is None and not facts.devices:
-        return unknown(name, facts.errors.get("processes", "no process table"))
+        return not_in_recording(facts, name)
     procs = facts.processes or {}
     regex = options.engine_regex()
     holders = _holders(facts)
@@ -107,6 +126,8 @@ def check_device_holders(facts: HostFacts, options: HygieneOptions) -> CheckResu
                 if not is_control_node(node):
                     by_device.setdefault(node, {}).setdefault(proc.pgid, []).append(pid)
     shared = {n: g for n, g in by_device.items() if len(g) > 1}
+    if facts.shm_held is not None:
+        evidence.extend(unreadable_evidence(facts.shm_held, "a device node"))
     if bad:
         return CheckResult(
             name,
@@ -125,14 +146,31 @@ def check_device_holders(facts: HostFacts, options: HygieneOptions) -> CheckResu
             name, WARN, text, tuple(evidence), "run one engine per device (one vLLM per NPU)"
         )
     count_devices = len({n for nodes in holders.values() for n in nodes})
-    return CheckResult(
-        name,
-        OK,
+    seen = (
         f"{len(holders)} process(es) hold {count_devices} device node(s)"
         if holders
-        else "no process holds a device node",
-        tuple(evidence),
-    )
+        else "no process holds a device node"
+    ) + (privileged_note(facts.shm_held) if facts.shm_held is not None else "")
+    if facts.processes is None:  # only the vendor tool's table: no open node, no state seen
+        tool = f"by the device tool's table, {seen}"
+        if not facts.live and "processes" in facts.not_recorded:
+            why = f"{NOT_RECORDED['processes']} not in this recording"
+            return CheckResult(name, SKIP, f"{why}; {tool}", tuple(evidence))
+        why = facts.errors.get("processes", "no process table")
+        return CheckResult(name, UNKNOWN, f"could not run: {why}; {tool}", tuple(evidence))
+    blind = _unreadable(facts)
+    if blind:
+        shown = " ".join(map(str, sorted(blind)[:5])) + (" ..." if len(blind) > 5 else "")
+        return CheckResult(
+            name,
+            UNKNOWN,
+            f"{seen} as far as this user can see; open files of {len(blind)} process(es) "
+            f"cannot be read (pid(s) {shown}): any may hold a device node",
+            tuple(evidence),
+            "run the doctor as root (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH) to see every "
+            "process's open files",
+        )
+    return CheckResult(name, OK, seen, tuple(evidence))
 
 
 def check_unattributed_memory(facts: HostFacts, options: HygieneOptions) -> CheckResult:
@@ -182,12 +220,15 @@ def check_unattributed_memory(facts: HostFacts, options: HygieneOptions) -> Chec
 def check_shared_memory(facts: HostFacts, options: HygieneOptions) -> CheckResult:
     name = "shared_memory"
     if facts.segments is None:
-        return unknown(name, facts.errors.get("segments", "segment table not read"))
+        return not_in_recording(facts, name, "segments")
     if facts.processes is None:
+        if not facts.live and "processes" in facts.not_recorded:
+            return not_in_recording(facts, name)
         return unknown(name, "no process table: cannot tell whether creators live")
     leaks = leaked_segments(facts.segments, facts.alive, facts.now_epoch, options.shm_min_age_s)
+    hidden = _hidden_note(facts)
     if not leaks:
-        return CheckResult(name, OK, f"{len(facts.segments)} segment(s), none leaked")
+        return CheckResult(name, OK, f"{len(facts.segments)} segment(s), none leaked{hidden}")
     total = sum(s.size for s, _ in leaks)
     huge = sum(1 for s, _ in leaks if is_hugetlb(s))
     evidence = tuple(segment_evidence(s, facts, v.reason) for s, v in leaks)
@@ -195,16 +236,29 @@ def check_shared_memory(facts: HostFacts, options: HygieneOptions) -> CheckResul
         name,
         WARN,
         f"{len(leaks)} leaked segment(s), {human_bytes(total)}"
-        + (f", {huge} HugePages-backed" if huge else ""),
+        + (f", {huge} HugePages-backed" if huge else "")
+        + hidden,
         evidence,
         "accelhost clean --yes (removes exactly these shmids, re-checked at removal)",
     )
 
 
+def _hidden_note(facts: HostFacts) -> str:
+    """What the process table does not show this reader (those are never called dead)."""
+    if facts.processes_partial:
+        return f"; {facts.processes_partial}: their segments are never called leaked"
+    if facts.hidden_pids:
+        return (
+            f"; {len(facts.hidden_pids)} process(es) hidden from this user: "
+            "segments they created or used are never called leaked"
+        )
+    return ""
+
+
 def check_hugepages(facts: HostFacts, options: HygieneOptions) -> CheckResult:
     name = "hugepages"
     if facts.hugepage_pools is None:
-        return unknown(name, facts.errors.get("hugepages", "HugePages not read"))
+        return not_in_recording(facts, name, "hugepages")
     pools = [p for p in facts.hugepage_pools if p.total > 0]
     if not pools:
         return CheckResult(name, OK, "no HugePages reserved on this host")

@@ -222,7 +222,10 @@ def figures(facts: HostFacts, options: HygieneOptions) -> dict[str, Any]:
     """The before/after numbers a person wants to see move; None where a source could not
     be read (an unread segment table is not an empty one)."""
     segs = facts.segments
-    shm = [j for j in judge_shm_files(facts, options) if j.leaked] if shm_known(facts) else None
+    judged = judge_shm_files(facts, options) if shm_known(facts) else None
+    shm = None if judged is None else [j for j in judged if j.leaked]
+    # never acted on: files whose holders (or birth) could not all be checked
+    unjudged = [j for j in judged or () if j.blocked]
     leaks = (
         len(leaked_segments(segs, facts.alive, facts.now_epoch, options.shm_min_age_s))
         if segs is not None and facts.processes is not None
@@ -245,4 +248,6 @@ def figures(facts: HostFacts, options: HygieneOptions) -> dict[str, Any]:
         "device_memory_free_mib": {d.label: d.free_mib for d in facts.devices},
         "leaked_shm_files": None if shm is None else len(shm),
         "leaked_shm_bytes": None if shm is None else sum(j.file.used_bytes for j in shm),
+        "unjudged_shm_files": len(unjudged),
+        "unjudged_why": unjudged[0].reason.removeprefix("cannot tell: ") if unjudged else None,
     }

@@ -2,7 +2,9 @@
 
 A tool that is not installed gives None (no such devices); a tool that fails or prints
 what we cannot parse records why in `errors` and gives an empty list (the checks that
-need it become UNKNOWN).
+need it become UNKNOWN). Who has a device node open is read from /proc/PID/fd
+(`device_paths_held`, `scan_device_holders`); a process whose fds cannot be read is in
+the holder scan's `unreadable` (`accelhost.readers.shmfiles.scan_held`), never "holds none".
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 
 from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
+from accelhost.hygiene.options import HygieneOptions
 from accelhost.parsers.devnodes import VENDOR_KIND, device_node
 from accelhost.parsers.nvidia_smi import QUERY_GPU_ARGV, parse_query_gpu
 from accelhost.parsers.nvidia_smi_memory import (
@@ -20,6 +23,7 @@ from accelhost.parsers.nvidia_smi_memory import (
     parse_gpu_memory,
 )
 from accelhost.readers.ascend import NPU_INFO
+from accelhost.readers.procs import list_pids, open_fds
 
 
 @dataclass(frozen=True)
@@ -138,3 +142,23 @@ def read_nvidia(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | None
         )
         for g in memory
     ]
+
+
+def device_paths_held(host: Host, pid: int, options: HygieneOptions) -> tuple[str, ...]:
+    """The device nodes (by the option's globs) among a process's open files."""
+    held = set()
+    for target in (open_fds(host, pid) or {}).values():
+        path = target.removesuffix(" (deleted)")
+        if path.startswith("/") and options.is_device_path(path):
+            held.add(path)
+    return tuple(sorted(held))
+
+
+def scan_device_holders(host: Host, options: HygieneOptions) -> dict[int, tuple[str, ...]]:
+    """pid -> device nodes it has open, for every process (what `fuser -v NODES` answers)."""
+    out = {}
+    for pid in list_pids(host):
+        held = device_paths_held(host, pid, options)
+        if held:
+            out[pid] = held
+    return out

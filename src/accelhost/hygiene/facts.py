@@ -6,8 +6,11 @@ where the facts came from. Run on a `RecordingHost`, it records exactly the doct
 It reads through `read_once(host)`: one doctor look (one `watch` round, one `clean` plan)
 runs each command and reads each file at most once, however many checks share a fact;
 CPU facts come from the one reader of each (`accelhost.readers.cpus`).
-A source that cannot be read is recorded in `errors` (its check becomes UNKNOWN); a tool
-that is not installed is simply absent.
+A source that cannot be read is recorded in `errors` (its check becomes UNKNOWN); on a
+recording, a source it does not hold is in `not_recorded` (its check is SKIP, "not in this
+recording", as on the live host it would have been read); a tool that is not installed is
+simply absent. Processes this reader may not see (`hidden_pids`, a /proc mounted with
+`hidepid` for a reader without CAP_SYS_PTRACE) are never called dead.
 """
 
 from __future__ import annotations
@@ -21,16 +24,17 @@ from accelhost.errors import AccelhostError, HostError
 from accelhost.host.base import Host
 from accelhost.host.once import read_once
 from accelhost.host.redact import ALLOC_CONF_VARS
-from accelhost.hygiene.devices import DeviceMemory, read_ascend, read_nvidia
+from accelhost.hygiene.devices import DeviceMemory, device_paths_held, read_ascend, read_nvidia
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.parsers.hugepages import HugePagePool, parse_count, parse_size_dir
 from accelhost.parsers.meminfo import Meminfo, parse_meminfo
 from accelhost.parsers.procstat import parse_status_field
 from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.readers.cpus import read_allowed_cpus
-from accelhost.readers.procs import ProcessInfo, list_pids, open_fds, read_process
+from accelhost.readers.procs import ProcessInfo, list_pids, read_process
 from accelhost.readers.shmfiles import HeldScan, ShmFile, list_shm_files, scan_held
 from accelhost.readers.sysv import read_segments
+from accelhost.readers.visibility import proc_hides
 
 HUGEPAGES_DIR = "/sys/kernel/mm/hugepages"
 NODES_DIR = "/sys/devices/system/node"
@@ -38,6 +42,12 @@ THP_DIR = "/sys/kernel/mm/transparent_hugepage"
 AFFINITY_ENV_VARS = ("OMP_PROC_BIND", "GOMP_CPU_AFFINITY")
 # Interrupt actions of accelerator drivers in /proc/interrupts.
 _DEVICE_IRQ = re.compile(r"nvidia|davinci|devdrv|hisi|amdgpu|kfd", re.IGNORECASE)
+# The sources a recording may lack (a plan-only snapshot has no /proc), as checks name them.
+NOT_RECORDED = {
+    "processes": "the process table (/proc)",
+    "segments": "/proc/sysvipc/shm",
+    "hugepages": "HugePages (sysfs, /proc/meminfo)",
+}
 # Every Linux since 2.6 on every architecture accelhost supports uses 100 ticks per second
 # for /proc/<pid>/stat; a snapshot does not record it.
 DEFAULT_CLK_TCK = 100
@@ -85,6 +95,11 @@ class HostFacts:
     # live processes hold open or map (None: not read).
     shm_files: Mapping[str, tuple[ShmFile, ...] | None] = field(default_factory=dict)
     shm_held: HeldScan | None = None
+    not_recorded: frozenset[str] = frozenset()  # sources absent from a recording
+    # Processes /proc shows but will not describe to this reader (hidepid=1), and why the
+    # table may lack some altogether (hidepid=2): neither is ever called dead.
+    hidden_pids: frozenset[int] = frozenset()
+    processes_partial: str | None = None
 
     def process_age_s(self, proc: ProcessInfo) -> float | None:
         if self.uptime_s is None:
@@ -93,10 +108,12 @@ class HostFacts:
 
     def alive(self, pid: int) -> bool:
         """A pid that exists and has not exited (a zombie has exited)."""
-        if self.processes is None:
+        if self.processes is None or pid in self.hidden_pids:
             return True  # unknown: never call something dead that we could not see
         proc = self.processes.get(pid)
-        return proc is not None and not proc.is_zombie
+        if proc is None:
+            return self.processes_partial is not None
+        return not proc.is_zombie
 
 
 def _first_float(text: str | None) -> float | None:
@@ -121,28 +138,8 @@ def _read_clock(host: Host) -> tuple[float | None, float | None]:
     return btime + uptime, uptime
 
 
-def device_paths_held(host: Host, pid: int, options: HygieneOptions) -> tuple[str, ...]:
-    """The device nodes (by the option's globs) among a process's open files."""
-    held = set()
-    for target in (open_fds(host, pid) or {}).values():
-        path = target.removesuffix(" (deleted)")
-        if path.startswith("/") and options.is_device_path(path):
-            held.add(path)
-    return tuple(sorted(held))
-
-
-def scan_device_holders(host: Host, options: HygieneOptions) -> dict[int, tuple[str, ...]]:
-    """pid -> device nodes it has open, for every process (what `fuser -v NODES` answers)."""
-    out = {}
-    for pid in list_pids(host):
-        held = device_paths_held(host, pid, options)
-        if held:
-            out[pid] = held
-    return out
-
-
 def _read_processes(
-    host: Host, options: HygieneOptions, errors: dict[str, str]
+    host: Host, options: HygieneOptions, errors: dict[str, str], hidden: set[int]
 ) -> tuple[dict[int, ProcessInfo] | None, dict[int, tuple[str, ...]]]:
     pids = list_pids(host)
     if not pids:
@@ -153,6 +150,8 @@ def _read_processes(
     for pid in pids:
         info = read_process(host, pid)
         if info is None:
+            if host.stat(f"/proc/{pid}") is not None:
+                hidden.add(pid)  # there, but its stat is closed to us (hidepid=1)
             continue
         procs[pid] = info
         if info.is_kernel_thread or info.is_zombie:
@@ -315,8 +314,12 @@ def read_facts(host: Host, options: HygieneOptions | None = None) -> HostFacts:
     host = read_once(host)  # a fresh wrapper per call: each watch round reads anew
     opts = options or HygieneOptions()
     errors: dict[str, str] = {}
+    absent: set[str] = set()
+    hidden: set[int] = set()
     now, uptime = _read_clock(host)
-    procs, fds = _read_processes(host, opts, errors)
+    procs, fds = _read_processes(host, opts, errors, hidden)
+    if procs is None and not host.is_live and host.list_dir("/proc") is None:
+        absent.add("processes")
     try:
         segs = read_segments(host)
     except AccelhostError as exc:
@@ -325,6 +328,8 @@ def read_facts(host: Host, options: HygieneOptions | None = None) -> HostFacts:
     else:
         if segs is None:
             errors["segments"] = "/proc/sysvipc/shm cannot be read"
+            if not host.is_live:
+                absent.add("segments")
     meminfo_text = host.read_file("/proc/meminfo")
     meminfo: Meminfo | None = None
     try:
@@ -335,6 +340,8 @@ def read_facts(host: Host, options: HygieneOptions | None = None) -> HostFacts:
         pools = None
     if pools is None and "hugepages" not in errors:
         errors["hugepages"] = "neither sysfs HugePages pools nor /proc/meminfo can be read"
+        if not host.is_live:
+            absent.add("hugepages")
     devices: list[DeviceMemory] = []
     sources: list[str] = []
     for name, reader in (("npu-smi", read_ascend), ("nvidia-smi", read_nvidia)):
@@ -369,4 +376,7 @@ def read_facts(host: Host, options: HygieneOptions | None = None) -> HostFacts:
         errors=errors,
         shm_files=shm_files,
         shm_held=held,
+        not_recorded=frozenset(absent),
+        hidden_pids=frozenset(hidden),
+        processes_partial=proc_hides(host) if procs is not None else None,
     )

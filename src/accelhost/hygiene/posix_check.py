@@ -5,10 +5,12 @@ A file counts as leaked when no live process holds it open or maps it, it has no
 for `--shm-min-age`, and its name matches an engine's naming in the catalog (or a
 `--shm-name` glob). Files held by nobody that match no naming are listed but never
 removed: /dev/shm is shared by every program on the host, and we only clean what we can
-name. `judge_shm_file` is the rule for one file (held by no live process, no sibling of a
-held one, unchanged for `--shm-min-age`); `judge_shm_files` applies it for the doctor and
-the cleaner alike, `leaked_posix_shm` for a library caller. The files and who holds them
-are read by `accelhost.readers.shmfiles`.
+name. `judge_shm_file` is the rule for one file (held by no live process, no semaphore
+born with a held file, unchanged for `--shm-min-age`); `judge_shm_files` applies it for the
+doctor and the cleaner alike, `leaked_posix_shm` for a library caller. The files and who
+holds them are read by `accelhost.readers.shmfiles`. A fact the rule needs and does not
+have (a process's open files, a birth time) makes the file "cannot tell" (UNKNOWN, never
+removed), on a live host and on its recording alike: the same facts, the same verdict.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from accelhost.host.base import Host
 from accelhost.hygiene.evidence import shm_file_evidence, unknown
-from accelhost.hygiene.facts import HostFacts
+from accelhost.hygiene.facts import NOT_RECORDED, HostFacts
 from accelhost.hygiene.options import DEFAULT_SHM_DIRS, HygieneOptions
 from accelhost.hygiene.report import OK, SKIP, UNKNOWN, WARN, CheckResult
 from accelhost.hygiene.text import human_bytes
@@ -39,14 +42,33 @@ class ShmVerdict:
 
 # vLLM makes its message queues (psm_*) and their semaphores (sem.mp-*) at the same
 # moment; while it serves, its resource tracker keeps such a semaphore's name, which no
-# process holds open or mapped. A file born this close to one a live process holds is
-# that live process's sibling, not a leak (a false "sibling" only ever keeps a file).
+# process holds open or mapped. A semaphore born this close to a file a live process holds
+# is that live process's sibling, not a leak (a false "sibling" only ever keeps a file).
 SIBLING_WINDOW_S = 2.0
+SEMAPHORE_PREFIX = "sem."  # glibc's sem_open("/x") is /dev/shm/sem.x
 
 
-def held_births(files: Sequence[ShmFile], scan: HeldScan) -> list[float]:
-    """Birth times of the files some live process holds (siblings are judged by them)."""
-    return [f.birth for f in files if f.birth is not None and scan.holds(f)]
+def held_births(files: Sequence[ShmFile], scan: HeldScan) -> list[float | None]:
+    """Birth times of the files some live process holds (siblings are judged by them);
+    None for a held file whose birth is not known (the kernel keeps none, or a recording
+    made without it)."""
+    return [f.birth for f in files if scan.holds(f)]
+
+
+def _sibling(f: ShmFile, sibling_births: Sequence[float | None]) -> bool | None:
+    """A semaphore born within SIBLING_WINDOW_S of a held file: True, False, or None when
+    a birth time it would take is unknown (then only "cannot tell" is true). Only a named
+    semaphore (`sem.*`, sem_open's files) is kept by a live process without being open or
+    mapped; a queue or an mmap file of a live process is always mapped by it."""
+    if not f.name.startswith(SEMAPHORE_PREFIX):
+        return False
+    if f.birth is not None and any(
+        b is not None and abs(f.birth - b) <= SIBLING_WINDOW_S for b in sibling_births
+    ):
+        return True
+    if sibling_births and (f.birth is None or None in sibling_births):
+        return None
+    return False
 
 
 def judge_shm_file(
@@ -55,22 +77,41 @@ def judge_shm_file(
     now_epoch: float | None,
     min_age_s: float,
     naming: str | None,
-    sibling_births: Sequence[float] = (),
+    sibling_births: Sequence[float | None] = (),
 ) -> ShmVerdict:
-    """The POSIX leak rule: held by no live process, no sibling of a held file (born within
-    SIBLING_WINDOW_S of one), and unchanged for `min_age_s`."""
+    """The POSIX leak rule: held by no live process, no semaphore born within
+    SIBLING_WINDOW_S of a held file, and unchanged for `min_age_s`. Where a fact the rule needs is
+    missing (some process's open files, a birth time) the file is `blocked`: not leaked,
+    not kept as fine, "cannot tell", whether the host is live or a recording."""
     if scan.holds(f):
         return ShmVerdict(f, False, "held open or mapped by a live process", naming)
-    if f.birth is not None and any(abs(f.birth - b) <= SIBLING_WINDOW_S for b in sibling_births):
+    sibling = _sibling(f, sibling_births)
+    if sibling:
         return ShmVerdict(f, False, "born with a file a live process holds: that process's", naming)
-    if not scan.complete:
-        shown = ", ".join(str(p) for p in scan.unreadable[:3])
-        return ShmVerdict(f, False, f"open files of pid(s) {shown} unreadable", naming, True)
     age = f.age_s(now_epoch)
     if age is None:
         return ShmVerdict(f, False, "age unknown (no clock)", naming)
     if age < min_age_s:
         return ShmVerdict(f, False, f"unchanged {age:.0f} s, under {min_age_s:g} s", naming)
+    if not scan.complete:
+        shown = ", ".join(str(p) for p in scan.unreadable[:3])
+        more = f" and {len(scan.unreadable) - 3} more" if len(scan.unreadable) > 3 else ""
+        return ShmVerdict(
+            f,
+            False,
+            f"cannot tell: open files of pid(s) {shown}{more} unreadable, any may hold it",
+            naming,
+            True,
+        )
+    if sibling is None:
+        return ShmVerdict(
+            f,
+            False,
+            "cannot tell: no birth time to tell whether it was born with a file a live "
+            "process holds in this directory (a live server's semaphore is)",
+            naming,
+            True,
+        )
     return ShmVerdict(f, True, f"held by no process, unchanged {age:.0f} s", naming)
 
 
@@ -152,9 +193,42 @@ def judge_shm_files(facts: HostFacts, options: HygieneOptions) -> list[ShmJudgem
     return out
 
 
+def unreadable_evidence(scan: HeldScan, what: str) -> list[dict[str, Any]]:
+    """The processes a holder scan could not read, as evidence: which, and what it means
+    for `what` (the files or device nodes it judges)."""
+    if not scan.unreadable:
+        return []
+    return [
+        {
+            "kind": "unreadable_processes",
+            "pids": list(scan.unreadable),
+            "reason": f"their open files and mappings cannot be read by this user: any of "
+            f"them may hold {what}; run as root (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH)",
+        }
+    ]
+
+
+def privileged_note(scan: HeldScan) -> str:
+    """The assumption a verdict rests on when a stronger namespace hides some processes."""
+    if not scan.privileged:
+        return ""
+    pids = " ".join(map(str, scan.privileged[:5])) + (" ..." if len(scan.privileged) > 5 else "")
+    return (
+        f"; pid(s) {pids} hidden even with CAP_SYS_PTRACE (capabilities beyond this "
+        "reader's: a sandbox's init) assumed to hold none"
+    )
+
+
+def not_in_recording(facts: HostFacts, name: str, source: str = "processes") -> CheckResult:
+    """SKIP on a recording that lacks `source`; UNKNOWN where a live host could not read it."""
+    if not facts.live and source in facts.not_recorded:
+        return CheckResult(name, SKIP, f"{NOT_RECORDED[source]} not in this recording")
+    return unknown(name, facts.errors.get(source, f"{NOT_RECORDED[source]} not read"))
+
+
 def check_posix_shm(facts: HostFacts, options: HygieneOptions) -> CheckResult:
     if facts.shm_held is None:
-        return unknown(NAME, facts.errors.get("processes", "no process table"))
+        return not_in_recording(facts, NAME)
     unread = [d for d, files in facts.shm_files.items() if files is None]
     if facts.shm_files and len(unread) == len(facts.shm_files):
         if not facts.live:
@@ -164,12 +238,16 @@ def check_posix_shm(facts: HostFacts, options: HygieneOptions) -> CheckResult:
     leaked = [j for j in judged if j.leaked]
     unclaimed = [j for j in judged if j.unclaimed]
     blocked = [j for j in judged if j.blocked]
+    scan = facts.shm_held
     evidence = tuple(
         shm_file_evidence(j.file, facts.now_epoch, j.naming, j.reason)
         for j in leaked + unclaimed + blocked
-    )
+    ) + tuple(unreadable_evidence(scan, "these files"))
     where = ", ".join(facts.shm_files)
     tail = f"; {len(unclaimed)} unnamed file(s) held by nobody" if unclaimed else ""
+    tail += privileged_note(scan)
+    if blocked:
+        tail += f"; {len(blocked)} file(s) cannot be judged ({_blocked_why(blocked, scan)})"
     if unread:
         tail += f"; cannot list {', '.join(unread)}"
     if leaked:
@@ -184,14 +262,25 @@ def check_posix_shm(facts: HostFacts, options: HygieneOptions) -> CheckResult:
             "accelhost clean --yes (removes exactly these files, re-checked one by one)",
         )
     if blocked or unread:
-        pids = " ".join(str(p) for p in facts.shm_held.unreadable[:5])
-        why = f"open files of pid(s) {pids} unreadable (run as root)" if blocked else tail[2:]
         return CheckResult(
             NAME,
             UNKNOWN,
-            f"{len(blocked)} file(s) in {where} may be leaked: {why}",
+            f"{len(blocked)} file(s) in {where} may be leaked{tail}",
             evidence,
-            "run the doctor as root to see every process's open files",
+            "run the doctor as root to see every process's open files"
+            if not scan.complete
+            else "cannot tell from these facts; never removed",
         )
     total = sum(len(f or ()) for f in facts.shm_files.values())
     return CheckResult(NAME, OK, f"{total} file(s) in {where}, none leaked{tail}", evidence)
+
+
+def _blocked_why(blocked: Sequence[ShmJudgement], scan: HeldScan) -> str:
+    whys = []
+    if not scan.complete:
+        pids = " ".join(str(p) for p in scan.unreadable[:5])
+        more = " ..." if len(scan.unreadable) > 5 else ""
+        whys.append(f"open files of pid(s) {pids}{more} unreadable: run as root")
+    if any("birth" in j.reason for j in blocked):
+        whys.append("no birth times: a live server's semaphore cannot be told from a leak")
+    return "; ".join(whys)

@@ -38,10 +38,17 @@ def _age(seconds: float) -> str:
 
 def evidence_lines(check: CheckResult) -> list[str]:
     """Short human lines for one check's evidence (the JSON has everything)."""
-    lines: list[str] = []
+    lines: list[str] = [
+        f"pid(s) {' '.join(map(str, e['pids'][:8]))}{' ...' if len(e['pids']) > 8 else ''}: "
+        + e["reason"]
+        for e in check.evidence
+        if e.get("kind") == "unreadable_processes"
+    ]
     if check.name == "device_holders":
         by_node: dict[str, list[str]] = {}
         for e in check.evidence:
+            if e.get("kind") == "unreadable_processes":
+                continue
             for node in _nodes(e.get("devices") or ["?"]):
                 mem = e.get("device_memory_mib")
                 state = e.get("state")
@@ -50,7 +57,7 @@ def evidence_lines(check: CheckResult) -> list[str]:
                     f" {mem} MiB" if mem is not None else ""
                 )
                 by_node.setdefault(node, []).append(text)
-        return [f"{node}: {'; '.join(v)}" for node, v in sorted(by_node.items())]
+        return [f"{node}: {'; '.join(v)}" for node, v in sorted(by_node.items())] + lines
     for e in check.evidence:
         kind = e.get("kind")
         if kind == "process":
@@ -100,7 +107,7 @@ def evidence_lines(check: CheckResult) -> list[str]:
             lines.append(
                 f"{e['size']} {where}: {e['used_pct']}% used ({e['free']}/{e['total']} free)"
             )
-        else:
+        elif kind != "unreadable_processes":  # those lead the list
             lines.append(str(e.get("detail") or e))
     return lines
 
@@ -144,6 +151,8 @@ def describe_figures(fig: dict[str, Any]) -> str:
         files = "unknown"
     else:
         files = f"{fig['leaked_shm_files']} ({human_bytes(fig['leaked_shm_bytes'])})"
+    if fig.get("unjudged_shm_files"):  # never removed: what could not be verified stays
+        files += f", {fig['unjudged_shm_files']} not judged, kept ({fig['unjudged_why']})"
     orphans = "unknown" if fig["orphans"] is None else fig["orphans"]
     return (
         f"HugePages free {huge}; segments {segs}; leaked /dev/shm files {files}; "

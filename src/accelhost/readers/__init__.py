@@ -16,7 +16,9 @@ What lives where:
 - `sysv`: the SysV shared-memory segment table (`read_segments`; `remove_segment` too,
   until the removers have their own home);
 - `shmfiles`: /dev/shm files (`list_shm_files`, `stat_shm_file`) and who holds them open
-  or mapped (`scan_held`, `path_is_held`).
+  or mapped (`scan_held`, `path_is_held`);
+- `visibility`: what this reader may see of other processes (CAP_SYS_PTRACE, a /proc
+  mounted with `hidepid`): where it sees less, the checks say "cannot tell".
 
 `procs`, `sysv` and `shmfiles` are shared by the doctor, the cleaner and `accelhost run`
 (PID 1 of a container): this package re-exports nothing, so importing one of them loads

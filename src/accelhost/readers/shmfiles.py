@@ -7,7 +7,8 @@ through the host door (live, snapshot or recording alike).
 - `stat_shm_file(path, host=None)`: a fresh look at one file (the re-check before an unlink);
 - `scan_held(host, pids=None) -> HeldScan`: every path some live process holds open
   (/proc/PID/fd) or maps (/proc/PID/maps), the (device, inode) of each, and the pids
-  whose files could not be read (then nothing may be called leaked);
+  whose files could not be read (then nothing may be called leaked, and no device node
+  called free: a reader without CAP_SYS_PTRACE cannot see other users' open files);
 - `held_paths(host, pids=None)` and `path_is_held(host, path)`: the same, as a set of
   paths and as the re-check of one file.
 
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from accelhost.host.base import FileStat, Host
 from accelhost.parsers.procstat import parse_status_field
 from accelhost.readers.procs import list_pids, open_fds, open_file_stat
+from accelhost.readers.visibility import caps, may_ptrace_all
 
 _DELETED = " (deleted)"
 
@@ -94,8 +96,10 @@ class HeldScan:
     paths: frozenset[str]
     inodes: frozenset[tuple[int, int]]  # (st_dev, st_ino) of open or mapped files
     unreadable: tuple[int, ...]  # live pids whose fd/maps could not be read: may hold anything
-    # Unreadable only because they hold capabilities the reader lacks (a sandbox's or VM's
-    # init): the kernel hides them even from root. Named in evidence, assumed to hold none.
+    # Unreadable although the reader holds CAP_SYS_PTRACE, because they hold capabilities
+    # the reader's namespace lacks (a sandbox's or VM's init): the kernel hides them even
+    # from root. Named in evidence, assumed to hold none. A reader without CAP_SYS_PTRACE
+    # (a user, `nobody`) finds every other user's process unreadable: all in `unreadable`.
     privileged: tuple[int, ...] = ()
 
     @property
@@ -105,15 +109,6 @@ class HeldScan:
     def holds(self, f: ShmFile) -> bool:
         """Some live process holds `f` open or maps it, by its path or by its identity."""
         return f.path in self.paths or bool(f.inode and (f.dev, f.inode) in self.inodes)
-
-
-def _cap_prm(status: str | None) -> int | None:
-    """The permitted capabilities in a /proc/PID/status text."""
-    value = parse_status_field(status or "", "CapPrm")
-    try:
-        return None if value is None else int(value, 16)
-    except ValueError:
-        return None
 
 
 def _may_hold(status: str | None, pid: int) -> bool:
@@ -173,7 +168,11 @@ def scan_held(host: Host, pids: Iterable[int] | None = None) -> HeldScan:
     inodes: set[tuple[int, int]] = set()
     unreadable: list[int] = []
     privileged: list[int] = []
-    mine = _cap_prm(host.read_file("/proc/self/status"))
+    own = host.read_file("/proc/self/status")
+    mine = caps(own)
+    # Only a reader that may ptrace anything can tell "hidden by a stronger namespace" from
+    # "not ours to read"; for any other reader an unreadable process is simply unknown.
+    sees_all = may_ptrace_all(own)
     for pid in list_pids(host) if pids is None else pids:
         fd_paths = _fd_paths(host, pid, inodes)
         maps = host.read_file(f"/proc/{pid}/maps")
@@ -183,8 +182,10 @@ def scan_held(host: Host, pids: Iterable[int] | None = None) -> HeldScan:
             # process that exited in between is gone, not unreadable.
             status = host.read_file(f"/proc/{pid}/status")
             if _may_hold(status, pid):
-                theirs = _cap_prm(status)
-                stronger = mine is not None and theirs is not None and bool(theirs & ~mine)
+                theirs = caps(status)
+                stronger = (
+                    sees_all and mine is not None and theirs is not None and bool(theirs & ~mine)
+                )
                 (privileged if stronger else unreadable).append(pid)
         paths |= fd_paths or set()
         if maps:
