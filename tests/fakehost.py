@@ -34,6 +34,7 @@ class FakeMachine:
     dirs: dict[str, list[str]] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)
     commands: dict[str, Any] = field(default_factory=dict)
+    http: dict[str, str] = field(default_factory=dict)  # "SOCKET PATH" -> body
 
     def snapshot(self) -> dict[str, Any]:
         data: dict[str, Any] = {"format": SNAPSHOT_FORMAT, "machine": self.machine}
@@ -45,6 +46,8 @@ class FakeMachine:
         if self.links:
             data["links"] = dict(self.links)
         data["commands"] = dict(self.commands)
+        if self.http:
+            data["http"] = dict(self.http)
         return data
 
     def host(self, source: str = "fake-host") -> SnapshotHost:
@@ -61,6 +64,7 @@ class CountingHost(HostWrapper):
         self.dirs: Counter[str] = Counter()
         self.links: Counter[str] = Counter()
         self.env: Counter[str] = Counter()
+        self.http: Counter[str] = Counter()
 
     def run(self, argv: Sequence[str]) -> CommandResult | None:
         self.commands[command_key(argv)] += 1
@@ -87,6 +91,10 @@ class CountingHost(HostWrapper):
         self.env[name] += 1
         return self.inner.getenv(name)
 
+    def http_get(self, socket_path: str, path: str) -> str | None:
+        self.http[f"{socket_path} {path}"] += 1
+        return self.inner.http_get(socket_path, path)
+
     def repeated(self) -> dict[str, int]:
         """Everything asked for more than once, as `kind key` -> count (empty: all once)."""
         out: dict[str, int] = {}
@@ -96,6 +104,7 @@ class CountingHost(HostWrapper):
             ("dir", self.dirs),
             ("link", self.links),
             ("env", self.env),
+            ("http", self.http),
         ):
             out.update({f"{kind} {k}": n for k, n in counter.items() if n > 1})
         return out

@@ -1,14 +1,15 @@
 """The host door: the only reader of the machine.
 
 Everything accelhost learns about a machine comes through `Host`: run a command and get its
-text, read a file, list a directory, read a symlink, look up an environment variable and
-the CPU architecture. What lives where:
+text, read a file, list a directory, read a symlink, look up an environment variable, ask a
+container runtime's unix socket (`http_get`) and the CPU architecture. What lives where:
 - `base`: the `Host` protocol and `CommandResult`;
 - `live`: `LiveHost`, this machine (C locale, timeouts, independent commands at once);
 - `snapshot`: `SnapshotHost` / `load_snapshot`, a recorded JSON file (bounded in size);
 - `record`: `RecordingHost`, which wraps a host and writes down what was asked;
 - `once`: `read_once(host)`, which wraps a host so that each command, file, directory,
-  link and variable is read at most once however many readers ask.
+  link and variable is read at most once however many readers ask;
+- `unixhttp`: the small GET over a unix socket `LiveHost.http_get` uses (hard 1 s limit).
 
 Reading facts once, for any code that looks at a host through several readers (the
 planner does, and the doctor can)::

@@ -96,3 +96,8 @@ class LiveHost:
 
     def getenv(self, name: str) -> str | None:
         return self._env.get(name)
+
+    def http_get(self, socket_path: str, path: str) -> str | None:
+        from accelhost.host.unixhttp import unix_http_get
+
+        return unix_http_get(socket_path, path)

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from accelhost.host.base import CommandResult, Host, HostWrapper, command_key
+from accelhost.host.base import CommandResult, Host, HostWrapper, command_key, http_key
 from accelhost.host.snapshot import SNAPSHOT_FORMAT
 
 # A filter trims what is stored for a command to what the readers actually use.
@@ -37,6 +37,7 @@ class RecordingHost(HostWrapper):
         self.dirs: dict[str, list[str]] = {}
         self.links: dict[str, str] = {}
         self.commands: dict[str, CommandResult] = {}
+        self.http: dict[str, str] = {}
 
     def _keep_command(self, argv: Sequence[str], result: CommandResult | None) -> None:
         if result is None:
@@ -92,6 +93,13 @@ class RecordingHost(HostWrapper):
                 self.env[name] = value
         return value
 
+    def http_get(self, socket_path: str, path: str) -> str | None:
+        body = self.inner.http_get(socket_path, path)
+        if body is not None:
+            with self._lock:
+                self.http[http_key(socket_path, path)] = body
+        return body
+
     def to_snapshot(self, device_type: str | None = None) -> dict[str, Any]:
         """The snapshot dictionary of everything read so far (format accelhost-snapshot/1)."""
         commands: dict[str, Any] = {
@@ -107,4 +115,6 @@ class RecordingHost(HostWrapper):
         if self.links:
             data["links"] = dict(sorted(self.links.items()))
         data["commands"] = commands
+        if self.http:
+            data["http"] = dict(sorted(self.http.items()))
         return data
