@@ -10,7 +10,8 @@ What lives where (planning data flows one way for every family):
   is a process's (host, visible and logical ids);
 - `hygiene/`, `supervisor/`: doctor/clean/watch and `run`, on the shared readers `procs`
   (processes), `shm` (SysV segments), `posixshm` (/dev/shm files held or leaked)
-  and `shmlisting` (the files of a tmpfs directory, live or recorded);
+  and `shmlisting` (the files of a tmpfs directory, live or recorded); `containers/`:
+  which container a process is in and what its runtime calls it;
 - `pipeline/`, `benchbind/`: feeding a device, and the bound/unbound A/B;
 - `integrations/`: engine plugins (vLLM); `recording`: what `snapshot` keeps;
 - `cli/`: the command line; `api`: `plan(host)`, the library's front door; `errors`: the

@@ -6,6 +6,15 @@ from __future__ import annotations
 
 import json
 
+from accelhost.containers.docker_api import events_path, parse_time
+from accelhost.containers.model import NO_RUNTIME_NOTE
+from accelhost.containers.reader import (
+    EVENTS_WINDOW_S,
+    container_of_pids,
+    read_containers,
+    runtime_sockets,
+)
+from accelhost.procs import ProcessInfo
 from container_hosts import (
     DOCKER_SOCK,
     HOST_IPC,
@@ -17,16 +26,6 @@ from container_hosts import (
     put_in_container,
 )
 from fakehost import FakeMachine
-
-from accelhost.containers.docker_api import events_path, parse_time
-from accelhost.containers.model import NO_RUNTIME_NOTE
-from accelhost.containers.reader import (
-    EVENTS_WINDOW_S,
-    container_of_pids,
-    read_containers,
-    runtime_sockets,
-)
-from accelhost.procs import ProcessInfo
 
 NOW = 1_796_000_000.0
 UID = "8d3c6a2e-1b4f-4e5a-9c7d-0a1b2c3d4e5f"

@@ -10,7 +10,11 @@ door) with `devices` (device memory from npu-smi / nvidia-smi), `engines` (the e
 catalog: frontends and children), `rules` (what is an orphan, what leaked), `checks` and
 `posix_check`, `tuning`, `preflight` (the verdicts), `evidence`, `report`, `render` and
 `text` (what is shown), `actions`, `cleaner`, `stopper` and `journal` (what `clean`
-does), `watch` (the loop and its metrics).
+does), `watch` (the loop and its metrics). Containers: `container_facts` (read with the
+facts: the runtimes' view, each container's own /dev/shm, /dev/shm's free space, logind's
+RemoveIPC), `container_shm` (those /dev/shm files judged), `container_evidence` (every
+finding named by its container; `--container` scoping), `container_init` (the check),
+`shm_preflight` (/dev/shm space and RemoveIPC).
 """
 
 from __future__ import annotations

@@ -64,7 +64,9 @@ def judge_shm_files(facts: HostFacts, options: HygieneOptions) -> list[ShmJudgem
                     reason,
                 )
             )
-    return out
+    from accelhost.hygiene.container_shm import judge_container_shm  # imports this module
+
+    return out + judge_container_shm(facts, options)
 
 
 def check_posix_shm(facts: HostFacts, options: HygieneOptions) -> CheckResult:
@@ -84,6 +86,9 @@ def check_posix_shm(facts: HostFacts, options: HygieneOptions) -> CheckResult:
         for j in leaked + unclaimed + blocked
     )
     where = ", ".join(facts.shm_files)
+    pods = facts.containers.shm_dirs if facts.containers else ()
+    if pods:
+        where += f" and {len(pods)} container /dev/shm(s)"
     tail = f"; {len(unclaimed)} unnamed file(s) held by nobody" if unclaimed else ""
     if unread:
         tail += f"; cannot list {', '.join(unread)}"
@@ -109,4 +114,5 @@ def check_posix_shm(facts: HostFacts, options: HygieneOptions) -> CheckResult:
             "run the doctor as root to see every process's open files",
         )
     total = sum(len(f or ()) for f in facts.shm_files.values())
+    total += sum(len(d.files or ()) for d in pods)
     return CheckResult(NAME, OK, f"{total} file(s) in {where}, none leaked{tail}", evidence)
