@@ -26,6 +26,7 @@ class FakeHost:
     links: dict[str, str] = field(default_factory=dict)
     commands: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    http: dict[str, str] = field(default_factory=dict)  # a runtime's unix-socket answers
     pids: list[int] = field(default_factory=list)
     segments: list[str] = field(default_factory=list)
 
@@ -121,6 +122,7 @@ class FakeHost:
             dirs=dirs,
             links=self.links,
             commands=self.commands,
+            http=self.http,
         )
         return machine.snapshot()
 

@@ -61,7 +61,8 @@ def left_by_birth(facts: HostFacts, born: float | None) -> dict[str, Any] | None
         return None
     found.sort(key=lambda c: (c.started or 0.0, c.id))
     names = " and ".join(c.label for c in found)
-    why = f"born while {names} ran; {'it' if len(found) == 1 else 'none of them'} runs now"
+    gone = "it no longer runs" if len(found) == 1 else "none of them runs now"
+    why = f"born while {names} ran; {gone}"
     if len(found) > 1:
         why += f": {len(found)} candidates, cannot tell which"
     return {
@@ -176,7 +177,8 @@ def scope_report(report: DoctorReport, chosen: Sequence[Container]) -> DoctorRep
             continue
         kept = tuple(e for e in c.evidence if _mentions(e, ids))
         if kept:
-            out.append(replace(c, summary=f"{label}: {c.summary}", evidence=kept))
+            mine = f"{label}: {len(kept)} of {len(c.evidence)} item(s)"
+            out.append(replace(c, summary=f"{mine}; on the whole host: {c.summary}", evidence=kept))
         else:
             other = len(c.evidence)
             out.append(CheckResult(c.name, OK, f"nothing of {label} ({other} item(s) elsewhere)"))

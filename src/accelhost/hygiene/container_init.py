@@ -66,7 +66,7 @@ def pid1_kind(command: str | None, options: HygieneOptions) -> str:
     return "other"
 
 
-def _ipc_risk(c: Container) -> str | None:
+def _ipc_risk(c: Container, neighbours: list[str]) -> str | None:
     """Why /dev/shm outlives this container's processes (None: it goes with them)."""
     if c.shares_host_ipc or c.ipc_mode == "host":
         return "shares the host's IPC namespace and /dev/shm (--ipc=host)"
@@ -74,6 +74,8 @@ def _ipc_risk(c: Container) -> str | None:
         return "a pod's IPC namespace and /dev/shm, which outlive a container's restart"
     if c.ipc_mode and c.ipc_mode.startswith("container:"):
         return f"shares the IPC namespace and /dev/shm of {c.ipc_mode[len('container:') :][:12]}"
+    if neighbours:  # seen in the namespaces, whatever the runtime calls it
+        return f"shares its IPC namespace and /dev/shm with {', '.join(neighbours)}"
     return None
 
 
@@ -97,9 +99,19 @@ def check_container_init(facts: HostFacts, options: HygieneOptions) -> CheckResu
         return CheckResult(NAME, SKIP, f"no container runs an engine{note}")
     evidence: list[dict[str, Any]] = []
     risky: list[Container] = []
+    ipc_of: dict[str, set[int]] = {}
+    for pid, ns in cf.view.namespaces.items():
+        if ns.ipc is not None and pid in cf.view.pid_container:
+            ipc_of.setdefault(cf.view.pid_container[pid], set()).add(ns.ipc)
     for c in sorted(engines, key=lambda c: (c.name or "", c.id)):
         kind = pid1_kind(c.pid1_command, options)
-        risk = _ipc_risk(c)
+        mine = ipc_of.get(c.id, set())
+        neighbours = sorted(
+            (o.name or o.short_id)
+            for o in cf.view.containers.values()
+            if o.id != c.id and mine & ipc_of.get(o.id, set())
+        )
+        risk = _ipc_risk(c, neighbours)
         bad = risk is not None and kind in ("shell", "engine", "init")
         item: dict[str, Any] = {
             "kind": "container",

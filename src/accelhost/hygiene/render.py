@@ -99,10 +99,12 @@ def evidence_lines(check: CheckResult) -> list[str]:
             )
         elif kind == "container":
             c = e.get("container") or {}
+            ipc = str(e.get("ipc_mode") or ("host" if e.get("shares_host_ipc") else "?"))
+            if ipc.startswith("container:"):
+                ipc = ipc[:22]  # container:<12 of the id>
             lines.append(
                 f"{c.get('label', '?')}: PID 1 {one_line(str(e.get('pid1_command') or '?'), 40)}"
-                f", ipc {e.get('ipc_mode') or ('host' if e.get('shares_host_ipc') else '?')}"
-                f": {e.get('detail', '')}"
+                f", ipc {ipc}: {e.get('detail', '')}"
             )
         elif kind == "device":
             if "message" in e:
