@@ -2,7 +2,8 @@
 
 Trims keep a snapshot small and safe to attach to a bug report: of `ps -Te` only the UVB
 poll threads, of each /proc/PID/environ only the allocator variables, and in command lines
-the values of secret-looking options (`--api-key X`, `--hf-token=X`) are replaced.
+the values of secret-looking options (`--api-key X`, `--hf-token=X`) are replaced; of a
+container runtime's answers only the fields the doctor reads (no environments).
 """
 
 from __future__ import annotations
@@ -58,7 +59,25 @@ def recorder(inner: Host) -> RecordingHost:
             ("/proc/*/cmdline", redact_cmdline),
             ("/proc/*/maps", keep_shared_maps),
         ],
+        http_filter=_trim_runtime_answer,
     )
+
+
+def _trim_runtime_answer(path: str, body: str) -> str:
+    """A container runtime's answer, only the fields the doctor reads (an inspect answer
+    holds the container's environment), secret option values of PID 1's argv hidden."""
+    from accelhost.containers.docker_api import trim_answer
+
+    return trim_answer(path, body, _redact_argv)
+
+
+def _redact_argv(argv: list[str]) -> list[str]:
+    """An argv with secret option values hidden, inside `sh -c "..."` strings too."""
+    words = [
+        " ".join(redact_cmdline("\0".join(a.split(" "))).split("\0")) if " " in a else a
+        for a in argv
+    ]
+    return redact_cmdline("\0".join(words)).split("\0")
 
 
 def record_snapshot(

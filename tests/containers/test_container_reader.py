@@ -224,3 +224,61 @@ def test_container_of_pids_reads_what_it_needs() -> None:
     assert found[500] is None and found[77] is None
     c = found[1001]
     assert c is not None and c.id == cid(1)
+
+
+def test_a_recording_keeps_only_what_is_read_and_replays_the_same_view() -> None:
+    from accelhost.host.snapshot import SnapshotHost
+    from accelhost.recording import recorder
+
+    m, procs = two_containers()
+    path = events_path(int(NOW) - EVENTS_WINDOW_S, int(NOW))
+    gone = cid(4)
+    events = [event("start", gone, "r", NOW - 30), event("destroy", gone, "r", NOW - 20)]
+    containers = [
+        dict(CONTAINERS[0], args=["-lc", "vllm serve /m --api-key sk-secret"]),
+        *CONTAINERS[1:],
+    ]
+    docker_answers(m.http, containers, events, path)
+    inspect_key = f"{DOCKER_SOCK} /containers/{cid(1)}/json"
+    raw = json.loads(m.http[inspect_key])
+    raw["Config"]["Env"] = ["HF_TOKEN=hf_secret"]
+    raw["Config"]["Labels"] = {"io.kubernetes.pod.name": "p", "team.secret": "x"}
+    m.http[inspect_key] = json.dumps(raw)
+    rec = recorder(m.host())
+    live_view = read_containers(rec, procs, NOW)
+    snap = json.loads(json.dumps(rec.to_snapshot()))
+    text = json.dumps(snap["http"])
+    assert "hf_secret" not in text and "sk-secret" not in text and "team.secret" not in text
+    replayed = read_containers(SnapshotHost(snap), procs, NOW)
+    assert replayed.containers == live_view.containers
+    assert replayed.containers[gone].state == "gone"
+
+
+def test_runtime_answers_of_any_shape_never_raise() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from accelhost.containers import crictl, docker_api
+
+    json_values = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+        lambda inner: (
+            st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+        ),
+        max_leaves=20,
+    )
+
+    @settings(max_examples=200, deadline=None)
+    @given(json_values, st.text(max_size=200))
+    def check(value: object, text: str) -> None:
+        body = json.dumps(value)
+        for t in (body, text):
+            docker_api.parse_container_list(t)
+            docker_api.parse_inspect(t)
+            docker_api.parse_events(t)
+            crictl.parse_crictl_ps(t)
+            crictl.parse_crictl_inspect(t)
+            docker_api.trim_answer("/containers/json?all=1", t)
+            docker_api.trim_answer("/events?x", t)
+
+    check()

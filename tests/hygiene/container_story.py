@@ -193,3 +193,44 @@ __all__ = [
     "TINI",
     "story_snapshot",
 ]
+
+
+EXAMPLE_NAME = "docker-vllm-leak"
+DESCRIPTION = (
+    "Written by hand from the measured facts of docs/containers.md (not recorded by the "
+    "e2e harness): vllm-bash stopped (bash as PID 1, --ipc=host), vllm-rmf removed with "
+    "docker rm -f, vllm-safe under accelhost run, vllm-tini with --init, and a pod (pause + "
+    "vllm-pod) after one crash and restart. Rebuild: tests/hygiene/container_story.py."
+)
+
+
+def bundled_example() -> dict[str, Any]:
+    """The bundled `example:docker-vllm-leak`: the story on the CPU-only host of the
+    real-engine suite (its lscpu, sysfs and meminfo; the story's processes and clock)."""
+    import json
+    from pathlib import Path
+
+    import accelhost
+
+    base_path = Path(accelhost.__file__).parent / "data/examples/vllm-cpu-orphaned-engine.json"
+    base = json.loads(base_path.read_text(encoding="utf-8"))
+    story = story_snapshot()
+    files = {k: v for k, v in base["files"].items() if not k.startswith("/proc/")}
+    files["/proc/meminfo"] = base["files"]["/proc/meminfo"]
+    files.update(story["files"])
+    files["/proc/self/status"] = files["/proc/self/status"].replace("0-63", "0-1")  # 2 CPUs
+    dirs = {k: v for k, v in base["dirs"].items() if not k.startswith("/proc")}
+    dirs.update(story["dirs"])
+    commands = {k: v for k, v in base["commands"].items() if k.startswith("lscpu")}
+    commands.update(story["commands"])
+    return {
+        "format": story["format"],
+        "description": DESCRIPTION,
+        "machine": base["machine"],
+        "env": {},
+        "files": dict(sorted(files.items())),
+        "dirs": dict(sorted(dirs.items())),
+        "links": dict(sorted(story["links"].items())),
+        "commands": dict(sorted(commands.items())),
+        "http": dict(sorted(story["http"].items())),
+    }

@@ -285,3 +285,23 @@ def test_logind_remove_ipc(conf: str, dropin: str | None, uid: int, warned: bool
     if warned:
         assert check.status == "WARN" and "vLLM #54259" in items[0]["detail"]
         assert "RemoveIPC=no" in check.fix
+
+
+def test_the_bundled_example_is_the_story_and_tells_it() -> None:
+    from container_story import EXAMPLE_NAME, bundled_example
+
+    import accelhost
+    from accelhost.host.snapshot import load_snapshot
+
+    path = Path(accelhost.__file__).parent / f"data/examples/{EXAMPLE_NAME}.json"
+    assert json.loads(path.read_text(encoding="utf-8")) == bundled_example()
+    host = load_snapshot(f"example:{EXAMPLE_NAME}")
+    report = run_checks(read_facts(host, OPTS), OPTS)
+    assert report.get("container_init").status == "WARN"  # type: ignore[union-attr]
+    shm = report.get("posix_shm")
+    assert shm is not None and len(shm.evidence) == 9
+    assert {n for e in shm.evidence for n in _left_by_names(e)} == {
+        "vllm-bash",
+        "vllm-rmf",
+        "vllm-pod",
+    }

@@ -242,3 +242,62 @@ def removed_containers(events: list[RuntimeEvent], runtime: str = "docker") -> l
             )
         )
     return out
+
+
+def _kube_labels(labels: Any) -> dict[str, str]:
+    return {k: v for k, v in as_object(labels).items() if k.startswith("io.kubernetes.")}
+
+
+def trim_answer(path: str, body: str, redact: Any = None) -> str:
+    """What a snapshot keeps of a runtime's answer: the fields read above, nothing else
+    (an inspect answer holds the container's environment: tokens, keys). `redact` maps
+    an argv to the same argv with secret option values hidden."""
+    data: Any
+    if path.startswith("/events"):
+        kept = []
+        for ev in parse_events(body):
+            attrs = {k: v for k, v in (("name", ev.name), ("image", ev.image)) if v}
+            kept.append(
+                json.dumps(
+                    {
+                        "Type": "container",
+                        "Action": ev.action,
+                        "Actor": {"ID": ev.container_id, "Attributes": attrs},
+                        "time": int(ev.time),
+                        "timeNano": int(ev.time * 1e9),
+                    }
+                )
+            )
+        return "".join(line + "\n" for line in kept)
+    data = load_json(body)
+    if isinstance(data, list):
+        data = [
+            {
+                "Id": item.get("Id"),
+                "Names": item.get("Names"),
+                "Image": item.get("Image"),
+                "State": item.get("State"),
+                "Labels": _kube_labels(item.get("Labels")),
+            }
+            for item in data
+            if isinstance(item, dict)
+        ]
+    elif isinstance(data, dict):
+        state = as_object(data.get("State"))
+        config = as_object(data.get("Config"))
+        args = [a for a in _list(data.get("Args")) if isinstance(a, str)]
+        data = {
+            "Id": data.get("Id"),
+            "Name": data.get("Name"),
+            "Path": data.get("Path"),
+            "Args": redact(args) if redact else args,
+            "RestartCount": data.get("RestartCount"),
+            "State": {
+                k: state.get(k) for k in ("Status", "Pid", "StartedAt", "FinishedAt", "ExitCode")
+            },
+            "HostConfig": {"IpcMode": as_object(data.get("HostConfig")).get("IpcMode")},
+            "Config": {"Image": config.get("Image"), "Labels": _kube_labels(config.get("Labels"))},
+        }
+    else:
+        return ""
+    return json.dumps(data)

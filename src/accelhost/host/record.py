@@ -25,12 +25,15 @@ class RecordingHost(HostWrapper):
         inner: Host,
         command_filters: Mapping[str, CommandFilter] | None = None,
         file_filters: Sequence[tuple[str, CommandFilter]] = (),
+        http_filter: Callable[[str, str], str] | None = None,
     ) -> None:
         super().__init__(inner)
         self._filters = dict(command_filters or {})
         # (fnmatch pattern, trim): e.g. keep only allocator variables of /proc/*/environ,
         # since a snapshot travels in bug reports and environments hold secrets.
         self._file_filters = list(file_filters)
+        # (path, body) -> what is kept of a runtime's answer (an inspect holds its env)
+        self._http_filter = http_filter
         self._lock = threading.Lock()
         self.env: dict[str, str] = {}
         self.files: dict[str, str] = {}
@@ -96,8 +99,9 @@ class RecordingHost(HostWrapper):
     def http_get(self, socket_path: str, path: str) -> str | None:
         body = self.inner.http_get(socket_path, path)
         if body is not None:
+            kept = self._http_filter(path, body) if self._http_filter else body
             with self._lock:
-                self.http[http_key(socket_path, path)] = body
+                self.http[http_key(socket_path, path)] = kept
         return body
 
     def to_snapshot(self, device_type: str | None = None) -> dict[str, Any]:
