@@ -62,9 +62,13 @@ def left_by_birth(facts: HostFacts, born: float | None) -> dict[str, Any] | None
     found.sort(key=lambda c: (c.started or 0.0, c.id))
     names = " and ".join(c.label for c in found)
     gone = "it no longer runs" if len(found) == 1 else "none of them runs now"
-    why = f"born while {names} ran; {gone}"
+    return _named(found, f"born while {names} ran; {gone}", "candidates")
+
+
+def _named(found: list[Container], why: str, what: str) -> dict[str, Any]:
+    """`left_by`: the containers, whether there is more than one, and why they are named."""
     if len(found) > 1:
-        why += f": {len(found)} candidates, cannot tell which"
+        why += f": {len(found)} {what}, cannot tell which"
     return {
         "containers": [container_json(c) for c in found],
         "ambiguous": len(found) > 1,
@@ -84,13 +88,7 @@ def left_by_dir(facts: HostFacts, path: str) -> dict[str, Any] | None:
     engines = [c for c in found if _runs_engine(facts, c)]
     chosen = engines or found
     why = "in the /dev/shm of " + " and ".join(c.label for c in chosen)
-    if len(chosen) > 1:
-        why += f": {len(chosen)} containers share it, cannot tell which"
-    return {
-        "containers": [container_json(c) for c in chosen],
-        "ambiguous": len(chosen) > 1,
-        "why": why,
-    }
+    return _named(chosen, why, "containers share it")
 
 
 def _runs_engine(facts: HostFacts, c: Container) -> bool:

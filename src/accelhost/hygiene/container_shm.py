@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 def judge_container_shm(facts: HostFacts, options: HygieneOptions) -> list[ShmJudgement]:
     """Every file of every container /dev/shm, judged (empty without containers)."""
-    from accelhost.hygiene.posix_check import ShmJudgement
+    from accelhost.hygiene.posix_check import judgement
 
     cf = getattr(facts, "containers", None)
     everyone = facts.shm_held
@@ -49,17 +49,5 @@ def judge_container_shm(facts: HostFacts, options: HygieneOptions) -> list[ShmJu
             v = judge_shm_file(
                 seen_inside, held, facts.now_epoch, options.shm_min_age_s, naming, siblings
             )
-            reason = v.reason + "; in a container's own /dev/shm"
-            if v.leaked and naming is None:
-                reason += "; matches no engine naming: not removed (see --shm-name)"
-            out.append(
-                ShmJudgement(
-                    f,
-                    naming,
-                    v.leaked and naming is not None,
-                    v.leaked and not naming,
-                    v.blocked,
-                    reason,
-                )
-            )
+            out.append(judgement(f, naming, v, "; in a container's own /dev/shm"))
     return out

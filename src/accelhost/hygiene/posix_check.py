@@ -17,7 +17,7 @@ from accelhost.hygiene.facts import HostFacts
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.report import OK, SKIP, UNKNOWN, WARN, CheckResult
 from accelhost.hygiene.text import human_bytes
-from accelhost.posixshm import ShmFile, held_births, judge_shm_file, match_naming
+from accelhost.posixshm import ShmFile, ShmVerdict, held_births, judge_shm_file, match_naming
 
 NAME = "posix_shm"
 
@@ -30,6 +30,17 @@ class ShmJudgement:
     unclaimed: bool  # held by nobody, old enough, but no naming matches: reported only
     blocked: bool  # could not tell: some process's open files were unreadable
     reason: str
+
+
+def judgement(f: ShmFile, naming: str | None, v: ShmVerdict, note: str = "") -> ShmJudgement:
+    """A verdict of the leak rule as the doctor and the cleaner use it: only a file an
+    engine's naming matches is removed."""
+    reason = v.reason + note
+    if v.leaked and naming is None:
+        reason += "; matches no engine naming: not removed (see --shm-name)"
+    return ShmJudgement(
+        f, naming, v.leaked and naming is not None, v.leaked and not naming, v.blocked, reason
+    )
 
 
 def shm_known(facts: HostFacts) -> bool:
@@ -50,20 +61,7 @@ def judge_shm_files(facts: HostFacts, options: HygieneOptions) -> list[ShmJudgem
         for f in sorted(files or (), key=lambda f: f.path):
             naming = match_naming(f.name, namings)
             v = judge_shm_file(f, held, facts.now_epoch, options.shm_min_age_s, naming, siblings)
-            blocked = v.blocked
-            reason = v.reason
-            if v.leaked and naming is None:
-                reason += "; matches no engine naming: not removed (see --shm-name)"
-            out.append(
-                ShmJudgement(
-                    f,
-                    naming,
-                    v.leaked and naming is not None,
-                    v.leaked and not naming,
-                    blocked,
-                    reason,
-                )
-            )
+            out.append(judgement(f, naming, v))
     from accelhost.hygiene.container_shm import judge_container_shm  # imports this module
 
     return out + judge_container_shm(facts, options)
