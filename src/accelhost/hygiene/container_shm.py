@@ -7,32 +7,39 @@ namespace's processes use, against what they hold (and against every process's m
 inodes, whatever its namespace); a file of the live incarnation is held or born with a
 held one, and stays. `judge_shm_files` (posix_check) adds these judgements to the host's,
 so the doctor reports them and the cleaner removes them through the host's path, with the
-same re-checks at removal (inode, mtime, held by nobody).
+same re-checks at removal (inode, mtime, held by nobody). This module imports nothing of
+posix_check (which imports it): it returns verdicts, posix_check makes them judgements.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from accelhost.hygiene.facts import HostFacts
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.posixshm import HeldScan, held_births, judge_shm_file, match_naming
+from accelhost.posixshm import (
+    HeldScan,
+    ShmFile,
+    ShmVerdict,
+    held_births,
+    judge_shm_file,
+    match_naming,
+)
 
-if TYPE_CHECKING:
-    from accelhost.hygiene.posix_check import ShmJudgement
+NOTE = "; in a container's own /dev/shm"
 
 
-def judge_container_shm(facts: HostFacts, options: HygieneOptions) -> list[ShmJudgement]:
-    """Every file of every container /dev/shm, judged (empty without containers)."""
-    from accelhost.hygiene.posix_check import judgement
-
+def judge_container_shm(
+    facts: HostFacts, options: HygieneOptions
+) -> list[tuple[ShmFile, str | None, ShmVerdict]]:
+    """Every file of every container /dev/shm with its naming and verdict (under the host's
+    path); empty without containers."""
     cf = getattr(facts, "containers", None)
     everyone = facts.shm_held
     if cf is None or everyone is None:
         return []
     namings = options.catalog.shm_namings()
-    out: list[ShmJudgement] = []
+    out: list[tuple[ShmFile, str | None, ShmVerdict]] = []
     for d in cf.shm_dirs:
         if d.files is None or d.held is None:
             continue
@@ -49,5 +56,5 @@ def judge_container_shm(facts: HostFacts, options: HygieneOptions) -> list[ShmJu
             v = judge_shm_file(
                 seen_inside, held, facts.now_epoch, options.shm_min_age_s, naming, siblings
             )
-            out.append(judgement(f, naming, v, "; in a container's own /dev/shm"))
+            out.append((f, naming, v))
     return out

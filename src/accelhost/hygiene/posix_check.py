@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from accelhost.hygiene.container_shm import NOTE as CONTAINER_NOTE
+from accelhost.hygiene.container_shm import judge_container_shm
 from accelhost.hygiene.evidence import shm_file_evidence, unknown
 from accelhost.hygiene.facts import HostFacts
 from accelhost.hygiene.options import HygieneOptions
@@ -62,9 +64,9 @@ def judge_shm_files(facts: HostFacts, options: HygieneOptions) -> list[ShmJudgem
             naming = match_naming(f.name, namings)
             v = judge_shm_file(f, held, facts.now_epoch, options.shm_min_age_s, naming, siblings)
             out.append(judgement(f, naming, v))
-    from accelhost.hygiene.container_shm import judge_container_shm  # imports this module
-
-    return out + judge_container_shm(facts, options)
+    # the containers' own /dev/shm, judged by the same rule
+    out += [judgement(f, n, v, CONTAINER_NOTE) for f, n, v in judge_container_shm(facts, options)]
+    return out
 
 
 def check_posix_shm(facts: HostFacts, options: HygieneOptions) -> CheckResult:
