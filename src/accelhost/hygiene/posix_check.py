@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accelhost.hygiene.container_shm import NOTE as CONTAINER_NOTE
-from accelhost.hygiene.container_shm import judge_container_shm
+from accelhost.hygiene.container_shm import ShmListing, container_listings
 from accelhost.hygiene.evidence import shm_file_evidence, unknown
 from accelhost.hygiene.facts import HostFacts
 from accelhost.hygiene.options import HygieneOptions
@@ -58,14 +57,18 @@ def judge_shm_files(facts: HostFacts, options: HygieneOptions) -> list[ShmJudgem
         return []
     namings = options.catalog.shm_namings()
     out = []
-    for files in facts.shm_files.values():
-        siblings = held_births(files or (), held)
-        for f in sorted(files or (), key=lambda f: f.path):
+    # the host's dirs, then each container's own /dev/shm (accelhost.hygiene.container_shm)
+    listings = [
+        ShmListing(tuple((f, f) for f in files or ()), held) for files in facts.shm_files.values()
+    ] + container_listings(facts)
+    for listing in listings:
+        siblings = held_births([seen for _, seen in listing.files], listing.held)
+        for f, seen in sorted(listing.files, key=lambda pair: pair[0].path):
             naming = match_naming(f.name, namings)
-            v = judge_shm_file(f, held, facts.now_epoch, options.shm_min_age_s, naming, siblings)
-            out.append(judgement(f, naming, v))
-    # the containers' own /dev/shm, judged by the same rule
-    out += [judgement(f, n, v, CONTAINER_NOTE) for f, n, v in judge_container_shm(facts, options)]
+            v = judge_shm_file(
+                seen, listing.held, facts.now_epoch, options.shm_min_age_s, naming, siblings
+            )
+            out.append(judgement(f, naming, v, listing.note))
     return out
 
 
