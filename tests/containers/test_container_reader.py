@@ -282,3 +282,13 @@ def test_runtime_answers_of_any_shape_never_raise() -> None:
             docker_api.trim_answer("/events?x", t)
 
     check()
+
+
+def test_when_pid1s_links_are_hidden_a_host_process_gives_the_hosts_ipc() -> None:
+    """A sandbox's init holds capabilities even root lacks: its ns links cannot be read."""
+    m, procs = two_containers()
+    del m.links["/proc/1/ns/ipc"]
+    view = read_containers(m.host(), procs, NOW)
+    assert view.host_ipc == HOST_IPC
+    c = view.of_pid(1001)
+    assert c is not None and c.shares_host_ipc is True

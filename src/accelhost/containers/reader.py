@@ -129,7 +129,7 @@ def read_containers(
             continue
         if where is not None:
             seen[pid] = where
-    host_ipc = parse_ns_link(host.read_link("/proc/1/ns/ipc"))
+    host_ipc = _host_ipc(host, procs, seen)
     namespaces: dict[int, Namespaces] = {pid: read_namespaces(host, pid) for pid in sorted(seen)}
     wanted = {c.container_id for c in seen.values()}
     records: dict[str, tuple[Container, int | None]] = {}
@@ -175,6 +175,19 @@ def read_containers(
         runtimes=tuple(answered),
         notes=notes,
     )
+
+
+def _host_ipc(
+    host: Host, procs: Mapping[int, ProcessInfo], seen: Mapping[int, CgroupContainer]
+) -> int | None:
+    """PID 1's IPC namespace; where its links are hidden (a sandbox's init holds
+    capabilities even root lacks), that of the first host process (in no container) whose
+    link can be read."""
+    for pid in [1, *sorted(p for p in procs if p != 1 and p not in seen)][:64]:
+        found = parse_ns_link(host.read_link(f"/proc/{pid}/ns/ipc"))
+        if found is not None:
+            return found
+    return None
 
 
 def _with_processes(
