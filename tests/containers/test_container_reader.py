@@ -292,3 +292,23 @@ def test_when_pid1s_links_are_hidden_a_host_process_gives_the_hosts_ipc() -> Non
     assert view.host_ipc == HOST_IPC
     c = view.of_pid(1001)
     assert c is not None and c.shares_host_ipc is True
+
+
+def test_a_runtime_that_stops_answering_is_asked_nothing_more() -> None:
+    """Listing answered, the first inspect not: no more questions (each costs up to a
+    second on a live socket); the listing's names stand."""
+    from fakehost import CountingHost
+
+    m, procs = two_containers()
+    path = events_path(int(NOW) - EVENTS_WINDOW_S, int(NOW))
+    docker_answers(m.http, CONTAINERS, [], path)
+    del m.http[f"{DOCKER_SOCK} /containers/{cid(1)}/json"]
+    host = CountingHost(m.host())
+    view = read_containers(host, procs, NOW)
+    asked = [k for k in host.http if k.startswith(DOCKER_SOCK)]
+    assert asked == [
+        f"{DOCKER_SOCK} /containers/json?all=1",
+        f"{DOCKER_SOCK} /containers/{cid(1)}/json",
+    ]
+    c = view.of_pid(1001)
+    assert c is not None and c.name == "vllm-bash" and c.ipc_mode is None

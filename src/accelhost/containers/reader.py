@@ -63,11 +63,14 @@ def _ask_socket(
     for cid in order:
         answer = host.http_get(socket_path, docker_api.inspect_path(cid))
         got = docker_api.parse_inspect(answer, runtime)
-        if got is not None and got.container.id == cid:
-            merged = got.container
-            if merged.state is None:
-                merged = replace(merged, state=found[cid][0].state)
-            found[cid] = (merged, got.init_pid)
+        if got is None or got.container.id != cid:
+            # slow or garbled: ask it nothing more (a doctor waits a second, not one a
+            # container); the listing's names stand
+            return found, []
+        merged = got.container
+        if merged.state is None:
+            merged = replace(merged, state=found[cid][0].state)
+        found[cid] = (merged, got.init_pid)
     removed: list[Container] = []
     if now_epoch is not None:
         until = int(now_epoch)
