@@ -9,8 +9,8 @@ import json
 from accelhost.containers.docker_api import events_path, parse_time
 from accelhost.containers.model import NO_RUNTIME_NOTE
 from accelhost.containers.reader import (
-    EVENTS_WINDOW_S,
     container_of_pids,
+    events_window,
     read_containers,
     runtime_sockets,
 )
@@ -82,7 +82,7 @@ CONTAINERS = [
 def test_a_runtime_that_answers_names_every_container() -> None:
     m, procs = two_containers()
     removed = cid(4)
-    path = events_path(int(NOW) - EVENTS_WINDOW_S, int(NOW))
+    path = events_path(*events_window(NOW))
     events = [
         event("start", removed, "vllm-removed", NOW - 3000),
         event("die", removed, "vllm-removed", NOW - 2000),
@@ -231,7 +231,7 @@ def test_a_recording_keeps_only_what_is_read_and_replays_the_same_view() -> None
     from accelhost.recording import recorder
 
     m, procs = two_containers()
-    path = events_path(int(NOW) - EVENTS_WINDOW_S, int(NOW))
+    path = events_path(*events_window(NOW))
     gone = cid(4)
     events = [event("start", gone, "r", NOW - 30), event("destroy", gone, "r", NOW - 20)]
     containers = [
@@ -300,7 +300,7 @@ def test_a_runtime_that_stops_answering_is_asked_nothing_more() -> None:
     from fakehost import CountingHost
 
     m, procs = two_containers()
-    path = events_path(int(NOW) - EVENTS_WINDOW_S, int(NOW))
+    path = events_path(*events_window(NOW))
     docker_answers(m.http, CONTAINERS, [], path)
     del m.http[f"{DOCKER_SOCK} /containers/{cid(1)}/json"]
     host = CountingHost(m.host())

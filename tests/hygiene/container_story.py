@@ -21,7 +21,7 @@ from typing import Any
 from hygiene_fakes import NOW, FakeHost
 
 from accelhost.containers.docker_api import events_path
-from accelhost.containers.reader import EVENTS_WINDOW_S
+from accelhost.containers.reader import events_window
 from accelhost.host.base import command_key
 from accelhost.posixshm import birth_argv, find_argv
 from container_hosts import (
@@ -168,13 +168,12 @@ def containers_json() -> list[dict[str, Any]]:
 
 def docker_http() -> dict[str, str]:
     http: dict[str, str] = {}
-    until = int(NOW)
     rmf_events = [
         event("start", RMF, "vllm-rmf", NOW - 3000),
         event("die", RMF, "vllm-rmf", NOW - 2400),
         event("destroy", RMF, "vllm-rmf", NOW - 2399),
     ]
-    docker_answers(http, containers_json(), rmf_events, events_path(until - EVENTS_WINDOW_S, until))
+    docker_answers(http, containers_json(), rmf_events, events_path(*events_window(NOW)))
     return http
 
 

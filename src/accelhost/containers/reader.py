@@ -32,7 +32,16 @@ DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/podman/podman.sock")
 # How far back a removed container is still named from the runtime's events (Docker keeps
 # the last 1000 events in memory, since the daemon started).
 EVENTS_WINDOW_S = 7 * 86400
+EVENTS_LAG_S = 2
 MAX_INSPECT = 256  # containers inspected per look: a host with more is named from the list
+
+
+def events_window(now_epoch: float) -> tuple[int, int]:
+    """(since, until) of the events asked for: the last week, up to a moment ago (an
+    `until` in the future keeps the answer open until then, and the host clock, boot time
+    plus uptime, which a snapshot replays, may run a second ahead)."""
+    until = int(now_epoch) - EVENTS_LAG_S
+    return until - EVENTS_WINDOW_S, until
 
 
 def runtime_sockets(host: Host, explicit: Sequence[str] = ()) -> list[str]:
@@ -73,8 +82,7 @@ def _ask_socket(
         found[cid] = (merged, got.init_pid)
     removed: list[Container] = []
     if now_epoch is not None:
-        until = int(now_epoch)
-        path = docker_api.events_path(until - EVENTS_WINDOW_S, until)
+        path = docker_api.events_path(*events_window(now_epoch))
         events = docker_api.parse_events(host.http_get(socket_path, path))
         removed = [c for c in docker_api.removed_containers(events, runtime) if c.id not in found]
     return found, removed
