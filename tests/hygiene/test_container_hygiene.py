@@ -305,3 +305,24 @@ def test_the_bundled_example_is_the_story_and_tells_it() -> None:
         "vllm-rmf",
         "vllm-pod",
     }
+
+
+def test_watch_logs_name_the_containers_and_export_container_init() -> None:
+    from prometheus_client import generate_latest
+
+    from accelhost.host.snapshot import load_snapshot
+    from accelhost.hygiene.watch import WatchConfig, Watcher
+
+    host = load_snapshot("example:docker-vllm-leak")
+    logs: list[dict[str, Any]] = []
+    watcher = Watcher(lambda: host, OPTS, WatchConfig(), logs.append)
+    watcher.run_once()
+    by_check = {e["check"]: e for e in logs if e.get("event") == "check_status"}
+    assert by_check["container_init"]["containers"] == [
+        "vllm-pod (docker b6b6b6b6b6b6)",
+        "vllm-safe (docker b3b3b3b3b3b3)",
+        "vllm-tini (docker b4b4b4b4b4b4)",
+    ]
+    assert "vllm-rmf (docker b2b2b2b2b2b2)" in by_check["posix_shm"]["containers"]
+    text = generate_latest(watcher.registry).decode()
+    assert 'accelhost_check_status{check="container_init",state="WARN"} 1.0' in text

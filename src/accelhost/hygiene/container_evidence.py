@@ -163,6 +163,20 @@ def _mentions(e: dict[str, Any], ids: set[str]) -> bool:
     return False
 
 
+def containers_named(evidence: Sequence[dict[str, Any]]) -> list[str]:
+    """The labels of the containers a check's evidence names, once each, in order."""
+    out: dict[str, None] = {}
+    for e in evidence:
+        c = e.get("container")
+        if isinstance(c, dict) and c.get("label"):
+            out[str(c["label"])] = None
+        left = e.get("left_by")
+        for x in left.get("containers", []) if isinstance(left, dict) else []:
+            if isinstance(x, dict) and x.get("label"):
+                out[str(x["label"])] = None
+    return list(out)
+
+
 def scope_report(report: DoctorReport, chosen: Sequence[Container]) -> DoctorReport:
     """Only what the chosen container(s) left or run; a check with findings elsewhere only
     says so and is OK for this container."""

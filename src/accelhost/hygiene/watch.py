@@ -31,6 +31,7 @@ from accelhost.hygiene.cleaner import (
     execute,
     plan_clean,
 )
+from accelhost.hygiene.container_evidence import containers_named
 from accelhost.hygiene.facts import HostFacts, read_facts
 from accelhost.hygiene.journal import rfc3339_now
 from accelhost.hygiene.options import HygieneOptions
@@ -290,6 +291,8 @@ class Watcher:
                         "summary": c.summary,
                         "pids": [e["pid"] for e in c.evidence if "pid" in e][:20],
                         "shmids": [e["shmid"] for e in c.evidence if "shmid" in e][:20],
+                        # the containers its processes run in or its leftovers were left by
+                        "containers": containers_named(c.evidence)[:20],
                     }
                 )
             self._last_status[c.name] = c.status
