@@ -150,13 +150,18 @@ def test_a_host_without_containers_says_nothing() -> None:
 
 
 def test_docker_host_and_the_explicit_socket_come_first() -> None:
-    m = FakeMachine(env={"DOCKER_HOST": "unix:///tmp/test-daemon/docker.sock"})
+    m = FakeMachine(
+        env={"DOCKER_HOST": "unix:///tmp/test-daemon/docker.sock", "XDG_RUNTIME_DIR": "/run/user/7"}
+    )
     assert runtime_sockets(m.host(), ["/srv/d.sock"]) == [
         "/srv/d.sock",
         "/tmp/test-daemon/docker.sock",
         "/var/run/docker.sock",
         "/run/podman/podman.sock",
+        "/run/user/7/podman/podman.sock",
     ]
+    tcp = FakeMachine(env={"DOCKER_HOST": "tcp://10.0.0.1:2375"})  # not a unix socket: skipped
+    assert runtime_sockets(tcp.host()) == ["/var/run/docker.sock", "/run/podman/podman.sock"]
 
 
 def test_a_podman_socket_names_podman_containers() -> None:

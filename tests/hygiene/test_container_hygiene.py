@@ -156,6 +156,11 @@ def test_processes_carry_their_container_in_json_and_text() -> None:
 
     assert "in container vllm-safe (docker" in evidence_lines(orphans)[0]
     assert "in container vllm-safe (docker" in evidence_lines(holders)[0]
+    # clean --container: the stuck orphan is vllm-safe's, nothing of vllm-tini's
+    stops = [a for a in plan_clean(facts, OPTS) if isinstance(a, StopProcesses)]
+    assert [t.pid for a in stops for t in a.targets] == [2003]
+    assert scope_actions(stops, facts, resolve_container(facts, "vllm-safe")) == stops
+    assert scope_actions(stops, facts, resolve_container(facts, "vllm-tini")) == []
     # a host process says null
     fake2 = FakeHost()
     fake2.proc(50, "VLLM::EngineCore", ppid=1, pgid=50, sid=50)

@@ -45,12 +45,16 @@ def events_window(now_epoch: float) -> tuple[int, int]:
 
 
 def runtime_sockets(host: Host, explicit: Sequence[str] = ()) -> list[str]:
-    """`--docker-socket` paths, then `DOCKER_HOST=unix://...`, then the usual places."""
+    """`--docker-socket` paths, then `DOCKER_HOST=unix://...`, then the usual places (and
+    the caller's rootless Podman, under `XDG_RUNTIME_DIR`)."""
     out = list(explicit)
     docker_host = host.getenv("DOCKER_HOST") or ""
     if docker_host.startswith("unix://"):
         out.append(docker_host[len("unix://") :])
     out.extend(DOCKER_SOCKETS)
+    runtime_dir = host.getenv("XDG_RUNTIME_DIR")
+    if runtime_dir and runtime_dir.startswith("/"):
+        out.append(f"{runtime_dir.rstrip('/')}/podman/podman.sock")
     return list(dict.fromkeys(p for p in out if p))
 
 
