@@ -47,8 +47,19 @@ def rfc3339(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch)) + ".000000000Z"
 
 
-def _shm_line(size: int, used_mib: int, when: float, dev: int, inode: int, name: str) -> str:
-    return f"f {size} {used_mib * 2048} 0 root {when} {when} {dev} {inode} {name}\0"
+def record_shm_dir(
+    fake: FakeHost, directory: str, rows: list[tuple[str, int, int, float, int]], dev: int
+) -> None:
+    """A /dev/shm listing as a snapshot records it (the one place that knows the form):
+    rows of (name, apparent bytes, MiB used, birth = mtime, inode)."""
+    fake.commands[command_key(find_argv(directory))] = "".join(
+        f"f {size} {used * 2048} 0 root {born} {born} {dev} {ino} {name}\0"
+        for name, size, used, born, ino in rows
+    )
+    paths = [f"{directory}/{row[0]}" for row in rows]
+    fake.commands[command_key(birth_argv(paths))] = "".join(
+        f"{row[3]:.9f} {path}\n" for row, path in zip(rows, paths, strict=True)
+    )
 
 
 def _map(dev: str, inode: int, path: str) -> str:
@@ -128,20 +139,8 @@ def container_story(answering: bool = True) -> FakeHost:
     for pid in fake.pids:
         fake.files.setdefault(f"/proc/{pid}/maps", "")
         fake.dirs.setdefault(f"/proc/{pid}/fd", [])
-    fake.commands[command_key(find_argv("/dev/shm"))] = "".join(
-        _shm_line(size, used, born, HOST_SHM_DEV, ino, name)
-        for name, size, used, born, ino in HOST_FILES
-    )
-    fake.commands[command_key(birth_argv([f"/dev/shm/{f[0]}" for f in HOST_FILES]))] = "".join(
-        f"{born:.9f} /dev/shm/{name}\n" for name, _s, _u, born, _i in HOST_FILES
-    )
-    fake.commands[command_key(find_argv(POD_SHM))] = "".join(
-        _shm_line(size, used, born, POD_SHM_DEV, ino, name)
-        for name, size, used, born, ino in POD_FILES
-    )
-    fake.commands[command_key(birth_argv([f"{POD_SHM}/{f[0]}" for f in POD_FILES]))] = "".join(
-        f"{born:.9f} {POD_SHM}/{name}\n" for name, _s, _u, born, _i in POD_FILES
-    )
+    record_shm_dir(fake, "/dev/shm", HOST_FILES, HOST_SHM_DEV)
+    record_shm_dir(fake, POD_SHM, POD_FILES, POD_SHM_DEV)
     fake.commands["stat -f -c %S %b %a /dev/shm"] = "4096 2097152 1900000\n"
     if answering:
         fake.http.update(docker_http())
