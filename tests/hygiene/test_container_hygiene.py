@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from container_story import BASH, POD, POD_SHM, RMF, SAFE, TINI, container_story, story_snapshot
-from hygiene_fakes import FakeHost
+from hygiene_fakes import NOW, FakeHost
 
 from accelhost.errors import UsageError
 from accelhost.host.snapshot import SnapshotHost
@@ -331,3 +331,41 @@ def test_watch_logs_name_the_containers_and_export_container_init() -> None:
     assert "vllm-rmf (docker b2b2b2b2b2b2)" in by_check["posix_shm"]["containers"]
     text = generate_latest(watcher.registry).decode()
     assert 'accelhost_check_status{check="container_init",state="WARN"} 1.0' in text
+
+
+def test_watch_names_a_leftover_by_the_container_it_saw_holding_it() -> None:
+    """Round 1: a container (no runtime answers) maps /dev/shm/psm_a. Round 2: it is gone
+    with no record and no event, and psm_a is left: watch names the container it saw."""
+    from container_story import record_shm_dir
+
+    from accelhost.hygiene.watch import WatchConfig, Watcher
+
+    def host(running: bool) -> SnapshotHost:
+        fake = FakeHost()
+        on_host(fake, 1)
+        if running:
+            fake.proc(1000, "vllm serve /models/tiny", ppid=1, pgid=1000)
+            put_in_container(fake, 1000, f"/docker/{cid(0xA1)}", nspid=(1000, 1))
+            fake.files["/proc/1000/maps"] = (
+                "7f0000000000-7f0000100000 rw-s 00000000 00:1a 301 /dev/shm/psm_a\n"
+            )
+        for pid in fake.pids:
+            fake.files.setdefault(f"/proc/{pid}/maps", "")
+            fake.dirs.setdefault(f"/proc/{pid}/fd", [])
+        record_shm_dir(fake, "/dev/shm", [("psm_a", 4096, 1, NOW - 3600, 301)], 26)
+        return fake.host()
+
+    hosts = iter([host(True), host(False), host(False)])
+    logs: list[dict[str, Any]] = []
+    watcher = Watcher(lambda: next(hosts), OPTS, WatchConfig(), logs.append)
+    first = watcher.run_once().report.get("posix_shm")
+    assert first is not None and first.status == "OK"
+    second = watcher.run_once().report.get("posix_shm")
+    assert second is not None and second.status == "WARN"
+    (e,) = second.evidence
+    assert [c["id"] for c in e["left_by"]["containers"]] == [cid(0xA1)]
+    assert "seen holding it" in e["left_by"]["why"]
+    # a single look (the doctor) has no memory: the file is named by nothing
+    facts = read_facts(host(False), OPTS)
+    alone = run_checks(facts, OPTS).get("posix_shm")
+    assert alone is not None and alone.evidence[0]["left_by"] is None

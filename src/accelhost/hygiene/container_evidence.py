@@ -23,6 +23,7 @@ from accelhost.errors import UsageError
 from accelhost.hygiene.actions import Action, RemoveSegment, RemoveShmFile, StopProcesses
 from accelhost.hygiene.facts import HostFacts
 from accelhost.hygiene.report import OK, CheckResult, DoctorReport
+from accelhost.posixshm import ShmFile
 
 # A leftover born this close outside a container's lifetime is still its (clocks of the
 # runtime and the kernel differ by a little, and a file is made just after a start).
@@ -101,16 +102,25 @@ def _runs_engine(facts: HostFacts, c: Container) -> bool:
     return rx is not None and any(p in procs and rx.search(procs[p].command) for p in pids)
 
 
-def left_by_file(facts: HostFacts, path: str, born: float | None) -> dict[str, Any] | None:
-    return left_by_dir(facts, path) or left_by_birth(facts, born)
+def left_by_seen(facts: HostFacts, f: ShmFile | None) -> dict[str, Any] | None:
+    """The container whose processes an earlier look (a `watch` round) saw holding it."""
+    cf = facts.containers
+    c = cf.seen_holders.get((f.dev, f.inode)) if cf and f and f.inode else None
+    if c is None:
+        return None
+    return _named([c], f"its processes were seen holding it ({c.label})", "")
 
 
-def _born_of_path(facts: HostFacts, path: str) -> float | None:
-    for files in facts.shm_files.values():
-        for f in files or ():
-            if f.path == path:
-                return f.birth if f.birth is not None else f.mtime
-    return None
+def left_by_file(facts: HostFacts, path: str) -> dict[str, Any] | None:
+    f = _file_of(facts, path)
+    born = None if f is None else (f.birth if f.birth is not None else f.mtime)
+    return left_by_dir(facts, path) or left_by_seen(facts, f) or left_by_birth(facts, born)
+
+
+def _file_of(facts: HostFacts, path: str) -> ShmFile | None:
+    dirs = [files or () for files in facts.shm_files.values()]
+    dirs += [d.files or () for d in facts.containers.shm_dirs] if facts.containers else []
+    return next((f for files in dirs for f in files if f.path == path), None)
 
 
 def _born_of_segment(facts: HostFacts, shmid: int) -> float | None:
@@ -124,7 +134,7 @@ def annotate_evidence(e: dict[str, Any], facts: HostFacts) -> dict[str, Any]:
         return {**e, "container": container_json(container_of(facts, e["pid"]))}
     if kind == "shm_file" and "left_by" not in e:
         path = str(e.get("path"))
-        return {**e, "left_by": left_by_file(facts, path, _born_of_path(facts, path))}
+        return {**e, "left_by": left_by_file(facts, path)}
     if kind == "segment" and "left_by" not in e and isinstance(e.get("shmid"), int):
         return {**e, "left_by": left_by_birth(facts, _born_of_segment(facts, e["shmid"]))}
     return e
@@ -161,6 +171,37 @@ def _mentions(e: dict[str, Any], ids: set[str]) -> bool:
     if isinstance(left, dict):
         return any(isinstance(x, dict) and x.get("id") in ids for x in left.get("containers", []))
     return False
+
+
+class HolderMemory:
+    """What `watch` remembers between rounds: which container's processes held each
+    /dev/shm file (by device and inode), so that a file left when that container went is
+    named by it. Bounded: only files still listed are kept, at most `limit`."""
+
+    def __init__(self, limit: int = 10000) -> None:
+        self.limit = limit
+        self._seen: dict[tuple[int, int], Container] = {}
+
+    def inject(self, facts: HostFacts) -> HostFacts:
+        cf = facts.containers
+        if cf is None or not self._seen:
+            return facts
+        return replace(facts, containers=replace(cf, seen_holders=dict(self._seen)))
+
+    def remember(self, facts: HostFacts) -> None:
+        cf = facts.containers
+        if cf is None:
+            return
+        listed = {
+            (f.dev, f.inode)
+            for files in [*facts.shm_files.values(), *(d.files for d in cf.shm_dirs)]
+            for f in files or ()
+        }
+        kept = {k: c for k, c in self._seen.items() if k in listed}
+        for node, cid in cf.held_by.items():
+            if node in listed and cid in cf.view.containers:
+                kept[node] = cf.view.containers[cid]
+        self._seen = dict(list(kept.items())[-self.limit :])
 
 
 def containers_named(evidence: Sequence[dict[str, Any]]) -> list[str]:
@@ -210,7 +251,7 @@ def action_container(facts: HostFacts, a: Action) -> dict[str, Any] | None:
                 }
         return None
     if isinstance(a, RemoveShmFile):
-        return left_by_file(facts, a.path, _born_of_path(facts, a.path))
+        return left_by_file(facts, a.path)
     if isinstance(a, RemoveSegment):
         return left_by_birth(facts, float(a.ctime))
     return None

@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from accelhost.containers.model import ContainerView
+from accelhost.containers.model import Container, ContainerView
 from accelhost.containers.reader import read_containers
 from accelhost.host.base import Host
 from accelhost.posixshm import HeldScan, ShmFile, list_shm_files, scan_held
@@ -61,6 +61,10 @@ class ContainerFacts:
     remove_ipc: bool | None = None  # logind's RemoveIPC (None: no systemd-logind config)
     remove_ipc_source: str | None = None
     engine_uids: Mapping[int, int] = field(default_factory=dict)  # engine pid -> real uid
+    # (st_dev, inode) of the files each running container's processes hold now -> its id
+    held_by: Mapping[tuple[int, int], str] = field(default_factory=dict)
+    # what an earlier look saw held, by container (`watch` remembers it between rounds)
+    seen_holders: Mapping[tuple[int, int], Container] = field(default_factory=dict)
     errors: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -184,9 +188,15 @@ def read_container_facts(
         errors["shm_space"] = f"{SHM}: free space not read (stat -f)"
     remove_ipc, source = _read_logind(host)
     if procs is None:
-        return ContainerFacts(ContainerView(), (), space, remove_ipc, source, {}, errors)
+        return ContainerFacts(ContainerView(), (), space, remove_ipc, source, errors=errors)
     view = read_containers(host, procs, now_epoch, sockets)
     host_devs = {f.dev for files in (host_shm or {}).values() for f in files or () if f.dev}
     dirs = _shm_dirs(host, view, procs, host_devs)
     uids = _engine_uids(host, procs, engines) if remove_ipc else {}
-    return ContainerFacts(view, dirs, space, remove_ipc, source, uids, errors)
+    held_by = {
+        node: cid
+        for cid in sorted(view.containers)
+        if (pids := view.pids_of(cid))
+        for node in scan_held(host, pids).inodes
+    }
+    return ContainerFacts(view, dirs, space, remove_ipc, source, uids, held_by, errors=errors)

@@ -31,7 +31,7 @@ from accelhost.hygiene.cleaner import (
     execute,
     plan_clean,
 )
-from accelhost.hygiene.container_evidence import containers_named
+from accelhost.hygiene.container_evidence import HolderMemory, containers_named
 from accelhost.hygiene.facts import HostFacts, read_facts
 from accelhost.hygiene.journal import rfc3339_now
 from accelhost.hygiene.options import HygieneOptions
@@ -240,11 +240,13 @@ class Watcher:
         self.registry.register(self.collector)
         self._last_status: dict[str, str] = {}
         self._orphan_rounds: dict[tuple[int, int], int] = {}
+        self._holders = HolderMemory()  # which container held each /dev/shm file
 
     def run_once(self) -> Round:
         host = self.host_factory()
-        facts = read_facts(host, self.options)
+        facts = self._holders.inject(read_facts(host, self.options))
         report = run_checks(facts, self.options)
+        self._holders.remember(facts)
         leaks = (
             leaked_segments(
                 facts.segments, facts.alive, facts.now_epoch, self.options.shm_min_age_s
