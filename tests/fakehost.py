@@ -36,6 +36,7 @@ class FakeMachine:
     commands: dict[str, Any] = field(default_factory=dict)
     stat_dirs: dict[str, list[FileStat]] = field(default_factory=dict)
     stats: dict[str, FileStat] = field(default_factory=dict)
+    http: dict[str, str] = field(default_factory=dict)  # "SOCKET PATH" -> body
 
     def snapshot(self) -> dict[str, Any]:
         data: dict[str, Any] = {"format": SNAPSHOT_FORMAT, "machine": self.machine}
@@ -51,6 +52,8 @@ class FakeMachine:
         if self.stats:
             data["stats"] = {k: stat_to_dict(v) for k, v in self.stats.items()}
         data["commands"] = dict(self.commands)
+        if self.http:
+            data["http"] = dict(self.http)
         return data
 
     def host(self, source: str = "fake-host") -> SnapshotHost:
@@ -69,6 +72,7 @@ class CountingHost(HostWrapper):
         self.env: Counter[str] = Counter()
         self.stat_dirs: Counter[str] = Counter()
         self.stats: Counter[str] = Counter()
+        self.http: Counter[str] = Counter()
 
     def run(self, argv: Sequence[str]) -> CommandResult | None:
         self.commands[command_key(argv)] += 1
@@ -103,6 +107,10 @@ class CountingHost(HostWrapper):
         self.env[name] += 1
         return self.inner.getenv(name)
 
+    def http_get(self, socket_path: str, path: str) -> str | None:
+        self.http[f"{socket_path} {path}"] += 1
+        return self.inner.http_get(socket_path, path)
+
     def repeated(self) -> dict[str, int]:
         """Everything asked for more than once, as `kind key` -> count (empty: all once)."""
         out: dict[str, int] = {}
@@ -114,6 +122,7 @@ class CountingHost(HostWrapper):
             ("env", self.env),
             ("stat_dir", self.stat_dirs),
             ("stat", self.stats),
+            ("http", self.http),
         ):
             out.update({f"{kind} {k}": n for k, n in counter.items() if n > 1})
         return out

@@ -27,6 +27,7 @@ class FakeHost:
     links: dict[str, str] = field(default_factory=dict)
     commands: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    http: dict[str, str] = field(default_factory=dict)  # a runtime's unix-socket answers
     pids: list[int] = field(default_factory=list)
     segments: list[str] = field(default_factory=list)
     stat_dirs: dict[str, list[FileStat]] = field(default_factory=dict)
@@ -140,6 +141,7 @@ class FakeHost:
             links=self.links,
             commands=self.commands,
             stat_dirs=self.stat_dirs,
+            http=self.http,
         )
         return machine.snapshot()
 

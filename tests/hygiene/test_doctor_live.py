@@ -26,6 +26,7 @@ def test_doctor_finds_the_orphan_not_the_healthy_engine(lab: Lab) -> None:
         "hugepages",
         "preflight",
         "host_tuning",
+        "container_init",
     }
     assert checks["orphan_engines"]["status"] == "FAIL"
     orphans = {e["pid"]: e for e in checks["orphan_engines"]["evidence"]}

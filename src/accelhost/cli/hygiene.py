@@ -22,6 +22,7 @@ from accelhost.cli.common import (
     add_json_option,
     print_json,
 )
+from accelhost.cli.container_args import add_container_options
 from accelhost.cli.hygiene_options import (
     add_common,
     add_preflight,
@@ -48,6 +49,7 @@ def register(subparsers: Any) -> None:
         epilog=help_epilog("doctor"),
     )
     add_common(doctor)
+    add_container_options(doctor)
     add_preflight(doctor)
     add_json_option(doctor)
     doctor.add_argument(
@@ -72,6 +74,7 @@ def register(subparsers: Any) -> None:
         epilog=help_epilog("clean"),
     )
     add_common(clean, min_age_alias=True)
+    add_container_options(clean)
     add_json_option(clean)
     clean.add_argument("--yes", action="store_true", help="act (default: dry run)")
     add_grace_option(clean, "an orphan")
@@ -120,6 +123,7 @@ def register(subparsers: Any) -> None:
         epilog=help_epilog("watch"),
     )
     add_common(watch)
+    add_container_options(watch, scope=False)
     add_preflight(watch)
     watch.add_argument(
         "--interval",
@@ -174,7 +178,12 @@ def doctor_main(args: argparse.Namespace) -> int:
     options = hygiene_options(args)
     host = hygiene_host(args)
     try:
-        report = run_checks(read_facts(host, options), options, tuple(args.check))
+        facts = read_facts(host, options)
+        report = run_checks(facts, options, tuple(args.check))
+        if options.container is not None:
+            from accelhost.hygiene.container_evidence import resolve_container, scope_report
+
+            report = scope_report(report, resolve_container(facts, options.container))
     except UsageError:
         raise
     except AccelhostError as exc:
@@ -237,10 +246,19 @@ def clean_main(args: argparse.Namespace) -> int:
     )
     facts = read_facts(host, options)
     actions = plan_clean(facts, options, filters)
+    from accelhost.hygiene.container_evidence import (
+        action_container,
+        resolve_container,
+        scope_actions,
+    )
+
+    if options.container is not None:
+        actions = scope_actions(actions, facts, resolve_container(facts, options.container))
+    whose = [action_container(facts, a) for a in actions]
     before = figures(facts, options)
     out: dict[str, Any] = {
         "dry_run": not args.yes,
-        "actions": [a.to_dict() for a in actions],
+        "actions": [{**a.to_dict(), "container": w} for a, w in zip(actions, whose, strict=True)],
         "before": before,
     }
     quiet = bool(args.json)
@@ -253,7 +271,7 @@ def clean_main(args: argparse.Namespace) -> int:
         ("accelhost clean: " + ("doing" if args.yes else "dry run, nothing changes (--yes to act)"))
         + f": {len(actions)} action(s)"
     )
-    _print_plan(actions, say, args.grace)
+    _print_plan(actions, say, args.grace, whose)
     say(f"before: {describe_figures(before)}")
     status = 0
     if args.yes and actions:
@@ -277,9 +295,13 @@ def clean_main(args: argparse.Namespace) -> int:
     return status
 
 
-def _print_plan(actions: Sequence[Action], say: Any, grace: float) -> None:
+def _print_plan(
+    actions: Sequence[Action], say: Any, grace: float, whose: Sequence[Any] = ()
+) -> None:
     for n, a in enumerate(actions, 1):
         say(f"  {n}. {a.describe()}")
+        if n <= len(whose) and whose[n - 1]:
+            say(f"     container: {whose[n - 1]['why']}")
         if a.kind == "stop":
             say(f"     SIGTERM, wait up to {grace:g} s, SIGKILL what is left, wait again")
 

@@ -145,6 +145,8 @@ def hygiene_options(args: argparse.Namespace) -> HygieneOptions:
         hugepages_threshold=args.hugepages_threshold,
         catalog=catalog,
         shm_dirs=dirs,
+        container_sockets=tuple(getattr(args, "docker_socket", ())),
+        container=getattr(args, "container", None),
     )
 
 

@@ -21,16 +21,23 @@ def record_snapshot(
     """Read `inner` as `plan`/`topo` (and `doctor`) would, and return the snapshot dict.
 
     Trimmed like every recording (`accelhost.host.redact`); of `ps -Te` only the UVB poll
-    threads the Ascend planner looks for are kept."""
+    threads the Ascend planner looks for are kept, of a container runtime's answers only
+    the fields the doctor reads."""
+    from accelhost.containers.docker_api import trim_answer
     from accelhost.host.base import command_key
     from accelhost.host.once import read_once
-    from accelhost.host.redact import recorder
+    from accelhost.host.redact import recorder, redact_argv
     from accelhost.hygiene import read_facts
     from accelhost.parsers.ps import keep_thread_lines
     from accelhost.readers.ascend import PS_THREADS
     from accelhost.readers.topology import read_topology
 
-    rec = recorder(inner, {command_key(PS_THREADS): keep_thread_lines})
+    rec = recorder(
+        inner,
+        {command_key(PS_THREADS): keep_thread_lines},
+        # of a runtime's answers only the fields the doctor reads (no environments)
+        http_filter=lambda path, body: trim_answer(path, body, redact_argv),
+    )
     once = read_once(rec)  # what the planner and the doctor both read is read once
     topo = read_topology(once, device_type=device_type)
     if doctor:

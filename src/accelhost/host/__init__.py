@@ -3,7 +3,8 @@
 Everything accelhost learns about a machine comes through `Host`: run a command and get its
 text, read a file, list a directory, read a symlink, stat a directory's entries or one
 path (`FileStat`: size, blocks, owner, times, identity, birth), look up an environment
-variable and the CPU architecture. What lives where:
+variable, ask a container runtime's unix socket (`http_get`) and the CPU architecture.
+What lives where:
 - `base`: the `Host` protocol, `CommandResult`, `FileStat` and the `HostWrapper` base;
 - `live`: `LiveHost`, this machine (C locale, timeouts, independent commands at once;
   scandir/lstat/statx for stats), and `live_host()`, the one place a live host is made;
@@ -12,8 +13,9 @@ variable and the CPU architecture. What lives where:
 - `redact`: `recorder(host)`, a recording host with what a snapshot must not keep trimmed
   (secrets in command lines, environments, private mappings);
 - `once`: `read_once(host)`, which wraps a host so that each command, file, directory,
-  link, stat and variable is read at most once however many readers ask;
-- `libc`: the one binding of the C library and of the syscalls Python's `os` lacks.
+  link, stat, socket answer and variable is read at most once however many readers ask;
+- `libc`: the one binding of the C library and of the syscalls Python's `os` lacks;
+- `unixhttp`: the small GET over a unix socket `LiveHost.http_get` uses (hard 1 s limit).
 
 Reading facts once, for any code that looks at a host through several readers (the
 planner does, and the doctor can)::

@@ -46,6 +46,11 @@ def command_key(argv: Sequence[str]) -> str:
     return " ".join(argv)
 
 
+def http_key(socket_path: str, path: str) -> str:
+    """The snapshot key of an HTTP GET on a unix socket: the socket, a space, the path."""
+    return f"{socket_path} {path}"
+
+
 @runtime_checkable
 class Host(Protocol):
     """One machine, live or recorded. Every reader above this door sees only these calls.
@@ -102,6 +107,11 @@ class Host(Protocol):
 
     def getenv(self, name: str) -> str | None:
         """An environment variable of the host's process; None when unset."""
+        ...
+
+    def http_get(self, socket_path: str, path: str) -> str | None:
+        """The body of an HTTP GET on a unix socket (a container runtime's API); None when
+        nothing answers `200` within a second (absent, slow, garbled)."""
         ...
 
 

@@ -121,6 +121,11 @@ class LiveHost:
     def getenv(self, name: str) -> str | None:
         return self._env.get(name)
 
+    def http_get(self, socket_path: str, path: str) -> str | None:
+        from accelhost.host.unixhttp import unix_http_get
+
+        return unix_http_get(socket_path, path)
+
 
 def _kind(mode: int) -> str:
     if stat_mod.S_ISREG(mode):

@@ -33,6 +33,7 @@ class ReadOnce(HostWrapper):
         self._env: dict[str, str | None] = {}
         self._stat_dirs: dict[str, list[FileStat] | None] = {}
         self._stats: dict[str, FileStat | None] = {}
+        self._http: dict[tuple[str, str], str | None] = {}
 
     def run(self, argv: Sequence[str]) -> CommandResult | None:
         key = " ".join(argv)  # command_key, inlined: planners ask this on every plan
@@ -89,6 +90,12 @@ class ReadOnce(HostWrapper):
             if name not in self._env:
                 self._env[name] = self.inner.getenv(name)
             return self._env[name]
+
+    def http_get(self, socket_path: str, path: str) -> str | None:
+        key = (socket_path, path)
+        if key not in self._http:  # not under the lock: a slow socket must not stall readers
+            self._http[key] = self.inner.http_get(socket_path, path)
+        return self._http[key]
 
 
 def read_once(host: Host) -> Host:

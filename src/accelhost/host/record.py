@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from accelhost.host.base import CommandResult, FileStat, Host, HostWrapper, command_key
+from accelhost.host.base import CommandResult, FileStat, Host, HostWrapper, command_key, http_key
 from accelhost.host.snapshot import SNAPSHOT_FORMAT, stat_to_dict
 
 # A filter trims what is stored for a command to what the readers actually use.
@@ -25,12 +25,15 @@ class RecordingHost(HostWrapper):
         inner: Host,
         command_filters: Mapping[str, CommandFilter] | None = None,
         file_filters: Sequence[tuple[str, CommandFilter]] = (),
+        http_filter: Callable[[str, str], str] | None = None,
     ) -> None:
         super().__init__(inner)
         self._filters = dict(command_filters or {})
         # (fnmatch pattern, trim): e.g. keep only allocator variables of /proc/*/environ,
         # since a snapshot travels in bug reports and environments hold secrets.
         self._file_filters = list(file_filters)
+        # (path, body) -> what is kept of a runtime's answer (an inspect holds its env)
+        self._http_filter = http_filter
         self._lock = threading.Lock()
         self.env: dict[str, str] = {}
         self.files: dict[str, str] = {}
@@ -39,6 +42,7 @@ class RecordingHost(HostWrapper):
         self.commands: dict[str, CommandResult] = {}
         self.stat_dirs: dict[str, list[FileStat]] = {}
         self.stats: dict[str, FileStat] = {}
+        self.http: dict[str, str] = {}
 
     def _keep_command(self, argv: Sequence[str], result: CommandResult | None) -> None:
         if result is None:
@@ -103,6 +107,14 @@ class RecordingHost(HostWrapper):
                 self.env[name] = value
         return value
 
+    def http_get(self, socket_path: str, path: str) -> str | None:
+        body = self.inner.http_get(socket_path, path)
+        if body is not None:
+            kept = self._http_filter(path, body) if self._http_filter else body
+            with self._lock:
+                self.http[http_key(socket_path, path)] = kept
+        return body
+
     def to_snapshot(self, device_type: str | None = None) -> dict[str, Any]:
         """The snapshot dictionary of everything read so far (format accelhost-snapshot/1)."""
         commands: dict[str, Any] = {
@@ -125,4 +137,6 @@ class RecordingHost(HostWrapper):
         if self.stats:
             data["stats"] = {path: stat_to_dict(e) for path, e in sorted(self.stats.items())}
         data["commands"] = commands
+        if self.http:
+            data["http"] = dict(sorted(self.http.items()))
         return data

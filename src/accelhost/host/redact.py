@@ -10,7 +10,7 @@ file mappings, and in command lines the values of secret-looking options
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from accelhost.host.base import Host
 from accelhost.host.record import CommandFilter, RecordingHost
@@ -82,10 +82,18 @@ def keep_shared_maps(text: str) -> str:
     return "".join(f"{line}\n" for line in keep)
 
 
+def redact_argv(argv: list[str]) -> list[str]:
+    """An argv (a container's PID 1, as its runtime reports it) redacted as a cmdline is."""
+    return redact_cmdline("\0".join(argv)).split("\0")
+
+
 def recorder(
-    inner: Host, command_filters: Mapping[str, CommandFilter] | None = None
+    inner: Host,
+    command_filters: Mapping[str, CommandFilter] | None = None,
+    http_filter: Callable[[str, str], str] | None = None,
 ) -> RecordingHost:
-    """A recording host with the snapshot's trims (and `command_filters`: key -> trim)."""
+    """A recording host with the snapshot's trims (and `command_filters`: key -> trim;
+    `http_filter`: what to keep of a container runtime's answer to a path)."""
     return RecordingHost(
         inner,
         command_filters,
@@ -94,4 +102,5 @@ def recorder(
             ("/proc/*/cmdline", redact_cmdline),
             ("/proc/*/maps", keep_shared_maps),
         ],
+        http_filter=http_filter,
     )

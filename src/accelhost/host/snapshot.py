@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from accelhost.errors import SnapshotError
-from accelhost.host.base import CommandResult, FileStat, command_key
+from accelhost.host.base import CommandResult, FileStat, command_key, http_key
 
 SNAPSHOT_FORMAT = "accelhost-snapshot/1"
 EXAMPLE_PREFIX = "example:"
@@ -48,6 +48,8 @@ class SnapshotHost:
         self._stats: dict[str, FileStat] = {
             path: stat_from_dict(e) for path, e in data.get("stats", {}).items()
         }
+        # what a container runtime answered on its unix socket: "SOCKET PATH" -> body
+        self._http: dict[str, str] = dict(data.get("http", {}))
         self._commands: dict[str, CommandResult] = {}
         for key, value in data.get("commands", {}).items():
             if isinstance(value, str):
@@ -91,6 +93,9 @@ class SnapshotHost:
 
     def getenv(self, name: str) -> str | None:
         return self._env.get(name)
+
+    def http_get(self, socket_path: str, path: str) -> str | None:
+        return self._http.get(http_key(socket_path, path))
 
 
 # How a snapshot writes one `FileStat` (the "stat_dirs" and "stats" sections): the fields
@@ -223,7 +228,7 @@ def _validate(data: Any, source: str) -> None:
     for key in ("machine", "device_type"):
         if key in data and data[key] is not None and not isinstance(data[key], str):
             fail(f"'{key}' must be a string")
-    for key in ("env", "files", "links"):
+    for key in ("env", "files", "links", "http"):
         section = data.get(key, {})
         if not isinstance(section, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in section.items()

@@ -12,13 +12,16 @@ machine (accelhost's own files and a pipeline's own workers are not the machine)
 
 What lives where: `options` (what to look for), `facts` (read once through the host
 door) with `devices` (device memory from npu-smi / nvidia-smi, and who has a device node
-open), `engines` (the engine
-catalog: frontends and children), `rules` (what is an orphan, what leaked), `checks`,
-`posix_check` (the /dev/shm leak rule), `tuning`, `preflight` (the verdicts),
-`evidence`, `report`, `render` and `text` (what is shown), `actions`, `cleaner`,
-`stopper` and `journal` (what `clean` does), `watch` (the loop and its metrics),
-`capabilities` (which Linux capabilities each check and each clean action needs: the one
-table the docs, `--help` and contrib/ are checked against).
+open), `engines` (the engine catalog: frontends and children), `rules` (what is an orphan,
+what leaked), `checks`, `posix_check` (the /dev/shm leak rule), `tuning`, `preflight` (the
+verdicts), `evidence`, `report`, `render` and `text` (what is shown), `actions`,
+`cleaner`, `stopper` and `journal` (what `clean` does), `watch` (the loop and its
+metrics), `capabilities` (which Linux capabilities each check and each clean action needs:
+the one table the docs, `--help` and contrib/ are checked against). Containers:
+`container_facts` (read with the facts: the runtimes' view, each container's own /dev/shm,
+/dev/shm's free space, logind's RemoveIPC), `container_shm` (those /dev/shm files judged),
+`container_evidence` (every finding named by its container; `--container` scoping),
+`container_init` (the check), `shm_preflight` (/dev/shm space and RemoveIPC).
 """
 
 from __future__ import annotations

@@ -56,6 +56,12 @@ CHECK_NEEDS: tuple[CapabilityNeed, ...] = (
     CapabilityNeed("hugepages", (), "/proc/meminfo and sysfs"),
     CapabilityNeed("preflight", (), "npu-smi / nvidia-smi"),
     CapabilityNeed("host_tuning", _READ_OPEN_FILES, "engines' /proc/PID/environ"),
+    CapabilityNeed(
+        "container_init",
+        (SYS_PTRACE,),
+        "each container's namespaces (/proc/PID/ns) and /dev/shm (/proc/PID/root); names "
+        "need the runtime's socket (root, or its group)",
+    ),
 )
 
 CLEAN_NEEDS: tuple[CapabilityNeed, ...] = (

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from accelhost.hygiene.container_evidence import annotate_report, container_of
+from accelhost.hygiene.container_init import check_container_init
 from accelhost.hygiene.evidence import (
     device_memory_of_pid,
     orphan_evidence,
@@ -37,6 +39,7 @@ from accelhost.hygiene.report import (
     DoctorReport,
 )
 from accelhost.hygiene.rules import find_orphans, is_hugetlb, leaked_segments
+from accelhost.hygiene.shm_preflight import with_remove_ipc, with_shm_space
 from accelhost.hygiene.text import human_bytes
 from accelhost.hygiene.tuning import check_host_tuning
 
@@ -65,7 +68,8 @@ def check_orphan_engines(facts: HostFacts, options: HygieneOptions) -> CheckResu
         "accelhost clean --yes (SIGTERM to each orphan and its descendants, SIGKILL after --grace)"
     )
     if stuck:
-        fix += f"; pids {' '.join(map(str, stuck))} are in D state: they need a device reset"
+        fix += f"; pids {_in_containers(facts, stuck)} are in D state (stuck in the driver: "
+        fix += "no signal can stop them, clean will not retry): wait, or reset that device"
     held = [o for o in orphans if facts.device_fds.get(o.proc.pid)]
     unseen = [o for o in orphans if o.proc.pid in blind]
     return CheckResult(
@@ -76,6 +80,15 @@ def check_orphan_engines(facts: HostFacts, options: HygieneOptions) -> CheckResu
         evidence,
         fix,
     )
+
+
+def _in_containers(facts: HostFacts, pids: list[int]) -> str:
+    """`2290107 (in vllm-bash (docker 3f9a1c2e4b5d))`: pids, with the container of each."""
+    out = []
+    for pid in pids:
+        c = container_of(facts, pid)
+        out.append(f"{pid}" + (f" (in {c.label})" if c else ""))
+    return " ".join(out)
 
 
 def _holders(facts: HostFacts) -> dict[int, set[str]]:
@@ -120,7 +133,8 @@ def check_device_holders(facts: HostFacts, options: HygieneOptions) -> CheckResu
         ev["devices"] = nodes
         evidence.append(ev)
         if proc.is_zombie or proc.is_uninterruptible:
-            bad.append(f"pid {pid} is {'a zombie' if proc.is_zombie else 'in D state'}")
+            what = "a zombie" if proc.is_zombie else "in D state (stuck in the driver)"
+            bad.append(f"pid {_in_containers(facts, [pid])} is {what}")
         if engine:
             for node in nodes:
                 if not is_control_node(node):
@@ -134,7 +148,8 @@ def check_device_holders(facts: HostFacts, options: HygieneOptions) -> CheckResu
             FAIL,
             "; ".join(bad) + " while holding a device",
             tuple(evidence),
-            "a zombie's parent must reap it; a D-state holder needs a device reset "
+            "a zombie's parent must reap it; a D-state holder is stuck in the driver (no "
+            "signal stops it, clean never retries): wait for it, or reset that device "
             "(npu-smi set -t reset -i N / nvidia-smi -r -i N)",
         )
     if shared:
@@ -358,8 +373,9 @@ CHECKS: dict[str, Callable[[HostFacts, HygieneOptions], CheckResult]] = {
     "shared_memory": check_shared_memory,
     "posix_shm": check_posix_shm,
     "hugepages": check_hugepages,
-    "preflight": check_preflight,
-    "host_tuning": check_host_tuning,
+    "preflight": lambda f, o: with_shm_space(check_preflight(f, o), f, o),
+    "host_tuning": lambda f, o: with_remove_ipc(check_host_tuning(f, o), f),
+    "container_init": check_container_init,
 }
 
 
@@ -375,7 +391,8 @@ def run_checks(
             results.append(CHECKS[name](facts, options))
         except Exception as exc:  # a bug in one check must not hide the others
             results.append(unknown(name, f"internal error: {type(exc).__name__}: {exc}"))
-    return DoctorReport(tuple(results))
+    # every process and leftover named by its container (null on the host)
+    return annotate_report(DoctorReport(tuple(results)), facts)
 
 
 __all__ = ["CHECK_NAMES", "CheckResult", "DoctorReport", "run_checks"]

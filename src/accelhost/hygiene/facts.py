@@ -24,6 +24,7 @@ from accelhost.errors import AccelhostError, HostError
 from accelhost.host.base import Host
 from accelhost.host.once import read_once
 from accelhost.host.redact import ALLOC_CONF_VARS
+from accelhost.hygiene.container_facts import ContainerFacts, read_container_facts
 from accelhost.hygiene.devices import DeviceMemory, device_paths_held, read_ascend, read_nvidia
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.parsers.hugepages import HugePagePool, parse_count, parse_size_dir
@@ -100,6 +101,9 @@ class HostFacts:
     # table may lack some altogether (hidepid=2): neither is ever called dead.
     hidden_pids: frozenset[int] = frozenset()
     processes_partial: str | None = None
+    # Containers: which one each process is in, their own /dev/shm, /dev/shm's free space
+    # and logind's RemoveIPC (accelhost.hygiene.container_facts); None: not read.
+    containers: ContainerFacts | None = None
 
     def process_age_s(self, proc: ProcessInfo) -> float | None:
         if self.uptime_s is None:
@@ -358,6 +362,9 @@ def read_facts(host: Host, options: HygieneOptions | None = None) -> HostFacts:
     held = scan_held(host) if procs is not None else None
     holders = set(fds) | {row.pid for d in devices for row in d.processes}
     engine_env = _read_engine_env(host, procs or {}, holders, opts)
+    containers = read_container_facts(
+        host, procs, now, opts.container_sockets, shm_files, opts.engine_regex()
+    )
     return HostFacts(
         live=host.is_live,
         now_epoch=now,
@@ -379,4 +386,5 @@ def read_facts(host: Host, options: HygieneOptions | None = None) -> HostFacts:
         not_recorded=frozenset(absent),
         hidden_pids=frozenset(hidden),
         processes_partial=proc_hides(host) if procs is not None else None,
+        containers=containers,
     )

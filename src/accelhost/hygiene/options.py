@@ -95,6 +95,12 @@ class HygieneOptions:
     hugepages_threshold: float = 0.90
     cpus_per_device: int = 5
     idle_baselines: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_IDLE_BASELINE_MIB))
+    # Containers: runtime sockets to ask first (`--docker-socket`), the one container
+    # doctor and clean look at (`--container NAME|ID`), and what an engine needs in
+    # /dev/shm at start (the preflight; vLLM's two message queues measured 400 MiB).
+    container_sockets: tuple[str, ...] = ()
+    container: str | None = None
+    shm_need_mib: int = 400
 
     def __post_init__(self) -> None:
         for pattern in self.engine_patterns:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accelhost.host.base import Host
+from accelhost.hygiene.container_shm import ShmListing, container_listings
 from accelhost.hygiene.evidence import shm_file_evidence, unknown
 from accelhost.hygiene.facts import NOT_RECORDED, HostFacts
 from accelhost.hygiene.options import DEFAULT_SHM_DIRS, HygieneOptions
@@ -158,6 +159,17 @@ class ShmJudgement:
     reason: str
 
 
+def judgement(f: ShmFile, naming: str | None, v: ShmVerdict, note: str = "") -> ShmJudgement:
+    """A verdict of the leak rule as the doctor and the cleaner use it: only a file an
+    engine's naming matches is removed."""
+    reason = v.reason + note
+    if v.leaked and naming is None:
+        reason += "; matches no engine naming: not removed (see --shm-name)"
+    return ShmJudgement(
+        f, naming, v.leaked and naming is not None, v.leaked and not naming, v.blocked, reason
+    )
+
+
 def shm_known(facts: HostFacts) -> bool:
     """The process table and at least one shm dir were read: a count of 0 means none."""
     listed = any(files is not None for files in facts.shm_files.values())
@@ -171,25 +183,18 @@ def judge_shm_files(facts: HostFacts, options: HygieneOptions) -> list[ShmJudgem
         return []
     namings = options.catalog.shm_namings()
     out = []
-    for files in facts.shm_files.values():
-        siblings = held_births(files or (), held)
-        for f in sorted(files or (), key=lambda f: f.path):
+    # the host's dirs, then each container's own /dev/shm (accelhost.hygiene.container_shm)
+    listings = [
+        ShmListing(tuple((f, f) for f in files or ()), held) for files in facts.shm_files.values()
+    ] + container_listings(facts)
+    for listing in listings:
+        siblings = held_births([seen for _, seen in listing.files], listing.held)
+        for f, seen in sorted(listing.files, key=lambda pair: pair[0].path):
             naming = match_naming(f.name, namings)
-            v = judge_shm_file(f, held, facts.now_epoch, options.shm_min_age_s, naming, siblings)
-            blocked = v.blocked
-            reason = v.reason
-            if v.leaked and naming is None:
-                reason += "; matches no engine naming: not removed (see --shm-name)"
-            out.append(
-                ShmJudgement(
-                    f,
-                    naming,
-                    v.leaked and naming is not None,
-                    v.leaked and not naming,
-                    blocked,
-                    reason,
-                )
+            v = judge_shm_file(
+                seen, listing.held, facts.now_epoch, options.shm_min_age_s, naming, siblings
             )
+            out.append(judgement(f, naming, v, listing.note))
     return out
 
 
@@ -244,6 +249,9 @@ def check_posix_shm(facts: HostFacts, options: HygieneOptions) -> CheckResult:
         for j in leaked + unclaimed + blocked
     ) + tuple(unreadable_evidence(scan, "these files"))
     where = ", ".join(facts.shm_files)
+    pods = facts.containers.shm_dirs if facts.containers else ()
+    if pods:
+        where += f" and {len(pods)} container /dev/shm(s)"
     tail = f"; {len(unclaimed)} unnamed file(s) held by nobody" if unclaimed else ""
     tail += privileged_note(scan)
     if blocked:
@@ -272,6 +280,7 @@ def check_posix_shm(facts: HostFacts, options: HygieneOptions) -> CheckResult:
             else "cannot tell from these facts; never removed",
         )
     total = sum(len(f or ()) for f in facts.shm_files.values())
+    total += sum(len(d.files or ()) for d in pods)
     return CheckResult(NAME, OK, f"{total} file(s) in {where}, none leaked{tail}", evidence)
 
 

@@ -36,6 +36,16 @@ def _age(seconds: float) -> str:
     return f"{s // 86400}d{(s % 86400) // 3600}h"
 
 
+def _in_container(e: dict[str, Any]) -> str:
+    c = e.get("container")
+    return f", in container {c['label']}" if isinstance(c, dict) and c.get("label") else ""
+
+
+def _left_by(e: dict[str, Any]) -> str:
+    left = e.get("left_by")
+    return f"; left by: {left['why']}" if isinstance(left, dict) and left.get("why") else ""
+
+
 def evidence_lines(check: CheckResult) -> list[str]:
     """Short human lines for one check's evidence (the JSON has everything)."""
     lines: list[str] = [
@@ -56,6 +66,7 @@ def evidence_lines(check: CheckResult) -> list[str]:
                 text += f" {one_line(str(e.get('cmdline', '?')), 40)}" + (
                     f" {mem} MiB" if mem is not None else ""
                 )
+                text += _in_container(e)
                 by_node.setdefault(node, []).append(text)
         return [f"{node}: {'; '.join(v)}" for node, v in sorted(by_node.items())] + lines
     for e in check.evidence:
@@ -69,6 +80,7 @@ def evidence_lines(check: CheckResult) -> list[str]:
                 text += f", holds {' '.join(_nodes(e['devices']))}"
             if e.get("device_memory_mib") is not None:
                 text += f" ({e['device_memory_mib']} MiB)"
+            text += _in_container(e)
             if e.get("reason") or e.get("detail"):
                 text += f": {e.get('reason') or e.get('detail')}"
             parent = e.get("parent")
@@ -84,11 +96,22 @@ def evidence_lines(check: CheckResult) -> list[str]:
                 + (f", {_age(age)} old" if age is not None else "")
                 + (f", {e['naming']} naming" if e.get("naming") else "")
                 + f": {e['reason']}"
+                + _left_by(e)
             )
         elif kind == "segment":
             lines.append(
                 f"shmid {e['shmid']} key {e['key']} {human_bytes(e['bytes'])} "
                 f"creator {e['creator_pid']}{' hugetlb' if e['hugetlb'] else ''}: {e['reason']}"
+                + _left_by(e)
+            )
+        elif kind == "container":
+            c = e.get("container") or {}
+            ipc = str(e.get("ipc_mode") or ("host" if e.get("shares_host_ipc") else "?"))
+            if ipc.startswith("container:"):
+                ipc = ipc[:22]  # container:<12 of the id>
+            lines.append(
+                f"{c.get('label', '?')}: PID 1 {one_line(str(e.get('pid1_command') or '?'), 40)}"
+                f", ipc {ipc}: {e.get('detail', '')}"
             )
         elif kind == "device":
             if "message" in e:

@@ -23,6 +23,7 @@ CHECK_NAMES = (
     "hugepages",
     "preflight",
     "host_tuning",
+    "container_init",
 )
 BRIEF_WIDTH = 80
 

@@ -31,6 +31,7 @@ from accelhost.hygiene.cleaner import (
     execute,
     plan_clean,
 )
+from accelhost.hygiene.container_evidence import HolderMemory, containers_named
 from accelhost.hygiene.facts import HostFacts, read_facts
 from accelhost.hygiene.journal import rfc3339_now
 from accelhost.hygiene.options import HygieneOptions
@@ -239,11 +240,13 @@ class Watcher:
         self.registry.register(self.collector)
         self._last_status: dict[str, str] = {}
         self._orphan_rounds: dict[tuple[int, int], int] = {}
+        self._holders = HolderMemory()  # which container held each /dev/shm file
 
     def run_once(self) -> Round:
         host = self.host_factory()
-        facts = read_facts(host, self.options)
+        facts = self._holders.inject(read_facts(host, self.options))
         report = run_checks(facts, self.options)
+        self._holders.remember(facts)
         leaks = (
             leaked_segments(
                 facts.segments, facts.alive, facts.now_epoch, self.options.shm_min_age_s
@@ -290,6 +293,8 @@ class Watcher:
                         "summary": c.summary,
                         "pids": [e["pid"] for e in c.evidence if "pid" in e][:20],
                         "shmids": [e["shmid"] for e in c.evidence if "shmid" in e][:20],
+                        # the containers its processes run in or its leftovers were left by
+                        "containers": containers_named(c.evidence)[:20],
                     }
                 )
             self._last_status[c.name] = c.status

@@ -1,0 +1,18 @@
+"""Containers: which container a process is in, and what its runtime calls it.
+
+What lives where:
+- `cgroup`: the pure parser of /proc/PID/cgroup (every runtime's path shape, v1 and v2);
+- `namespaces`: /proc/PID/ns/{pid,ipc,mnt} and `NSpid`, read through the host door;
+- `docker_api`: Docker's (and Podman's) API answers, parsed (pure);
+- `crictl`: `crictl ps` / `crictl inspect` answers, parsed (pure);
+- `model`: `Container` (what evidence shows) and `ContainerView` (one look at a host);
+- `reader`: `read_containers` / `container_of_pids`, the one reader (cgroups, namespaces,
+  runtime sockets through `Host.http_get`, `crictl` through `Host.run`).
+
+Everything is read through the host door, so a snapshot replays it; without a runtime that
+answers, a container is named by its cgroup id only, never guessed.
+"""
+
+from accelhost.containers.model import Container, ContainerView, Pod
+
+__all__ = ["Container", "ContainerView", "Pod"]

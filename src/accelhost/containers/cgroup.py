@@ -1,0 +1,126 @@
+"""Which container a process is in, from the text of /proc/PID/cgroup (pure).
+
+Every runtime puts a container's processes in a cgroup whose path names the container's
+64-hex id, each in its own shape (cgroup v1: every hierarchy line; v2: the `0::` line):
+
+- Docker: `/docker/<id>` (cgroupfs driver), `.../docker-<id>.scope` (systemd driver);
+- containerd under Kubernetes: `.../cri-containerd-<id>.scope`; nerdctl `nerdctl-<id>.scope`;
+- CRI-O: `.../crio-<id>.scope` (`crio-conmon-<id>.scope` is its monitor, on the host);
+- Podman: `.../libpod-<id>.scope` or `/machine.slice/libpod-<id>.scope`
+  (`libpod-conmon-<id>.scope` is its monitor);
+- a Kubernetes pod: `kubepods[-<qos>].slice/kubepods-<qos>-pod<uid with _>.slice/...`
+  (systemd) or `/kubepods/<qos>/pod<uid>/<id>` (cgroupfs), Guaranteed pods without the
+  QoS level; the runtime's own scope (above) inside it says which runtime, a bare id does
+  not (then the runtime is `kubernetes`).
+
+A process on the host (`0::/init.scope`, `/user.slice/...`) is in no container: `None`.
+The parser only reads what the path says; it never guesses a container from a name alone.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from accelhost.errors import ParseError
+
+# A /proc/PID/cgroup of a v1 host with every controller mounted separately is about 13
+# lines of a few hundred characters; anything much larger is not one.
+MAX_CGROUP_TEXT = 64 * 1024
+_HEX64 = r"[0-9a-f]{64}"
+# Scope (or plain directory) names that carry a container id, and whose runtime they name.
+_SCOPES: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(rf"^docker-({_HEX64})\.scope$"), "docker"),
+    (re.compile(rf"^cri-containerd-({_HEX64})\.scope$"), "containerd"),
+    (re.compile(rf"^nerdctl-({_HEX64})\.scope$"), "containerd"),
+    (re.compile(rf"^crio-({_HEX64})(?:\.scope)?$"), "cri-o"),
+    (re.compile(rf"^libpod-({_HEX64})(?:\.scope)?$"), "podman"),
+)
+_BARE_ID = re.compile(rf"^{_HEX64}$")
+# kubepods-burstable-pod1234_abcd.slice / kubepods-pod1234_abcd.slice (Guaranteed)
+_POD_SLICE = re.compile(r"^kubepods(?:-(besteffort|burstable))?-pod([0-9a-f_-]{1,64})\.slice$")
+_POD_DIR = re.compile(r"^pod([0-9a-f-]{1,64})$")
+RUNTIMES = ("docker", "containerd", "cri-o", "podman", "kubernetes")
+
+
+@dataclass(frozen=True)
+class CgroupContainer:
+    """What a cgroup path says about a container."""
+
+    runtime: str  # one of RUNTIMES
+    container_id: str  # 64 hex
+    pod_uid: str | None = None  # Kubernetes pod UID (dashes), when under kubepods
+    qos: str | None = None  # guaranteed, burstable, besteffort (Kubernetes only)
+
+    @property
+    def short_id(self) -> str:
+        return self.container_id[:12]
+
+
+def parse_cgroup_path(path: str) -> CgroupContainer | None:
+    """The container a cgroup path names (the innermost one, for nested runtimes)."""
+    parts = [p for p in path.split("/") if p]
+    found: CgroupContainer | None = None
+    pod_uid: str | None = None
+    qos: str | None = None
+    in_kubepods = False
+    for n, part in enumerate(parts):
+        if part.startswith("kubepods"):
+            in_kubepods = True
+            m = _POD_SLICE.match(part)
+            if m:
+                qos = m.group(1) or "guaranteed"
+                pod_uid = m.group(2).replace("_", "-")
+            elif part in ("kubepods", "kubepods.slice"):
+                qos = qos or "guaranteed"
+            elif part.startswith("kubepods-") and part.endswith(".slice"):
+                qos = part[len("kubepods-") : -len(".slice")]
+            continue
+        if in_kubepods and part in ("besteffort", "burstable") and pod_uid is None:
+            qos = part
+            continue
+        pod = _POD_DIR.match(part) if in_kubepods else None
+        if pod:
+            pod_uid = pod.group(1)
+            continue
+        for rx, runtime in _SCOPES:
+            m = rx.match(part)
+            if m:
+                found = CgroupContainer(runtime, m.group(1))
+                break
+        else:
+            if _BARE_ID.match(part):
+                before = parts[n - 1] if n else ""
+                if before == "docker":
+                    found = CgroupContainer("docker", part)
+                elif before.startswith("libpod"):
+                    found = CgroupContainer("podman", part)
+                elif pod_uid is not None:
+                    found = CgroupContainer("kubernetes", part)
+    if found is None:
+        return None
+    if pod_uid is not None:
+        return CgroupContainer(found.runtime, found.container_id, pod_uid, qos)
+    return found
+
+
+def parse_cgroup(text: str, source: str = "/proc/PID/cgroup") -> CgroupContainer | None:
+    """The container of a /proc/PID/cgroup text; None for a process on the host.
+
+    v1 and v2 alike: every `ID:CONTROLLERS:PATH` line is read and the first that names a
+    container wins (they agree; a v2 host has only the `0::` line). Raises `ParseError`
+    for text that is no cgroup file (a line without two colons, or far too long).
+    """
+    if len(text) > MAX_CGROUP_TEXT:
+        raise ParseError(source, f"{len(text)} characters, no cgroup file is that long")
+    found: CgroupContainer | None = None
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        hierarchy, sep1, rest = line.partition(":")
+        _controllers, sep2, path = rest.partition(":")
+        if not (sep1 and sep2) or not hierarchy.isdigit() or not path.startswith("/"):
+            raise ParseError(source, f"not a cgroup line: {line[:80]!r}")
+        if found is None:
+            found = parse_cgroup_path(path)
+    return found

@@ -1,0 +1,303 @@
+"""Docker's (and Podman's compatible) Engine API answers, parsed (pure).
+
+Three questions are asked (through the host door's `http_get`, so a snapshot replays them):
+- `GET /containers/json?all=1`: every container, running or exited (`Id`, `Names`, `Image`,
+  `State`);
+- `GET /containers/<id>/json`: one container (`State.StartedAt/FinishedAt/Status/Pid`,
+  `HostConfig.IpcMode`, `Config.Labels` with `io.kubernetes.pod.*`, `Path` + `Args`: the
+  command of its PID 1);
+- `GET /events?since=S&until=U&filters=...`: recent `start`/`die`/`destroy` events, one JSON
+  object per line (`Action`, `Actor.ID`, `Actor.Attributes.name/image`, `time`,
+  `timeNano`): how a container removed with `docker rm -f` is still named.
+
+Anything malformed is skipped, never raised: a runtime answering garbage leaves names
+unknown, it does not stop a doctor.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.parse
+from calendar import timegm
+from dataclasses import dataclass
+from typing import Any
+
+from accelhost.containers.model import EXITED, GONE, RUNNING, Container, Pod
+
+LIST_PATH = "/containers/json?all=1"
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_TIME = re.compile(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(\.\d{1,9})?(Z|[+-]\d\d:\d\d)$")
+POD_NAME, POD_NAMESPACE, POD_UID = (
+    "io.kubernetes.pod.name",
+    "io.kubernetes.pod.namespace",
+    "io.kubernetes.pod.uid",
+)
+EVENT_ACTIONS = ("start", "die", "destroy")
+
+
+def inspect_path(container_id: str) -> str:
+    return f"/containers/{container_id}/json"
+
+
+def events_path(since: int, until: int) -> str:
+    """Container start/die/destroy events in [since, until] (both given: the answer ends)."""
+    filters = json.dumps({"type": ["container"], "event": list(EVENT_ACTIONS)}, sort_keys=True)
+    query = urllib.parse.urlencode({"since": since, "until": until, "filters": filters})
+    return f"/events?{query}"
+
+
+def parse_time(text: Any) -> float | None:
+    """RFC 3339 (nanoseconds allowed) -> epoch seconds; Docker's zero time -> None."""
+    if not isinstance(text, str):
+        return None
+    m = _TIME.match(text)
+    if not m:
+        return None
+    year, mon, day, hh, mm, ss = (int(g) for g in m.groups()[:6])
+    if year < 1971:  # 0001-01-01T00:00:00Z: never started / not finished
+        return None
+    try:
+        base = timegm((year, mon, day, hh, mm, ss, 0, 0, 0))
+    except (ValueError, OverflowError):
+        return None
+    frac = float(m.group(7)) if m.group(7) else 0.0
+    zone = m.group(8)
+    offset = 0
+    if zone != "Z":
+        sign = -1 if zone[0] == "-" else 1
+        offset = sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
+    return base + frac - offset
+
+
+def as_object(value: Any) -> dict[str, Any]:
+    """A JSON object, or an empty one for anything else (a runtime may answer garbage)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def load_json(text: str | None) -> Any:
+    """Parsed JSON, or None for empty or malformed text (never raises)."""
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
+def text_of(value: Any) -> str | None:
+    """A non-empty string, or None."""
+    return value if isinstance(value, str) and value else None
+
+
+def _state(word: Any) -> str | None:
+    if not isinstance(word, str):
+        return None
+    if word in ("running", "paused", "restarting"):
+        return RUNNING
+    if word in ("exited", "dead", "created", "removing"):
+        return EXITED
+    return None
+
+
+def _pod(labels: Any) -> Pod | None:
+    if not isinstance(labels, dict):
+        return None
+    name, ns, uid = (text_of(labels.get(k)) for k in (POD_NAME, POD_NAMESPACE, POD_UID))
+    return Pod(ns, name, uid) if (name or uid) else None
+
+
+def parse_container_list(text: str | None, runtime: str = "docker") -> list[Container] | None:
+    """`GET /containers/json?all=1` -> containers (None when the answer is no list)."""
+    data = load_json(text)
+    if not isinstance(data, list):
+        return None
+    out = []
+    for item in data:
+        if not isinstance(item, dict):
+            continue
+        cid = item.get("Id")
+        if not isinstance(cid, str) or not _HEX64.match(cid):
+            continue
+        names = item.get("Names")
+        name = (
+            next((n.lstrip("/") for n in names if isinstance(n, str)), None)
+            if isinstance(names, list)
+            else None
+        )
+        out.append(
+            Container(
+                runtime=runtime,
+                id=cid,
+                name=name or None,
+                image=text_of(item.get("Image")),
+                state=_state(item.get("State")),
+                pod=_pod(item.get("Labels")),
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Inspected:
+    """The parts of `GET /containers/<id>/json` the doctor uses."""
+
+    container: Container
+    init_pid: int | None  # State.Pid on the host (0 when not running)
+    restart_count: int | None
+
+
+def parse_inspect(text: str | None, runtime: str = "docker") -> Inspected | None:
+    data = load_json(text)
+    if not isinstance(data, dict):
+        return None
+    cid = data.get("Id")
+    if not isinstance(cid, str) or not _HEX64.match(cid):
+        return None
+    state = as_object(data.get("State"))
+    host_config = as_object(data.get("HostConfig"))
+    config = as_object(data.get("Config"))
+    path = text_of(data.get("Path"))
+    args = _list(data.get("Args"))
+    argv = ([path] if path else []) + [a for a in args if isinstance(a, str)]
+    pid = state.get("Pid")
+    restarts = data.get("RestartCount")
+    return Inspected(
+        Container(
+            runtime=runtime,
+            id=cid,
+            name=(text_of(data.get("Name")) or "").lstrip("/") or None,
+            image=text_of(config.get("Image")) or text_of(data.get("Image")),
+            state=_state(state.get("Status")),
+            pod=_pod(config.get("Labels")),
+            started=parse_time(state.get("StartedAt")),
+            finished=parse_time(state.get("FinishedAt")),
+            ipc_mode=text_of(host_config.get("IpcMode")),
+            pid1_command=" ".join(argv) or None,
+        ),
+        pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None,
+        restarts if isinstance(restarts, int) and not isinstance(restarts, bool) else None,
+    )
+
+
+@dataclass(frozen=True)
+class RuntimeEvent:
+    action: str  # start, die, destroy
+    container_id: str
+    name: str | None
+    image: str | None
+    time: float  # epoch seconds
+
+
+def parse_events(text: str | None) -> list[RuntimeEvent]:
+    """The container events of a `GET /events` answer (one JSON object per line)."""
+    out = []
+    for line in (text or "").splitlines():
+        data = load_json(line.strip())
+        if not isinstance(data, dict):
+            continue
+        actor = as_object(data.get("Actor"))
+        attrs = as_object(actor.get("Attributes"))
+        action = data.get("Action") or data.get("status")
+        cid = actor.get("ID") or data.get("id")
+        nano, secs = data.get("timeNano"), data.get("time")
+        if isinstance(nano, int) and not isinstance(nano, bool) and nano > 0:
+            when = nano / 1e9
+        elif isinstance(secs, (int, float)) and not isinstance(secs, bool) and secs > 0:
+            when = float(secs)
+        else:
+            continue
+        if action not in EVENT_ACTIONS or not isinstance(cid, str) or not _HEX64.match(cid):
+            continue
+        name, image = text_of(attrs.get("name")), text_of(attrs.get("image"))
+        out.append(RuntimeEvent(action, cid, name, image, when))
+    return out
+
+
+def removed_containers(events: list[RuntimeEvent], runtime: str = "docker") -> list[Container]:
+    """Containers whose `destroy` is in the events: gone, named by their last events, with
+    the lifetime their `start` and `die` events give (None where the window missed one)."""
+    by_id: dict[str, list[RuntimeEvent]] = {}
+    for ev in sorted(events, key=lambda e: e.time):
+        by_id.setdefault(ev.container_id, []).append(ev)
+    out = []
+    for cid, evs in by_id.items():
+        if not any(e.action == "destroy" for e in evs):
+            continue
+        starts = [e.time for e in evs if e.action == "start"]
+        dies = [e.time for e in evs if e.action == "die"]
+        out.append(
+            Container(
+                runtime=runtime,
+                id=cid,
+                name=next((e.name for e in reversed(evs) if e.name), None),
+                image=next((e.image for e in reversed(evs) if e.image), None),
+                state=GONE,
+                started=starts[0] if starts else None,
+                finished=dies[-1] if dies else None,
+            )
+        )
+    return out
+
+
+def _kube_labels(labels: Any) -> dict[str, str]:
+    return {k: v for k, v in as_object(labels).items() if k.startswith("io.kubernetes.")}
+
+
+def trim_answer(path: str, body: str, redact: Any = None) -> str:
+    """What a snapshot keeps of a runtime's answer: the fields read above, nothing else
+    (an inspect answer holds the container's environment: tokens, keys). `redact` maps
+    an argv to the same argv with secret option values hidden."""
+    data: Any
+    if path.startswith("/events"):
+        kept = []
+        for ev in parse_events(body):
+            attrs = {k: v for k, v in (("name", ev.name), ("image", ev.image)) if v}
+            kept.append(
+                json.dumps(
+                    {
+                        "Type": "container",
+                        "Action": ev.action,
+                        "Actor": {"ID": ev.container_id, "Attributes": attrs},
+                        "time": int(ev.time),
+                        "timeNano": int(ev.time * 1e9),
+                    }
+                )
+            )
+        return "".join(line + "\n" for line in kept)
+    data = load_json(body)
+    if isinstance(data, list):
+        data = [
+            {
+                "Id": item.get("Id"),
+                "Names": item.get("Names"),
+                "Image": item.get("Image"),
+                "State": item.get("State"),
+                "Labels": _kube_labels(item.get("Labels")),
+            }
+            for item in data
+            if isinstance(item, dict)
+        ]
+    elif isinstance(data, dict):
+        state = as_object(data.get("State"))
+        config = as_object(data.get("Config"))
+        args = [a for a in _list(data.get("Args")) if isinstance(a, str)]
+        data = {
+            "Id": data.get("Id"),
+            "Name": data.get("Name"),
+            "Path": data.get("Path"),
+            "Args": redact(args) if redact else args,
+            "RestartCount": data.get("RestartCount"),
+            "State": {
+                k: state.get(k) for k in ("Status", "Pid", "StartedAt", "FinishedAt", "ExitCode")
+            },
+            "HostConfig": {"IpcMode": as_object(data.get("HostConfig")).get("IpcMode")},
+            "Config": {"Image": config.get("Image"), "Labels": _kube_labels(config.get("Labels"))},
+        }
+    else:
+        return ""
+    return json.dumps(data)

@@ -1,0 +1,124 @@
+"""What accelhost knows about one container, and about all of a host's containers.
+
+`Container` is what evidence shows for a process or a leftover: runtime, id, name, image,
+state, the Kubernetes pod, when it ran, its IPC mode and its PID 1's command. A field that
+could not be known is None (no runtime answered: only the cgroup's id is known, and the
+name stays None rather than being guessed). `ContainerView` is one look at a host: which
+container each process is in, every container a runtime reported (running, exited, and
+removed ones from its recent events), and the namespaces that decide who shares what.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from accelhost.containers.namespaces import Namespaces
+
+RUNNING, EXITED, GONE = "running", "exited", "gone"
+NO_RUNTIME_NOTE = "name unknown: no runtime socket answered"
+
+
+@dataclass(frozen=True)
+class Pod:
+    namespace: str | None
+    name: str | None
+    uid: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "name": self.name, "uid": self.uid}
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return f"{self.namespace or '?'}/{self.name}"
+        return f"uid {self.uid}"
+
+
+@dataclass(frozen=True)
+class Container:
+    runtime: str  # docker, containerd, cri-o, podman, kubernetes
+    id: str  # 64 hex (a runtime's full id)
+    name: str | None = None
+    image: str | None = None
+    state: str | None = None  # running, exited, gone (None: not known)
+    pod: Pod | None = None
+    started: float | None = None  # epoch seconds
+    finished: float | None = None
+    ipc_mode: str | None = None  # the runtime's word: host, private, shareable, container:ID
+    pid1_command: str | None = None
+    shares_host_ipc: bool | None = None  # from the namespaces of its processes (None: unseen)
+
+    @property
+    def short_id(self) -> str:
+        return self.id[:12]
+
+    @property
+    def label(self) -> str:
+        """How a person names it: `vllm-bash (docker 3f9a1c2e4b5d)`."""
+        who = self.name or "name unknown"
+        pod = f", pod {self.pod.label}" if self.pod else ""
+        return f"{who} ({self.runtime} {self.short_id}{pod})"
+
+    def matches(self, wanted: str) -> bool:
+        """`--container NAME|ID`: its name (with or without Docker's `/`), a pod's
+        `namespace/name` or pod name, or an id prefix of at least 4 characters."""
+        w = wanted.strip().lstrip("/")
+        if not w:
+            return False
+        if self.name and w == self.name:
+            return True
+        pod = self.pod
+        if pod and pod.name and w in (pod.name, f"{pod.namespace}/{pod.name}"):
+            return True
+        return len(w) >= 4 and self.id.startswith(w.lower())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "runtime": self.runtime,
+            "id": self.id,
+            "name": self.name,
+            "image": self.image,
+            "state": self.state,
+            "pod": self.pod.to_dict() if self.pod else None,
+            "started": self.started,
+            "finished": self.finished,
+            "ipc_mode": self.ipc_mode,
+            "pid1_command": self.pid1_command,
+            "shares_host_ipc": self.shares_host_ipc,
+        }
+
+
+@dataclass(frozen=True)
+class ContainerView:
+    """One look at a host's containers."""
+
+    # pid -> the id of the container it is in (host processes are absent)
+    pid_container: Mapping[int, str] = field(default_factory=dict)
+    # id -> everything known about it: the running ones, the runtime's exited records and
+    # its recently removed ones (state `gone`)
+    containers: Mapping[str, Container] = field(default_factory=dict)
+    namespaces: Mapping[int, Namespaces] = field(default_factory=dict)
+    host_ipc: int | None = None  # PID 1's IPC namespace
+    runtimes: tuple[str, ...] = ()  # which runtime sources answered (docker socket, crictl)
+    notes: tuple[str, ...] = ()  # said once: e.g. NO_RUNTIME_NOTE
+
+    def of_pid(self, pid: int) -> Container | None:
+        cid = self.pid_container.get(pid)
+        return None if cid is None else self.containers.get(cid)
+
+    def pids_of(self, container_id: str) -> list[int]:
+        return sorted(p for p, c in self.pid_container.items() if c == container_id)
+
+    def find(self, wanted: str) -> list[Container]:
+        """Every container `--container wanted` names (an exact name first)."""
+        exact = [c for c in self.containers.values() if c.name == wanted.lstrip("/")]
+        return exact or [c for c in self.containers.values() if c.matches(wanted)]
+
+    def known_labels(self) -> list[str]:
+        return sorted(c.label for c in self.containers.values())
+
+    @property
+    def names_known(self) -> bool:
+        return bool(self.runtimes)

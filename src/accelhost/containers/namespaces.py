@@ -1,0 +1,64 @@
+"""A process's namespaces, read through the host door: which IPC, PID and mount namespace
+it lives in, and its pid inside each nested PID namespace.
+
+Why: two processes share /dev/shm's files and System V segments exactly when they share
+an IPC namespace, so "does this container share the host's IPC namespace" is "is its
+`ns/ipc` link the same as PID 1's" (`ipc:[4026531839]`), whatever the runtime called it.
+`NSpid:` in /proc/PID/status lists the pid from the outermost namespace inward; the last
+value 1 marks a PID namespace's init, a container's PID 1.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from accelhost.host.base import Host
+
+NS_KINDS = ("pid", "ipc", "mnt")
+_NS_LINK = re.compile(r"^([a-z_]{1,32}):\[(\d{1,20})\]$")
+
+
+@dataclass(frozen=True)
+class Namespaces:
+    """Namespace inode numbers (None: the link could not be read) and the NSpid chain."""
+
+    pid: int | None = None
+    ipc: int | None = None
+    mnt: int | None = None
+    nspid: tuple[int, ...] = ()
+
+    @property
+    def is_namespace_init(self) -> bool:
+        """PID 1 of a nested PID namespace (a container's init), not the host's PID 1."""
+        return len(self.nspid) > 1 and self.nspid[-1] == 1
+
+
+def parse_ns_link(target: str | None) -> int | None:
+    """`ipc:[4026531839]` -> 4026531839; None for anything else."""
+    if not target:
+        return None
+    m = _NS_LINK.match(target.strip())
+    return int(m.group(2)) if m else None
+
+
+def parse_nspid(status: str | None) -> tuple[int, ...]:
+    """The `NSpid:` values of a /proc/PID/status text (empty when absent or malformed)."""
+    for line in (status or "").splitlines():
+        if line.startswith("NSpid:"):
+            values = line[len("NSpid:") :].split()
+            if values and len(values) <= 64 and all(v.isascii() and v.isdigit() for v in values):
+                return tuple(int(v) for v in values)
+            return ()
+    return ()
+
+
+def read_namespaces(host: Host, pid: int) -> Namespaces:
+    """The namespaces of one process (absent links stay None: gone, or not ours to read)."""
+    links = {k: parse_ns_link(host.read_link(f"/proc/{pid}/ns/{k}")) for k in NS_KINDS}
+    return Namespaces(
+        pid=links["pid"],
+        ipc=links["ipc"],
+        mnt=links["mnt"],
+        nspid=parse_nspid(host.read_file(f"/proc/{pid}/status")),
+    )

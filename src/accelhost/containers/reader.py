@@ -1,0 +1,248 @@
+"""One look at a host's containers, through the host door (the package's one reader).
+
+`read_containers(host, processes, now_epoch, sockets)` reads each process's cgroup (which
+container), the namespaces of the processes in containers (who shares whose IPC namespace,
+which one is a container's PID 1), and asks the runtimes for names: Docker's or Podman's
+API on each unix socket that answers (`http_get`, one second at most each), `crictl` where
+installed. Without any answer, the cgroup's id is all that is said, and `notes` says why,
+once. `container_of_pids` is the one-function form for a few pids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+
+from accelhost.containers import crictl, docker_api
+from accelhost.containers.cgroup import CgroupContainer, parse_cgroup
+from accelhost.containers.model import (
+    EXITED,
+    NO_RUNTIME_NOTE,
+    RUNNING,
+    Container,
+    ContainerView,
+    Pod,
+)
+from accelhost.containers.namespaces import Namespaces, parse_ns_link, read_namespaces
+from accelhost.errors import AccelhostError
+from accelhost.host.base import Host
+from accelhost.readers.procs import ProcessInfo, list_pids, read_process
+
+DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/podman/podman.sock")
+# How far back a removed container is still named from the runtime's events (Docker keeps
+# the last 1000 events in memory, since the daemon started).
+EVENTS_WINDOW_S = 7 * 86400
+EVENTS_LAG_S = 2
+MAX_INSPECT = 256  # containers inspected per look: a host with more is named from the list
+
+
+def events_window(now_epoch: float) -> tuple[int, int]:
+    """(since, until) of the events asked for: the last week, up to a moment ago (an
+    `until` in the future keeps the answer open until then, and the host clock, boot time
+    plus uptime, which a snapshot replays, may run a second ahead)."""
+    until = int(now_epoch) - EVENTS_LAG_S
+    return until - EVENTS_WINDOW_S, until
+
+
+def runtime_sockets(host: Host, explicit: Sequence[str] = ()) -> list[str]:
+    """`--docker-socket` paths, then `DOCKER_HOST=unix://...`, then the usual places (and
+    the caller's rootless Podman, under `XDG_RUNTIME_DIR`)."""
+    out = list(explicit)
+    docker_host = host.getenv("DOCKER_HOST") or ""
+    if docker_host.startswith("unix://"):
+        out.append(docker_host[len("unix://") :])
+    out.extend(DOCKER_SOCKETS)
+    runtime_dir = host.getenv("XDG_RUNTIME_DIR")
+    if runtime_dir and runtime_dir.startswith("/"):
+        out.append(f"{runtime_dir.rstrip('/')}/podman/podman.sock")
+    return list(dict.fromkeys(p for p in out if p))
+
+
+def _runtime_of_socket(path: str) -> str:
+    return "podman" if "podman" in path else "docker"
+
+
+def _ask_socket(
+    host: Host, socket_path: str, wanted: set[str], now_epoch: float | None
+) -> tuple[dict[str, tuple[Container, int | None]], list[Container]] | None:
+    """id -> (container, init pid) from one socket, plus removed ones; None: no answer."""
+    runtime = _runtime_of_socket(socket_path)
+    answer = host.http_get(socket_path, docker_api.LIST_PATH)
+    listed = docker_api.parse_container_list(answer, runtime)
+    if listed is None:
+        return None
+    found: dict[str, tuple[Container, int | None]] = {c.id: (c, None) for c in listed}
+    order = sorted(found, key=lambda cid: (cid not in wanted, cid))[:MAX_INSPECT]
+    for cid in order:
+        answer = host.http_get(socket_path, docker_api.inspect_path(cid))
+        got = docker_api.parse_inspect(answer, runtime)
+        if got is None or got.container.id != cid:
+            # slow or garbled: ask it nothing more (a doctor waits a second, not one a
+            # container); the listing's names stand
+            return found, []
+        merged = got.container
+        if merged.state is None:
+            merged = replace(merged, state=found[cid][0].state)
+        found[cid] = (merged, got.init_pid)
+    removed: list[Container] = []
+    if now_epoch is not None:
+        path = docker_api.events_path(*events_window(now_epoch))
+        events = docker_api.parse_events(host.http_get(socket_path, path))
+        removed = [c for c in docker_api.removed_containers(events, runtime) if c.id not in found]
+    return found, removed
+
+
+def _ask_crictl(host: Host) -> dict[str, Container] | None:
+    try:
+        result = host.run(list(crictl.PS_ARGV))
+    except AccelhostError:  # a hung CRI endpoint: go on without names
+        return None
+    if result is None or not result.ok:
+        return None
+    listed = crictl.parse_crictl_ps(result.stdout)
+    if listed is None:
+        return None
+    out = {}
+    for c in listed[:MAX_INSPECT]:
+        try:
+            got = host.run(crictl.inspect_argv(c.id))
+        except AccelhostError:
+            got = None
+        started, finished = crictl.parse_crictl_inspect(got.stdout if got and got.ok else None)
+        out[c.id] = replace(c, started=started, finished=finished)
+    return out
+
+
+def _merge(seen: CgroupContainer, record: Container | None) -> Container:
+    """The cgroup's facts (runtime, id, pod uid) with the runtime's names where it answered."""
+    pod = record.pod if record else None
+    if seen.pod_uid is not None:
+        pod = Pod(pod.namespace if pod else None, pod.name if pod else None, seen.pod_uid)
+    if record is None:
+        return Container(runtime=seen.runtime, id=seen.container_id, state=RUNNING, pod=pod)
+    return replace(record, runtime=seen.runtime, state=RUNNING, pod=pod)
+
+
+def read_containers(
+    host: Host,
+    processes: Mapping[int, ProcessInfo] | None = None,
+    now_epoch: float | None = None,
+    sockets: Sequence[str] = (),
+) -> ContainerView:
+    """Which container each process is in, and every container the runtimes know."""
+    procs = dict(processes) if processes is not None else _read_all(host)
+    seen: dict[int, CgroupContainer] = {}
+    for pid, proc in procs.items():
+        if proc.is_kernel_thread:
+            continue
+        text = host.read_file(f"/proc/{pid}/cgroup")
+        if not text:
+            continue
+        try:
+            where = parse_cgroup(text, f"/proc/{pid}/cgroup")
+        except AccelhostError:
+            continue
+        if where is not None:
+            seen[pid] = where
+    host_ipc = _host_ipc(host, procs, seen)
+    namespaces: dict[int, Namespaces] = {pid: read_namespaces(host, pid) for pid in sorted(seen)}
+    wanted = {c.container_id for c in seen.values()}
+    records: dict[str, tuple[Container, int | None]] = {}
+    removed: list[Container] = []
+    answered: list[str] = []
+    for socket_path in runtime_sockets(host, sockets):
+        got = _ask_socket(host, socket_path, wanted, now_epoch)
+        if got is None:
+            continue
+        answered.append(socket_path)
+        for cid, rec in got[0].items():
+            records.setdefault(cid, rec)
+        removed.extend(c for c in got[1] if c.id not in records)
+    if wanted - set(records) and any(c.runtime != "docker" for c in seen.values()):
+        cri = _ask_crictl(host)
+        if cri is not None:
+            answered.append("crictl")
+            for cid, c in cri.items():
+                records.setdefault(cid, (c, None))
+    containers: dict[str, Container] = {}
+    for _pid, where in sorted(seen.items()):
+        cid = where.container_id
+        if cid not in containers:
+            containers[cid] = _merge(where, records.get(cid, (None, None))[0])
+    for cid, (record, _init) in records.items():
+        if cid not in containers:
+            state = EXITED if record.state == RUNNING else record.state  # no process seen
+            containers[cid] = replace(record, state=state or EXITED)
+    for c in removed:
+        containers.setdefault(c.id, c)
+    containers = {
+        cid: _with_processes(c, cid, seen, namespaces, procs, host_ipc, records)
+        for cid, c in containers.items()
+    }
+    notes: tuple[str, ...] = ()
+    if seen and not answered:
+        notes = (NO_RUNTIME_NOTE,)
+    return ContainerView(
+        pid_container={pid: w.container_id for pid, w in seen.items()},
+        containers=containers,
+        namespaces=namespaces,
+        host_ipc=host_ipc,
+        runtimes=tuple(answered),
+        notes=notes,
+    )
+
+
+def _host_ipc(
+    host: Host, procs: Mapping[int, ProcessInfo], seen: Mapping[int, CgroupContainer]
+) -> int | None:
+    """PID 1's IPC namespace; where its links are hidden (a sandbox's init holds
+    capabilities even root lacks), that of the first host process (in no container) whose
+    link can be read."""
+    for pid in [1, *sorted(p for p in procs if p != 1 and p not in seen)][:64]:
+        found = parse_ns_link(host.read_link(f"/proc/{pid}/ns/ipc"))
+        if found is not None:
+            return found
+    return None
+
+
+def _with_processes(
+    c: Container,
+    cid: str,
+    seen: Mapping[int, CgroupContainer],
+    namespaces: Mapping[int, Namespaces],
+    procs: Mapping[int, ProcessInfo],
+    host_ipc: int | None,
+    records: Mapping[str, tuple[Container, int | None]],
+) -> Container:
+    """PID 1's command and host-IPC sharing from the processes seen in the container."""
+    pids = sorted(p for p, w in seen.items() if w.container_id == cid)
+    if not pids:
+        return c
+    init_pid = records.get(cid, (None, None))[1]
+    init = next((p for p in pids if namespaces[p].is_namespace_init), None)
+    if init is None and init_pid in procs:
+        init = init_pid
+    if init is None:  # no nested PID namespace seen (--pid=host): the oldest process
+        init = min(pids, key=lambda p: (procs[p].start_ticks, p))
+    ipcs = {namespaces[p].ipc for p in pids if namespaces[p].ipc is not None}
+    shares = None if not ipcs or host_ipc is None else host_ipc in ipcs
+    return replace(c, pid1_command=procs[init].command, shares_host_ipc=shares)
+
+
+def _read_all(host: Host) -> dict[int, ProcessInfo]:
+    out = {}
+    for pid in list_pids(host):
+        info = read_process(host, pid)
+        if info is not None:
+            out[pid] = info
+    return out
+
+
+def container_of_pids(
+    host: Host, pids: Iterable[int], sockets: Sequence[str] = ()
+) -> dict[int, Container | None]:
+    """pid -> its container (None: on the host, or gone), for a few pids."""
+    wanted = list(pids)
+    procs = {p: i for p in wanted if (i := read_process(host, p)) is not None}
+    view = read_containers(host, procs, None, sockets)
+    return {p: view.of_pid(p) for p in wanted}

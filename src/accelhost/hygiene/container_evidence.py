@@ -1,0 +1,269 @@
+"""Every finding named by its container: evidence annotation and `--container` scoping.
+
+- A process (an orphan, a device holder, a holder in any check) carries `container`: the
+  container it is in (`Container.to_dict()` plus a `label`), or null on the host.
+- A leftover (a /dev/shm file, a System V segment) carries `left_by`: the containers that
+  left it where that can be known, and why: the container whose own /dev/shm holds it, or
+  the one container whose lifetime covers the leftover's birth and that no longer runs
+  (an exited record, or a removed one from the runtime's recent events). Two candidates:
+  both are named and `ambiguous` says so. Nothing is guessed beyond that.
+- `scope_report` / `scope_actions`: `doctor --container` / `clean --container` keep what
+  one container left; `resolve_container` turns a name or id into it, or refuses (exit 2)
+  listing the containers it knows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from accelhost.containers.model import RUNNING, Container
+from accelhost.errors import UsageError
+from accelhost.hygiene.actions import Action, RemoveSegment, RemoveShmFile, StopProcesses
+from accelhost.hygiene.facts import HostFacts
+from accelhost.hygiene.report import OK, CheckResult, DoctorReport
+from accelhost.readers.shmfiles import ShmFile
+
+# A leftover born this close outside a container's lifetime is still its (clocks of the
+# runtime and the kernel differ by a little, and a file is made just after a start).
+LIFETIME_SLACK_S = 2.0
+_PRIVATE_IPC = ("private", "none", "shareable")
+
+
+def container_json(c: Container | None) -> dict[str, Any] | None:
+    return None if c is None else {"label": c.label, **c.to_dict()}
+
+
+def container_of(facts: HostFacts, pid: int) -> Container | None:
+    cf = facts.containers
+    return None if cf is None else cf.view.of_pid(pid)
+
+
+def _could_write_host_shm(c: Container) -> bool:
+    return c.ipc_mode not in _PRIVATE_IPC and c.shares_host_ipc is not False
+
+
+def left_by_birth(facts: HostFacts, born: float | None) -> dict[str, Any] | None:
+    """The stopped containers whose lifetime covers `born` (host /dev/shm, SysV)."""
+    cf = facts.containers
+    if cf is None or born is None:
+        return None
+    found = [
+        c
+        for c in cf.view.containers.values()
+        if c.state != RUNNING
+        and c.started is not None
+        and c.started - LIFETIME_SLACK_S <= born
+        and (c.finished is None or born <= c.finished + LIFETIME_SLACK_S)
+        and _could_write_host_shm(c)
+    ]
+    if not found:
+        return None
+    found.sort(key=lambda c: (c.started or 0.0, c.id))
+    names = " and ".join(c.label for c in found)
+    gone = "it no longer runs" if len(found) == 1 else "none of them runs now"
+    return _named(found, f"born while {names} ran; {gone}", "candidates")
+
+
+def _named(found: list[Container], why: str, what: str) -> dict[str, Any]:
+    """`left_by`: the containers, whether there is more than one, and why they are named."""
+    if len(found) > 1:
+        why += f": {len(found)} {what}, cannot tell which"
+    return {
+        "containers": [container_json(c) for c in found],
+        "ambiguous": len(found) > 1,
+        "why": why,
+    }
+
+
+def left_by_dir(facts: HostFacts, path: str) -> dict[str, Any] | None:
+    """The containers whose own /dev/shm holds `path`."""
+    cf = facts.containers
+    if cf is None:
+        return None
+    d = next((d for d in cf.shm_dirs if path.startswith(d.path + "/")), None)
+    if d is None:
+        return None
+    found = [cf.view.containers[i] for i in d.container_ids if i in cf.view.containers]
+    engines = [c for c in found if _runs_engine(facts, c)]
+    chosen = engines or found
+    why = "in the /dev/shm of " + " and ".join(c.label for c in chosen)
+    return _named(chosen, why, "containers share it")
+
+
+def _runs_engine(facts: HostFacts, c: Container) -> bool:
+    from accelhost.hygiene.engines import build_catalog
+
+    cf = facts.containers
+    procs = facts.processes or {}
+    rx = build_catalog().any_regex()
+    pids = cf.view.pids_of(c.id) if cf else []
+    return rx is not None and any(p in procs and rx.search(procs[p].command) for p in pids)
+
+
+def left_by_seen(facts: HostFacts, f: ShmFile | None) -> dict[str, Any] | None:
+    """The container whose processes an earlier look (a `watch` round) saw holding it."""
+    cf = facts.containers
+    c = cf.seen_holders.get((f.dev, f.inode)) if cf and f and f.inode else None
+    if c is None:
+        return None
+    return _named([c], f"its processes were seen holding it ({c.label})", "")
+
+
+def left_by_file(facts: HostFacts, path: str) -> dict[str, Any] | None:
+    f = _file_of(facts, path)
+    born = None if f is None else (f.birth if f.birth is not None else f.mtime)
+    return left_by_dir(facts, path) or left_by_seen(facts, f) or left_by_birth(facts, born)
+
+
+def _file_of(facts: HostFacts, path: str) -> ShmFile | None:
+    dirs = [files or () for files in facts.shm_files.values()]
+    dirs += [d.files or () for d in facts.containers.shm_dirs] if facts.containers else []
+    return next((f for files in dirs for f in files if f.path == path), None)
+
+
+def _born_of_segment(facts: HostFacts, shmid: int) -> float | None:
+    seg = next((s for s in facts.segments or () if s.shmid == shmid), None)
+    return None if seg is None else float(seg.ctime)
+
+
+def annotate_evidence(e: dict[str, Any], facts: HostFacts) -> dict[str, Any]:
+    kind = e.get("kind")
+    if kind == "process" and isinstance(e.get("pid"), int) and "container" not in e:
+        return {**e, "container": container_json(container_of(facts, e["pid"]))}
+    if kind == "shm_file" and "left_by" not in e:
+        path = str(e.get("path"))
+        return {**e, "left_by": left_by_file(facts, path)}
+    if kind == "segment" and "left_by" not in e and isinstance(e.get("shmid"), int):
+        return {**e, "left_by": left_by_birth(facts, _born_of_segment(facts, e["shmid"]))}
+    return e
+
+
+def annotate_report(report: DoctorReport, facts: HostFacts) -> DoctorReport:
+    """Every process and leftover of every check, named by its container."""
+    return DoctorReport(
+        tuple(
+            replace(c, evidence=tuple(annotate_evidence(e, facts) for e in c.evidence))
+            for c in report.checks
+        )
+    )
+
+
+def resolve_container(facts: HostFacts, wanted: str) -> list[Container]:
+    """The containers `--container wanted` names; a UsageError (exit 2) listing the known
+    ones when it names none."""
+    cf = facts.containers
+    found = cf.view.find(wanted) if cf else []
+    if found:
+        return found
+    known = cf.view.known_labels() if cf else []
+    listed = "; ".join(known) if known else "none (no container on this host)"
+    note = f" ({'; '.join(cf.view.notes)})" if cf and cf.view.notes else ""
+    raise UsageError(f"--container {wanted}: no such container; known: {listed}{note}")
+
+
+def _mentions(e: dict[str, Any], ids: set[str]) -> bool:
+    c = e.get("container")
+    if isinstance(c, dict) and c.get("id") in ids:
+        return True
+    left = e.get("left_by")
+    if isinstance(left, dict):
+        return any(isinstance(x, dict) and x.get("id") in ids for x in left.get("containers", []))
+    return False
+
+
+class HolderMemory:
+    """What `watch` remembers between rounds: which container's processes held each
+    /dev/shm file (by device and inode), so that a file left when that container went is
+    named by it. Bounded: only files still listed are kept, at most `limit`."""
+
+    def __init__(self, limit: int = 10000) -> None:
+        self.limit = limit
+        self._seen: dict[tuple[int, int], Container] = {}
+
+    def inject(self, facts: HostFacts) -> HostFacts:
+        cf = facts.containers
+        if cf is None or not self._seen:
+            return facts
+        return replace(facts, containers=replace(cf, seen_holders=dict(self._seen)))
+
+    def remember(self, facts: HostFacts) -> None:
+        cf = facts.containers
+        if cf is None:
+            return
+        listed = {
+            (f.dev, f.inode)
+            for files in [*facts.shm_files.values(), *(d.files for d in cf.shm_dirs)]
+            for f in files or ()
+        }
+        kept = {k: c for k, c in self._seen.items() if k in listed}
+        for node, cid in cf.held_by.items():
+            if node in listed and cid in cf.view.containers:
+                kept[node] = cf.view.containers[cid]
+        self._seen = dict(list(kept.items())[-self.limit :])
+
+
+def containers_named(evidence: Sequence[dict[str, Any]]) -> list[str]:
+    """The labels of the containers a check's evidence names, once each, in order."""
+    out: dict[str, None] = {}
+    for e in evidence:
+        c = e.get("container")
+        if isinstance(c, dict) and c.get("label"):
+            out[str(c["label"])] = None
+        left = e.get("left_by")
+        for x in left.get("containers", []) if isinstance(left, dict) else []:
+            if isinstance(x, dict) and x.get("label"):
+                out[str(x["label"])] = None
+    return list(out)
+
+
+def scope_report(report: DoctorReport, chosen: Sequence[Container]) -> DoctorReport:
+    """Only what the chosen container(s) left or run; a check with findings elsewhere only
+    says so and is OK for this container."""
+    ids = {c.id for c in chosen}
+    label = ", ".join(c.label for c in chosen)
+    out = []
+    for c in report.checks:
+        if not c.evidence:
+            out.append(c)
+            continue
+        kept = tuple(e for e in c.evidence if _mentions(e, ids))
+        if kept:
+            mine = f"{label}: {len(kept)} of {len(c.evidence)} item(s)"
+            out.append(replace(c, summary=f"{mine}; on the whole host: {c.summary}", evidence=kept))
+        else:
+            other = len(c.evidence)
+            out.append(CheckResult(c.name, OK, f"nothing of {label} ({other} item(s) elsewhere)"))
+    return DoctorReport(tuple(out))
+
+
+def action_container(facts: HostFacts, a: Action) -> dict[str, Any] | None:
+    """Whose this action is: the container of the processes it stops, or of the leftover."""
+    if isinstance(a, StopProcesses):
+        for t in a.targets:
+            c = container_of(facts, t.pid)
+            if c is not None:
+                return {
+                    "containers": [container_json(c)],
+                    "ambiguous": False,
+                    "why": f"runs in {c.label}",
+                }
+        return None
+    if isinstance(a, RemoveShmFile):
+        return left_by_file(facts, a.path)
+    if isinstance(a, RemoveSegment):
+        return left_by_birth(facts, float(a.seg.ctime))
+    return None
+
+
+def scope_actions(
+    actions: Sequence[Action], facts: HostFacts, chosen: Sequence[Container]
+) -> list[Action]:
+    ids = {c.id for c in chosen}
+    return [
+        a
+        for a in actions
+        if (who := action_container(facts, a)) is not None
+        and any(isinstance(x, dict) and x.get("id") in ids for x in who["containers"])
+    ]

@@ -1,0 +1,202 @@
+"""What the doctor reads about containers, once, through the host door.
+
+`read_container_facts` is called by `read_facts` with the process table it already read:
+- the `ContainerView` (which container each process is in, names from the runtimes);
+- every /dev/shm of the host's containers that is not the host's own: one per IPC
+  namespace other than PID 1's, reached through `/proc/<pid>/root/dev/shm` of a live
+  process of it, listed like the host's and kept once per tmpfs (st_dev), with what the
+  processes of that namespace hold (a pod's containers share one IPC namespace and one
+  /dev/shm, which outlive a container's restart);
+- /dev/shm's free space (`stat -f`, which busybox has too) for the preflight, and
+  systemd-logind's `RemoveIPC` (logind.conf and its drop-ins; systemd's default is yes).
+A source that cannot be read stays None; nothing here raises for a host's content.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from accelhost.containers.model import Container, ContainerView
+from accelhost.containers.reader import read_containers
+from accelhost.host.base import Host
+from accelhost.readers.procs import ProcessInfo
+from accelhost.readers.shmfiles import HeldScan, ShmFile, list_shm_files, scan_held
+
+SHM = "/dev/shm"
+STATFS_ARGV = ("stat", "-f", "-c", "%S %b %a", SHM)
+# systemd reads the vendor file, then /etc's (which replaces it), then drop-ins by name
+LOGIND_CONFS = ("/usr/lib/systemd/logind.conf", "/etc/systemd/logind.conf")
+LOGIND_DROPINS = (
+    "/etc/systemd/logind.conf.d",
+    "/run/systemd/logind.conf.d",
+    "/usr/lib/systemd/logind.conf.d",
+)
+
+
+@dataclass(frozen=True)
+class ContainerShmDir:
+    """A container's own /dev/shm, as the host reaches it."""
+
+    path: str  # /proc/<pid>/root/dev/shm
+    ipc: int  # the IPC namespace whose processes may hold its files
+    pids: tuple[int, ...]  # the processes of that namespace (its holders)
+    container_ids: tuple[str, ...]  # the containers that share it (a pod's: several)
+    files: tuple[ShmFile, ...] | None
+    held: HeldScan | None  # what the namespace's processes hold (their own paths)
+
+
+@dataclass(frozen=True)
+class ShmSpace:
+    total_bytes: int
+    free_bytes: int  # available to an unprivileged writer (what vLLM's statvfs sees)
+
+
+@dataclass(frozen=True)
+class ContainerFacts:
+    view: ContainerView
+    shm_dirs: tuple[ContainerShmDir, ...] = ()
+    shm_space: ShmSpace | None = None
+    remove_ipc: bool | None = None  # logind's RemoveIPC (None: no systemd-logind config)
+    remove_ipc_source: str | None = None
+    engine_uids: Mapping[int, int] = field(default_factory=dict)  # engine pid -> real uid
+    # (st_dev, inode) of the files each running container's processes hold now -> its id
+    held_by: Mapping[tuple[int, int], str] = field(default_factory=dict)
+    # what an earlier look saw held, by container (`watch` remembers it between rounds)
+    seen_holders: Mapping[tuple[int, int], Container] = field(default_factory=dict)
+    errors: Mapping[str, str] = field(default_factory=dict)
+
+
+def parse_statfs(text: str | None) -> ShmSpace | None:
+    """`stat -f -c '%S %b %a'`: block size, total blocks, blocks free for users."""
+    parts = (text or "").split()
+    if len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts):
+        return None
+    size, total, avail = (int(p) for p in parts)
+    return ShmSpace(size * total, size * avail)
+
+
+def parse_remove_ipc(texts: list[tuple[str, str]]) -> tuple[bool | None, str | None]:
+    """RemoveIPC from logind.conf then its drop-ins in order (the last setting wins);
+    (None, None) when no file sets it and none exists, (True, default) when files exist
+    but none sets it (systemd's default is yes)."""
+    value: bool | None = None
+    source: str | None = None
+    section = ""
+    for path, text in texts:
+        section = ""
+        for raw in text.splitlines():
+            line = raw.strip()
+            if not line or line[0] in "#;":
+                continue
+            if line.startswith("[") and line.endswith("]"):
+                section = line[1:-1].strip()
+                continue
+            key, eq, val = line.partition("=")
+            if eq and section == "Login" and key.strip() == "RemoveIPC":
+                word = val.strip().lower()
+                if word in ("yes", "true", "on", "1"):
+                    value, source = True, path
+                elif word in ("no", "false", "off", "0"):
+                    value, source = False, path
+    if value is None and texts:
+        return True, "systemd's default (RemoveIPC=yes)"
+    return value, source
+
+
+def _read_logind(host: Host) -> tuple[bool | None, str | None]:
+    texts: list[tuple[str, str]] = []
+    for path in reversed(LOGIND_CONFS):  # /etc's replaces the vendor file
+        main = host.read_file(path)
+        if main is not None:
+            texts.append((path, main))
+            break
+    dropins: dict[str, str] = {}
+    for d in LOGIND_DROPINS:
+        for name in host.list_dir(d) or []:
+            if name.endswith(".conf") and name not in dropins:
+                dropins[name] = f"{d}/{name}"
+    for name in sorted(dropins):
+        text = host.read_file(dropins[name])
+        if text is not None:
+            texts.append((dropins[name], text))
+    return parse_remove_ipc(texts)
+
+
+def _shm_dirs(
+    host: Host,
+    view: ContainerView,
+    procs: Mapping[int, ProcessInfo],
+    host_devs: set[int],
+) -> tuple[ContainerShmDir, ...]:
+    by_ipc: dict[int, list[int]] = {}
+    for pid, ns in sorted(view.namespaces.items()):
+        proc = procs.get(pid)
+        if ns.ipc is None or ns.ipc == view.host_ipc or proc is None or proc.is_zombie:
+            continue
+        by_ipc.setdefault(ns.ipc, []).append(pid)
+    out: list[ContainerShmDir] = []
+    seen_devs = set(host_devs)
+    for ipc, pids in sorted(by_ipc.items()):
+        path = f"/proc/{pids[0]}/root{SHM}"
+        files = list_shm_files(host, [path])[path]
+        devs = {f.dev for f in files or () if f.dev}
+        if devs and devs <= seen_devs:
+            continue  # the host's /dev/shm, or one already listed through another process
+        seen_devs |= devs
+        ids = tuple(sorted({view.pid_container[p] for p in pids if p in view.pid_container}))
+        held = scan_held(host, pids)
+        out.append(
+            ContainerShmDir(
+                path, ipc, tuple(pids), ids, None if files is None else tuple(files), held
+            )
+        )
+    return tuple(out)
+
+
+def _engine_uids(
+    host: Host, procs: Mapping[int, ProcessInfo], engines: re.Pattern[str] | None
+) -> dict[int, int]:
+    """The real uid of each engine process (logind's RemoveIPC spares system users)."""
+    out = {}
+    for pid, p in sorted(procs.items()):
+        if engines is None or p.is_zombie or not p.cmdline or not engines.search(p.command):
+            continue
+        for line in (host.read_file(f"/proc/{pid}/status") or "").splitlines():
+            if line.startswith("Uid:"):
+                first = line.split()[1:2]
+                if first and first[0].isascii() and first[0].isdigit():
+                    out[pid] = int(first[0])
+                break
+    return out
+
+
+def read_container_facts(
+    host: Host,
+    procs: Mapping[int, ProcessInfo] | None,
+    now_epoch: float | None,
+    sockets: tuple[str, ...] = (),
+    host_shm: Mapping[str, tuple[ShmFile, ...] | None] | None = None,
+    engines: re.Pattern[str] | None = None,
+) -> ContainerFacts:
+    """Everything the container-aware checks need (`procs` None: no process table)."""
+    errors: dict[str, str] = {}
+    space_text = host.run(list(STATFS_ARGV))
+    space = parse_statfs(space_text.stdout if space_text is not None and space_text.ok else None)
+    if space is None:
+        errors["shm_space"] = f"{SHM}: free space not read (stat -f)"
+    remove_ipc, source = _read_logind(host)
+    if procs is None:
+        return ContainerFacts(ContainerView(), (), space, remove_ipc, source, errors=errors)
+    view = read_containers(host, procs, now_epoch, sockets)
+    host_devs = {f.dev for files in (host_shm or {}).values() for f in files or () if f.dev}
+    dirs = _shm_dirs(host, view, procs, host_devs)
+    uids = _engine_uids(host, procs, engines) if remove_ipc else {}
+    held_by = {
+        node: cid
+        for cid in sorted(view.containers)
+        if (pids := view.pids_of(cid))
+        for node in scan_held(host, pids).inodes
+    }
+    return ContainerFacts(view, dirs, space, remove_ipc, source, uids, held_by, errors=errors)

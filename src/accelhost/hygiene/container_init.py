@@ -1,0 +1,159 @@
+"""The `container_init` check: warn before a container's stop leaks its engine's memory.
+
+When PID 1 of a container exits, the kernel kills every other process of its PID namespace
+at once; an engine's helpers (vLLM's resource tracker, which unlinks its `psm_*` queues and
+`sem.mp-*` semaphores) die before they clean up. Where /dev/shm outlives the container (it
+shares the host's IPC namespace, `--ipc=host`; or a pod's, which survives a restart) those
+files stay. A shell as PID 1 also drops SIGTERM (`docker stop` waits, then SIGKILLs), and an
+engine or an init that exits with its one child (tini, dumb-init, docker-init) leaves the
+same files (measured: docs/containers.md). `accelhost run` as PID 1 waits for the whole
+tree and removes what is provably its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accelhost.containers.model import RUNNING, Container
+from accelhost.hygiene.container_evidence import container_json
+from accelhost.hygiene.evidence import unknown
+from accelhost.hygiene.facts import HostFacts
+from accelhost.hygiene.options import HygieneOptions
+from accelhost.hygiene.posix_check import not_in_recording
+from accelhost.hygiene.report import OK, SKIP, WARN, CheckResult
+
+NAME = "container_init"
+SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "busybox"})
+ONE_CHILD_INITS = frozenset({"tini", "tini-static", "dumb-init", "docker-init", "catatonit"})
+# What each kind of PID 1 cost on this project's machines (vLLM 0.32, --ipc=host, Docker
+# 20.10; the table in docs/containers.md).
+COST = {
+    "shell": "measured: `docker stop` took 10.6 s (SIGTERM dropped, SIGKILL, exit 137) and left "
+    "2 psm_* (240 + 160 MiB apparent) and 1 sem.mp-* in /dev/shm",
+    "engine": "measured: `docker stop` took 0.7 s and left the same 2 psm_* and 1 sem.mp-* "
+    "(the helpers die with PID 1)",
+    "init": "measured: `docker stop` took 0.6 s and left the same 2 psm_* and 1 sem.mp-* "
+    "(the init exits with its one child; the kernel kills the helpers)",
+}
+POD_COST = (
+    "in a shared /dev/shm each crash and restart leaves the old incarnation's files "
+    "(measured: 2 psm_*, 410 MB apparent, and 1 sem.mp-*) until the engine cannot start"
+)
+FIX = (
+    'ENTRYPOINT ["accelhost", "run", "--"] (docker run --entrypoint accelhost IMAGE run -- '
+    "CMD), or a private IPC namespace (no --ipc=host)"
+)
+
+
+def _base(word: str) -> str:
+    return word.rsplit("/", 1)[-1]
+
+
+def pid1_kind(command: str | None, options: HygieneOptions) -> str:
+    """accelhost run, shell, init, engine or other (unknown: no command seen)."""
+    if not command:
+        return "unknown"
+    words = command.split()
+    bases = [_base(w) for w in words]
+    for n, b in enumerate(bases):
+        if b == "accelhost" and "run" in bases[n + 1 : n + 3]:
+            return "accelhost run"
+    if bases and bases[0] in ONE_CHILD_INITS:
+        return "init"
+    if bases and bases[0] in SHELLS:
+        return "shell"
+    if options.catalog.engine_of(command) is not None:
+        return "engine"
+    return "other"
+
+
+def _ipc_risk(c: Container, neighbours: list[str]) -> str | None:
+    """Why /dev/shm outlives this container's processes (None: it goes with them)."""
+    if c.shares_host_ipc or c.ipc_mode == "host":
+        return "shares the host's IPC namespace and /dev/shm (--ipc=host)"
+    if c.pod is not None:
+        return "a pod's IPC namespace and /dev/shm, which outlive a container's restart"
+    if c.ipc_mode and c.ipc_mode.startswith("container:"):
+        return f"shares the IPC namespace and /dev/shm of {c.ipc_mode[len('container:') :][:12]}"
+    if neighbours:  # seen in the namespaces, whatever the runtime calls it
+        return f"shares its IPC namespace and /dev/shm with {', '.join(neighbours)}"
+    return None
+
+
+def check_container_init(facts: HostFacts, options: HygieneOptions) -> CheckResult:
+    cf = facts.containers
+    if facts.processes is None:
+        return not_in_recording(facts, NAME)
+    if cf is None:
+        return unknown(NAME, "containers not read")
+    rx = options.engine_regex()
+    procs = facts.processes
+    engines: list[Container] = []
+    for c in cf.view.containers.values():
+        pids = cf.view.pids_of(c.id)
+        if (
+            c.state == RUNNING
+            and rx is not None
+            and any(p in procs and rx.search(procs[p].command) for p in pids)
+        ):
+            engines.append(c)
+    note = f" ({'; '.join(cf.view.notes)})" if cf.view.notes else ""
+    if not engines:
+        return CheckResult(NAME, SKIP, f"no container runs an engine{note}")
+    evidence: list[dict[str, Any]] = []
+    risky: list[Container] = []
+    ipc_of: dict[str, set[int]] = {}
+    for pid, ns in cf.view.namespaces.items():
+        if ns.ipc is not None and pid in cf.view.pid_container:
+            ipc_of.setdefault(cf.view.pid_container[pid], set()).add(ns.ipc)
+    for c in sorted(engines, key=lambda c: (c.name or "", c.id)):
+        kind = pid1_kind(c.pid1_command, options)
+        mine = ipc_of.get(c.id, set())
+        neighbours = sorted(
+            (o.name or o.short_id)
+            for o in cf.view.containers.values()
+            if o.id != c.id and mine & ipc_of.get(o.id, set())
+        )
+        risk = _ipc_risk(c, neighbours)
+        bad = risk is not None and kind in ("shell", "engine", "init")
+        item: dict[str, Any] = {
+            "kind": "container",
+            "container": container_json(c),
+            "pid1_command": c.pid1_command,
+            "pid1_kind": kind,
+            "ipc_mode": c.ipc_mode,
+            "shares_host_ipc": c.shares_host_ipc,
+            "risky": bad,
+        }
+        if bad:
+            risky.append(c)
+            cost = COST[kind] if c.shares_host_ipc or c.ipc_mode == "host" else POD_COST
+            item["cost"] = cost
+            item["detail"] = f"PID 1 is {_said(kind)}, {risk}: {cost}"
+        elif kind == "accelhost run":
+            item["detail"] = "PID 1 is accelhost run: the engine's tree is stopped whole"
+        elif risk is None:
+            item["detail"] = "its /dev/shm goes with it (a private IPC namespace)"
+        else:
+            item["detail"] = f"PID 1 is {kind}, {risk}: not known to wait for the helpers"
+        evidence.append(item)
+    if risky:
+        names = ", ".join(c.name or c.short_id for c in risky)
+        return CheckResult(
+            NAME,
+            WARN,
+            f"{len(risky)} engine container(s) whose stop leaks /dev/shm: {names}{note}",
+            tuple(evidence),
+            FIX,
+        )
+    return CheckResult(
+        NAME, OK, f"{len(engines)} engine container(s), none leaks at stop{note}", tuple(evidence)
+    )
+
+
+def _said(kind: str) -> str:
+    return {
+        "shell": "a shell (drops SIGTERM)",
+        "engine": "the engine itself",
+        "init": "an init that exits with its one child",
+    }[kind]

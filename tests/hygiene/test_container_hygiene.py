@@ -1,0 +1,371 @@
+"""The doctor and the cleaner on recorded hosts with containers: every finding named by its
+container, the containers' own /dev/shm judged, `container_init`, `--container`, and what
+happens when the runtime's socket does not answer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from container_story import BASH, POD, POD_SHM, RMF, SAFE, TINI, container_story, story_snapshot
+from hygiene_fakes import NOW, FakeHost
+
+from accelhost.errors import UsageError
+from accelhost.host.snapshot import SnapshotHost
+from accelhost.hygiene import HygieneOptions, read_facts, run_checks
+from accelhost.hygiene.cleaner import RemoveShmFile, StopProcesses, plan_clean
+from accelhost.hygiene.container_evidence import resolve_container, scope_actions, scope_report
+from container_hosts import SHAPES, cid, on_host, put_in_container
+
+OPTS = HygieneOptions()
+
+
+def _report(data: dict[str, Any], opts: HygieneOptions = OPTS):  # type: ignore[no-untyped-def]
+    facts = read_facts(SnapshotHost(data), opts)
+    return facts, run_checks(facts, opts)
+
+
+def _left_by_names(e: dict[str, Any]) -> list[str | None]:
+    return [c["name"] for c in (e.get("left_by") or {}).get("containers", [])]
+
+
+def test_container_init_warns_for_the_risky_containers_only() -> None:
+    _facts, report = _report(story_snapshot())
+    check = report.get("container_init")
+    assert check is not None and check.status == "WARN"
+    by_name = {e["container"]["name"]: e for e in check.evidence}
+    assert set(by_name) == {"vllm-safe", "vllm-tini", "vllm-pod"}  # pause runs no engine
+    assert not by_name["vllm-safe"]["risky"] and by_name["vllm-safe"]["pid1_kind"] == (
+        "accelhost run"
+    )
+    tini = by_name["vllm-tini"]
+    assert tini["risky"] and tini["pid1_kind"] == "init" and tini["ipc_mode"] == "host"
+    assert "0.6 s" in tini["cost"]
+    pod = by_name["vllm-pod"]
+    assert pod["risky"] and pod["pid1_kind"] == "engine" and "410 MB" in pod["cost"]
+    assert "vllm-tini" in check.summary and "vllm-safe" not in check.summary
+    assert 'ENTRYPOINT ["accelhost", "run", "--"]' in check.fix
+
+
+@pytest.mark.parametrize(
+    ("command", "kind"),
+    [
+        ("bash -lc vllm serve /m", "shell"),
+        ("/bin/sh -c python3 -m vllm.entrypoints.openai.api_server", "shell"),
+        ("tini -- vllm serve /m", "init"),
+        ("dumb-init vllm serve /m", "init"),
+        ("vllm serve /m", "engine"),
+        ("python3 -m accelhost run -- vllm serve /m", "accelhost run"),
+        ("/usr/local/bin/accelhost run --grace 5 -- vllm serve /m", "accelhost run"),
+        ("supervisord -n", "other"),
+    ],
+)
+def test_pid1_kinds(command: str, kind: str) -> None:
+    from accelhost.hygiene.container_init import pid1_kind
+
+    assert pid1_kind(command, OPTS) == kind
+
+
+def test_a_bash_pid1_container_with_host_ipc_is_warned_with_the_measured_cost() -> None:
+    fake = FakeHost()
+    on_host(fake, 1)
+    fake.proc(1000, "bash -lc vllm serve /models/tiny", ppid=1, pgid=1000)
+    fake.proc(1001, "vllm serve /models/tiny", ppid=1000, pgid=1000)
+    for pid, inner in ((1000, 1), (1001, 7)):
+        put_in_container(fake, pid, f"/docker/{cid(1)}", nspid=(pid, inner))
+    check = run_checks(read_facts(fake.host(), OPTS), OPTS, ("container_init",)).checks[0]
+    assert check.status == "WARN"
+    (e,) = check.evidence
+    assert e["pid1_kind"] == "shell" and e["shares_host_ipc"] is True
+    assert "10.6 s" in e["cost"] and "137" in e["cost"]
+    assert "name unknown: no runtime socket answered" in check.summary
+
+
+def test_container_init_skips_when_no_container_runs_an_engine() -> None:
+    fake = FakeHost()
+    on_host(fake, 1)
+    fake.proc(1000, "nginx -g daemon off;", ppid=1, pgid=1000)
+    put_in_container(fake, 1000, f"/docker/{cid(1)}", nspid=(1000, 1))
+    check = run_checks(read_facts(fake.host(), OPTS), OPTS, ("container_init",)).checks[0]
+    assert check.status == "SKIP" and "no container runs an engine" in check.summary
+
+
+def test_every_leftover_is_named_by_the_container_that_left_it() -> None:
+    _facts, report = _report(story_snapshot())
+    check = report.get("posix_shm")
+    assert check is not None and check.status == "WARN"
+    named = {e["path"].rsplit("/", 1)[-1]: _left_by_names(e) for e in check.evidence}
+    assert named == {
+        "psm_6a1f0c2e": ["vllm-bash"],  # docker stop: the exited record covers its birth
+        "psm_9b7d44a1": ["vllm-bash"],
+        "sem.mp-3kq9x1ab": ["vllm-bash"],
+        "psm_c0ffee11": ["vllm-rmf"],  # docker rm -f: named from the runtime's events
+        "psm_c0ffee22": ["vllm-rmf"],
+        "sem.mp-r2m4f6zz": ["vllm-rmf"],
+        "psm_01d0a1a1": ["vllm-pod"],  # the crashed incarnation, in the pod's own /dev/shm
+        "psm_01d0a1a2": ["vllm-pod"],
+        "sem.mp-01dold00": ["vllm-pod"],
+    }
+    paths = {e["path"] for e in check.evidence}
+    # the live incarnations' files stay: held, or born with a held one
+    assert not {p for p in paths if "5afe" in p or "71a1" in p or "0e77" in p}
+    assert f"{POD_SHM}/psm_01d0a1a1" in paths
+    gone = next(e for e in check.evidence if e["path"].endswith("psm_c0ffee11"))
+    assert gone["left_by"]["containers"][0]["state"] == "gone"
+    assert gone["left_by"]["ambiguous"] is False
+
+
+def test_two_candidates_are_both_named_and_said_so() -> None:
+    data = story_snapshot()
+    listing = json.loads(data["http"]["/var/run/docker.sock /containers/json?all=1"])
+    twin = dict(listing[2], Id=cid(0xC1), Names=["/vllm-twin"])
+    data["http"]["/var/run/docker.sock /containers/json?all=1"] = json.dumps([*listing, twin])
+    inspect = json.loads(data["http"][f"/var/run/docker.sock /containers/{BASH}/json"])
+    inspect.update(Id=cid(0xC1), Name="/vllm-twin")
+    data["http"][f"/var/run/docker.sock /containers/{cid(0xC1)}/json"] = json.dumps(inspect)
+    _facts, report = _report(data)
+    check = report.get("posix_shm")
+    assert check is not None
+    e = next(e for e in check.evidence if e["path"].endswith("psm_6a1f0c2e"))
+    assert sorted(_left_by_names(e)) == ["vllm-bash", "vllm-twin"]
+    assert e["left_by"]["ambiguous"] is True and "cannot tell which" in e["left_by"]["why"]
+
+
+def test_processes_carry_their_container_in_json_and_text() -> None:
+    fake = container_story()
+    fake.proc(2003, "VLLM::Worker_TP0", ppid=1, pgid=2003, sid=2003, state="D",
+              fds={3: "/dev/davinci0"})  # fmt: skip
+    put_in_container(fake, 2003, SHAPES["docker-systemd"].format(c=SAFE), nspid=(2003, 11))
+    fake.dirs["/proc/2003/fd"] = ["3"]
+    fake.files["/proc/2003/maps"] = ""
+    facts, report = _report(fake.snapshot())
+    holders = report.get("device_holders")
+    assert holders is not None and holders.status == "FAIL"
+    (e,) = holders.evidence
+    assert e["container"]["name"] == "vllm-safe" and e["container"]["id"] == SAFE
+    assert "in D state (stuck in the driver)" in holders.summary and "vllm-safe" in holders.summary
+    assert "wait for it, or reset that device" in holders.fix
+    orphans = report.get("orphan_engines")
+    assert orphans is not None and orphans.status == "FAIL"
+    assert "vllm-safe" in orphans.fix and "D state" in orphans.fix
+    from accelhost.hygiene.render import evidence_lines
+
+    assert "in container vllm-safe (docker" in evidence_lines(orphans)[0]
+    assert "in container vllm-safe (docker" in evidence_lines(holders)[0]
+    # clean --container: the stuck orphan is vllm-safe's, nothing of vllm-tini's
+    stops = [a for a in plan_clean(facts, OPTS) if isinstance(a, StopProcesses)]
+    assert [t.pid for a in stops for t in a.targets] == [2003]
+    assert scope_actions(stops, facts, resolve_container(facts, "vllm-safe")) == stops
+    assert scope_actions(stops, facts, resolve_container(facts, "vllm-tini")) == []
+    # a host process says null
+    fake2 = FakeHost()
+    fake2.proc(50, "VLLM::EngineCore", ppid=1, pgid=50, sid=50)
+    orphan = run_checks(read_facts(fake2.host(), OPTS), OPTS).get("orphan_engines")
+    assert orphan is not None and orphan.evidence[0]["container"] is None
+
+
+def test_without_a_runtime_ids_are_said_once_and_checks_still_run() -> None:
+    _facts, report = _report(story_snapshot(answering=False))
+    init = report.get("container_init")
+    assert init is not None and init.status == "WARN"
+    assert init.summary.count("no runtime socket answered") == 1
+    assert all(e["container"]["name"] is None for e in init.evidence)
+    shm = report.get("posix_shm")
+    assert shm is not None and shm.status == "WARN"
+    # no record, no events: the host's leftovers are named by nothing (never guessed) ...
+    assert not any(_left_by_names(e) for e in shm.evidence if e["path"].startswith("/dev/"))
+    # ... and the pod's by the id its /dev/shm belongs to
+    pod = [e for e in shm.evidence if e["path"].startswith(POD_SHM)]
+    assert pod and all(e["left_by"]["containers"][0]["id"] == POD for e in pod)
+
+
+def test_garbage_from_the_socket_is_like_no_answer() -> None:
+    data = story_snapshot()
+    data["http"] = {k: "\x00garbage{" for k in data["http"]}
+    _facts, report = _report(data)
+    init = report.get("container_init")
+    assert init is not None and "no runtime socket answered" in init.summary
+
+
+def test_doctor_container_scope_and_unknown_names() -> None:
+    facts, report = _report(story_snapshot())
+    chosen = resolve_container(facts, "vllm-bash")
+    assert [c.id for c in chosen] == [BASH]
+    scoped = scope_report(report, chosen)
+    shm = scoped.get("posix_shm")
+    assert shm is not None and shm.status == "WARN" and "3 of 9" in shm.summary
+    assert {e["path"] for e in shm.evidence} == {
+        "/dev/shm/psm_6a1f0c2e",
+        "/dev/shm/psm_9b7d44a1",
+        "/dev/shm/sem.mp-3kq9x1ab",
+    }
+    init = scoped.get("container_init")
+    assert init is not None and init.status == "OK" and "elsewhere" in init.summary
+    assert [c.id for c in resolve_container(facts, TINI[:12])] == [TINI]
+    with pytest.raises(UsageError, match="no such container; known: pause .*vllm-tini"):
+        resolve_container(facts, "nope")
+
+
+def test_clean_container_scope_plans_exactly_what_it_left() -> None:
+    facts, _ = _report(story_snapshot())
+    actions = plan_clean(facts, OPTS)
+    paths = {a.path for a in actions if isinstance(a, RemoveShmFile)}
+    assert len(paths) == 9 and not any("5afe" in p or "0e77" in p for p in paths)
+    for name, expected in (
+        ("vllm-rmf", {"psm_c0ffee11", "psm_c0ffee22", "sem.mp-r2m4f6zz"}),
+        ("vllm-pod", {"psm_01d0a1a1", "psm_01d0a1a2", "sem.mp-01dold00"}),
+        ("vllm-safe", set()),
+    ):
+        scoped = scope_actions(actions, facts, resolve_container(facts, name))
+        assert {a.path.rsplit("/", 1)[-1] for a in scoped if isinstance(a, RemoveShmFile)} == (
+            expected
+        ), name
+        assert not [a for a in scoped if isinstance(a, StopProcesses)]
+    assert RMF not in {c.id for c in resolve_container(facts, "vllm-bash")}
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "accelhost", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_cli_container_option_exit_codes_and_json(tmp_path: Path) -> None:
+    snap = tmp_path / "story.json"
+    snap.write_text(json.dumps(story_snapshot()))
+    bad = _cli("doctor", "--snapshot", str(snap), "--container", "nothing-like-it")
+    assert bad.returncode == 2 and "known: pause (docker" in bad.stderr
+    bad = _cli("clean", "--snapshot", str(snap), "--container", "nothing-like-it")
+    assert bad.returncode == 2 and "vllm-rmf (docker" in bad.stderr
+    res = _cli("clean", "--snapshot", str(snap), "--container", "vllm-rmf", "--json")
+    assert res.returncode == 0, res.stderr
+    plan = json.loads(res.stdout)
+    assert len(plan["actions"]) == 3
+    assert all(a["container"]["containers"][0]["name"] == "vllm-rmf" for a in plan["actions"])
+    res = _cli("doctor", "--snapshot", str(snap), "--json", "--check", "container_init")
+    assert res.returncode == 0 and json.loads(res.stdout)["checks"][0]["status"] == "WARN"
+
+
+def test_shm_space_preflight_in_vllms_words() -> None:
+    fake = container_story()
+    fake.commands["stat -f -c %S %b %a /dev/shm"] = "4096 131072 25600\n"  # 512 MiB, 100 free
+    opts = HygieneOptions(expect_util=0.85)
+    check = run_checks(read_facts(fake.host(), opts), opts, ("preflight",)).checks[0]
+    assert check.status == "FAIL"
+    (e,) = [e for e in check.evidence if e["kind"] == "shm_space"]
+    assert e["message"] == (
+        "Insufficient space in /dev/shm for the engine's shared memory: 400 MiB required, "
+        "100 MiB free. Increase /dev/shm (e.g. --shm-size or --ipc=host)."
+    )
+    roomy = container_story()  # 7.2 GiB free: the device preflight alone decides
+    check = run_checks(read_facts(roomy.host(), opts), opts, ("preflight",)).checks[0]
+    assert not [e for e in check.evidence if e.get("kind") == "shm_space"]
+
+
+@pytest.mark.parametrize(
+    ("conf", "dropin", "uid", "warned"),
+    [
+        ("[Login]\n#RemoveIPC=yes\n", None, 1000, True),  # systemd's default
+        ("[Login]\nRemoveIPC=no\n", None, 1000, False),
+        ("[Login]\nRemoveIPC=no\n", "[Login]\nRemoveIPC=yes\n", 1000, True),  # drop-in wins
+        ("[Login]\n", None, 0, False),  # root's engine: logind leaves it alone
+    ],
+)
+def test_logind_remove_ipc(conf: str, dropin: str | None, uid: int, warned: bool) -> None:
+    fake = FakeHost()
+    fake.proc(700, "/lib/systemd/systemd-logind", ppid=1, pgid=700)
+    fake.proc(1000, "vllm serve /models/tiny", ppid=1, pgid=1000)
+    fake.files["/proc/1000/status"] += f"Uid:\t{uid}\t{uid}\t{uid}\t{uid}\n"
+    fake.files["/etc/systemd/logind.conf"] = conf
+    if dropin is not None:
+        fake.dirs["/etc/systemd/logind.conf.d"] = ["50-ipc.conf"]
+        fake.files["/etc/systemd/logind.conf.d/50-ipc.conf"] = dropin
+    check = run_checks(read_facts(fake.host(), OPTS), OPTS, ("host_tuning",)).checks[0]
+    items = [e for e in check.evidence if e.get("item") == "logind_remove_ipc"]
+    assert bool(items) == warned
+    if warned:
+        assert check.status == "WARN" and "vLLM #54259" in items[0]["detail"]
+        assert "RemoveIPC=no" in check.fix
+
+
+def test_the_bundled_example_is_the_story_and_tells_it() -> None:
+    from container_story import EXAMPLE_NAME, bundled_example
+
+    import accelhost
+    from accelhost.host.snapshot import load_snapshot
+
+    path = Path(accelhost.__file__).parent / f"data/examples/{EXAMPLE_NAME}.json"
+    assert json.loads(path.read_text(encoding="utf-8")) == bundled_example()
+    host = load_snapshot(f"example:{EXAMPLE_NAME}")
+    report = run_checks(read_facts(host, OPTS), OPTS)
+    assert report.get("container_init").status == "WARN"  # type: ignore[union-attr]
+    shm = report.get("posix_shm")
+    assert shm is not None and len(shm.evidence) == 9
+    assert {n for e in shm.evidence for n in _left_by_names(e)} == {
+        "vllm-bash",
+        "vllm-rmf",
+        "vllm-pod",
+    }
+
+
+def test_watch_logs_name_the_containers_and_export_container_init() -> None:
+    from prometheus_client import generate_latest
+
+    from accelhost.host.snapshot import load_snapshot
+    from accelhost.hygiene.watch import WatchConfig, Watcher
+
+    host = load_snapshot("example:docker-vllm-leak")
+    logs: list[dict[str, Any]] = []
+    watcher = Watcher(lambda: host, OPTS, WatchConfig(), logs.append)
+    watcher.run_once()
+    by_check = {e["check"]: e for e in logs if e.get("event") == "check_status"}
+    assert by_check["container_init"]["containers"] == [
+        "vllm-pod (docker b6b6b6b6b6b6)",
+        "vllm-safe (docker b3b3b3b3b3b3)",
+        "vllm-tini (docker b4b4b4b4b4b4)",
+    ]
+    assert "vllm-rmf (docker b2b2b2b2b2b2)" in by_check["posix_shm"]["containers"]
+    text = generate_latest(watcher.registry).decode()
+    assert 'accelhost_check_status{check="container_init",state="WARN"} 1.0' in text
+
+
+def test_watch_names_a_leftover_by_the_container_it_saw_holding_it() -> None:
+    """Round 1: a container (no runtime answers) maps /dev/shm/psm_a. Round 2: it is gone
+    with no record and no event, and psm_a is left: watch names the container it saw."""
+    from container_story import record_shm_dir
+
+    from accelhost.hygiene.watch import WatchConfig, Watcher
+
+    def host(running: bool) -> SnapshotHost:
+        fake = FakeHost()
+        on_host(fake, 1)
+        if running:
+            fake.proc(1000, "vllm serve /models/tiny", ppid=1, pgid=1000)
+            put_in_container(fake, 1000, f"/docker/{cid(0xA1)}", nspid=(1000, 1))
+            fake.files["/proc/1000/maps"] = (
+                "7f0000000000-7f0000100000 rw-s 00000000 00:1a 301 /dev/shm/psm_a\n"
+            )
+        for pid in fake.pids:
+            fake.files.setdefault(f"/proc/{pid}/maps", "")
+            fake.dirs.setdefault(f"/proc/{pid}/fd", [])
+        record_shm_dir(fake, "/dev/shm", [("psm_a", 4096, 1, NOW - 3600, 301)], 26)
+        return fake.host()
+
+    hosts = iter([host(True), host(False), host(False)])
+    logs: list[dict[str, Any]] = []
+    watcher = Watcher(lambda: next(hosts), OPTS, WatchConfig(), logs.append)
+    first = watcher.run_once().report.get("posix_shm")
+    assert first is not None and first.status == "OK"
+    second = watcher.run_once().report.get("posix_shm")
+    assert second is not None and second.status == "WARN"
+    (e,) = second.evidence
+    assert [c["id"] for c in e["left_by"]["containers"]] == [cid(0xA1)]
+    assert "seen holding it" in e["left_by"]["why"]
+    # a single look (the doctor) has no memory: the file is named by nothing
+    facts = read_facts(host(False), OPTS)
+    alone = run_checks(facts, OPTS).get("posix_shm")
+    assert alone is not None and alone.evidence[0]["left_by"] is None
