@@ -330,3 +330,17 @@ def test_plan_device_takes_ranges_and_the_devices_alias(
         out = json.loads(capsys.readouterr().out)
         want = ["1", "2", "5"] if value != "0-6:2" else ["0", "2", "4", "6"]
         assert sorted(out["devices"], key=int) == want
+
+
+def test_the_fast_device_plan_is_a_device_plan() -> None:
+    """split_roles builds DevicePlan without its frozen __init__: equal in every field."""
+    from dataclasses import fields
+
+    from accelhost.planner.ascend import _device_plan
+    from accelhost.plans import DevicePlan
+
+    pool = tuple(range(8, 16))
+    fast = _device_plan(3, pool, pool[:2], pool[2:-2], pool[-2:-1], pool[-1:], 1, "0000:c1:00.0")
+    slow = DevicePlan(3, pool, pool[:2], pool[2:-2], pool[-2:-1], pool[-1:], 1, "0000:c1:00.0")
+    assert set(vars(fast)) == {f.name for f in fields(DevicePlan)}
+    assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)

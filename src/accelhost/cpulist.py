@@ -15,6 +15,10 @@ from accelhost.errors import ParseError
 MAX_CPUS = 8192
 # Linux builds for at most 2**10 NUMA nodes (CONFIG_NODES_SHIFT <= 10).
 MAX_NODES = 1024
+# Every possible CPU id made once: a list of ids is a slice of it, which costs a copy of
+# references instead of a new int object per id above 256 (a 640-CPU host parses
+# several 640-id lists per plan), and lists of the same ids then compare by identity.
+IDS = tuple(range(MAX_CPUS))
 
 
 def parse_cpulist(text: str, source: str = "cpu list", limit: int = MAX_CPUS) -> list[int]:
@@ -48,7 +52,7 @@ def parse_cpulist(text: str, source: str = "cpu list", limit: int = MAX_CPUS) ->
             raise ParseError(source, f"id {b} in {_short(text)} is beyond the limit of {limit}")
         if len(out) + (b - a) // stride + 1 > limit:
             raise ParseError(source, f"{_short(text)} names more than {limit} ids")
-        out.extend(range(a, b + 1, stride))
+        out.extend(IDS[a : b + 1 : stride] if b < MAX_CPUS else range(a, b + 1, stride))
     return out
 
 

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from accelhost.bench import pipeline as bench
 from accelhost.cli.main import main
-from accelhost.pipeline import bench
 
 
 @pytest.mark.parametrize(

@@ -49,7 +49,7 @@ def test_stats_count_items_and_split_time() -> None:
         assert 0 <= st["busy_fraction"] <= 1
         assert st["busy_fraction"] + st["idle_fraction"] == pytest.approx(1, abs=1e-3)
         assert set(st["queue_depth"]) == {"capacity", "now", "mean", "max"}
-        assert st["queue_depth"]["max"] <= 8 + 64  # capacity plus at most one chunk
+        assert st["queue_depth"]["max"] <= 8 + 4  # capacity plus at most one batch
     dev = s["stages"][1]
     assert dev["busy_s"] >= 50 * 0.002  # it slept that long at least
     assert s["bubble"] == dev["idle_fraction"]

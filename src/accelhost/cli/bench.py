@@ -68,7 +68,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 
 def handle_pipeline(args: argparse.Namespace) -> int:
-    from accelhost.pipeline import bench
+    from accelhost.bench import pipeline as bench
 
     costs = {}
     for stage in STAGE_TIMES:

@@ -8,7 +8,7 @@ from itertools import groupby
 from operator import itemgetter
 from typing import Any
 
-from accelhost.cpulist import MAX_CPUS, MAX_NODES, parse_id
+from accelhost.cpulist import IDS, MAX_CPUS, MAX_NODES, parse_id
 from accelhost.errors import ParseError
 
 # A data row: optional indent, a CPU id, a node id. Rows with `-` as node are skipped.
@@ -78,9 +78,10 @@ def parse_cpu_nodes(
     if len(text) > _MAX_TEXT:
         raise ParseError(SOURCE, f"{len(text)} bytes: more rows than a kernel has CPUs")
     tokens = text.split()
-    body = tokens[2:] if tokens[:2] == ["CPU", "NODE"] else tokens
-    cpu_col, node_col = body[0::2], body[1::2]
-    if len(cpu_col) == len(node_col) and cpu_col == _CANONICAL[: len(cpu_col)]:
+    first = 2 if tokens[:2] == ["CPU", "NODE"] else 0
+    cpu_col, node_col = tokens[first::2], tokens[first + 1 :: 2]
+    n = len(cpu_col)
+    if n == len(node_col) and cpu_col == _CANONICAL[:n]:
         # The usual shape: CPUs 0..n-1 in order, nodes in a few runs. Work per run, not
         # per CPU: a 640-CPU host is eight runs.
         runs = [(node, len(list(run))) for node, run in groupby(node_col)]
@@ -89,7 +90,8 @@ def parse_cpu_nodes(
             grouped: dict[int, list[int]] = {}
             for node_text, count in runs:
                 node = parse_id(node_text, SOURCE, MAX_NODES, "NUMA node")
-                grouped.setdefault(node, []).extend(range(len(nodes), len(nodes) + count))
+                at = len(nodes)
+                grouped.setdefault(node, []).extend(IDS[at : at + count])
                 nodes += [node] * count
             return CpuNodes(nodes), {n: tuple(c) for n, c in grouped.items()}
     pairs = _ROW.findall(text)

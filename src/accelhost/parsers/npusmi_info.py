@@ -64,28 +64,33 @@ def _parse(text: str) -> NpuSmiInfo:
         (i for i, ln in enumerate(lines) if "Process id" in ln and ln.strip().startswith("| NPU")),
         None,
     )
-    chips = _parse_chips("\n".join(lines if start is None else lines[:start]))
+    chips = _parse_chips("\n" + "\n".join(lines if start is None else lines[:start]))
     if start is None:
         return NpuSmiInfo(chips=chips)
-    lines = [ln.strip() for ln in lines[start:]]
-    start = 0
-    header = _cells(lines[start])
+    header = _cells(lines[start].strip())
     id_column = " ".join(header[0].split()) if header else "NPU Chip"
     has_chip = id_column != "NPU ID"
 
-    def col(name: str) -> int | None:
+    def col(name: str) -> int:
+        """The index of the column whose header starts with `name`; past any row if none."""
         for i, cell in enumerate(header):
             if cell.lower().startswith(name):
                 return i
-        return None
+        return 1 << 30
 
     i_pid, i_name, i_mem = col("process id"), col("process name"), col("process memory")
     processes: list[DeviceProcess] = []
-    for line in lines[start + 1 :]:
+    for raw in lines[start + 1 :]:
+        if "|" not in raw:  # a separator: the test below would skip it, at a higher cost
+            continue
+        line = raw.strip()
         if not (line.startswith("| ") and line[2:].lstrip()[:1].isdigit()):
             continue  # separators and `| No running processes found in NPU 3 |`
-        cells = _cells(line)
-        if len(cells) < 2:
+        # the cells as _cells() gives them, each stripped only where it is read
+        parts = line.split("|")
+        cells = parts[1:-1] if len(parts) > 2 else parts[1:]
+        n = len(cells)
+        if n < 2:
             continue
         ids = cells[0].split()
         if not ids or not ids[0].isdecimal():
@@ -96,19 +101,19 @@ def _parse(text: str) -> NpuSmiInfo:
                 continue
             chip = int(ids[1])
         npu = int(ids[0])
-        pid_text = cells[i_pid] if i_pid is not None and i_pid < len(cells) else ""
-        mem_text = cells[i_mem] if i_mem is not None and i_mem < len(cells) else ""
+        pid_text = cells[i_pid].strip() if i_pid < n else ""
+        mem_text = cells[i_mem].strip() if i_mem < n else ""
         pid = int(pid_text) if pid_text.isdecimal() else -1
         # comparisons, not calls: this loop runs for every process of a busy host
         if npu >= MAX_DEVICES or (chip or 0) >= MAX_DEVICES or pid >= MAX_PID:
             raise ParseError(SOURCE, f"an id beyond what a host can have in {line[:60]!r}")
         processes.append(
             DeviceProcess(
-                npu_id=npu,
-                chip_id=chip,
-                pid=pid,
-                name=cells[i_name] if i_name is not None and i_name < len(cells) else "",
-                memory_mb=int(mem_text) if mem_text.isdecimal() else None,
+                npu,
+                chip,
+                pid,
+                cells[i_name].strip() if i_name < n else "",
+                int(mem_text) if mem_text.isdecimal() else None,
             )
         )
     if len(processes) > MAX_PID:
@@ -118,23 +123,15 @@ def _parse(text: str) -> NpuSmiInfo:
 
 # A row of the upper table: `| <digits>[ <name>] | <cell> | <cell> |`. With a name it is an
 # NPU's first row (`| 0  910B3 | OK | power temp hugepages |`), without one a chip row
-# (`| 1 | 0000:C1:00.1 | aicore memory hbm |`).
-_UPPER_ROW = re.compile(r"^[ \t]*\| +([0-9]+)([ \t][^|\n]*)?\|([^|\n]*)\|([^|\n]*)\|", re.MULTILINE)
-
-
-def _last_pair(cell: str) -> tuple[int | None, int | None]:
-    """The last `used / total` of a cell (`0  0 / 0  3400 / 65536` -> 3400, 65536)."""
-    parts = cell.split("/")
-    if len(parts) < 2:
-        return None, None
-    before, after = parts[-2].split(), parts[-1].split()
-    if before and after and before[-1].isdecimal() and after[0].isdecimal():
-        return int(before[-1]), int(after[0])
-    return None, None
+# (`| 1 | 0000:C1:00.1 | aicore memory hbm |`). It starts at a line break rather than `^`
+# (the text is given one in front): a literal first character lets the regex engine skip
+# to the candidates instead of trying every position of the long separator lines.
+_UPPER_ROW = re.compile(r"\n[ \t]*\| +([0-9]+)([ \t][^|\n]*)?\|([^|\n]*)\|([^|\n]*)\|")
 
 
 def _parse_chips(text: str) -> tuple[NpuChip, ...]:
-    """Chips of the upper table, each under the NPU row above it."""
+    """Chips of the upper table, each under the NPU row above it; every line of `text`
+    begins with a line break."""
     chips: list[NpuChip] = []
     npu: int | None = None
     name = ""
@@ -147,7 +144,14 @@ def _parse_chips(text: str) -> tuple[NpuChip, ...]:
             continue
         if npu is None:
             continue
-        used, total = _last_pair(third)
+        # the last `used / total` of the third cell (`0  0 / 0  3400 / 65536` -> 3400,
+        # 65536), written out here: this runs for every chip
+        used = total = None
+        pair = third.rsplit("/", 2)
+        if len(pair) > 1:
+            before, after = pair[-2].split(), pair[-1].split()
+            if before and after and before[-1].isdecimal() and after[0].isdecimal():
+                used, total = int(before[-1]), int(after[0])
         bus_cell = second.split()
         bus = bus_cell[0].lower() if bus_cell else None
         chip = int(first)

@@ -29,18 +29,20 @@ def parse_npu_map(text: str | None) -> list[MapEntry]:
     """Entries in file order (the caller sorts by logical id where needed)."""
     if not text:
         return []
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    if not lines:
+    lines = text.splitlines()
+    # the header is the first line that is not blank; blank rows give no cells below
+    first = next((i for i, ln in enumerate(lines) if not ln.isspace() and ln), None)
+    if first is None:
         return []
-    header = _COLUMNS.split(lines[0].strip())
+    header = _COLUMNS.split(lines[first].strip())
     if "NPU ID" not in header:
-        raise ParseError(SOURCE, f"no 'NPU ID' column in header {lines[0].strip()!r}")
+        raise ParseError(SOURCE, f"no 'NPU ID' column in header {lines[first].strip()!r}")
     i_npu = header.index("NPU ID")
     i_chip = header.index("Chip ID") if "Chip ID" in header else None
     i_logic = header.index("Chip Logic ID") if "Chip Logic ID" in header else None
     i_name = header.index("Chip Name") if "Chip Name" in header else None
     entries: list[MapEntry] = []
-    for line in lines[1:]:
+    for line in lines[first + 1 :]:
         cells = line.split()
         try:
             npu_text = cells[i_npu]

@@ -4,11 +4,12 @@
 `accelhost.pipeline.torch` and are imported by whoever wants them.
 
 What lives where: `_stage` (Stage, Batch: what the user describes), `_pipeline` (Pipeline:
-starts and ends runs), `_run` (one run's state, settings and per-worker records),
-`_launch` (starts a run's workers), `_thread_worker`, `_process_driver` (with `_proc`, the
-worker process's side) and `_async_worker` (the worker loops), `_channel` (the bounded
-queues), `_stats`, `_trace`, `_metrics` (what a run reports), `_errors` (PipelineError and
-naming the failing item), `bench` and `_realwork` (`accelhost bench pipeline`).
+starts and ends runs), `_run` (one run's state, settings and per-worker records), `_ends`
+(the feeder and the reorder buffer), `_launch` (starts a run's workers), `_thread_worker`
+(the thread and async stages' loops) and `_process_driver` (with `_proc`, the worker
+process's side), `_channel` (the bounded queues), `_stats`, `_trace`, `_metrics` (what a
+run reports), `_errors` (PipelineError and naming the failing item). The benchmark,
+`accelhost bench pipeline`, lives in `accelhost.bench`.
 """
 
 from __future__ import annotations

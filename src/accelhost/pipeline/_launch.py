@@ -14,12 +14,11 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
-from accelhost.pipeline._async_worker import loop_main
 from accelhost.pipeline._errors import PipelineError
 from accelhost.pipeline._proc import child_main
 from accelhost.pipeline._process_driver import process_driver
 from accelhost.pipeline._run import ProcessLink, Run, Worker
-from accelhost.pipeline._thread_worker import thread_worker
+from accelhost.pipeline._thread_worker import loop_main, thread_worker
 
 
 def start(r: Run) -> None:
@@ -64,12 +63,9 @@ def _start_process(r: Run, w: Worker) -> None:
     st = r.settings.stages[w.stage]
     ctx: Any = multiprocessing.get_context(st.start_method)
     parent, child = ctx.Pipe(duplex=True)
-    current = ctx.RawValue("q", 0)
-    limit = ctx.RawValue("q", 0)
-    lock = ctx.Lock()
     p = ctx.Process(
         target=child_main,
-        args=(st.fn, child, st.batch is not None, current, limit, lock),
+        args=(st.fn, child),
         name=f"accelhost-pipeline-{st.name}",
         daemon=True,
     )
@@ -83,4 +79,4 @@ def _start_process(r: Run, w: Worker) -> None:
             "(a process stage needs a function defined at module level)"
         ) from exc
     child.close()
-    w.link = ProcessLink(p, parent, current, limit, lock)
+    w.link = ProcessLink(p, parent)

@@ -12,6 +12,21 @@ from typing import Any
 
 from accelhost.pipeline._errors import PipelineError
 
+# per stage: (metric name after the prefix, key of the stage's row, counter?, help)
+_PER_STAGE = (
+    ("stage_items", "items", True, "Items a stage has processed"),
+    ("stage_errors", "errors", True, "Items a stage failed on"),
+    ("stage_busy_seconds", "busy_s", True, "Worker-seconds spent in the stage function"),
+    ("stage_idle_seconds", "idle_s", True, "Worker-seconds spent waiting"),
+    ("stage_queue_depth", "depth", False, "Items waiting before the stage"),
+    (
+        "stage_queue_depth_mean",
+        "depth_mean",
+        False,
+        "Time-weighted mean of the items waiting before the stage",
+    ),
+)
+
 
 def collector(
     read_stats: Callable[[], dict[str, Any]],
@@ -56,38 +71,17 @@ def collector(
                 if current_run() is run:
                     break
             idle_s = self._monotonic_idle(run, stats)
-            labels = ["pipeline", "stage"]
-            items = CounterMetricFamily(
-                f"{prefix}_stage_items", "Items a stage has processed", labels=labels
-            )
-            errors = CounterMetricFamily(
-                f"{prefix}_stage_errors", "Items a stage failed on", labels=labels
-            )
-            busy = CounterMetricFamily(
-                f"{prefix}_stage_busy_seconds",
-                "Worker-seconds spent in the stage function",
-                labels=labels,
-            )
-            idle = CounterMetricFamily(
-                f"{prefix}_stage_idle_seconds", "Worker-seconds spent waiting", labels=labels
-            )
-            depth = GaugeMetricFamily(
-                f"{prefix}_stage_queue_depth", "Items waiting before the stage", labels=labels
-            )
-            depth_mean = GaugeMetricFamily(
-                f"{prefix}_stage_queue_depth_mean",
-                "Time-weighted mean of the items waiting before the stage",
-                labels=labels,
-            )
-            for i, st in enumerate(stats["stages"]):
-                lv = [pipeline, str(st["name"])]
-                items.add_metric(lv, st["items"])
-                errors.add_metric(lv, st["errors"])
-                busy.add_metric(lv, st["busy_s"])
-                idle.add_metric(lv, idle_s[i])
-                depth.add_metric(lv, st["queue_depth"]["now"])
-                depth_mean.add_metric(lv, st["queue_depth"]["mean"])
-            yield from (items, errors, busy, idle, depth, depth_mean)
+            rows = [
+                {**st, "idle_s": idle, "depth": depth["now"], "depth_mean": depth["mean"]}
+                for st, idle in zip(stats["stages"], idle_s, strict=True)
+                for depth in [st["queue_depth"]]
+            ]
+            for suffix, key, counter, text in _PER_STAGE:
+                kind = CounterMetricFamily if counter else GaugeMetricFamily
+                family = kind(f"{prefix}_{suffix}", text, labels=["pipeline", "stage"])
+                for row in rows:
+                    family.add_metric([pipeline, str(row["name"])], row[key])
+                yield family
             if stats["bubble"] is not None:
                 bubble = GaugeMetricFamily(
                     f"{prefix}_device_idle_ratio",

@@ -14,10 +14,9 @@ from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable
 from time import perf_counter
 from typing import Any
 
-from accelhost.pipeline import _launch
-from accelhost.pipeline._channel import Aborted
+from accelhost.pipeline import _ends, _launch
 from accelhost.pipeline._errors import PipelineError
-from accelhost.pipeline._run import Env, Run, RunSettings
+from accelhost.pipeline._run import Run, RunSettings
 from accelhost.pipeline._stage import OnError, Stage
 from accelhost.pipeline._stats import stats
 from accelhost.pipeline._trace import trace_events
@@ -75,18 +74,8 @@ class Pipeline:
         r = self._start()
         ok = False
         try:
-            r.start_feeder(iterable)
-            last = r.channels[-1]
-            pending: dict[int, Env] = {}
-            nxt = 0
-            while True:
-                try:
-                    envs = last.get_many(1 << 16)
-                except Aborted:
-                    break
-                if envs is None:
-                    break
-                out, nxt = r.settle(envs, pending, nxt)
+            _ends.start_feeder(r, iterable)
+            while (out := _ends.take(r)) is not None:
                 for value in out:
                     r.yielded += 1
                     yield value
@@ -106,20 +95,10 @@ class Pipeline:
         feeder: asyncio.Task[None] | None = None
         try:
             if isinstance(source, AsyncIterable):
-                feeder = asyncio.get_running_loop().create_task(r.afeed(source))
+                feeder = asyncio.get_running_loop().create_task(_ends.afeed(r, source))
             else:
-                r.start_feeder(source)
-            last = r.channels[-1]
-            pending: dict[int, Env] = {}
-            nxt = 0
-            while True:
-                try:
-                    envs = await last.aget_many(1 << 16)
-                except Aborted:
-                    break
-                if envs is None:
-                    break
-                out, nxt = r.settle(envs, pending, nxt)
+                _ends.start_feeder(r, source)
+            while (out := await _ends.atake(r)) is not None:
                 for value in out:
                     r.yielded += 1
                     yield value

@@ -14,28 +14,22 @@ import contextlib
 import os
 import threading
 import warnings
-from collections.abc import AsyncIterable, Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from accelhost.pipeline._channel import Aborted, Channel
-from accelhost.pipeline._errors import PipelineError, annotate, exc_note, stop_error
+from accelhost.pipeline._errors import PipelineError, annotate, check_batch, stop_error
 from accelhost.pipeline._stage import OnError, Stage
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
-# Stages that cost next to nothing pull and push items in chunks of up to this many, so
-# that a zero-cost stage does not pay one lock round trip and thread wake-up per item.
-# A slow call does not hold the rest of its chunk back: see Hold in _channel.
-CHUNK_MAX = 64
-# Below this mean cost per item a stage is "cheap" and works in chunks; above it a stage
-# takes one item at a time so that several workers share the load fairly.
-CHEAP_S = 100e-6
-# A worker holding finished items hands them on at least this often.
-FLUSH_S = 0.5e-3
+# Under `ordered`, how many items per stage worker may pass a slow item (and wait for it
+# in the reorder buffer) besides those the queues hold.
+AHEAD = 64
 
 
 @dataclass(frozen=True)
@@ -50,13 +44,12 @@ class RunSettings:
     join_timeout: float
 
     def window(self) -> int:
-        """Items that may be inside the pipeline at once under `ordered`: every queue
-        full, every worker holding a full chunk or batch. The reorder buffer can never
-        hold more, so it is bounded without ever stalling a worker."""
-        held = sum(
-            st.workers * (st.batch.max_size if st.batch else CHUNK_MAX) for st in self.stages
-        )
-        return self.queue_size * (len(self.stages) + 1) + held
+        """Items that may be inside the pipeline at once under `ordered`, the reorder
+        buffer included: every queue full, plus AHEAD items (or a batch) per worker.
+        Later items flow past a slow one until the window is full; the reorder buffer
+        is bounded by it."""
+        ahead = sum(st.workers * (st.batch.max_size if st.batch else AHEAD) for st in self.stages)
+        return self.queue_size * (len(self.stages) + 1) + ahead
 
 
 class Env:
@@ -74,15 +67,10 @@ class Env:
 
 @dataclass(eq=False)
 class ProcessLink:
-    """The parent's side of one worker process: the process, its pipe, and the shared
-    values through which the child says which item of a chunk it is on (`current`) and
-    the parent takes back the rest of a chunk (`limit`, under `lock`)."""
+    """The parent's side of one worker process: the process and its pipe."""
 
     proc: BaseProcess
     conn: Connection
-    current: Any
-    limit: Any
-    lock: Any
     closed: bool = False
 
 
@@ -102,6 +90,14 @@ class Worker:
     spans: list[tuple[float, float, int, int]] | None = None
     thread: threading.Thread | None = None
     link: ProcessLink | None = None
+
+    def did(self, t0: float, t1: float, first: int, n: int) -> None:
+        """Count one call of the stage function on `n` items from seq `first`."""
+        self.busy += t1 - t0
+        self.items += n
+        self.calls += 1
+        if self.spans is not None:
+            self.spans.append((t0, t1, first, n))
 
 
 @dataclass(eq=False)
@@ -127,6 +123,9 @@ class Run:
     lock: threading.Lock = field(default_factory=threading.Lock)
     window_cond: threading.Condition = field(default_factory=threading.Condition)
     feeder_waiting: bool = False
+    # the reorder buffer under `ordered`: items that came out ahead of an earlier one
+    pending: dict[int, Env] = field(default_factory=dict)
+    next_seq: int = 0
 
     @classmethod
     def create(cls, settings: RunSettings) -> Run:
@@ -145,6 +144,23 @@ class Run:
             if self.error is None and not self.aborted:
                 self.error = exc
         self.abort()
+
+    def outcome(self, w: Worker, good: list[Env], ok: bool, value: Any, batched: bool) -> None:
+        """Store what one call returned in its items (a batch: one result each), or its
+        error in all of them."""
+        if ok and batched:
+            try:
+                value = check_batch(w.stage, self.settings.stages[w.stage].label, good, value)
+            except PipelineError as exc:
+                ok, value = False, exc
+        if not ok:
+            w.errors += len(good)
+            self.item_failed(good, w.stage, value)
+        elif batched:
+            for env, v in zip(good, value, strict=True):
+                env.value = v
+        else:
+            good[0].value = value
 
     def item_failed(self, envs: list[Env], si: int, exc: BaseException) -> None:
         """Record an item's error: fatal under on_error='raise', else carried downstream."""
@@ -252,103 +268,6 @@ class Run:
             )
         if self.t_end is None:
             self.t_end = perf_counter()
-
-    # -- feeding -------------------------------------------------------------------------
-    def _window_wait(self, window: int) -> None:
-        if self.fed - self.released < window:
-            return
-        with self.window_cond:
-            self.feeder_waiting = True
-            try:
-                while self.fed - self.released >= window and not self.aborted:
-                    self.window_cond.wait(0.1)
-            finally:
-                self.feeder_waiting = False
-        if self.aborted:
-            raise Aborted
-
-    def release(self, n: int) -> None:
-        self.released += n
-        if self.feeder_waiting:
-            with self.window_cond:
-                self.window_cond.notify()
-
-    def start_feeder(self, iterable: Iterable[Any]) -> None:
-        """Feed `iterable` from a thread of the run's own (joined when the run ends)."""
-        feeder = threading.Thread(
-            target=self.feed, args=(iterable,), name="accelhost-pipeline-feed", daemon=True
-        )
-        self.helpers.append(feeder)
-        feeder.start()
-
-    def feed(self, iterable: Iterable[Any]) -> None:
-        first = self.channels[0]
-        ordered, window = self.settings.ordered, self.settings.window()
-        try:
-            for item in iterable:
-                if self.aborted:
-                    break
-                if ordered:
-                    self._window_wait(window)
-                first.put_many([Env(self.fed, item)])
-                self.fed += 1
-        except Aborted:
-            pass
-        except BaseException as exc:
-            exc_note(exc, "accelhost.pipeline: raised by the input iterable")
-            self.fail(exc)
-        finally:
-            first.producer_done()
-
-    async def afeed(self, aiterable: AsyncIterable[Any]) -> None:
-        first = self.channels[0]
-        ordered, window = self.settings.ordered, self.settings.window()
-        try:
-            async for item in aiterable:
-                if self.aborted:
-                    break
-                while ordered and self.fed - self.released >= window:
-                    if self.aborted:
-                        raise Aborted
-                    await asyncio.sleep(0.001)
-                await first.aput_many([Env(self.fed, item)])
-                self.fed += 1
-        except (Aborted, asyncio.CancelledError):
-            pass
-        except BaseException as exc:
-            exc_note(exc, "accelhost.pipeline: raised by the input iterable")
-            self.fail(exc)
-        finally:
-            first.producer_done()
-
-    # -- the consumer's end ----------------------------------------------------------------
-    def settle(self, envs: list[Env], pending: dict[int, Env], nxt: int) -> tuple[list[Any], int]:
-        """Turn a chunk from the last channel into results in the order they may leave.
-
-        Items that failed leave as their error under on_error='return' and not at all
-        under 'skip'; either way they free their place in the window.
-        """
-        return_errors = self.settings.on_error == "return"
-        out: list[Any] = []
-        if self.settings.ordered:
-            ready: list[Env] = []
-            for env in envs:
-                if env.seq == nxt:
-                    ready.append(env)
-                    nxt += 1
-                    while nxt in pending:
-                        ready.append(pending.pop(nxt))
-                        nxt += 1
-                else:
-                    pending[env.seq] = env
-            envs = ready
-        for env in envs:
-            if env.error is None:
-                out.append(env.value)
-            elif return_errors:
-                out.append(env.error)
-        self.release(len(envs))
-        return out, nxt
 
     def raise_if_failed(self) -> None:
         exc = self.error

@@ -1,80 +1,64 @@
-"""The loop of a thread stage's worker, one item (or chunk, or batch) at a time.
+"""The loops of a thread stage's worker and of an async stage's worker (on the event loop
+of the run's own thread), one item or one batch at a time.
 
-Like every worker loop it ends on one of three signals only: end of stream on its input
-channel (normal end), `Aborted` (teardown), or an error it reports with `fail` before
-ending. Whatever happens it calls `producer_done` on its output channel, so the next stage
-always learns that this worker is gone.
+Like every worker loop they end on one of three signals only: end of stream on the input
+channel (normal end), `Aborted` (teardown; for a task also its cancellation), or an error
+reported with `fail` before ending. Whatever happens they call `producer_done` on the
+output channel, so the next stage always learns that this worker is gone.
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
 from time import perf_counter
+from typing import Any
 
-from accelhost.pipeline._channel import Aborted, Hold, collect_batch, drain
-from accelhost.pipeline._errors import check_batch
-from accelhost.pipeline._run import CHEAP_S, CHUNK_MAX, FLUSH_S, Env, Run, Worker
+from accelhost.pipeline._channel import Aborted, collect_batch
+from accelhost.pipeline._run import Run, Worker
 
 
 def thread_worker(r: Run, w: Worker) -> None:
     si = w.stage
     st = r.settings.stages[si]
-    fn = st.fn
+    fn, batch = st.fn, st.batch
     inq, outq = r.channels[si], r.channels[si + 1]
-    spans = w.spans
     try:
-        if st.batch is not None:
-            _thread_batches(r, w)
-            return
-        # A chunk waits in `todo` and its results in `done`, where the channels' getters
-        # can reach them: if one call turns out slow, idle peers take the unstarted items
-        # and the next stage the finished ones (see Hold), instead of both waiting for it.
-        hold: Hold[Env] = Hold()
-        todo, done = hold.todo, hold.done
-        inq.add_hold(hold, consumer=True)
-        outq.add_hold(hold, consumer=False)
-        chunk = 1
-        cost = 0.0  # running mean seconds per item, to choose the chunk size
-        while True:
-            envs = inq.get_many(chunk)
-            if envs is None:
-                return
-            todo.extend(envs)
-            flushed = perf_counter()
-            while todo:
-                try:
-                    env = todo.popleft()
-                except IndexError:  # a peer took the rest
-                    break
+        if batch is None:  # the hot path of cheap stages: kept short
+            get, put, spans = inq.get_many, outq.put_many, w.spans
+            while (envs := get(1)) is not None:
+                env = envs[0]
                 if env.error is None:
                     t0 = perf_counter()
-                    hold.since = t0
                     try:
                         env.value = fn(env.value)
                     except Exception as exc:
-                        hold.since = 0.0
                         w.errors += 1
-                        r.item_failed([env], si, exc)
-                    hold.since = 0.0
+                        r.item_failed(envs, si, exc)
                     t1 = perf_counter()
-                    dt = t1 - t0
-                    w.busy += dt
+                    w.busy += t1 - t0
                     w.items += 1
                     w.calls += 1
-                    cost = dt if w.calls == 1 else cost + (dt - cost) * 0.1
                     if spans is not None:
                         spans.append((t0, t1, env.seq, 1))
-                else:
-                    t1 = perf_counter()
-                done.append(env)
-                if t1 - flushed > FLUSH_S:
-                    out = drain(done)
-                    if out:
-                        outq.put_many(out)
-                    flushed = t1
-            out = drain(done)
-            if out:
-                outq.put_many(out)
-            chunk = CHUNK_MAX if cost < CHEAP_S else 1
+                put(envs)
+            return
+        size, wait_s = batch.max_size, batch.max_wait_ms / 1000
+        while (got := inq.get_many(size)) is not None:
+            envs, eof = collect_batch(inq, got, size, wait_s)
+            good = [e for e in envs if e.error is None]
+            if good:
+                t0 = perf_counter()
+                try:
+                    ok, value = True, fn([e.value for e in good])
+                except Exception as exc:
+                    ok, value = False, exc
+                w.did(t0, perf_counter(), good[0].seq, len(good))
+                r.outcome(w, good, ok, value, batched=True)
+            outq.put_many(envs)
+            if eof:
+                return
     except Aborted:
         pass
     except BaseException as exc:  # a bug here or a BaseException from the stage
@@ -84,35 +68,65 @@ def thread_worker(r: Run, w: Worker) -> None:
         outq.producer_done()
 
 
-def _thread_batches(r: Run, w: Worker) -> None:
+def loop_main(r: Run, workers: list[Worker], ready: threading.Event) -> None:
+    """The event loop of the run's async stages; the run cancels its tasks on abort."""
+    loop = asyncio.new_event_loop()
+    try:
+        asyncio.set_event_loop(loop)
+        r.tasks = [loop.create_task(_async_worker(r, w)) for w in workers]
+        r.loop = loop
+        ready.set()
+        if r.aborted:  # aborted before the loop existed: abort() could not cancel
+            for t in r.tasks:
+                t.cancel()
+        loop.run_until_complete(asyncio.gather(*r.tasks, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    except BaseException as exc:
+        r.fail(exc)
+    finally:
+        ready.set()
+        r.loop = None
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+async def _async_worker(r: Run, w: Worker) -> None:
     si = w.stage
     st = r.settings.stages[si]
-    assert st.batch is not None
-    fn, max_size, wait_s = st.fn, st.batch.max_size, st.batch.max_wait_ms / 1000
+    fn: Callable[[Any], Awaitable[Any]] = st.fn
     inq, outq = r.channels[si], r.channels[si + 1]
-    while True:
-        got = inq.get_many(max_size)
-        if got is None:
-            return
-        envs, eof = collect_batch(inq, got, max_size, wait_s)
-        good = [e for e in envs if e.error is None]
-        if good:
-            values = [e.value for e in good]
-            t0 = perf_counter()
-            try:
-                results = check_batch(si, st.label, values, fn(values))
-            except Exception as exc:
-                w.errors += len(good)
-                r.item_failed(good, si, exc)
-            else:
-                for env, value in zip(good, results, strict=True):
-                    env.value = value
-            t1 = perf_counter()
-            w.busy += t1 - t0
-            w.items += len(good)
-            w.calls += 1
-            if w.spans is not None:
-                w.spans.append((t0, t1, good[0].seq, len(good)))
-        outq.put_many(envs)
-        if eof:
-            return
+    batched = st.batch is not None
+    size = st.batch.max_size if st.batch is not None else 1
+    wait_s = st.batch.max_wait_ms / 1000 if st.batch is not None else 0.0
+    try:
+        while (envs := await inq.aget_many(size)) is not None:
+            eof = False
+            deadline = perf_counter() + wait_s
+            while len(envs) < size and (left := deadline - perf_counter()) > 0:
+                more = await inq.aget_many(size - len(envs), timeout=left)
+                if more is None:
+                    eof = True
+                    break
+                envs.extend(more)
+            good = [e for e in envs if e.error is None]
+            if good:
+                t0 = perf_counter()
+                try:
+                    ok, value = (
+                        True,
+                        await fn([e.value for e in good] if batched else good[0].value),
+                    )
+                except Exception as exc:
+                    ok, value = False, exc
+                w.did(t0, perf_counter(), good[0].seq, len(good))
+                r.outcome(w, good, ok, value, batched)
+            await outq.aput_many(envs)
+            if eof:
+                return
+    except (Aborted, asyncio.CancelledError):
+        pass
+    except BaseException as exc:
+        r.fail(exc)
+    finally:
+        w.ended = perf_counter()
+        outq.producer_done()

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from accelhost.cpulist import IDS
 from accelhost.errors import PlanError
 from accelhost.planner.visible import visible_ids
-from accelhost.plans import UVB_THREAD, DevicePlan, HostThreads, Plan, numa_node_of
+from accelhost.plans import UVB_THREAD, DevicePlan, HostThreads, Plan
 from accelhost.topology import Topology
 
 MIN_CPUS_PER_NPU = 5
@@ -36,6 +37,7 @@ TOPO_SKIP = "NPU topo affinity not found. action: skip worker CPU binding."
 AFFINITY_CONFLICT = "CPUs available in 'Cpus_allowed_list' conflict with NUMA affinity."
 
 Pools = dict[int, list[int]]
+_new, _set = object.__new__, object.__setattr__
 
 
 def logical_ids(topo: Topology) -> list[int]:
@@ -80,9 +82,16 @@ def total_npus(topo: Topology, running: Sequence[int]) -> int:
 
 
 def _sorted_unique(cpus: Sequence[int]) -> list[int]:
-    """Sorted unique CPUs; a contiguous ascending list (the usual cpuset) is taken as is."""
-    if cpus and list(cpus) == list(range(cpus[0], cpus[0] + len(cpus))):
-        return list(cpus)
+    """Sorted unique CPUs; a contiguous ascending list (the usual cpuset) is taken as is.
+
+    The contiguity test compares against a slice of the shared id table, whose members
+    are the very objects the CPU list parser hands out: it costs a pointer comparison
+    per CPU rather than 640 new ints and as many value comparisons.
+    """
+    if cpus and cpus[0] >= 0:
+        run = IDS[cpus[0] : cpus[0] + len(cpus)]
+        if len(run) == len(cpus) and tuple(cpus) == run:
+            return list(run)
     return sorted(set(cpus))
 
 
@@ -207,29 +216,52 @@ def split_roles(
 ) -> DevicePlan:
     """IRQ, main, ACL and release CPUs of one pool (the spec's "roles inside a pool")."""
     pool = tuple(cpus)
-    node = numa_node_of(pool, topo.cpu_node)
+    node = topo.cpu_node.get(pool[0]) if pool else None  # plans.numa_node_of, inlined
     if family == "950":
         if len(pool) < MIN_CPUS_PER_NPU_WITHOUT_IRQ:
             raise PlanError(
                 "The number of CPUs is insufficient. Each NPU requires at least "
                 f"{MIN_CPUS_PER_NPU_WITHOUT_IRQ} CPUs."
             )
-        return DevicePlan(device, pool, main=pool, numa_node=node, pci=pci)
+        return _device_plan(device, pool, (), pool, (), (), node, pci)
     if len(pool) < MIN_CPUS_PER_NPU:
         raise PlanError(
             "The number of CPUs is insufficient. Each NPU requires at least "
             f"{MIN_CPUS_PER_NPU} CPUs."
         )
-    return DevicePlan(
-        device,
-        pool,
-        irq=pool[:2],
-        main=pool[2:-2],
-        acl=(pool[-2],),
-        release=(pool[-1],),
-        numa_node=node,
-        pci=pci,
+    return _device_plan(device, pool, pool[:2], pool[2:-2], pool[-2:-1], pool[-1:], node, pci)
+
+
+def _device_plan(
+    device: int,
+    pool: tuple[int, ...],
+    irq: tuple[int, ...],
+    main: tuple[int, ...],
+    acl: tuple[int, ...],
+    release: tuple[int, ...],
+    node: int | None,
+    pci: str | None,
+) -> DevicePlan:
+    """`DevicePlan(device, pool, irq, main, acl, release, node, pci)`, the same (equal)
+    object, built without the frozen `__init__` (one `object.__setattr__` per field):
+    a plan builds one per NPU. tests/test_plan_rules.py checks that it stays equal."""
+    plan = _new(DevicePlan)
+    _set(
+        plan,
+        "__dict__",
+        {
+            "device": device,
+            "pool": pool,
+            "irq": irq,
+            "main": main,
+            "acl": acl,
+            "release": release,
+            "numa_node": node,
+            "pci": pci,
+            "thread_roles": (),
+        },
     )
+    return plan
 
 
 def plan_ascend(

@@ -1,4 +1,4 @@
-"""A stage of cheap items works in chunks; one slow call must not hold its chunk back.
+"""One slow call holds back no item but its own, in a thread or a process stage.
 
 The slow call blocks on an event the test controls, so nothing here depends on timing: a
 regression shows up as items that arrive only after the slow call gave up waiting
@@ -20,7 +20,7 @@ import pytest
 from accelhost.pipeline import Pipeline, Stage
 
 N = 1000
-SLOW = 300  # deep enough that the stage has long been taking chunks of cheap items
+SLOW = 300  # deep in a stream of cheap items
 WAIT_S = 20.0
 
 
@@ -67,11 +67,7 @@ def test_unordered_items_pass_a_slow_call_in_a_cheap_stage(make: Make) -> None:
     stage, release, returned = make()
     gen = Pipeline(stage, ordered=False).run(range(N))
     try:
-        # a thread stage's slow call holds nothing back; a worker process answers for the
-        # items it finished only when a call ends (at most 1 ms worth of them can wait for
-        # a slow one), while the unstarted rest of its chunk goes to the other workers
-        first = 0 if stage.kind == "thread" else SLOW + 1
-        want = set(range(first, N)) - {SLOW}
+        want = set(range(N)) - {SLOW}
         got = _take_until(gen, want, returned)
         assert SLOW not in got
         release.set()
@@ -87,10 +83,8 @@ def test_ordered_items_before_a_slow_call_are_not_held_and_order_holds(make: Mak
     stage, release, returned = make()
     gen = Pipeline(stage, ordered=True).run(range(N))
     try:
-        got: list[int] = []
-        if stage.kind == "thread":
-            got = _take_until(gen, set(range(SLOW)), returned)
-            assert got == list(range(SLOW))
+        got = _take_until(gen, set(range(SLOW)), returned)
+        assert got == list(range(SLOW))
         release.set()
         got += list(gen)
     finally:

@@ -337,7 +337,7 @@ def real_workload(n: int) -> Workload:
         raise AccelhostError(
             f"--real needs {' and '.join(missing)}: pip install 'accelhost[torch,real]'"
         )
-    from accelhost.pipeline._realwork import build
+    from accelhost.bench.realwork import build
 
     pre, device, post, items = build(n)
     wl = Workload(

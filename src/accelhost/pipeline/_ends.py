@@ -1,0 +1,132 @@
+"""The two ends of a run: the feeder that puts the caller's items in, and the reorder
+buffer that hands the results out.
+
+Under `ordered`, the feeder lets at most `RunSettings.window()` items be inside the run
+at once: results that came out ahead of an earlier item wait for it in the reorder
+buffer, which is therefore bounded, and no worker ever waits for the buffer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import AsyncIterable, Iterable, Iterator
+from typing import Any
+
+from accelhost.pipeline._channel import Aborted, Channel
+from accelhost.pipeline._errors import exc_note
+from accelhost.pipeline._run import Env, Run
+
+
+def start_feeder(r: Run, iterable: Iterable[Any]) -> None:
+    """Feed `iterable` from a thread of the run's own (joined when the run ends)."""
+    feeder = threading.Thread(
+        target=feed, args=(r, iterable), name="accelhost-pipeline-feed", daemon=True
+    )
+    r.helpers.append(feeder)
+    feeder.start()
+
+
+@contextlib.contextmanager
+def _feeding(r: Run) -> Iterator[tuple[Channel[Env], bool, int]]:
+    """Around a feeder: an error of the input iterable fails the run, and the first
+    channel always learns that its one producer is done."""
+    first = r.channels[0]
+    try:
+        yield first, r.settings.ordered, r.settings.window()
+    except (Aborted, asyncio.CancelledError):
+        pass
+    except BaseException as exc:
+        exc_note(exc, "accelhost.pipeline: raised by the input iterable")
+        r.fail(exc)
+    finally:
+        first.producer_done()
+
+
+def feed(r: Run, iterable: Iterable[Any]) -> None:
+    with _feeding(r) as (first, ordered, window):
+        for item in iterable:
+            if r.aborted:
+                break
+            if ordered and r.fed - r.released >= window:
+                _window_wait(r, window)
+            first.put_many([Env(r.fed, item)])
+            r.fed += 1
+
+
+async def afeed(r: Run, aiterable: AsyncIterable[Any]) -> None:
+    with _feeding(r) as (first, ordered, window):
+        async for item in aiterable:
+            if r.aborted:
+                break
+            while ordered and r.fed - r.released >= window:
+                if r.aborted:
+                    raise Aborted
+                await asyncio.sleep(0.001)
+            await first.aput_many([Env(r.fed, item)])
+            r.fed += 1
+
+
+def _window_wait(r: Run, window: int) -> None:
+    with r.window_cond:
+        r.feeder_waiting = True
+        try:
+            while r.fed - r.released >= window and not r.aborted:
+                r.window_cond.wait(0.1)
+        finally:
+            r.feeder_waiting = False
+    if r.aborted:
+        raise Aborted
+
+
+def take(r: Run) -> list[Any] | None:
+    """The next results for the caller, in the order they may leave; None at the end."""
+    try:
+        envs = r.channels[-1].get_many(1 << 16)
+    except Aborted:
+        return None
+    return None if envs is None else _settle(r, envs)
+
+
+async def atake(r: Run) -> list[Any] | None:
+    """`take` for an event loop."""
+    try:
+        envs = await r.channels[-1].aget_many(1 << 16)
+    except Aborted:
+        return None
+    return None if envs is None else _settle(r, envs)
+
+
+def _settle(r: Run, envs: list[Env]) -> list[Any]:
+    """Results of the items taken from the last channel that may leave now.
+
+    Under `ordered`, items wait in `r.pending` until every earlier one has left. Items
+    that failed leave as their error under on_error='return' and not at all under
+    'skip'; either way they free their place in the window.
+    """
+    if r.settings.ordered:
+        ready: list[Env] = []
+        pending, nxt = r.pending, r.next_seq
+        for env in envs:
+            if env.seq == nxt:
+                ready.append(env)
+                nxt += 1
+                while nxt in pending:
+                    ready.append(pending.pop(nxt))
+                    nxt += 1
+            else:
+                pending[env.seq] = env
+        r.next_seq = nxt
+        envs = ready
+    return_errors = r.settings.on_error == "return"
+    out = [
+        env.value if env.error is None else env.error
+        for env in envs
+        if env.error is None or return_errors
+    ]
+    r.released += len(envs)
+    if r.feeder_waiting:
+        with r.window_cond:
+            r.window_cond.notify()
+    return out
