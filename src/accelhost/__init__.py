@@ -11,7 +11,8 @@ What lives where (planning data flows one way for every family):
 - `hygiene/`, `supervisor/`: doctor/clean/watch and `run`, on the shared readers `procs`
   (processes), `shm` (SysV segments), `posixshm` (/dev/shm files held or leaked)
   and `shmlisting` (the files of a tmpfs directory, live or recorded);
-- `pipeline/`, `benchbind/`: feeding a device, and the bound/unbound A/B;
+- `pipeline/`, `bench/`: feeding a device, and the two A/B tools (`bench bind`, `bench
+  pipeline`); `render/`: plain text tables for people;
 - `integrations/`: engine plugins (vLLM); `recording`: what `snapshot` keeps;
 - `cli/`: the command line; `api`: `plan(host)`, the library's front door; `errors`: the
   typed errors (a `UsageError` exits 2, any other `AccelhostError` 1).

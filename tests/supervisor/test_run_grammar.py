@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from run_support import janitor, run_cmd
 
-from accelhost.cli.common import DEFAULT_GRACE_S
 from accelhost.cli.main import build_parser
+from accelhost.supervisor.options import DEFAULT_GRACE_S
 
 MARGIN_S = 30.0
 A2 = "example:a2-192cpu-8npu-sees-npu0"

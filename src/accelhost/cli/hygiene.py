@@ -17,11 +17,8 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from accelhost.cli.common import (
-    add_grace_option,
-    add_json_option,
-    print_json,
-)
+from accelhost.cli import options
+from accelhost.cli.common import add_command, print_json
 from accelhost.cli.hygiene_options import (
     add_common,
     add_preflight,
@@ -29,7 +26,6 @@ from accelhost.cli.hygiene_options import (
     hygiene_options,
 )
 from accelhost.errors import AccelhostError, UsageError
-from accelhost.hygiene.journal import DEFAULT_JOURNAL
 from accelhost.hygiene.report import CHECK_NAMES
 
 if TYPE_CHECKING:
@@ -37,8 +33,10 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: Any) -> None:
-    doctor = subparsers.add_parser(
+    doctor = add_command(
+        subparsers,
         "doctor",
+        doctor_main,
         help="what is wrong on this host, the evidence, the fix",
         description="Run the hygiene checks: orphan engines, device holders, device memory "
         "held by nothing, leaked shared memory (SysV and /dev/shm), HugePages, preflight, "
@@ -47,7 +45,7 @@ def register(subparsers: Any) -> None:
     )
     add_common(doctor)
     add_preflight(doctor)
-    add_json_option(doctor)
+    options.json_output(doctor)
     doctor.add_argument(
         "--check",
         action="append",
@@ -61,32 +59,25 @@ def register(subparsers: Any) -> None:
         help="print one line (at most 80 characters): the verdict (OK, WARN, FAIL, UNKNOWN) "
         "and the worst finding; for the Node Problem Detector",
     )
-    doctor.set_defaults(func=doctor_main)
 
-    clean = subparsers.add_parser(
+    clean = add_command(
+        subparsers,
         "clean",
+        clean_main,
         help="remove orphan engines and leaked shared memory (dry run unless --yes)",
         description="Show what would be removed and why; with --yes, do it, journaled.",
     )
     add_common(clean, min_age_alias=True)
-    add_json_option(clean)
+    options.json_output(clean)
     clean.add_argument("--yes", action="store_true", help="act (default: dry run)")
-    add_grace_option(clean, "an orphan")
-    clean.add_argument(
-        "--journal",
-        default=DEFAULT_JOURNAL,
-        metavar="FILE",
-        help=f"JSON-lines journal, one line per action before it is taken "
-        f"(default {DEFAULT_JOURNAL})",
-    )
+    options.grace(clean, "an orphan")
+    options.journal(clean)
     clean.add_argument(
         "--only",
         choices=("orphans", "segments", "shm"),
         help="clean only orphans, only SysV segments, or only /dev/shm files",
     )
-    clean.add_argument(
-        "--pid", type=int, action="append", default=[], help="only this orphan (repeatable)"
-    )
+    options.pid(clean, "only this orphan", repeatable=True)
     clean.add_argument(
         "--shmid", type=int, action="append", default=[], help="only this segment (repeatable)"
     )
@@ -106,10 +97,11 @@ def register(subparsers: Any) -> None:
     clean.add_argument(
         "--key", action="append", default=[], help="only segments with this key (0x... or decimal)"
     )
-    clean.set_defaults(func=clean_main)
 
-    watch = subparsers.add_parser(
+    watch = add_command(
+        subparsers,
         "watch",
+        watch_main,
         help="run the checks every --interval and serve Prometheus metrics",
         description="Keep watching: log check changes as JSON lines, serve metrics, and "
         "with --auto-clean remove orphans and leaked shared memory past a threshold "
@@ -146,17 +138,11 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="auto-clean an orphan seen in N consecutive rounds (default 2)",
     )
-    add_grace_option(watch, "an orphan stopped by --auto-clean")
-    watch.add_argument(
-        "--journal",
-        default=DEFAULT_JOURNAL,
-        metavar="FILE",
-        help=f"--auto-clean's journal (default {DEFAULT_JOURNAL})",
-    )
+    options.grace(watch, "an orphan stopped by --auto-clean")
+    options.journal(watch)
     watch.add_argument(
         "--rounds", type=int, metavar="N", help="stop after N rounds (default: run until stopped)"
     )
-    watch.set_defaults(func=watch_main)
 
 
 # ---------------------------------------------------------------- doctor

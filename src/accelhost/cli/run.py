@@ -12,7 +12,8 @@ import contextlib
 import sys
 from typing import Any
 
-from accelhost.cli.common import add_device_option, add_grace_option, one_device
+from accelhost.cli import options
+from accelhost.cli.common import add_command, command_after_dashes, one_device
 from accelhost.errors import UsageError
 
 DESCRIPTION = (
@@ -26,13 +27,15 @@ EPILOG = "Example: accelhost run --grace 30 --fail-on-exit 'VLLM::EngineCore' --
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
+    p = add_command(
+        subparsers,
         "run",
+        handler,
         help="supervise an engine so that nothing of it outlives it",
         description=DESCRIPTION,
         epilog=EPILOG,
     )
-    add_grace_option(p, "the command's tree")
+    options.grace(p, "the command's tree")
     p.add_argument(
         "--kill-wait",
         type=float,
@@ -71,35 +74,18 @@ def register(subparsers: Any) -> None:
         help="give the tree an IPC namespace and a /dev/shm of its own (needs "
         "CAP_SYS_ADMIN): the kernel frees every segment and shm file with its last process",
     )
-    p.add_argument(
-        "--expect-util",
-        "--preflight-util",
-        dest="expect_util",
-        type=float,
-        metavar="U",
-        help="refuse to start unless the device has U x total memory free (vLLM's check, "
-        "as `doctor --expect-util`); --preflight-util is its old name",
-    )
-    add_device_option(p, "the one device --expect-util checks")
+    options.expect_util(p, "preflight before the start, refusing to start when it fails")
+    options.device(p, "the one device --expect-util checks")
     p.add_argument(
         "--bind",
         metavar="DEVICE",
         help="apply the CPU plan of DEVICE to the engine once it has opened the device "
         "(the same driver as `accelhost bind`)",
     )
-    p.add_argument(
-        "--plan",
-        metavar="FILE",
-        help="with --bind: the plan to apply (from `accelhost plan --json`); default: plan "
-        "this host (or --snapshot) before the start",
+    options.plan_file(
+        p, "with --bind: the plan to apply (default: plan this host, or --snapshot, first)"
     )
-    p.add_argument(
-        "--thread-role",
-        action="append",
-        default=[],
-        metavar="NAME=PATTERN:COUNT|NAME=PATTERN@CPULIST",
-        help="with --bind: as for `accelhost bind` (repeatable)",
-    )
+    options.thread_role(p, "with --bind, as for `accelhost bind`")
     p.add_argument(
         "--any-arch",
         action="store_true",
@@ -119,26 +105,20 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         help="slowest /proc rescan while --fail-on-exit or --bind tracks processes (default 5)",
     )
-    p.add_argument(
-        "--snapshot",
-        metavar="FILE",
-        help="take the preflight's device memory and the --bind plan from a recorded host "
-        "(a file from `accelhost snapshot`, or example:NAME) to try the options out; the "
+    options.snapshot(
+        p,
+        "run takes only the preflight's device memory and the --bind plan from it: the "
         "processes supervised are always this machine's",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="print problems only")
     # not "command": main.py names the subcommand so (its usage errors say "accelhost run: ...")
     p.add_argument("cmd_argv", nargs=argparse.REMAINDER, metavar="-- CMD ...")
-    p.set_defaults(func=handler)
 
 
 def _command(args: argparse.Namespace) -> list[str]:
-    argv = list(args.cmd_argv)
-    if argv and argv[0] == "--":
-        argv = argv[1:]
-    if not argv:
-        raise UsageError("no command given (accelhost run [options] -- CMD ...)")
-    return argv
+    return command_after_dashes(
+        args.cmd_argv, "no command given (accelhost run [options] -- CMD ...)"
+    )
 
 
 def _check(args: argparse.Namespace) -> int | None:

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from accelhost.cli.common import DEFAULT_GRACE_S
 from accelhost.host.live import LiveHost
 from accelhost.hygiene.actions import (
     Action,
@@ -37,6 +36,7 @@ from accelhost.hygiene.text import one_line
 from accelhost.posixshm import path_is_held, stat_shm_file
 from accelhost.procs import ProcessInfo, descendants, read_process
 from accelhost.shm import read_segments, remove_segment
+from accelhost.supervisor.options import DEFAULT_GRACE_S
 
 __all__ = [
     "DEFAULT_GRACE_S",

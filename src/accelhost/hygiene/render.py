@@ -9,10 +9,10 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from accelhost.cli.common import render_table
 from accelhost.hygiene.options import is_control_node
 from accelhost.hygiene.report import CheckResult, DoctorReport
 from accelhost.hygiene.text import human_bytes, one_line
+from accelhost.render import render_table
 
 
 def _mib(v: Any) -> str:

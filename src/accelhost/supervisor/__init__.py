@@ -14,7 +14,28 @@ preflight and the CPU binding are imported only when their options are given.
 
 from __future__ import annotations
 
-from accelhost.supervisor.options import RunOutcome, SupervisorOptions
-from accelhost.supervisor.supervise import supervise
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from accelhost.supervisor.options import RunOutcome, SupervisorOptions
+    from accelhost.supervisor.supervise import supervise
 
 __all__ = ["RunOutcome", "SupervisorOptions", "supervise"]
+
+# Loaded on first use: `options` (with DEFAULT_GRACE_S, the one grace of run, clean, watch
+# and bench bind) is read by `accelhost --help`, which must not load the supervisor's loop.
+_LAZY = {
+    "RunOutcome": "accelhost.supervisor.options",
+    "SupervisorOptions": "accelhost.supervisor.options",
+    "supervise": "accelhost.supervisor.supervise",
+}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'accelhost.supervisor' has no attribute {name!r}") from None
+    import importlib
+
+    return getattr(importlib.import_module(module_name), name)
