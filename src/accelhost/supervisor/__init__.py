@@ -14,6 +14,9 @@ preflight and the CPU binding are imported only when their options are given.
 
 from __future__ import annotations
 
+import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -31,11 +34,22 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module_name = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'accelhost.supervisor' has no attribute {name!r}") from None
-    import importlib
+class _Package(types.ModuleType):
+    """Loading the submodule `supervise` must not hide the function `supervise` (the
+    import system sets a submodule on its package)."""
 
-    return getattr(importlib.import_module(module_name), name)
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _LAZY and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'accelhost.supervisor' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
