@@ -114,6 +114,14 @@ def handle_pipeline(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- bench bind
+
+BIND_HELP = "A/B a command unbound and bound: does the binding help this workload?"
+BIND_DESCRIPTION = (
+    "Run COMMAND alternately unbound and bound, R times each after K "
+    "warm-up rounds, and compare the medians of its figure (wall time, or a number it "
+    "prints) with a bootstrap confidence interval and a verdict."
+)
 MAX_REPEATS = 10_000  # the order is a list made up front, and the bootstrap is O(R)
 USAGE_EXAMPLE = "accelhost bench bind --cpus 2-7 -- python3 my_benchmark.py"
 EPILOG = (
@@ -125,20 +133,8 @@ EPILOG = (
 )
 
 
-# ---------------------------------------------------------------- bench bind
-
-
 def register_bind(sub: Any) -> None:
-    p = add_command(
-        sub,
-        "bind",
-        cmd_bench_bind,
-        help="A/B a command unbound and bound: does the binding help this workload?",
-        description="Run COMMAND alternately unbound and bound, R times each after K "
-        "warm-up rounds, and compare the medians of its figure (wall time, or a number it "
-        "prints) with a bootstrap confidence interval and a verdict.",
-        epilog=EPILOG,
-    )
+    p = add_command(sub, "bind", cmd_bench_bind, BIND_HELP, BIND_DESCRIPTION, epilog=EPILOG)
     options.plan_file(p, "bind as this plan binds --device N")
     options.device(p, "with --plan: the device whose CPUs and memory node to use")
     p.add_argument("--cpus", metavar="LIST", help="bind to these CPUs instead of a plan's")

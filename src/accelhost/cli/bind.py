@@ -36,6 +36,30 @@ if TYPE_CHECKING:
     from accelhost.apply.steps import ApplyReport
     from accelhost.plans import Plan
 
+BIND_HELP = "bind a running worker to its device's CPUs, memory node and IRQs"
+BIND_DESCRIPTION = (
+    "Pin every thread of a process to the plan's CPUs for one device (ACL "
+    "and release threads to their own CPUs), move its memory to the device's NUMA node "
+    "and the device's IRQs onto the reserved IRQ CPUs."
+)
+EXEC_HELP = "start a command already bound to a device's CPUs and NUMA node"
+EXEC_DESCRIPTION = (
+    "Set this process's CPUs and memory policy, bind the device's IRQs, then "
+    "replace it with COMMAND, which is bound from its first instruction. Threads created "
+    "later (ACL, release) inherit the main CPUs; re-pin them from the worker with "
+    "accelhost.bind_current_process() or with `accelhost bind`."
+)
+VERIFY_HELP = "check that a worker's threads and the device IRQs still match the plan"
+VERIFY_DESCRIPTION = (
+    "Compare every thread's affinity and the device's IRQ masks with the "
+    "plan, and show where the process's memory lives. Exit 0 when all match, 1 with one "
+    "line per thread or IRQ that drifted."
+)
+UNBIND_HELP = "restore IRQ masks saved at bind time, or free a process's threads"
+UNBIND_DESCRIPTION = (
+    "--irq puts back the IRQ masks (and irqbalance) as they were before "
+    "`bind`; --pid gives every thread of a process its whole cpuset again."
+)
 EPILOG = (
     "exit status: 0 every step succeeded, 2 some steps failed (partial) or a usage error, "
     "1 nothing applied (a bad plan file, an unknown device, a process that is gone)"
@@ -45,15 +69,7 @@ EPILOG = (
 def register(sub: Any) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
     bind = add_command(
-        sub,
-        "bind",
-        cmd_bind,
-        help="bind a running worker to its device's CPUs, memory node and IRQs",
-        description="Pin every thread of a process to the plan's CPUs for one device (ACL "
-        "and release threads to their own CPUs), move its memory to the device's NUMA node "
-        "and the device's IRQs onto the reserved IRQ CPUs.",
-        epilog=EPILOG,
-        formatter_class=fmt,
+        sub, "bind", cmd_bind, BIND_HELP, BIND_DESCRIPTION, epilog=EPILOG, formatter_class=fmt
     )
     plan_options(bind)
     options.pid(bind, "the worker (required unless --irq-only)")
@@ -68,16 +84,7 @@ def register(sub: Any) -> None:
     options.json_output(bind)
 
     ex = add_command(
-        sub,
-        "exec",
-        cmd_exec,
-        help="start a command already bound to a device's CPUs and NUMA node",
-        description="Set this process's CPUs and memory policy, bind the device's IRQs, then "
-        "replace it with COMMAND, which is bound from its first instruction. Threads created "
-        "later (ACL, release) inherit the main CPUs; re-pin them from the worker with "
-        "accelhost.bind_current_process() or with `accelhost bind`.",
-        epilog=EPILOG,
-        formatter_class=fmt,
+        sub, "exec", cmd_exec, EXEC_HELP, EXEC_DESCRIPTION, epilog=EPILOG, formatter_class=fmt
     )
     plan_options(ex)
     options.dry_run(ex)
@@ -90,14 +97,7 @@ def register(sub: Any) -> None:
     ex.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]")
 
     ver = add_command(
-        sub,
-        "verify",
-        cmd_verify,
-        help="check that a worker's threads and the device IRQs still match the plan",
-        description="Compare every thread's affinity and the device's IRQ masks with the "
-        "plan, and show where the process's memory lives. Exit 0 when all match, 1 with one "
-        "line per thread or IRQ that drifted.",
-        formatter_class=fmt,
+        sub, "verify", cmd_verify, VERIFY_HELP, VERIFY_DESCRIPTION, formatter_class=fmt
     )
     plan_options(ver)
     options.pid(ver, "the worker (omit to check IRQs only)")
@@ -111,9 +111,8 @@ def register(sub: Any) -> None:
         sub,
         "unbind",
         cmd_unbind,
-        help="restore IRQ masks saved at bind time, or free a process's threads",
-        description="--irq puts back the IRQ masks (and irqbalance) as they were before "
-        "`bind`; --pid gives every thread of a process its whole cpuset again.",
+        UNBIND_HELP,
+        UNBIND_DESCRIPTION,
         epilog=EPILOG,
         formatter_class=fmt,
     )

@@ -31,18 +31,27 @@ from accelhost.hygiene.report import CHECK_NAMES
 if TYPE_CHECKING:
     from accelhost.hygiene.actions import Action
 
+DOCTOR_HELP = "what is wrong on this host, the evidence, the fix"
+DOCTOR_DESCRIPTION = (
+    "Run the hygiene checks: orphan engines, device holders, device memory "
+    "held by nothing, leaked shared memory (SysV and /dev/shm), HugePages, preflight, "
+    "host tuning. Exit 0 healthy (OK/WARN), 1 a problem (FAIL), 2 could not tell "
+    "(a check could not run, or a bad command line)."
+)
+WATCH_HELP = "run the checks every --interval and serve Prometheus metrics"
+WATCH_DESCRIPTION = (
+    "Keep watching: log check changes as JSON lines, serve metrics, and "
+    "with --auto-clean remove orphans and leaked shared memory past a threshold "
+    "(never a tree whose engine frontend lives)."
+)
+
+
+CLEAN_HELP = "remove orphan engines and leaked shared memory (dry run unless --yes)"
+CLEAN_DESCRIPTION = "Show what would be removed and why; with --yes, do it, journaled."
+
 
 def register(subparsers: Any) -> None:
-    doctor = add_command(
-        subparsers,
-        "doctor",
-        doctor_main,
-        help="what is wrong on this host, the evidence, the fix",
-        description="Run the hygiene checks: orphan engines, device holders, device memory "
-        "held by nothing, leaked shared memory (SysV and /dev/shm), HugePages, preflight, "
-        "host tuning. Exit 0 healthy (OK/WARN), 1 a problem (FAIL), 2 could not tell "
-        "(a check could not run, or a bad command line).",
-    )
+    doctor = add_command(subparsers, "doctor", doctor_main, DOCTOR_HELP, DOCTOR_DESCRIPTION)
     add_common(doctor)
     add_preflight(doctor)
     options.json_output(doctor)
@@ -60,13 +69,7 @@ def register(subparsers: Any) -> None:
         "and the worst finding; for the Node Problem Detector",
     )
 
-    clean = add_command(
-        subparsers,
-        "clean",
-        clean_main,
-        help="remove orphan engines and leaked shared memory (dry run unless --yes)",
-        description="Show what would be removed and why; with --yes, do it, journaled.",
-    )
+    clean = add_command(subparsers, "clean", clean_main, CLEAN_HELP, CLEAN_DESCRIPTION)
     add_common(clean, min_age_alias=True)
     options.json_output(clean)
     clean.add_argument("--yes", action="store_true", help="act (default: dry run)")
@@ -98,15 +101,7 @@ def register(subparsers: Any) -> None:
         "--key", action="append", default=[], help="only segments with this key (0x... or decimal)"
     )
 
-    watch = add_command(
-        subparsers,
-        "watch",
-        watch_main,
-        help="run the checks every --interval and serve Prometheus metrics",
-        description="Keep watching: log check changes as JSON lines, serve metrics, and "
-        "with --auto-clean remove orphans and leaked shared memory past a threshold "
-        "(never a tree whose engine frontend lives).",
-    )
+    watch = add_command(subparsers, "watch", watch_main, WATCH_HELP, WATCH_DESCRIPTION)
     add_common(watch)
     add_preflight(watch)
     watch.add_argument(

@@ -27,6 +27,13 @@ HOST_ROOT_HELP = (
     "host at /host)"
 )
 PLANNING_TITLE = "planning this host (without --plan)"
+NO_IRQ_HELP = (
+    "leave the device's IRQs out (bind, exec: do not move them; verify: do not check them)"
+)
+NO_MEMORY_HELP = (
+    "leave memory alone (bind: do not move its pages; exec, bench bind: set no memory policy)"
+)
+MEMBIND_HELP = "strict: allocate only on the device's node (default: prefer it)"
 
 
 def _help(context: str, text: str) -> str:
@@ -127,29 +134,15 @@ def plan_file(p: Parser, context: str) -> None:
 
 
 def no_irq(p: Parser) -> None:
-    p.add_argument(
-        "--no-irq",
-        action="store_true",
-        help="leave the device's IRQs out (bind, exec: do not move them; verify: do not "
-        "check them)",
-    )
+    p.add_argument("--no-irq", action="store_true", help=NO_IRQ_HELP)
 
 
 def no_memory(p: Parser) -> None:
-    p.add_argument(
-        "--no-memory",
-        action="store_true",
-        help="leave memory alone (bind: do not move its pages; exec, bench bind: set no "
-        "memory policy)",
-    )
+    p.add_argument("--no-memory", action="store_true", help=NO_MEMORY_HELP)
 
 
 def membind(p: Parser) -> None:
-    p.add_argument(
-        "--membind",
-        action="store_true",
-        help="strict: allocate only on the device's node (default: prefer it)",
-    )
+    p.add_argument("--membind", action="store_true", help=MEMBIND_HELP)
 
 
 def host_root(p: Parser, context: str = "") -> None:

@@ -17,6 +17,12 @@ from accelhost.cpulist import format_cpulist
 from accelhost.plans import Plan
 from accelhost.render import render_table
 
+HELP = "the CPU plan of every visible accelerator"
+DESCRIPTION = (
+    "Compute the CPU pool of each visible accelerator and split it into roles "
+    "(IRQ, main, ACL, release). On Ascend it equals vllm-ascend's CPU binding."
+)
+
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
     from accelhost.api import plan
@@ -78,14 +84,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = add_command(
-        sub,
-        "plan",
-        run_plan,
-        help="the CPU plan of every visible accelerator",
-        description="Compute the CPU pool of each visible accelerator and split it into roles "
-        "(IRQ, main, ACL, release). On Ascend it equals vllm-ascend's CPU binding.",
-    )
+    parser = add_command(sub, "plan", run_plan, HELP, DESCRIPTION)
     options.snapshot(parser)
     options.device_type(parser)
     options.device(

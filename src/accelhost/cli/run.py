@@ -16,6 +16,7 @@ from accelhost.cli import options
 from accelhost.cli.common import add_command, command_after_dashes, one_device
 from accelhost.errors import UsageError
 
+HELP = "supervise an engine so that nothing of it outlives it"
 DESCRIPTION = (
     "Run CMD as a supervised engine: signals are passed to it, every process it starts is "
     "reaped, and when it ends (or on SIGTERM/SIGINT/SIGQUIT) its whole tree is stopped "
@@ -27,14 +28,7 @@ EPILOG = "Example: accelhost run --grace 30 --fail-on-exit 'VLLM::EngineCore' --
 
 
 def register(subparsers: Any) -> None:
-    p = add_command(
-        subparsers,
-        "run",
-        handler,
-        help="supervise an engine so that nothing of it outlives it",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-    )
+    p = add_command(subparsers, "run", handler, HELP, DESCRIPTION, epilog=EPILOG)
     options.grace(p, "the command's tree")
     p.add_argument(
         "--kill-wait",

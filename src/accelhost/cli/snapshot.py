@@ -12,6 +12,13 @@ from accelhost.cli import options
 from accelhost.cli.common import add_command, dumps_json
 from accelhost.errors import AccelhostError
 
+HELP = "record this host into one JSON file"
+DESCRIPTION = (
+    "Record what the planner and the doctor read on this host (commands, "
+    "files, directories, environment) into one JSON file. Replay it with --snapshot on "
+    "any read-only command, on any machine."
+)
+
 
 def run_snapshot(args: argparse.Namespace) -> int:
     from accelhost.host.live import LiveHost
@@ -42,15 +49,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = add_command(
-        sub,
-        "snapshot",
-        run_snapshot,
-        help="record this host into one JSON file",
-        description="Record what the planner and the doctor read on this host (commands, "
-        "files, directories, environment) into one JSON file. Replay it with --snapshot on "
-        "any read-only command, on any machine.",
-    )
+    parser = add_command(sub, "snapshot", run_snapshot, HELP, DESCRIPTION)
     parser.add_argument("-o", "--output", metavar="FILE", help="where to write (default: stdout)")
     options.device_type(parser)
     parser.add_argument(

@@ -11,6 +11,13 @@ from accelhost.cpulist import format_cpulist
 from accelhost.render import render_table
 from accelhost.topology import Topology
 
+HELP = "CPUs, NUMA nodes, allowed CPUs and accelerators of this host"
+DESCRIPTION = (
+    "Show what this host looks like: CPUs, NUMA nodes with their CPU ranges, "
+    "the allowed CPUs (and the cgroup cpuset when it differs), accelerators and their "
+    "CPU affinity."
+)
+
 
 def topology_dict(topo: Topology) -> dict[str, Any]:
     """The JSON of `topo --json`: CPU lists as arrays, nodes and devices keyed by id."""
@@ -143,15 +150,7 @@ def run_topo(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = add_command(
-        sub,
-        "topo",
-        run_topo,
-        help="CPUs, NUMA nodes, allowed CPUs and accelerators of this host",
-        description="Show what this host looks like: CPUs, NUMA nodes with their CPU ranges, "
-        "the allowed CPUs (and the cgroup cpuset when it differs), accelerators and their "
-        "CPU affinity.",
-    )
+    parser = add_command(sub, "topo", run_topo, HELP, DESCRIPTION)
     options.snapshot(parser)
     options.device_type(parser)
     options.pci(parser)
