@@ -175,8 +175,6 @@ def _check(args: argparse.Namespace) -> tuple[list[str], re.Pattern[str] | None]
         raise UsageError(f"--repeats must be 1 to {MAX_REPEATS}, got {args.repeats}")
     if not 0 <= args.warmup <= MAX_REPEATS:
         raise UsageError(f"--warmup must be 0 to {MAX_REPEATS}, got {args.warmup}")
-    if args.grace < 0:
-        raise UsageError(f"--grace must be 0 or more, got {args.grace:g}")
     metric = None
     if args.metric is not None:
         try:

@@ -94,7 +94,10 @@ def register(sub: Any) -> None:
     irq_options(ex)
     options.thread_role(ex)
     options.json_output(ex)
-    ex.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]")
+    # not "command": main.py names the subcommand so (its errors say "accelhost exec: ...")
+    ex.add_argument(
+        "cmd_argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- COMMAND [ARG...]"
+    )
 
     ver = add_command(
         sub, "verify", cmd_verify, VERIFY_HELP, VERIFY_DESCRIPTION, formatter_class=fmt
@@ -197,7 +200,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     from accelhost.apply import driver
 
     argv = command_after_dashes(
-        args.command, "no command to run: accelhost exec --device N -- COMMAND [ARG...]"
+        args.cmd_argv, "no command to run: accelhost exec --device N -- COMMAND [ARG...]"
     )
     roles = thread_roles(args)
     device = device_of(args, "exec")

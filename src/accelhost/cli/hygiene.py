@@ -121,14 +121,14 @@ def register(subparsers: Any) -> None:
     watch.add_argument("--auto-clean", action="store_true", help="clean past the thresholds")
     watch.add_argument(
         "--clean-leaked-bytes",
-        type=int,
+        type=options.whole(0),
         default=1,
         metavar="BYTES",
         help="auto-clean shared memory once this many bytes are leaked (default 1: any)",
     )
     watch.add_argument(
         "--clean-orphan-rounds",
-        type=int,
+        type=options.whole(1),
         default=2,
         metavar="N",
         help="auto-clean an orphan seen in N consecutive rounds (default 2)",
@@ -136,7 +136,10 @@ def register(subparsers: Any) -> None:
     options.grace(watch, "an orphan stopped by --auto-clean")
     options.journal(watch)
     watch.add_argument(
-        "--rounds", type=int, metavar="N", help="stop after N rounds (default: run until stopped)"
+        "--rounds",
+        type=options.whole(1),
+        metavar="N",
+        help="stop after N rounds (default: run until stopped)",
     )
 
 
@@ -156,15 +159,15 @@ def doctor_main(args: argparse.Namespace) -> int:
         raise
     except AccelhostError as exc:
         # The doctor could not look: "could not tell" (2), never "a problem on the node" (1).
-        if args.brief:
+        if args.brief and not args.json:
             print(f"UNKNOWN {' '.join(str(exc).split())}"[:80])
         else:
             print(f"accelhost doctor: could not read the host: {exc}", file=sys.stderr)
         return 2
-    if args.brief:
-        print(report.brief())
-    elif args.json:
+    if args.json:  # with --brief too: the JSON carries the brief line as "brief"
         print_json(report.to_dict())
+    elif args.brief:
+        print(report.brief())
     else:
         print(render_report(report))
     return report.exit_code
@@ -197,8 +200,8 @@ def clean_main(args: argparse.Namespace) -> int:
     options = hygiene_options(args)
     if args.yes and args.snapshot:
         raise UsageError("clean --yes acts on this host; --snapshot only shows a plan")
-    if args.grace < 0:
-        raise UsageError("--grace must not be negative")
+    if args.yes:
+        _check_journal(args.journal)
     host = hygiene_host(args)
     named = bool(args.pid or args.shmid or args.path)
     filters = CleanFilters(
@@ -254,6 +257,16 @@ def clean_main(args: argparse.Namespace) -> int:
     return status
 
 
+def _check_journal(path: str) -> None:
+    """A --journal FILE goes in a directory that exists: a typo must not create directories
+    as root (only the default's, /var/log/accelhost, is made when missing)."""
+    from accelhost.hygiene.journal import DEFAULT_JOURNAL
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if path != DEFAULT_JOURNAL and not os.path.isdir(folder):
+        raise UsageError(f"--journal {path}: there is no directory {folder}")
+
+
 def _print_plan(actions: Sequence[Action], say: Any, grace: float) -> None:
     for n, a in enumerate(actions, 1):
         say(f"  {n}. {a.describe()}")
@@ -283,16 +296,16 @@ def watch_main(args: argparse.Namespace) -> int:
     options = hygiene_options(args)
     if args.interval <= 0:
         raise UsageError("--interval must be positive")
-    if args.grace < 0:
-        raise UsageError("--grace must not be negative")
     if args.auto_clean and args.snapshot:
         raise UsageError("--auto-clean acts on this host; it cannot run on a --snapshot")
+    if args.auto_clean:
+        _check_journal(args.journal)
     addr = _parse_addr(args.metrics_addr)
     config = WatchConfig(
         interval_s=args.interval,
         auto_clean=args.auto_clean,
         clean_leaked_bytes=args.clean_leaked_bytes,
-        clean_orphan_rounds=max(1, args.clean_orphan_rounds),
+        clean_orphan_rounds=args.clean_orphan_rounds,
         journal=args.journal,
         grace_s=args.grace,
     )

@@ -14,6 +14,8 @@ command through it.
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
 from typing import Any
 
 from accelhost.errors import ParseError, PlanError
@@ -38,6 +40,35 @@ MEMBIND_HELP = "strict: allocate only on the device's node (default: prefer it)"
 
 def _help(context: str, text: str) -> str:
     return f"{context}: {text}" if context else text
+
+
+def whole(minimum: int) -> Callable[[str], int]:
+    """argparse type: a whole number of at least `minimum` (a count, a byte threshold);
+    anything else is a usage error, never silently clamped."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def seconds(text: str) -> float:
+    """argparse type: a duration in seconds, finite and not negative."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text!r}")
+    return value
 
 
 def device_ids(text: str) -> list[int]:
@@ -106,7 +137,7 @@ def snapshot(p: Parser, note: str = "") -> None:
 def grace(p: Parser, what: str) -> None:
     p.add_argument(
         "--grace",
-        type=float,
+        type=seconds,
         default=DEFAULT_GRACE_S,
         metavar="SECONDS",
         help=f"how long {what} may take to stop after SIGTERM before SIGKILL "

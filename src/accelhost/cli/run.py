@@ -32,7 +32,7 @@ def register(subparsers: Any) -> None:
     options.grace(p, "the command's tree")
     p.add_argument(
         "--kill-wait",
-        type=float,
+        type=options.seconds,
         default=5.0,
         metavar="SECONDS",
         help="how long to wait for SIGKILLed processes before reporting them (default 5)",
@@ -119,11 +119,8 @@ def _check(args: argparse.Namespace) -> int | None:
     """Usage errors (exit 2) before anything starts; returns the preflight's device."""
     import math
 
-    for name in ("grace", "kill_wait", "scan_interval"):
-        if not math.isfinite(getattr(args, name)):
-            raise UsageError(f"--{name.replace('_', '-')} must be a number of seconds")
-    if args.grace < 0 or args.kill_wait < 0:
-        raise UsageError("--grace and --kill-wait must not be negative")
+    if not math.isfinite(args.scan_interval):
+        raise UsageError("--scan-interval must be a number of seconds")
     if args.scan_interval <= 0:
         raise UsageError("--scan-interval must be positive")
     if args.expect_util is not None and not 0 < args.expect_util <= 1:
@@ -134,7 +131,7 @@ def _check(args: argparse.Namespace) -> int | None:
         raise UsageError("--bind-delay needs --bind and a delay >= 0")
     if args.private_ipc and args.keep_shm:
         raise UsageError(
-            "run: --keep-shm and --private-ipc do not go together (the kernel "
+            "--keep-shm and --private-ipc do not go together (the kernel "
             "frees a private namespace's memory with its last process)"
         )
     import re
