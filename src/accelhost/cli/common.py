@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
@@ -129,3 +130,48 @@ def add_command(
     )
     parser.set_defaults(func=func)
     return parser
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def terminal_columns(stream: TextIO) -> int | None:
+    """The width output to `stream` must fit: $COLUMNS when set, else the terminal's;
+    None for a pipe or a file (no limit: logs and scripts get whole lines)."""
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if not _isatty(stream):
+        return None
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError):
+        return None
+
+
+def colour_wanted(stream: TextIO) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""
+    return _isatty(stream) and not os.environ.get("NO_COLOR")
+
+
+def fit(line: str, columns: int | None) -> list[str]:
+    """`line` wrapped to `columns` (None: as it is); continuation lines are indented past
+    the line's own indent and any `N. ` numbering, and paths are never cut."""
+    if columns is None or len(line) <= columns:
+        return [line]
+    import re
+    import textwrap
+
+    numbered = re.match(r"\s*(?:\d+\.\s)?", line)
+    lead = len(numbered.group(0)) if numbered else 0
+    return textwrap.wrap(
+        line,
+        columns,
+        subsequent_indent=" " * (lead + 2),
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [line]

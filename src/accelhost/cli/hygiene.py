@@ -18,7 +18,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from accelhost.cli import options
-from accelhost.cli.common import add_command, print_json
+from accelhost.cli.common import (
+    add_command,
+    colour_wanted,
+    fit,
+    print_json,
+    terminal_columns,
+)
 from accelhost.cli.hygiene_options import (
     add_common,
     add_preflight,
@@ -169,8 +175,15 @@ def doctor_main(args: argparse.Namespace) -> int:
     elif args.brief:
         print(report.brief())
     else:
-        print(render_report(report))
+        paint = _paint_status if colour_wanted(sys.stdout) else None
+        print(render_report(report, terminal_columns(sys.stdout), paint))
     return report.exit_code
+
+
+def _paint_status(column: int, cell: str) -> str:
+    from accelhost.render import colour_status
+
+    return colour_status(cell) if column == 1 else cell
 
 
 # ---------------------------------------------------------------- clean
@@ -224,10 +237,11 @@ def clean_main(args: argparse.Namespace) -> int:
         "before": before,
     }
     quiet = bool(args.json)
+    columns = terminal_columns(sys.stdout)
 
     def say(line: str) -> None:
         if not quiet:
-            print(line, flush=True)
+            print("\n".join(fit(line, columns)), flush=True)
 
     say(
         ("accelhost clean: " + ("doing" if args.yes else "dry run, nothing changes (--yes to act)"))
