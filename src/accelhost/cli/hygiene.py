@@ -72,7 +72,8 @@ def register(subparsers: Any) -> None:
         "--brief",
         action="store_true",
         help="print one line (at most 80 characters): the verdict (OK, WARN, FAIL, UNKNOWN) "
-        "and the worst finding; for the Node Problem Detector",
+        "and the worst finding; for the Node Problem Detector (with --json: the JSON, which "
+        "carries that line as brief)",
     )
 
     clean = add_command(subparsers, "clean", clean_main, CLEAN_HELP, CLEAN_DESCRIPTION)

@@ -215,8 +215,8 @@ def expect_util(p: Parser, context: str) -> None:
         metavar="U",
         help=_help(
             context,
-            "will an engine with --gpu-memory-utilization U start: U x total device memory "
-            "free (vLLM's check; --preflight-util is its old name)",
+            "U is vLLM's --gpu-memory-utilization; an engine starts when U x total device "
+            "memory is free (vLLM's check; --preflight-util is its old name)",
         ),
     )
 

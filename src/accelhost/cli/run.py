@@ -68,7 +68,7 @@ def register(subparsers: Any) -> None:
         help="give the tree an IPC namespace and a /dev/shm of its own (needs "
         "CAP_SYS_ADMIN): the kernel frees every segment and shm file with its last process",
     )
-    options.expect_util(p, "preflight before the start, refusing to start when it fails")
+    options.expect_util(p, "preflight before the start (refuse to start when it fails)")
     options.device(p, "the one device --expect-util checks")
     p.add_argument(
         "--bind",
