@@ -93,10 +93,6 @@ def parse_role_spec(text: str) -> RoleSpec:
     return RoleSpec(name, pattern, int(count_text))
 
 
-# The name `plan` calls it by.
-parse_thread_role = parse_role_spec
-
-
 def _pattern(text: str, usage: str) -> str:
     if not text:
         raise UsageError(f"{usage}; the pattern is empty")
