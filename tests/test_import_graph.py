@@ -187,3 +187,34 @@ def test_the_allow_list_holds_only_circles_that_still_exist() -> None:
     assert not fixed, "no longer circles, remove from KNOWN_CYCLES: " + "; ".join(
         " <-> ".join(sorted(c)) for c in fixed
     )
+
+
+def shell_imports(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Every module outside `accelhost.cli` (and the package's own `__main__`, the program
+    that starts it) that imports a module of `accelhost.cli`: arrows running back up."""
+
+    def in_cli(name: str) -> bool:
+        return name == f"{ROOT}.cli" or name.startswith(f"{ROOT}.cli.")
+
+    return {
+        name: {t for t in targets if in_cli(t)}
+        for name, targets in graph.items()
+        if not in_cli(name) and name != f"{ROOT}.__main__" and any(in_cli(t) for t in targets)
+    }
+
+
+def test_the_shell_check_sees_an_arrow_back_up(tmp_path: Path) -> None:
+    lib = tmp_path / "lib.py"
+    lib.write_text("def f():\n    from accelhost.cli.common import print_json\n")
+    known = {"accelhost.cli", "accelhost.cli.common", "accelhost.lib"}
+    graph = {"accelhost.lib": imports_of("accelhost.lib", lib, known)}
+    assert shell_imports(graph) == {"accelhost.lib": {"accelhost.cli.common"}}
+
+
+def test_no_module_outside_cli_imports_the_command_line() -> None:
+    """The library is usable without its shell: tables come from `accelhost.render`,
+    defaults from the library, and only `accelhost.cli` parses arguments."""
+    found = shell_imports(import_graph())
+    assert not found, "modules importing accelhost.cli: " + "; ".join(
+        f"{name} -> {', '.join(sorted(t))}" for name, t in sorted(found.items())
+    )

@@ -300,7 +300,7 @@ A2_EXAMPLE = "example:a2-192cpu-8npu-sees-npu0"
 @pytest.mark.parametrize(
     ("argv", "problem"),
     [
-        (["--devices", "x"], "argument --device/--devices: not a CPU list: 'x'"),
+        (["--devices", "x"], "argument --device/--devices: not a device list: 'x'"),
         (["--device", "0-99999"], "beyond the limit"),
         (["--device-type", "A9"], "unknown device type 'A9'"),
         (["--reserve-irq", "-1"], "--reserve-irq must be 0 or more"),

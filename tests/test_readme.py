@@ -318,7 +318,7 @@ def test_help_imports_nothing_heavy() -> None:
         "         'accelhost.hygiene.checks', 'accelhost.hygiene.facts',\n"
         "         'accelhost.hygiene.cleaner', 'accelhost.hygiene.watch',\n"
         "         'accelhost.apply.build', 'accelhost.apply.execute',\n"
-        "         'accelhost.supervisor.supervise', 'accelhost.benchbind.runner',\n"
+        "         'accelhost.supervisor.supervise', 'accelhost.bench.bind_runner',\n"
         "         'accelhost.readers', 'concurrent.futures')\n"
         "print(sorted(m for m in sys.modules if m.startswith(heavy)), file=sys.stderr)\n"
     )
@@ -450,7 +450,7 @@ def test_python_on_bundled_examples_runs_as_shown() -> None:
 
 
 # Options of other programs that the pages quote (vLLM, torchrun, nvidia-smi, docker,
-# irqbalance, mypy) and the old names pipeline.md says were replaced.
+# irqbalance, mypy).
 FOREIGN_OPTIONS = {
     "--additional-config",
     "--api-key",
@@ -473,8 +473,6 @@ FOREIGN_OPTIONS = {
     "--privileged",
     "--format",
     "--query-gpu",
-    "--pre",
-    "--post",
 }
 OWN_PAGES = [
     ROOT / "README.md",

@@ -21,14 +21,17 @@ MAX_NODES = 1024
 IDS = tuple(range(MAX_CPUS))
 
 
-def parse_cpulist(text: str, source: str = "cpu list", limit: int = MAX_CPUS) -> list[int]:
+def parse_cpulist(
+    text: str, source: str = "cpu list", limit: int = MAX_CPUS, what: str = "CPU list"
+) -> list[int]:
     """`0-3, 8,10-11` -> [0, 1, 2, 3, 8, 10, 11], in written order (duplicates kept).
 
     Also the kernel's stride form `0-10:2` (every second id of 0-10, as in the
     `isolcpus=`/`cpuset` grammar and `taskset -c`). Whitespace after commas is allowed, as
     in `Cpus_allowed_list` of some kernels. An empty or blank text is the empty list.
     Every id must be below `limit`, and the whole list no longer than `limit` items:
-    anything beyond is a ParseError, never a huge allocation.
+    anything beyond is a ParseError, never a huge allocation. `what` names the list in
+    errors (device ids share the grammar: `--device 0-` is "not a device list").
     """
     text = text.strip()
     if not text:
@@ -37,7 +40,7 @@ def parse_cpulist(text: str, source: str = "cpu list", limit: int = MAX_CPUS) ->
     for part in text.split(","):
         part = part.strip()
         if not part:
-            raise ParseError(source, f"empty item in CPU list {_short(text)}")
+            raise ParseError(source, f"empty item in {what} {_short(text)}")
         span, colon, stride_text = part.partition(":")
         lo, sep, hi = span.partition("-")
         try:
@@ -47,7 +50,7 @@ def parse_cpulist(text: str, source: str = "cpu list", limit: int = MAX_CPUS) ->
             if a > b or stride < 1 or (colon and not sep):
                 raise ValueError
         except ValueError:
-            raise ParseError(source, f"not a CPU list: {_short(text)}") from None
+            raise ParseError(source, f"not a {what}: {_short(text)}") from None
         if b >= limit:
             raise ParseError(source, f"id {b} in {_short(text)} is beyond the limit of {limit}")
         if len(out) + (b - a) // stride + 1 > limit:
@@ -148,7 +151,7 @@ def parse_id(text: str, source: str, limit: int, what: str = "id") -> int:
 
 def parse_device_list(text: str, source: str = "--device") -> list[int]:
     """`0-3,5` -> [0, 1, 2, 3, 5]: device ids in the CPU-list grammar, unique, written order."""
-    ids = parse_cpulist(text, source, limit=MAX_DEVICES)
+    ids = parse_cpulist(text, source, limit=MAX_DEVICES, what="device list")
     if not ids:
         raise ParseError(source, "no device id given")
     return list(dict.fromkeys(ids))

@@ -8,7 +8,7 @@ import sys
 import pytest
 from bench_helpers import bench_json
 
-from accelhost.benchbind.runner import BOUND, UNBOUND, schedule
+from accelhost.bench.bind_runner import BOUND, UNBOUND, schedule
 
 
 def test_schedule_alternates_the_first_arm_of_each_round():

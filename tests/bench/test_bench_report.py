@@ -5,9 +5,9 @@ from __future__ import annotations
 import io
 import re
 
-from accelhost.benchbind.binding import from_cpus
-from accelhost.benchbind.report import Progress, Setup, text, to_dict
-from accelhost.benchbind.runner import (
+from accelhost.bench.bind_exec import from_cpus
+from accelhost.bench.bind_report import Progress, Setup, text, to_dict
+from accelhost.bench.bind_runner import (
     BOUND,
     FAILED,
     INTERRUPTED,
@@ -18,7 +18,7 @@ from accelhost.benchbind.runner import (
     Run,
     schedule,
 )
-from accelhost.benchbind.stats import compare
+from accelhost.bench.bind_stats import compare
 
 
 class Terminal(io.StringIO):

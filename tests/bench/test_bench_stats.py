@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from accelhost.benchbind.stats import (
+from accelhost.bench.bind_stats import (
     BETTER,
     INCONCLUSIVE,
     NO_DIFFERENCE,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from run_support import janitor, run_cmd
 
-from accelhost.cli.common import DEFAULT_GRACE_S
 from accelhost.cli.main import build_parser
+from accelhost.supervisor.options import DEFAULT_GRACE_S
 
 MARGIN_S = 30.0
 A2 = "example:a2-192cpu-8npu-sees-npu0"
@@ -48,8 +48,9 @@ def test_device_takes_the_shared_list_grammar() -> None:
     [
         ([], "no command given"),
         (["--fail-on-exit", "VLLM::(Engine"], "--fail-on-exit"),
-        (["--grace", "-1"], "must not be negative"),
-        (["--grace", "nan"], "--grace must be a number of seconds"),
+        (["--grace", "-1"], "--grace: must not be negative"),
+        (["--grace", "nan"], "--grace: must be a number of seconds"),
+        (["--kill-wait", "-2"], "--kill-wait: must not be negative"),
         (["--expect-util", "1.5"], "--expect-util must be in (0, 1]"),
         (["--preflight-util", "0"], "--expect-util must be in (0, 1]"),
         (["--device", "0"], "--device goes with --expect-util"),

@@ -1,8 +1,10 @@
 """The command-line shell: parses arguments, calls the library, renders results.
 
 What lives where: `main` (the dispatcher: imports only the module of the command run),
-`common` (options every command shares: `--device LIST`, `--grace`, host, JSON, tables),
-`topo`, `plan`, `snapshot`, `bind` with `bind_args` (bind, exec, verify, unbind),
-`hygiene` with `hygiene_options` and `container_args` (doctor, clean, watch), `run`,
-`bench` (bench pipeline, and bench bind from `accelhost.benchbind.cli`).
+`options` (every option more than one command takes, defined once: `--device LIST`,
+`--grace`, `--plan`, `--pid`, ...), `common` (what the commands share besides options:
+one device, the host, JSON output, roles and planning keywords), `topo`, `plan`,
+`snapshot`, `bind` with `bind_args` (bind, exec, verify, unbind), `hygiene` with
+`hygiene_options` and `container_args` (doctor, clean, watch), `run`, `bench` (bench
+pipeline and bench bind). Nothing outside this package imports it.
 """

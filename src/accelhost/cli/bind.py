@@ -12,27 +12,53 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from accelhost.cli import options
 from accelhost.cli.bind_args import (
-    HOST_ROOT_HELP,
-    STATE_HELP,
     bind_options,
-    device_glob_option,
     device_of,
     irq_options,
     load_plan,
     migrate_option,
     plan_options,
-    role_option,
-    thread_roles,
     warn,
 )
-from accelhost.cli.common import add_device_option, add_json_option, one_device, print_json
+from accelhost.cli.common import (
+    add_command,
+    command_after_dashes,
+    one_device,
+    print_json,
+    thread_roles,
+)
 from accelhost.errors import ApplyError, UsageError
 
 if TYPE_CHECKING:
     from accelhost.apply.steps import ApplyReport
     from accelhost.plans import Plan
 
+BIND_HELP = "bind a running worker to its device's CPUs, memory node and IRQs"
+BIND_DESCRIPTION = (
+    "Pin every thread of a process to the plan's CPUs for one device (ACL "
+    "and release threads to their own CPUs), move its memory to the device's NUMA node "
+    "and the device's IRQs onto the reserved IRQ CPUs."
+)
+EXEC_HELP = "start a command already bound to a device's CPUs and NUMA node"
+EXEC_DESCRIPTION = (
+    "Set this process's CPUs and memory policy, bind the device's IRQs, then "
+    "replace it with COMMAND, which is bound from its first instruction. Threads created "
+    "later (ACL, release) inherit the main CPUs; re-pin them from the worker with "
+    "accelhost.bind_current_process() or with `accelhost bind`."
+)
+VERIFY_HELP = "check that a worker's threads and the device IRQs still match the plan"
+VERIFY_DESCRIPTION = (
+    "Compare every thread's affinity and the device's IRQ masks with the "
+    "plan, and show where the process's memory lives. Exit 0 when all match, 1 with one "
+    "line per thread or IRQ that drifted."
+)
+UNBIND_HELP = "restore IRQ masks saved at bind time, or free a process's threads"
+UNBIND_DESCRIPTION = (
+    "--irq puts back the IRQ masks (and irqbalance) as they were before "
+    "`bind`; --pid gives every thread of a process its whole cpuset again."
+)
 EPILOG = (
     "exit status: 0 every step succeeded, 2 some steps failed (partial) or a usage error, "
     "1 nothing applied (a bad plan file, an unknown device, a process that is gone)"
@@ -41,86 +67,64 @@ EPILOG = (
 
 def register(sub: Any) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
-    bind = sub.add_parser(
-        "bind",
-        help="bind a running worker to its device's CPUs, memory node and IRQs",
-        description="Pin every thread of a process to the plan's CPUs for one device (ACL "
-        "and release threads to their own CPUs), move its memory to the device's NUMA node "
-        "and the device's IRQs onto the reserved IRQ CPUs.",
-        epilog=EPILOG,
-        formatter_class=fmt,
+    bind = add_command(
+        sub, "bind", cmd_bind, BIND_HELP, BIND_DESCRIPTION, epilog=EPILOG, formatter_class=fmt
     )
     plan_options(bind)
-    bind.add_argument("--pid", type=int, help="the worker process (required unless --irq-only)")
-    bind.add_argument("--dry-run", action="store_true", help="print the steps, change nothing")
+    options.pid(bind, "the worker (required unless --irq-only)")
+    options.dry_run(bind)
     bind.add_argument("--irq-only", action="store_true", help="run only the IRQ step")
-    bind.add_argument("--no-irq", action="store_true", help="leave IRQs alone")
-    bind.add_argument("--no-memory", action="store_true", help="do not move memory pages")
+    options.no_irq(bind)
+    options.no_memory(bind)
     migrate_option(bind)
-    device_glob_option(bind)
+    options.device_glob(bind)
     irq_options(bind)
-    role_option(bind)
-    add_json_option(bind)
-    bind.set_defaults(func=cmd_bind)
+    options.thread_role(bind)
+    options.json_output(bind)
 
-    ex = sub.add_parser(
-        "exec",
-        help="start a command already bound to a device's CPUs and NUMA node",
-        description="Set this process's CPUs and memory policy, bind the device's IRQs, then "
-        "replace it with COMMAND, which is bound from its first instruction. Threads created "
-        "later (ACL, release) inherit the main CPUs; re-pin them from the worker with "
-        "accelhost.bind_current_process() or with `accelhost bind`.",
-        epilog=EPILOG,
-        formatter_class=fmt,
+    ex = add_command(
+        sub, "exec", cmd_exec, EXEC_HELP, EXEC_DESCRIPTION, epilog=EPILOG, formatter_class=fmt
     )
     plan_options(ex)
-    ex.add_argument("--dry-run", action="store_true", help="print the steps, run nothing")
-    ex.add_argument("--no-irq", action="store_true", help="leave IRQs alone")
-    ex.add_argument("--no-memory", action="store_true", help="leave the memory policy alone")
-    ex.add_argument(
-        "--membind",
-        action="store_true",
-        help="strict: allocate only on the device's node (default: prefer it)",
-    )
+    options.dry_run(ex)
+    options.no_irq(ex)
+    options.no_memory(ex)
+    options.membind(ex)
     irq_options(ex)
-    role_option(ex)
-    add_json_option(ex)
-    ex.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARG...]")
-    ex.set_defaults(func=cmd_exec)
+    options.thread_role(ex)
+    options.json_output(ex)
+    # not "command": main.py names the subcommand so (its errors say "accelhost exec: ...")
+    ex.add_argument(
+        "cmd_argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- COMMAND [ARG...]"
+    )
 
-    ver = sub.add_parser(
-        "verify",
-        help="check that a worker's threads and the device IRQs still match the plan",
-        description="Compare every thread's affinity and the device's IRQ masks with the "
-        "plan, and show where the process's memory lives. Exit 0 when all match, 1 with one "
-        "line per thread or IRQ that drifted.",
-        formatter_class=fmt,
+    ver = add_command(
+        sub, "verify", cmd_verify, VERIFY_HELP, VERIFY_DESCRIPTION, formatter_class=fmt
     )
     plan_options(ver)
-    ver.add_argument("--pid", type=int, help="the worker process (omit to check IRQs only)")
-    ver.add_argument("--no-irq", action="store_true", help="do not check IRQ masks")
-    ver.add_argument("--host-root", metavar="DIR", default="/", help=HOST_ROOT_HELP)
-    device_glob_option(ver)
-    role_option(ver)
-    add_json_option(ver)
-    ver.set_defaults(func=cmd_verify)
+    options.pid(ver, "the worker (omit to check IRQs only)")
+    options.no_irq(ver)
+    options.host_root(ver)
+    options.device_glob(ver)
+    options.thread_role(ver)
+    options.json_output(ver)
 
-    un = sub.add_parser(
+    un = add_command(
+        sub,
         "unbind",
-        help="restore IRQ masks saved at bind time, or free a process's threads",
-        description="--irq puts back the IRQ masks (and irqbalance) as they were before "
-        "`bind`; --pid gives every thread of a process its whole cpuset again.",
+        cmd_unbind,
+        UNBIND_HELP,
+        UNBIND_DESCRIPTION,
         epilog=EPILOG,
         formatter_class=fmt,
     )
     un.add_argument("--irq", action="store_true", help="restore the saved IRQ masks")
-    un.add_argument("--pid", type=int, help="give this process's threads all allowed CPUs")
-    add_device_option(un, "with --irq: only this device's IRQs")
-    un.add_argument("--host-root", metavar="DIR", help="with --irq: only IRQs saved under DIR")
-    un.add_argument("--state-dir", metavar="DIR", default=None, help=STATE_HELP)
-    un.add_argument("--dry-run", action="store_true", help="print the steps, change nothing")
-    add_json_option(un)
-    un.set_defaults(func=cmd_unbind)
+    options.pid(un, "give this process's threads all allowed CPUs")
+    options.device(un, "with --irq: only this device's IRQs")
+    options.host_root(un, "with --irq, only IRQs saved under this root")
+    options.state_dir(un)
+    options.dry_run(un)
+    options.json_output(un)
 
 
 def _quiet_library_log() -> None:
@@ -193,11 +197,9 @@ def cmd_bind(args: argparse.Namespace) -> int:
 def cmd_exec(args: argparse.Namespace) -> int:
     from accelhost.apply import driver
 
-    argv = list(args.command)
-    if argv and argv[0] == "--":
-        argv = argv[1:]
-    if not argv:
-        raise UsageError("no command to run: accelhost exec --device N -- COMMAND [ARG...]")
+    argv = command_after_dashes(
+        args.cmd_argv, "no command to run: accelhost exec --device N -- COMMAND [ARG...]"
+    )
     roles = thread_roles(args)
     device, _ = device_of(args, "exec")
     plan = load_plan(args, device)

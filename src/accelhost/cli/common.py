@@ -1,53 +1,21 @@
-"""Helpers shared by the command modules: host options, JSON and table output."""
+"""What the command modules share besides their options (those are in `options`): the
+one device of --device, --pci as addresses, the host to read, JSON output, and the roles
+and the plan the bind family and `plan` read from their options."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Sequence
-from typing import Any, TextIO
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
 from accelhost.errors import ParseError, UsageError
 from accelhost.host.base import Host
 
-# One default for every "how long may a process take to stop after SIGTERM" (run, clean,
-# watch --auto-clean): Kubernetes' terminationGracePeriodSeconds, which operators know,
-# and long enough for vLLM's own graceful shutdown.
-DEFAULT_GRACE_S = 30.0
-
-
-def device_ids(text: str) -> list[int]:
-    """argparse type for --device: `0-3,5` -> [0, 1, 2, 3, 5]; a usage error otherwise."""
-    from accelhost.cpulist import parse_device_list
-
-    try:
-        return parse_device_list(text)
-    except ParseError as exc:
-        raise argparse.ArgumentTypeError(exc.problem) from None
-
-
-def add_device_option(
-    parser: argparse.ArgumentParser,
-    help: str,
-    *,
-    required: bool = False,
-) -> None:
-    """`--device LIST` (alias `--devices`): device ids in the CPU-list grammar (`0-3,5`).
-
-    The value is always a list; a command that takes one device checks with one_device().
-    Ids are the host's (the `npu-smi info` / `nvidia-smi` index, the N of /dev/davinciN or
-    /dev/nvidiaN), which is also what plan keys are.
-    """
-    parser.add_argument(
-        "--device",
-        "--devices",
-        dest="device",
-        type=device_ids,
-        metavar="LIST",
-        required=required,
-        help=help,
-    )
+if TYPE_CHECKING:
+    from accelhost.planner.roles import RoleSpec
 
 
 def one_device(args: argparse.Namespace, what: str = "this command") -> int | None:
@@ -71,40 +39,6 @@ def pci_from_args(args: argparse.Namespace) -> list[str] | None:
         return pci_addresses([args.pci])
     except ParseError as exc:
         raise UsageError(str(exc)) from None
-
-
-def add_grace_option(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument(
-        "--grace",
-        type=float,
-        default=DEFAULT_GRACE_S,
-        metavar="SECONDS",
-        help=f"how long {what} may take to stop after SIGTERM before SIGKILL "
-        f"(default {DEFAULT_GRACE_S:g})",
-    )
-
-
-def add_force_option(parser: argparse.ArgumentParser) -> None:
-    """`--force`: bind, exec, verify and run --bind apply a plan made for another host."""
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="apply a --plan made for another host (one whose CPUs, NUMA nodes or devices "
-        "are not this host's; refused without it)",
-    )
-
-
-def add_snapshot_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--snapshot",
-        metavar="FILE",
-        help="replay a recorded host instead of reading this one "
-        "(a file from `accelhost snapshot`, or example:NAME for a bundled one)",
-    )
-
-
-def add_json_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print JSON for machines")
 
 
 def host_from_args(args: argparse.Namespace) -> Host:
@@ -149,13 +83,95 @@ def print_json(data: Any, out: TextIO | None = None) -> None:
     stream.write("\n")
 
 
-def render_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain aligned table: no colours, safe for pipes, logs and bug reports."""
-    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = []
-    for n, row in enumerate(cells):
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+def thread_roles(args: argparse.Namespace) -> list[RoleSpec]:
+    """--thread-role through the planner's one role parser: the same words for a bad spec
+    in plan, bind, exec and verify."""
+    from accelhost.planner.roles import parse_role_spec
+
+    return [parse_role_spec(text) for text in getattr(args, "thread_role", ())]
+
+
+def command_after_dashes(argv: Sequence[str], missing: str) -> list[str]:
+    """The COMMAND of `... -- COMMAND [ARG...]` (exec, run, bench bind); UsageError
+    `missing` when there is none."""
+    words = list(argv)
+    if words and words[0] == "--":
+        words = words[1:]
+    if not words:
+        raise UsageError(missing)
+    return words
+
+
+def planning_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """`options.planning` and --device-type as keywords of `api.plan` (and
+    `plan_for_device`): one reading for `plan` and for bind/exec/verify without --plan."""
+    if args.reserve_irq < 0:
+        raise UsageError("--reserve-irq must be 0 or more")
+    return {
+        "device_type": args.device_type,
+        "strategy": args.strategy,
+        "pci": pci_from_args(args),
+        "numa_from": args.numa_from,
+        "reserve_irq": args.reserve_irq,
+    }
+
+
+def add_command(
+    sub: Any,
+    name: str,
+    func: Callable[[argparse.Namespace], int],
+    help: str,
+    description: str,
+    **kwargs: Any,
+) -> argparse.ArgumentParser:
+    """One sub-command: its parser, with `func` as the handler main.py calls."""
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help=help, description=description, **kwargs
+    )
+    parser.set_defaults(func=func)
+    return parser
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def terminal_columns(stream: TextIO) -> int | None:
+    """The width output to `stream` must fit: $COLUMNS when set, else the terminal's;
+    None for a pipe or a file (no limit: logs and scripts get whole lines)."""
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    if not _isatty(stream):
+        return None
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError):
+        return None
+
+
+def colour_wanted(stream: TextIO) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""
+    return _isatty(stream) and not os.environ.get("NO_COLOR")
+
+
+def fit(line: str, columns: int | None) -> list[str]:
+    """`line` wrapped to `columns` (None: as it is); continuation lines are indented past
+    the line's own indent and any `N. ` numbering, and paths are never cut."""
+    if columns is None or len(line) <= columns:
+        return [line]
+    import re
+    import textwrap
+
+    numbered = re.match(r"\s*(?:\d+\.\s)?", line)
+    lead = len(numbered.group(0)) if numbered else 0
+    return textwrap.wrap(
+        line,
+        columns,
+        subsequent_indent=" " * (lead + 2),
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [line]

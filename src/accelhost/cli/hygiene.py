@@ -17,10 +17,13 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from accelhost.cli import options
 from accelhost.cli.common import (
-    add_grace_option,
-    add_json_option,
+    add_command,
+    colour_wanted,
+    fit,
     print_json,
+    terminal_columns,
 )
 from accelhost.cli.container_args import add_container_options
 from accelhost.cli.hygiene_options import (
@@ -31,27 +34,43 @@ from accelhost.cli.hygiene_options import (
 )
 from accelhost.errors import AccelhostError, UsageError
 from accelhost.hygiene.capabilities import help_epilog
-from accelhost.hygiene.journal import DEFAULT_JOURNAL
 from accelhost.hygiene.report import CHECK_NAMES
 
 if TYPE_CHECKING:
     from accelhost.hygiene.actions import Action
 
+DOCTOR_HELP = "what is wrong on this host, the evidence, the fix"
+DOCTOR_DESCRIPTION = (
+    "Run the hygiene checks: orphan engines, device holders, device memory "
+    "held by nothing, leaked shared memory (SysV and /dev/shm), HugePages, preflight, "
+    "host tuning. Exit 0 healthy (OK/WARN), 1 a problem (FAIL), 2 could not tell "
+    "(a check could not run, or a bad command line)."
+)
+WATCH_HELP = "run the checks every --interval and serve Prometheus metrics"
+WATCH_DESCRIPTION = (
+    "Keep watching: log check changes as JSON lines, serve metrics, and "
+    "with --auto-clean remove orphans and leaked shared memory past a threshold "
+    "(never a tree whose engine frontend lives)."
+)
+
+
+CLEAN_HELP = "remove orphan engines and leaked shared memory (dry run unless --yes)"
+CLEAN_DESCRIPTION = "Show what would be removed and why; with --yes, do it, journaled."
+
 
 def register(subparsers: Any) -> None:
-    doctor = subparsers.add_parser(
+    doctor = add_command(
+        subparsers,
         "doctor",
-        help="what is wrong on this host, the evidence, the fix",
-        description="Run the hygiene checks: orphan engines, device holders, device memory "
-        "held by nothing, leaked shared memory (SysV and /dev/shm), HugePages, preflight, "
-        "host tuning. Exit 0 healthy (OK/WARN), 1 a problem (FAIL), 2 could not tell "
-        "(a check could not run, or a bad command line).",
+        doctor_main,
+        DOCTOR_HELP,
+        DOCTOR_DESCRIPTION,
         epilog=help_epilog("doctor"),
     )
     add_common(doctor)
     add_container_options(doctor)
     add_preflight(doctor)
-    add_json_option(doctor)
+    options.json_output(doctor)
     doctor.add_argument(
         "--check",
         action="append",
@@ -63,36 +82,30 @@ def register(subparsers: Any) -> None:
         "--brief",
         action="store_true",
         help="print one line (at most 80 characters): the verdict (OK, WARN, FAIL, UNKNOWN) "
-        "and the worst finding; for the Node Problem Detector",
+        "and the worst finding; for the Node Problem Detector (with --json: the JSON, which "
+        "carries that line as brief)",
     )
-    doctor.set_defaults(func=doctor_main)
 
-    clean = subparsers.add_parser(
+    clean = add_command(
+        subparsers,
         "clean",
-        help="remove orphan engines and leaked shared memory (dry run unless --yes)",
-        description="Show what would be removed and why; with --yes, do it, journaled.",
+        clean_main,
+        CLEAN_HELP,
+        CLEAN_DESCRIPTION,
         epilog=help_epilog("clean"),
     )
     add_common(clean, min_age_alias=True)
     add_container_options(clean)
-    add_json_option(clean)
+    options.json_output(clean)
     clean.add_argument("--yes", action="store_true", help="act (default: dry run)")
-    add_grace_option(clean, "an orphan")
-    clean.add_argument(
-        "--journal",
-        default=DEFAULT_JOURNAL,
-        metavar="FILE",
-        help=f"JSON-lines journal, one line per action before it is taken "
-        f"(default {DEFAULT_JOURNAL})",
-    )
+    options.grace(clean, "an orphan")
+    options.journal(clean)
     clean.add_argument(
         "--only",
         choices=("orphans", "segments", "shm"),
         help="clean only orphans, only SysV segments, or only /dev/shm files",
     )
-    clean.add_argument(
-        "--pid", type=int, action="append", default=[], help="only this orphan (repeatable)"
-    )
+    options.pid(clean, "only this orphan", repeatable=True)
     clean.add_argument(
         "--shmid", type=int, action="append", default=[], help="only this segment (repeatable)"
     )
@@ -112,14 +125,13 @@ def register(subparsers: Any) -> None:
     clean.add_argument(
         "--key", action="append", default=[], help="only segments with this key (0x... or decimal)"
     )
-    clean.set_defaults(func=clean_main)
 
-    watch = subparsers.add_parser(
+    watch = add_command(
+        subparsers,
         "watch",
-        help="run the checks every --interval and serve Prometheus metrics",
-        description="Keep watching: log check changes as JSON lines, serve metrics, and "
-        "with --auto-clean remove orphans and leaked shared memory past a threshold "
-        "(never a tree whose engine frontend lives).",
+        watch_main,
+        WATCH_HELP,
+        WATCH_DESCRIPTION,
         epilog=help_epilog("watch"),
     )
     add_common(watch)
@@ -142,29 +154,26 @@ def register(subparsers: Any) -> None:
     watch.add_argument("--auto-clean", action="store_true", help="clean past the thresholds")
     watch.add_argument(
         "--clean-leaked-bytes",
-        type=int,
+        type=options.whole(0),
         default=1,
         metavar="BYTES",
         help="auto-clean shared memory once this many bytes are leaked (default 1: any)",
     )
     watch.add_argument(
         "--clean-orphan-rounds",
-        type=int,
+        type=options.whole(1),
         default=2,
         metavar="N",
         help="auto-clean an orphan seen in N consecutive rounds (default 2)",
     )
-    add_grace_option(watch, "an orphan stopped by --auto-clean")
+    options.grace(watch, "an orphan stopped by --auto-clean")
+    options.journal(watch)
     watch.add_argument(
-        "--journal",
-        default=DEFAULT_JOURNAL,
-        metavar="FILE",
-        help=f"--auto-clean's journal (default {DEFAULT_JOURNAL})",
+        "--rounds",
+        type=options.whole(1),
+        metavar="N",
+        help="stop after N rounds (default: run until stopped)",
     )
-    watch.add_argument(
-        "--rounds", type=int, metavar="N", help="stop after N rounds (default: run until stopped)"
-    )
-    watch.set_defaults(func=watch_main)
 
 
 # ---------------------------------------------------------------- doctor
@@ -188,18 +197,25 @@ def doctor_main(args: argparse.Namespace) -> int:
         raise
     except AccelhostError as exc:
         # The doctor could not look: "could not tell" (2), never "a problem on the node" (1).
-        if args.brief:
+        if args.brief and not args.json:
             print(f"UNKNOWN {' '.join(str(exc).split())}"[:80])
         else:
             print(f"accelhost doctor: could not read the host: {exc}", file=sys.stderr)
         return 2
-    if args.brief:
-        print(report.brief())
-    elif args.json:
+    if args.json:  # with --brief too: the JSON carries the brief line as "brief"
         print_json(report.to_dict())
+    elif args.brief:
+        print(report.brief())
     else:
-        print(render_report(report))
+        paint = _paint_status if colour_wanted(sys.stdout) else None
+        print(render_report(report, terminal_columns(sys.stdout), paint))
     return report.exit_code
+
+
+def _paint_status(column: int, cell: str) -> str:
+    from accelhost.render import colour_status
+
+    return colour_status(cell) if column == 1 else cell
 
 
 # ---------------------------------------------------------------- clean
@@ -229,8 +245,8 @@ def clean_main(args: argparse.Namespace) -> int:
     options = hygiene_options(args)
     if args.yes and args.snapshot:
         raise UsageError("clean --yes acts on this host; --snapshot only shows a plan")
-    if args.grace < 0:
-        raise UsageError("--grace must not be negative")
+    if args.yes:
+        _check_journal(args.journal)
     host = hygiene_host(args)
     named = bool(args.pid or args.shmid or args.path)
     filters = CleanFilters(
@@ -262,10 +278,11 @@ def clean_main(args: argparse.Namespace) -> int:
         "before": before,
     }
     quiet = bool(args.json)
+    columns = terminal_columns(sys.stdout)
 
     def say(line: str) -> None:
         if not quiet:
-            print(line, flush=True)
+            print("\n".join(fit(line, columns)), flush=True)
 
     say(
         ("accelhost clean: " + ("doing" if args.yes else "dry run, nothing changes (--yes to act)"))
@@ -293,6 +310,16 @@ def clean_main(args: argparse.Namespace) -> int:
     if args.json:
         print_json(out)
     return status
+
+
+def _check_journal(path: str) -> None:
+    """A --journal FILE goes in a directory that exists: a typo must not create directories
+    as root (only the default's, /var/log/accelhost, is made when missing)."""
+    from accelhost.hygiene.journal import DEFAULT_JOURNAL
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if path != DEFAULT_JOURNAL and not os.path.isdir(folder):
+        raise UsageError(f"--journal {path}: there is no directory {folder}")
 
 
 def _print_plan(
@@ -328,16 +355,16 @@ def watch_main(args: argparse.Namespace) -> int:
     options = hygiene_options(args)
     if args.interval <= 0:
         raise UsageError("--interval must be positive")
-    if args.grace < 0:
-        raise UsageError("--grace must not be negative")
     if args.auto_clean and args.snapshot:
         raise UsageError("--auto-clean acts on this host; it cannot run on a --snapshot")
+    if args.auto_clean:
+        _check_journal(args.journal)
     addr = _parse_addr(args.metrics_addr)
     config = WatchConfig(
         interval_s=args.interval,
         auto_clean=args.auto_clean,
         clean_leaked_bytes=args.clean_leaked_bytes,
-        clean_orphan_rounds=max(1, args.clean_orphan_rounds),
+        clean_orphan_rounds=args.clean_orphan_rounds,
         journal=args.journal,
         grace_s=args.grace,
     )

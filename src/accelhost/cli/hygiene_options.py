@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from pathlib import Path
 
-from accelhost.cli.common import add_device_option, add_snapshot_option, host_from_args
+from accelhost.cli import options
+from accelhost.cli.common import host_from_args
 from accelhost.errors import SnapshotError, UsageError
 from accelhost.host.base import Host
 from accelhost.hygiene.engines import Engine, build_catalog, parse_catalog_file
@@ -19,15 +19,8 @@ from accelhost.hygiene.options import DEFAULT_SHM_DIRS, HygieneOptions
 
 
 def add_common(p: argparse.ArgumentParser, min_age_alias: bool = False) -> None:
-    add_snapshot_option(p)
-    p.add_argument(
-        "--device-glob",
-        action="append",
-        default=[],
-        metavar="GLOB",
-        help="also treat open files matching GLOB as device nodes (repeatable; adds to "
-        "/dev/davinci*, /dev/nvidia*, /dev/kfd, /dev/dri/renderD*, ...)",
-    )
+    options.snapshot(p)
+    options.device_glob(p)
     p.add_argument(
         "--engine-child",
         "--engine-pattern",
@@ -95,15 +88,8 @@ def add_common(p: argparse.ArgumentParser, min_age_alias: bool = False) -> None:
 
 
 def add_preflight(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--expect-util",
-        type=float,
-        metavar="U",
-        help="preflight: will an engine with --gpu-memory-utilization U start?",
-    )
-    add_device_option(
-        p, "preflight only these devices (as npu-smi / nvidia-smi number them; 0-3,5)"
-    )
+    options.expect_util(p, "preflight")
+    options.device(p, "preflight only these devices")
 
 
 def _catalog_engines(path: str | None) -> list[Engine]:
@@ -124,11 +110,6 @@ def hygiene_options(args: argparse.Namespace) -> HygieneOptions:
     for d in args.shm_dir:
         if live and not os.path.isdir(d):
             raise UsageError(f"--shm-dir {d}: not a directory")
-    for rx in args.engine_frontend:
-        try:
-            re.compile(rx)
-        except re.error as exc:
-            raise UsageError(f"--engine-frontend {rx!r}: not a regex: {exc}") from None
     catalog = build_catalog(
         _catalog_engines(args.engine_catalog),
         frontends=args.engine_frontend,

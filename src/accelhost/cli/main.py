@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from accelhost.errors import AccelhostError, PlanError, UsageError
 
@@ -37,10 +38,20 @@ DESCRIPTION = (
 )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with a one-line error: `accelhost CMD: error: WHAT; see accelhost CMD
+    --help`. The usage block argparse prints first (6 to 11 lines for bind or run) hid
+    the one line that matters; --help still shows it all. Sub-commands inherit the class
+    (add_subparsers makes its parsers of the parent's type)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     from accelhost import __version__
 
-    parser = argparse.ArgumentParser(prog="accelhost", description=DESCRIPTION, allow_abbrev=False)
+    parser = Parser(prog="accelhost", description=DESCRIPTION, allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"accelhost {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = [COMMANDS[only]] if only in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
@@ -70,7 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_list if not a.startswith("-")), None)
     parser = build_parser(first if first in COMMANDS else None)
-    args = parser.parse_args(args_list)
+    args, extra = parser.parse_known_args(args_list)
+    if extra:  # said by the command that was given them, not by `accelhost`
+        words = [getattr(args, "command", None), getattr(args, "bench_command", None)]
+        prog = " ".join(["accelhost", *(w for w in words if w)])
+        Parser(prog=prog).error(f"unrecognized arguments: {' '.join(extra)}")
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

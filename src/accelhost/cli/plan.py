@@ -5,97 +5,33 @@ from __future__ import annotations
 import argparse
 import sys
 
+from accelhost.cli import options
 from accelhost.cli.common import (
-    add_device_option,
-    add_json_option,
-    add_snapshot_option,
+    add_command,
     host_from_args,
-    pci_from_args,
+    planning_kwargs,
     print_json,
-    render_table,
+    thread_roles,
 )
 from accelhost.cpulist import format_cpulist
-from accelhost.errors import UsageError
-from accelhost.family import FAMILIES, normalize_family
 from accelhost.plans import Plan
+from accelhost.render import render_table
 
-
-def device_type_arg(text: str) -> str:
-    """argparse type for --device-type: a family name in any case; a usage error otherwise."""
-    from accelhost.errors import PlanError
-
-    try:
-        return normalize_family(text)
-    except PlanError as exc:
-        raise argparse.ArgumentTypeError(exc.reason) from None
-
-
-def add_device_type_option(parser: argparse.ArgumentParser, help: str) -> None:
-    parser.add_argument("--device-type", metavar="TYPE", type=device_type_arg, help=help)
-
-
-def add_plan_options(parser: argparse.ArgumentParser) -> None:
-    """The options that shape a plan; shared with the commands that plan before binding."""
-    add_snapshot_option(parser)
-    add_device_type_option(parser, f"accelerator family: {', '.join(FAMILIES)} (default: detected)")
-    parser.add_argument(
-        "--strategy",
-        help="Ascend: global_slice, topo_affinity, cluster (default by family); "
-        "GPU: exclusive (default), node, socket, core-complex",
-    )
-    add_device_option(
-        parser,
-        "plan for these logical device ids (e.g. 0-3,5) instead of the ones an engine "
-        "already runs on; use it before the engine starts",
-    )
-    parser.add_argument(
-        "--pci", metavar="ADDRS", help="plan for these PCI devices (sysfs only), comma-separated"
-    )
-    parser.add_argument(
-        "--numa-from",
-        choices=["numa_node", "local_cpulist"],
-        default="numa_node",
-        help="where each device's NUMA node comes from: numa_node (sysfs; -1 means node 0, "
-        "as torchrun) or local_cpulist (the node holding most of its local CPUs; use it for "
-        "-1 nodes and GPUs on CPU-less memory nodes)",
-    )
-    parser.add_argument(
-        "--reserve-irq",
-        type=int,
-        default=0,
-        metavar="K",
-        help="reserve the first K CPUs of each pool for the device's MSI-X IRQs",
-    )
-    parser.add_argument(
-        "--thread-role",
-        action="append",
-        default=[],
-        metavar="NAME=PATTERN:COUNT",
-        help="pin threads whose name matches PATTERN to COUNT CPUs from the end of the pool "
-        "(repeatable)",
-    )
+HELP = "the CPU plan of every visible accelerator"
+DESCRIPTION = (
+    "Compute the CPU pool of each visible accelerator and split it into roles "
+    "(IRQ, main, ACL, release). On Ascend it equals vllm-ascend's CPU binding."
+)
 
 
 def plan_from_args(args: argparse.Namespace) -> Plan:
     from accelhost.api import plan
 
-    pci = pci_from_args(args)
-    roles = []
-    if args.thread_role:
-        from accelhost.planner.roles import parse_role_spec
-
-        roles = [parse_role_spec(text) for text in args.thread_role]
-    if args.reserve_irq < 0:
-        raise UsageError("--reserve-irq must be 0 or more")
     return plan(
         host_from_args(args),
-        device_type=args.device_type,
-        strategy=args.strategy,
         devices=args.device,
-        pci=pci,
-        numa_from=args.numa_from,
-        reserve_irq=args.reserve_irq,
-        thread_roles=roles,
+        thread_roles=thread_roles(args),
+        **planning_kwargs(args),
     )
 
 
@@ -148,12 +84,14 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = sub.add_parser(
-        "plan",
-        help="the CPU plan of every visible accelerator",
-        description="Compute the CPU pool of each visible accelerator and split it into roles "
-        "(IRQ, main, ACL, release). On Ascend it equals vllm-ascend's CPU binding.",
+    parser = add_command(sub, "plan", run_plan, HELP, DESCRIPTION)
+    options.snapshot(parser)
+    options.device_type(parser)
+    options.device(
+        parser,
+        "plan for these devices instead of the ones an engine already runs on; use it "
+        "before the engine starts",
     )
-    add_plan_options(parser)
-    add_json_option(parser)
-    parser.set_defaults(func=run_plan)
+    options.planning(parser)
+    options.thread_role(parser)
+    options.json_output(parser)

@@ -12,14 +12,11 @@ import contextlib
 import sys
 from typing import Any
 
-from accelhost.cli.common import (
-    add_device_option,
-    add_force_option,
-    add_grace_option,
-    one_device,
-)
+from accelhost.cli import options
+from accelhost.cli.common import add_command, command_after_dashes, one_device
 from accelhost.errors import UsageError
 
+HELP = "supervise an engine so that nothing of it outlives it"
 DESCRIPTION = (
     "Run CMD as a supervised engine: signals are passed to it, every process it starts is "
     "reaped, and when it ends (or on SIGTERM/SIGINT/SIGQUIT) its whole tree is stopped "
@@ -31,16 +28,11 @@ EPILOG = "Example: accelhost run --grace 30 --fail-on-exit 'VLLM::EngineCore' --
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "run",
-        help="supervise an engine so that nothing of it outlives it",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-    )
-    add_grace_option(p, "the command's tree")
+    p = add_command(subparsers, "run", handler, HELP, DESCRIPTION, epilog=EPILOG)
+    options.grace(p, "the command's tree")
     p.add_argument(
         "--kill-wait",
-        type=float,
+        type=options.seconds,
         default=5.0,
         metavar="SECONDS",
         help="how long to wait for SIGKILLed processes before reporting them (default 5)",
@@ -76,42 +68,25 @@ def register(subparsers: Any) -> None:
         help="give the tree an IPC namespace and a /dev/shm of its own (needs "
         "CAP_SYS_ADMIN): the kernel frees every segment and shm file with its last process",
     )
-    p.add_argument(
-        "--expect-util",
-        "--preflight-util",
-        dest="expect_util",
-        type=float,
-        metavar="U",
-        help="refuse to start unless the device has U x total memory free (vLLM's check, "
-        "as `doctor --expect-util`); --preflight-util is its old name",
-    )
-    add_device_option(p, "the one device --expect-util checks")
+    options.expect_util(p, "preflight before the start (refuse to start when it fails)")
+    options.device(p, "the one device --expect-util checks")
     p.add_argument(
         "--bind",
         metavar="DEVICE",
         help="apply the CPU plan of DEVICE to the engine once it has opened the device "
         "(the same driver as `accelhost bind`)",
     )
-    p.add_argument(
-        "--plan",
-        metavar="FILE",
-        help="with --bind: the plan to apply (from `accelhost plan --json`); default: plan "
-        "this host (or --snapshot) before the start",
+    options.plan_file(
+        p, "with --bind: the plan to apply (default: plan this host, or --snapshot, first)"
     )
-    p.add_argument(
-        "--thread-role",
-        action="append",
-        default=[],
-        metavar="NAME=PATTERN:COUNT|NAME=PATTERN@CPULIST",
-        help="with --bind: as for `accelhost bind` (repeatable)",
-    )
+    options.thread_role(p, "with --bind, as for `accelhost bind`")
     p.add_argument(
         "--any-arch",
         action="store_true",
         help="with --bind: bind Ascend plans on non-ARM hosts too (default: skip, as the "
         "reference does)",
     )
-    add_force_option(p)
+    options.force(p)
     p.add_argument(
         "--bind-delay",
         type=float,
@@ -125,37 +100,28 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         help="slowest /proc rescan while --fail-on-exit or --bind tracks processes (default 5)",
     )
-    p.add_argument(
-        "--snapshot",
-        metavar="FILE",
-        help="take the preflight's device memory and the --bind plan from a recorded host "
-        "(a file from `accelhost snapshot`, or example:NAME) to try the options out; the "
+    options.snapshot(
+        p,
+        "run takes only the preflight's device memory and the --bind plan from it: the "
         "processes supervised are always this machine's",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="print problems only")
     # not "command": main.py names the subcommand so (its usage errors say "accelhost run: ...")
     p.add_argument("cmd_argv", nargs=argparse.REMAINDER, metavar="-- CMD ...")
-    p.set_defaults(func=handler)
 
 
 def _command(args: argparse.Namespace) -> list[str]:
-    argv = list(args.cmd_argv)
-    if argv and argv[0] == "--":
-        argv = argv[1:]
-    if not argv:
-        raise UsageError("no command given (accelhost run [options] -- CMD ...)")
-    return argv
+    return command_after_dashes(
+        args.cmd_argv, "no command given (accelhost run [options] -- CMD ...)"
+    )
 
 
 def _check(args: argparse.Namespace) -> int | None:
     """Usage errors (exit 2) before anything starts; returns the preflight's device."""
     import math
 
-    for name in ("grace", "kill_wait", "scan_interval"):
-        if not math.isfinite(getattr(args, name)):
-            raise UsageError(f"--{name.replace('_', '-')} must be a number of seconds")
-    if args.grace < 0 or args.kill_wait < 0:
-        raise UsageError("--grace and --kill-wait must not be negative")
+    if not math.isfinite(args.scan_interval):
+        raise UsageError("--scan-interval must be a number of seconds")
     if args.scan_interval <= 0:
         raise UsageError("--scan-interval must be positive")
     if args.expect_util is not None and not 0 < args.expect_util <= 1:
@@ -166,7 +132,7 @@ def _check(args: argparse.Namespace) -> int | None:
         raise UsageError("--bind-delay needs --bind and a delay >= 0")
     if args.private_ipc and args.keep_shm:
         raise UsageError(
-            "run: --keep-shm and --private-ipc do not go together (the kernel "
+            "--keep-shm and --private-ipc do not go together (the kernel "
             "frees a private namespace's memory with its last process)"
         )
     import re

@@ -9,8 +9,8 @@ import sys
 import tempfile
 from typing import Any
 
-from accelhost.cli.common import dumps_json
-from accelhost.cli.plan import add_device_type_option
+from accelhost.cli import options
+from accelhost.cli.common import add_command, dumps_json
 from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
 
@@ -45,6 +45,14 @@ def record_snapshot(
     return rec.to_snapshot(device_type=topo.family)
 
 
+HELP = "record this host into one JSON file"
+DESCRIPTION = (
+    "Record what the planner and the doctor read on this host (commands, "
+    "files, directories, environment) into one JSON file. Replay it with --snapshot on "
+    "any read-only command, on any machine."
+)
+
+
 def run_snapshot(args: argparse.Namespace) -> int:
     from accelhost.host import live_host
 
@@ -73,16 +81,9 @@ def run_snapshot(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = sub.add_parser(
-        "snapshot",
-        help="record this host into one JSON file",
-        description="Record what the planner and the doctor read on this host (commands, "
-        "files, directories, environment) into one JSON file. Replay it with --snapshot on "
-        "any read-only command, on any machine.",
-    )
+    parser = add_command(sub, "snapshot", run_snapshot, HELP, DESCRIPTION)
     parser.add_argument("-o", "--output", metavar="FILE", help="where to write (default: stdout)")
-    add_device_type_option(parser, "record this accelerator family")
+    options.device_type(parser)
     parser.add_argument(
         "--plan-only", action="store_true", help="record only what the planner reads"
     )
-    parser.set_defaults(func=run_snapshot)

@@ -5,17 +5,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from accelhost.cli.common import (
-    add_json_option,
-    add_snapshot_option,
-    host_from_args,
-    pci_from_args,
-    print_json,
-    render_table,
-)
-from accelhost.cli.plan import add_device_type_option
+from accelhost.cli import options
+from accelhost.cli.common import add_command, host_from_args, pci_from_args, print_json
 from accelhost.cpulist import format_cpulist
+from accelhost.render import render_table
 from accelhost.topology import Topology
+
+HELP = "CPUs, NUMA nodes, allowed CPUs and accelerators of this host"
+DESCRIPTION = (
+    "Show what this host looks like: CPUs, NUMA nodes with their CPU ranges, "
+    "the allowed CPUs (and the cgroup cpuset when it differs), accelerators and their "
+    "CPU affinity."
+)
 
 
 def topology_dict(topo: Topology) -> dict[str, Any]:
@@ -149,17 +150,8 @@ def run_topo(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = sub.add_parser(
-        "topo",
-        help="CPUs, NUMA nodes, allowed CPUs and accelerators of this host",
-        description="Show what this host looks like: CPUs, NUMA nodes with their CPU ranges, "
-        "the allowed CPUs (and the cgroup cpuset when it differs), accelerators and their "
-        "CPU affinity.",
-    )
-    add_snapshot_option(parser)
-    add_device_type_option(parser, "override the detected family")
-    parser.add_argument(
-        "--pci", metavar="ADDRS", help="show these PCI devices (sysfs only), comma-separated"
-    )
-    add_json_option(parser)
-    parser.set_defaults(func=run_topo)
+    parser = add_command(sub, "topo", run_topo, HELP, DESCRIPTION)
+    options.snapshot(parser)
+    options.device_type(parser)
+    options.pci(parser)
+    options.json_output(parser)

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from accelhost.cli.common import DEFAULT_GRACE_S
 from accelhost.host.base import Host
 from accelhost.host.live import live_host
 from accelhost.hygiene.actions import (
@@ -39,6 +38,7 @@ from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.readers.procs import ProcessInfo, descendants, read_process
 from accelhost.readers.shmfiles import ShmFile
 from accelhost.remove.shm import Removal, ipc_rmid, remove_segment, unlink_shm_file
+from accelhost.supervisor.options import DEFAULT_GRACE_S
 
 __all__ = [
     "DEFAULT_GRACE_S",

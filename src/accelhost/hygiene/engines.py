@@ -87,20 +87,33 @@ BUILTIN_ENGINES: tuple[Engine, ...] = (
 )
 
 
+def check_pattern(pattern: str, where: str) -> None:
+    """UsageError naming `where` when `pattern` is no regular expression."""
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise UsageError(f"{where} {pattern!r}: not a regex: {exc}") from None
+
+
+def _source(engine: str, kind: str) -> str:
+    """Where a pattern came from, in the user's words: the command line's custom engine
+    has the option's name."""
+    if engine == CUSTOM:
+        return "--engine-frontend" if kind == "frontend" else "--engine-child"
+    return f"engine {engine} {kind} pattern"
+
+
 @dataclass(frozen=True)
 class Catalog:
     engines: tuple[Engine, ...]
 
     def __post_init__(self) -> None:
+        # The one place a catalog's patterns are checked, wherever they came from: the
+        # built-in engines, --engine-catalog, --engine-frontend or --engine-child.
         for e in self.engines:
             for kind, patterns in (("frontend", e.frontends), ("child", e.children)):
                 for p in patterns:
-                    try:
-                        re.compile(p)
-                    except re.error as exc:
-                        raise UsageError(
-                            f"engine {e.name} {kind} pattern {p!r}: not a regex: {exc}"
-                        ) from None
+                    check_pattern(p, _source(e.name, kind))
 
     def _compiled(self, kind: str) -> list[tuple[str, re.Pattern[str]]]:
         return [

@@ -103,12 +103,7 @@ class HygieneOptions:
     shm_need_mib: int = 400
 
     def __post_init__(self) -> None:
-        for pattern in self.engine_patterns:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise UsageError(f"--engine-child {pattern!r}: not a regex: {exc}") from None
-        if self.engine_patterns:
+        if self.engine_patterns:  # build_catalog checks them, as every catalog pattern
             extra = build_catalog(children=self.engine_patterns).engines
             merged = {e.name: e for e in self.catalog.engines}
             for e in extra:

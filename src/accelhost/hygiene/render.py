@@ -9,10 +9,11 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from accelhost.cli.common import render_table
 from accelhost.hygiene.options import is_control_node
 from accelhost.hygiene.report import CheckResult, DoctorReport
 from accelhost.hygiene.text import human_bytes, one_line
+from accelhost.render import render_table
+from accelhost.render.table import Paint
 
 
 def _mib(v: Any) -> str:
@@ -135,8 +136,28 @@ def evidence_lines(check: CheckResult) -> list[str]:
     return lines
 
 
-def render_report(report: DoctorReport, width: int = 76, fix_width: int = 44) -> str:
-    """One block of rows per check: summary then evidence lines, fix wrapped alongside."""
+EVIDENCE_WIDTH = 76
+FIX_WIDTH = 44
+
+
+def column_widths(report: DoctorReport, columns: int | None) -> tuple[int, int]:
+    """Evidence and fix widths that keep the table within `columns` (None: no limit, the
+    widest layout); evidence gets most of the room, neither less than 20."""
+    if columns is None:
+        return EVIDENCE_WIDTH, FIX_WIDTH
+    name = max([len("CHECK"), *(len(c.name) for c in report.checks)])
+    status = max([len("STATUS"), *(len(c.status) for c in report.checks)])
+    room = columns - name - status - 3 * 2  # three gaps of two spaces
+    evidence = max(20, min(EVIDENCE_WIDTH, room * 63 // 100))
+    return evidence, max(20, min(FIX_WIDTH, room - evidence))
+
+
+def render_report(
+    report: DoctorReport, columns: int | None = None, paint: Paint | None = None
+) -> str:
+    """One block of rows per check: summary then evidence lines, fix wrapped alongside,
+    all within `columns` when given (evidence and fix wrap; JSON output keeps it all)."""
+    width, fix_width = column_widths(report, columns)
     rows: list[list[str]] = []
     for c in report.checks:
         left = textwrap.wrap(c.summary, width) or [""]
@@ -154,7 +175,7 @@ def render_report(report: DoctorReport, width: int = 76, fix_width: int = 44) ->
                     right[n] if n < len(right) else "",
                 ]
             )
-    return render_table(["CHECK", "STATUS", "EVIDENCE", "FIX"], rows)
+    return render_table(["CHECK", "STATUS", "EVIDENCE", "FIX"], rows, paint)
 
 
 def describe_figures(fig: dict[str, Any]) -> str:

@@ -20,7 +20,6 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from accelhost.cli.common import DEFAULT_GRACE_S
 from accelhost.host.base import Host
 from accelhost.hygiene.checks import run_checks
 from accelhost.hygiene.cleaner import (
@@ -38,6 +37,7 @@ from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.posix_check import ShmJudgement, judge_shm_files, shm_known
 from accelhost.hygiene.report import CHECK_NAMES, STATUSES, UNKNOWN, DoctorReport
 from accelhost.hygiene.rules import Orphan, find_orphans, leaked_segments
+from accelhost.supervisor.options import DEFAULT_GRACE_S
 
 MIB = 2**20
 STATUS_HELP = "Check status: 1 for the check's current state, 0 for the others"

@@ -21,7 +21,42 @@ preflight and the CPU binding are imported only when their options are given.
 
 from __future__ import annotations
 
-from accelhost.supervisor.options import RunOutcome, SupervisorOptions
-from accelhost.supervisor.supervise import supervise
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from accelhost.supervisor.options import RunOutcome, SupervisorOptions
+    from accelhost.supervisor.supervise import supervise
 
 __all__ = ["RunOutcome", "SupervisorOptions", "supervise"]
+
+# Loaded on first use: `options` (with DEFAULT_GRACE_S, the one grace of run, clean, watch
+# and bench bind) is read by `accelhost --help`, which must not load the supervisor's loop.
+_LAZY = {
+    "RunOutcome": "accelhost.supervisor.options",
+    "SupervisorOptions": "accelhost.supervisor.options",
+    "supervise": "accelhost.supervisor.supervise",
+}
+
+
+class _Package(types.ModuleType):
+    """Loading the submodule `supervise` must not hide the function `supervise` (the
+    import system sets a submodule on its package)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _LAZY and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'accelhost.supervisor' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value

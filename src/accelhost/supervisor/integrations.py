@@ -57,9 +57,9 @@ def bind_plan(
     try:
         ids = parse_device_list(device_text)
     except ParseError as exc:
-        raise UsageError(f"run: --bind {device_text!r}: {exc.problem}") from None
+        raise UsageError(f"--bind {device_text!r}: {exc.problem}") from None
     if len(ids) != 1:
-        raise UsageError(f"run: --bind takes one device, got {device_text!r}")
+        raise UsageError(f"--bind takes one device, got {device_text!r}")
     device = ids[0]
     from accelhost.apply import driver
     from accelhost.apply.hostcheck import refuse_foreign

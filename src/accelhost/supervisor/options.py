@@ -18,6 +18,9 @@ FORWARDED_SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "
 # if the command dies of one, its exit starts the teardown anyway.
 STOPPING_SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGQUIT")
 
+# One default for every "how long may a process take to stop after SIGTERM" (run, clean,
+# watch --auto-clean, bench bind): Kubernetes' terminationGracePeriodSeconds, which
+# operators know, and long enough for vLLM's own graceful shutdown.
 DEFAULT_GRACE_S = 30.0
 # After SIGKILL a process normally dies in milliseconds; one that does not within this bound
 # sits in an uninterruptible (D) state in a driver and only a device reset frees it.

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from accelhost.benchbind.binding import Binding
-from accelhost.benchbind.runner import BOUND, FAILED, OK, UNBOUND, Figure, Outcome, Run
-from accelhost.benchbind.stats import ArmStats, Comparison
-from accelhost.cli.common import render_table
+from accelhost.bench.bind_exec import Binding
+from accelhost.bench.bind_runner import BOUND, FAILED, OK, UNBOUND, Figure, Outcome, Run
+from accelhost.bench.bind_stats import ArmStats, Comparison
 from accelhost.cpulist import format_cpulist
+from accelhost.render import render_table
 
 ORDER = "interleaved rounds, each running both arms; the first arm alternates (round 1 unbound)"
 

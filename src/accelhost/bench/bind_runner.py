@@ -23,7 +23,7 @@ from typing import Any
 # importing (taking the import lock, reading files) is best avoided.
 import accelhost.apply.execute  # noqa: F401
 import accelhost.apply.memory  # noqa: F401
-from accelhost.benchbind.binding import Binding, apply_in_child
+from accelhost.bench.bind_exec import Binding, apply_in_child
 from accelhost.remove.signals import signal_group
 
 UNBOUND = "unbound"

@@ -1,0 +1,291 @@
+"""Every option more than one command takes, defined once (pip's `cmdoptions` shape).
+
+A command composes its parser from these functions instead of writing `add_argument`
+again: an option then has one spelling, one type, one default and one meaning
+everywhere, and a test (tests/test_cli_options.py) fails when a literal such as `--pid`
+is passed to `add_argument` twice anywhere in `accelhost.cli`. Where a command uses an
+option for a narrower purpose, it passes `context`: a few words put in front of the one
+help text, never a second meaning. Options only one command has stay with that command.
+
+This module imports only argparse and the vocabulary: `accelhost --help` registers every
+command through it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from typing import Any
+
+from accelhost.errors import ParseError, PlanError
+from accelhost.supervisor.options import DEFAULT_GRACE_S
+
+# What takes options: a parser or one of its argument groups.
+Parser = argparse.ArgumentParser | argparse._ArgumentGroup
+
+HOST_ROOT_HELP = (
+    "prefix of every /proc and /sys path of the IRQ and memory steps (node agents see the "
+    "host at /host)"
+)
+PLANNING_TITLE = "planning this host (without --plan)"
+NO_IRQ_HELP = (
+    "leave the device's IRQs out (bind, exec: do not move them; verify: do not check them)"
+)
+NO_MEMORY_HELP = (
+    "leave memory alone (bind: do not move its pages; exec, bench bind: set no memory policy)"
+)
+MEMBIND_HELP = "strict: allocate only on the device's node (default: prefer it)"
+
+
+def _help(context: str, text: str) -> str:
+    return f"{context}: {text}" if context else text
+
+
+def whole(minimum: int) -> Callable[[str], int]:
+    """argparse type: a whole number of at least `minimum` (a count, a byte threshold);
+    anything else is a usage error, never silently clamped."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def seconds(text: str) -> float:
+    """argparse type: a duration in seconds, finite and not negative."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text!r}")
+    return value
+
+
+def device_ids(text: str) -> list[int]:
+    """argparse type for --device: `0-3,5` -> [0, 1, 2, 3, 5]; a usage error otherwise."""
+    from accelhost.cpulist import parse_device_list
+
+    try:
+        return parse_device_list(text)
+    except ParseError as exc:
+        raise argparse.ArgumentTypeError(exc.problem) from None
+
+
+def device(p: Parser, context: str, *, required: bool = False) -> None:
+    """`--device LIST` (alias `--devices`): device ids in the CPU-list grammar (`0-3,5`).
+
+    The value is always a list; a command that takes one device checks with
+    `common.one_device`. Ids are the host's (the `npu-smi info` / `nvidia-smi` index, the
+    N of /dev/davinciN or /dev/nvidiaN), which is also what plan keys are.
+    """
+    p.add_argument(
+        "--device",
+        "--devices",
+        dest="device",
+        type=device_ids,
+        metavar="LIST",
+        required=required,
+        help=f"{context} (host ids, as npu-smi / nvidia-smi number them and plan keys "
+        "are; e.g. 0-3,5)",
+    )
+
+
+def device_type_arg(text: str) -> str:
+    """argparse type for --device-type: a family name in any case; a usage error otherwise."""
+    from accelhost.family import normalize_family
+
+    try:
+        return normalize_family(text)
+    except PlanError as exc:
+        raise argparse.ArgumentTypeError(exc.reason) from None
+
+
+def device_type(p: Parser) -> None:
+    from accelhost.family import FAMILIES
+
+    p.add_argument(
+        "--device-type",
+        metavar="TYPE",
+        type=device_type_arg,
+        help=f"accelerator family: {', '.join(FAMILIES)} (default: detected)",
+    )
+
+
+def json_output(p: Parser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON for machines")
+
+
+def snapshot(p: Parser, note: str = "") -> None:
+    p.add_argument(
+        "--snapshot",
+        metavar="FILE",
+        help="replay a recorded host instead of reading this one (a file from "
+        "`accelhost snapshot`, or example:NAME for a bundled one)" + (f"; {note}" if note else ""),
+    )
+
+
+def grace(p: Parser, what: str) -> None:
+    p.add_argument(
+        "--grace",
+        type=seconds,
+        default=DEFAULT_GRACE_S,
+        metavar="SECONDS",
+        help=f"how long {what} may take to stop after SIGTERM before SIGKILL "
+        f"(default {DEFAULT_GRACE_S:g})",
+    )
+
+
+def pid(p: Parser, context: str, *, repeatable: bool = False) -> None:
+    """`--pid PID`: a process by its id; `repeatable` where a command takes several."""
+    more: dict[str, Any] = {"action": "append", "default": []} if repeatable else {}
+    text = f"{context} (repeatable)" if repeatable else context
+    p.add_argument("--pid", type=int, metavar="PID", help=text, **more)
+
+
+def dry_run(p: Parser) -> None:
+    p.add_argument("--dry-run", action="store_true", help="print the steps, change and run nothing")
+
+
+def plan_file(p: Parser, context: str) -> None:
+    p.add_argument(
+        "--plan",
+        metavar="FILE",
+        help=f"{context}; a file from `accelhost plan --json` (or hand-written)",
+    )
+
+
+def force(p: Parser) -> None:
+    """`--force`: bind, exec, verify and run --bind apply a plan made for another host."""
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="apply a --plan made for another host (one whose CPUs, NUMA nodes or devices "
+        "are not this host's; refused without it)",
+    )
+
+
+def no_irq(p: Parser) -> None:
+    p.add_argument("--no-irq", action="store_true", help=NO_IRQ_HELP)
+
+
+def no_memory(p: Parser) -> None:
+    p.add_argument("--no-memory", action="store_true", help=NO_MEMORY_HELP)
+
+
+def membind(p: Parser) -> None:
+    p.add_argument("--membind", action="store_true", help=MEMBIND_HELP)
+
+
+def host_root(p: Parser, context: str = "") -> None:
+    # No default here: `bind_options` reads a missing root as "/", and unbind filters by
+    # it only when given.
+    p.add_argument("--host-root", metavar="DIR", help=_help(context, HOST_ROOT_HELP))
+
+
+def state_dir(p: Parser) -> None:
+    from accelhost.apply import DEFAULT_STATE_DIR
+
+    p.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        help=f"where IRQ masks are saved for `unbind --irq` (default {DEFAULT_STATE_DIR})",
+    )
+
+
+def device_glob(p: Parser) -> None:
+    """One meaning for bind, verify and the hygiene commands: these files are device nodes,
+    numbered (where a command needs the device's id) by the number their name ends with."""
+    p.add_argument(
+        "--device-glob",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="also treat open files matching GLOB as device nodes, the number their name "
+        "ends with being the device id (repeatable; adds to /dev/davinciN, /dev/nvidiaN, "
+        "/dev/accel/accelN, /dev/kfd, /dev/dri/renderD*, ...)",
+    )
+
+
+def expect_util(p: Parser, context: str) -> None:
+    p.add_argument(
+        "--expect-util",
+        "--preflight-util",
+        dest="expect_util",
+        type=float,
+        metavar="U",
+        help=_help(
+            context,
+            "U is vLLM's --gpu-memory-utilization; an engine starts when U x total device "
+            "memory is free (vLLM's check; --preflight-util is its old name)",
+        ),
+    )
+
+
+def journal(p: Parser) -> None:
+    from accelhost.hygiene.journal import DEFAULT_JOURNAL
+
+    p.add_argument(
+        "--journal",
+        default=DEFAULT_JOURNAL,
+        metavar="FILE",
+        help="JSON-lines journal of what clean does, one line per action before it is "
+        f"taken (default {DEFAULT_JOURNAL})",
+    )
+
+
+def thread_role(p: Parser, context: str = "") -> None:
+    """Parsed in the handler by the planner's one role parser (`common.thread_roles`), so a
+    bad spec is a UsageError (exit 2) with the same words in every command."""
+    from accelhost.planner.roles import ROLE_HELP, ROLE_METAVAR
+
+    p.add_argument(
+        "--thread-role",
+        action="append",
+        default=[],
+        metavar=ROLE_METAVAR,
+        help=_help(context, ROLE_HELP),
+    )
+
+
+def pci(p: Parser) -> None:
+    p.add_argument(
+        "--pci",
+        metavar="ADDRS",
+        help="the accelerators are these PCI devices, read from sysfs only (comma-separated "
+        "addresses)",
+    )
+
+
+def planning(p: Parser) -> None:
+    """The options that shape a plan: `plan`'s own, and bind/exec/verify's without --plan."""
+    p.add_argument(
+        "--strategy",
+        help="Ascend: global_slice, topo_affinity, cluster (default by family); "
+        "GPU: exclusive (default), node, socket, core-complex",
+    )
+    pci(p)
+    p.add_argument(
+        "--numa-from",
+        choices=["numa_node", "local_cpulist"],
+        default="numa_node",
+        help="where each device's NUMA node comes from: numa_node (sysfs; -1 means node 0, "
+        "as torchrun) or local_cpulist (the node holding most of its local CPUs; use it for "
+        "-1 nodes and GPUs on CPU-less memory nodes)",
+    )
+    p.add_argument(
+        "--reserve-irq",
+        type=int,
+        default=0,
+        metavar="K",
+        help="reserve the first K CPUs of each pool for the device's MSI-X IRQs",
+    )
