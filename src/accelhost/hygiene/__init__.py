@@ -16,7 +16,8 @@ open), `engines` (the engine
 catalog: frontends and children), `rules` (what is an orphan, what leaked), `checks`,
 `posix_check` (the /dev/shm leak rule), `tuning`, `preflight` (the verdicts),
 `evidence`, `report`, `render` and `text` (what is shown), `actions`, `cleaner`,
-`stopper` and `journal` (what `clean` does), `watch` (the loop and its metrics),
+`stopper` and `journal` (what `clean` does), `targets` (why a target named on
+`clean`'s command line is not acted on), `watch` (the loop and its metrics),
 `capabilities` (which Linux capabilities each check and each clean action needs: the one
 table the docs, `--help` and contrib/ are checked against).
 """
