@@ -134,6 +134,16 @@ def write_mask(path: str, mask: str) -> None:
         os.close(fd)
 
 
+def unrestorable(host: Host, root: str, irq: int) -> str | None:
+    """Why a mask saved for `irq` under `root` cannot be written back, or None when it can
+    be tried: the host root is gone (a fake tree deleted, a mount missing), or the IRQ is."""
+    if host.list_dir(root or "/") is None:
+        return f"host root {root} no longer exists"
+    if host.read_file(affinity_path(root, irq)) is None:
+        return f"IRQ {irq} no longer exists (no {affinity_path(root, irq)})"
+    return None
+
+
 def irq_writable(root: str) -> bool:
     return os.access(rooted(root, "/proc/irq"), os.W_OK)
 

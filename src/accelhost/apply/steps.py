@@ -134,13 +134,17 @@ class IrqAffinity(Step):
 
 @dataclass(frozen=True)
 class ForgetIrqState(Step):
-    """After a restore, drop the restored IRQs from the saved state."""
+    """After a restore, drop the restored IRQs from the saved state; or, with
+    `unbind --irq --forget`, the saved IRQs that cannot be restored (`why` says why)."""
 
     kind: ClassVar[str] = "irq"
     path: str
     keys: tuple[str, ...]
+    why: str = ""
 
     def describe(self) -> str:
+        if self.why:
+            return f"forget {len(self.keys)} saved IRQ(s) in {self.path} that {self.why}"
         return f"forget {len(self.keys)} restored IRQ(s) in {self.path}"
 
 

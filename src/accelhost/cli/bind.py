@@ -118,6 +118,12 @@ def register(sub: Any) -> None:
     add_device_option(un, "with --irq: only this device's IRQs")
     un.add_argument("--host-root", metavar="DIR", help="with --irq: only IRQs saved under DIR")
     un.add_argument("--state-dir", metavar="DIR", default=None, help=STATE_HELP)
+    un.add_argument(
+        "--forget",
+        action="store_true",
+        help="with --irq: drop the saved masks that cannot be restored (their host root "
+        "or IRQ is gone) instead of failing on them",
+    )
     un.add_argument("--dry-run", action="store_true", help="print the steps, change nothing")
     add_json_option(un)
     un.set_defaults(func=cmd_unbind)
@@ -269,13 +275,17 @@ def cmd_unbind(args: argparse.Namespace) -> int:
 
     if not args.irq and args.pid is None:
         raise UsageError("say what to unbind: --irq (restore IRQ masks) and/or --pid PID")
+    if args.forget and not args.irq:
+        raise UsageError("--forget drops saved IRQ masks: it goes with --irq")
     device = one_device(args, "unbind")
     steps: list[Any] = []
     notes: list[str] = []
     if args.pid is not None:
         steps += build_unbind_threads(args.pid).steps
     if args.irq:
-        p = build_unbind_irq(args.state_dir or DEFAULT_STATE_DIR, device, args.host_root)
+        p = build_unbind_irq(
+            args.state_dir or DEFAULT_STATE_DIR, device, args.host_root, forget=args.forget
+        )
         steps += p.steps
         notes += p.notes
     _quiet_library_log()
