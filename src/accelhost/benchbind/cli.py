@@ -134,7 +134,8 @@ def _measure(
     from accelhost.benchbind.stats import compare
     from accelhost.errors import ApplyError
 
-    for line in bound.warnings:
+    few = report.repeats_warning(args.repeats)
+    for line in [*bound.warnings, *([few] if few else [])]:
         print(f"accelhost: warning: {line}", file=sys.stderr)
     figure = Figure(metric)
     slots = schedule(args.repeats, args.warmup)
@@ -167,6 +168,9 @@ def _measure(
     if outcome.stopped_by is not None:
         print("accelhost: interrupted: the report covers the runs finished so far", file=sys.stderr)
         return 128 + outcome.stopped_by
+    if outcome.gave_up is not None:
+        print(f"accelhost: bench bind: stopped early: {outcome.gave_up}", file=sys.stderr)
+        return 1
     if not comparison.unbound.runs or not comparison.bound.runs:
         print("accelhost: an arm has no figure: see the failed runs", file=sys.stderr)
         return 1
