@@ -113,8 +113,12 @@ def test_a_file_a_live_process_holds_is_not_leaked(tmp_path: Path) -> None:
     held = d / "psm_heldbyone"
     held.write_bytes(b"x" * 4096)
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; f = open(sys.argv[1]); print(1, flush=True); "
-         "time.sleep(1000)", str(held)],
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; f = open(sys.argv[1]); print(1, flush=True); time.sleep(1000)",
+            str(held),
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )

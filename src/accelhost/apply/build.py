@@ -336,7 +336,8 @@ def build_unbind_irq(
         steps.append(ForgetIrqState(path, tuple(keys)))
     if forget and lost:
         whys = "; ".join(dict.fromkeys(why for _, why in lost))
-        steps.append(ForgetIrqState(path, tuple(k for k, _ in lost), f"cannot be restored ({whys})"))
+        lost_keys = tuple(k for k, _ in lost)
+        steps.append(ForgetIrqState(path, lost_keys, f"cannot be restored ({whys})"))
         keys.extend(k for k, _ in lost)
     ib = data.get("irqbalance")
     if ib and len(keys) == len(data["irqs"]):

@@ -110,22 +110,22 @@ def _walk_up(
     parent = processes.get(top.ppid)
     while True:
         if parent is None:
-            return None, top, f"its parent {top.ppid} is not visible (gone, or another PID namespace): cannot tell"
+            hidden = "is not visible (gone, or another PID namespace): cannot tell"
+            return None, top, f"its parent {top.ppid} {hidden}"
         if parent.pid in seen:
             return None, top, "its chain of parents loops: cannot tell"
         if frontends.get(parent.pid) == engine:
             if parent.sid != top.sid:
                 # another server (`docker exec` gives each its own session) adopted it
-                why = f"re-parented to {engine} frontend {parent.pid} of another session"
-                return why, top, ""
+                adopted = f"re-parented to {engine} frontend {parent.pid} of another session"
+                return adopted, top, ""
             return None, top, f"its parent is its engine's frontend {parent.pid} ({parent.comm})"
         if children.get(parent.pid) == engine:
             seen.add(parent.pid)
             top, parent = parent, processes.get(parent.ppid)
             continue
-        why = _launcher_lives(parent, top)
-        healthy = f"its launcher {parent.pid} ({parent.comm}) lives, in its session, started before it"
-        return why, top, healthy
+        healthy = f"its launcher {parent.pid} ({parent.comm}) lives, in its session"
+        return _launcher_lives(parent, top), top, healthy
 
 
 def why_not_orphan(
