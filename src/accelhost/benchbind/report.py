@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from accelhost import formats
 from accelhost.benchbind.binding import Binding
 from accelhost.benchbind.runner import BOUND, FAILED, OK, UNBOUND, Figure, Outcome, Run
 from accelhost.benchbind.stats import INCONCLUSIVE, MIN_RUNS, ArmStats, Comparison
@@ -32,7 +33,7 @@ class Setup:
 
 
 def to_dict(setup: Setup, outcome: Outcome, comparison: Comparison) -> dict[str, Any]:
-    data = comparison.to_dict()
+    data = {"format": formats.BENCH_BIND, **comparison.to_dict()}
     for arm in (UNBOUND, BOUND):
         data["arms"][arm]["failed"] = _failed(outcome.runs, arm)
     data.update(

@@ -103,7 +103,7 @@ def handle_pipeline(args: argparse.Namespace) -> int:
     progress = bench.Progress(n)  # one bar per method, redrawn from zero
     report = bench.bench(wl, progress, trace=args.trace, cpu_kind=args.cpu_kind)
     if args.json:
-        print_json(report)
+        print_json(bench.document(wl, report, args.cpu_kind))
         return 0
     where = "threads" if args.cpu_kind == "thread" else "processes"
     print(f"workload: {wl.label}; {n} items per method; accelhost pre/post in {where}")

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from accelhost import formats
 from accelhost.cli.common import (
     add_grace_option,
     add_json_option,
@@ -252,6 +253,7 @@ def clean_main(args: argparse.Namespace) -> int:
     unmatched = unmatched_targets(facts, options, filters, actions)
     before = figures(facts, options)
     out: dict[str, Any] = {
+        "format": formats.CLEAN,
         "dry_run": not args.yes,
         "actions": [a.to_dict() for a in actions],
         "not_acted_on": [u.to_dict() for u in unmatched],

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from accelhost import formats
 from accelhost.cli.common import (
     add_json_option,
     add_snapshot_option,
@@ -21,6 +22,7 @@ from accelhost.topology import Topology
 def topology_dict(topo: Topology) -> dict[str, Any]:
     """The JSON of `topo --json`: CPU lists as arrays, nodes and devices keyed by id."""
     return {
+        "format": formats.TOPO,
         "machine": topo.machine,
         "family": topo.family,
         "cpus": sorted(topo.cpu_node) or sorted(topo.allowed_cpus),
@@ -47,7 +49,7 @@ def topology_dict(topo: Topology) -> dict[str, Any]:
                 "chip_id": p.chip_id,
                 "pid": p.pid,
                 "name": p.name,
-                "memory_mb": p.memory_mb,
+                "memory_bytes": None if p.memory_mb is None else p.memory_mb * formats.MIB,
             }
             for p in topo.processes
         ],
