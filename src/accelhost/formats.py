@@ -26,6 +26,11 @@ BENCH_PIPELINE = "accelhost-bench-pipeline/1"  # `bench pipeline --json`
 IRQ_STATE = "accelhost-irq-state/1"  # the saved IRQ masks (`unbind --irq`)
 
 
+def mib_bytes(mib: float | None) -> int | None:
+    """A device tool's MiB figure as bytes for JSON (None stays None: not known)."""
+    return None if mib is None else int(mib * MIB)
+
+
 def human_bytes(n: int | float) -> str:
     """Bytes for a person: 512 B, 4.0 KiB, 1.5 GiB (the text twin of a JSON byte count)."""
     value = float(n)
@@ -65,4 +70,5 @@ __all__ = [
     "TOPO",
     "VERIFY",
     "human_bytes",
+    "mib_bytes",
 ]
