@@ -136,3 +136,9 @@ def test_a_file_a_live_process_holds_is_not_leaked(tmp_path: Path) -> None:
         stop_popen(holder)
         held.unlink(missing_ok=True)
         d.rmdir()
+
+
+def test_a_pid_left_out_by_only_says_so() -> None:
+    res = run_cli("clean", "--json", "--only", "segments", "--pid", "1")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert _not_acted_on(res) == {1: "left out by --only (it cleans no pid target)"}

@@ -10,7 +10,7 @@ empty.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,90 +49,71 @@ def _left_out(kind: str, filters: CleanFilters) -> str | None:
     return None if wanted[kind] else f"left out by --only (it cleans no {kind} target)"
 
 
-def _pid_reasons(
-    facts: HostFacts, options: HygieneOptions, filters: CleanFilters, planned: set[int]
-) -> list[Unmatched]:
-    out = []
-    for pid in sorted(filters.pids - planned):
-        why = _left_out("pid", filters)
-        if why is None:
-            if facts.processes is None:
-                why = "cannot tell: " + facts.errors.get("processes", "processes not read")
-            elif pid not in facts.processes and pid in facts.hidden_pids:
-                why = "cannot tell: /proc will not describe it to this user (hidepid)"
-            elif pid not in facts.processes and facts.processes_partial is not None:
-                why = f"not seen: {facts.processes_partial}"
-            else:
-                why = why_not_orphan(facts.processes, facts.self_pid, options, pid)
-        out.append(Unmatched("pid", pid, why))
-    return out
+def _why_pid(facts: HostFacts, options: HygieneOptions, filters: CleanFilters, pid: int) -> str:
+    if facts.processes is None:
+        return "cannot tell: " + facts.errors.get("processes", "processes not read")
+    if pid not in facts.processes and pid in facts.hidden_pids:
+        return "cannot tell: /proc will not describe it to this user (hidepid)"
+    if pid not in facts.processes and facts.processes_partial is not None:
+        return f"not seen: {facts.processes_partial}"
+    return why_not_orphan(facts.processes, facts.self_pid, options, pid)
 
 
-def _shmid_reasons(
-    facts: HostFacts, options: HygieneOptions, filters: CleanFilters, planned: set[int]
-) -> list[Unmatched]:
-    segs = {s.shmid: s for s in facts.segments or ()}
-    out = []
-    for shmid in sorted(filters.shmids - planned):
-        why = _left_out("shmid", filters)
-        seg = segs.get(shmid)
-        if why is not None:
-            pass
-        elif facts.segments is None or facts.processes is None:
-            why = "cannot tell: " + facts.errors.get("segments", "segment table not read")
-        elif seg is None:
-            why = "no such segment"
-        elif filters.owners and seg.uid not in filters.owners:
-            why = f"left out by --owner (its owner is uid {seg.uid})"
-        elif filters.keys and (seg.key & 0xFFFFFFFF) not in filters.keys:
-            why = f"left out by --key (its key is {seg.key_hex})"
-        else:
-            verdict = judge_segment(seg, facts.alive, facts.now_epoch, options.shm_min_age_s)
-            why = f"not leaked: {verdict.reason}"
-        out.append(Unmatched("shmid", shmid, why))
-    return out
+def _why_shmid(facts: HostFacts, options: HygieneOptions, filters: CleanFilters, shmid: int) -> str:
+    if facts.segments is None or facts.processes is None:
+        return "cannot tell: " + facts.errors.get("segments", "segment table not read")
+    seg = next((s for s in facts.segments if s.shmid == shmid), None)
+    if seg is None:
+        return "no such segment"
+    if filters.owners and seg.uid not in filters.owners:
+        return f"left out by --owner (its owner is uid {seg.uid})"
+    if filters.keys and (seg.key & 0xFFFFFFFF) not in filters.keys:
+        return f"left out by --key (its key is {seg.key_hex})"
+    verdict = judge_segment(seg, facts.alive, facts.now_epoch, options.shm_min_age_s)
+    return f"not leaked: {verdict.reason}"
 
 
-def _path_reasons(
-    facts: HostFacts, options: HygieneOptions, filters: CleanFilters, planned: set[str]
-) -> list[Unmatched]:
-    judged = {j.file.path: j for j in judge_shm_files(facts, options)}
-    out = []
-    for path in sorted(filters.paths - planned):
-        why = _left_out("path", filters)
-        j = judged.get(path)
-        parent = os.path.dirname(path)
-        dirs = {os.path.abspath(d): files for d, files in facts.shm_files.items()}
-        if why is not None:
-            pass
-        elif parent not in dirs:
-            shown = ", ".join(facts.shm_files) or "none"
-            why = f"not in a shared-memory directory ({shown}; add one with --shm-dir)"
-        elif dirs[parent] is None or facts.shm_held is None:
-            why = f"cannot tell: {parent} or the processes' open files not read"
-        elif j is None:
-            why = "no such file"
-        elif filters.owners and j.file.uid not in filters.owners:
-            why = f"left out by --owner (its owner is {j.file.owner})"
-        elif j.blocked or j.unclaimed:
-            why = j.reason
-        else:
-            why = f"not leaked: {j.reason}"
-        out.append(Unmatched("path", path, why))
-    return out
+def _why_path(facts: HostFacts, options: HygieneOptions, filters: CleanFilters, path: str) -> str:
+    parent = os.path.dirname(path)
+    dirs = {os.path.abspath(d): files for d, files in facts.shm_files.items()}
+    if parent not in dirs:
+        shown = ", ".join(facts.shm_files) or "none"
+        return f"not in a shared-memory directory ({shown}; add one with --shm-dir)"
+    if dirs[parent] is None or facts.shm_held is None:
+        return f"cannot tell: {parent} or the processes' open files not read"
+    j = next((j for j in judge_shm_files(facts, options) if j.file.path == path), None)
+    if j is None:
+        return "no such file"
+    if filters.owners and j.file.uid not in filters.owners:
+        return f"left out by --owner (its owner is {j.file.owner})"
+    if j.blocked or j.unclaimed:
+        return j.reason
+    return f"not leaked: {j.reason}"
 
 
 def unmatched_targets(
     facts: HostFacts, options: HygieneOptions, filters: CleanFilters, actions: Sequence[Action]
 ) -> list[Unmatched]:
     """Each named pid, shmid and path the plan leaves alone, with the reason."""
-    pids = {t.pid for a in actions if isinstance(a, StopProcesses) for t in a.targets}
-    shmids = {a.shmid for a in actions if isinstance(a, RemoveSegment)}
-    paths = {a.path for a in actions if isinstance(a, RemoveShmFile)}
+    planned: dict[str, set[Any]] = {
+        "pid": {t.pid for a in actions if isinstance(a, StopProcesses) for t in a.targets},
+        "shmid": {a.shmid for a in actions if isinstance(a, RemoveSegment)},
+        "path": {a.path for a in actions if isinstance(a, RemoveShmFile)},
+    }
+    named: dict[str, frozenset[Any]] = {
+        "pid": filters.pids,
+        "shmid": filters.shmids,
+        "path": filters.paths,
+    }
+    why: dict[str, Callable[[HostFacts, HygieneOptions, CleanFilters, Any], str]] = {
+        "pid": _why_pid,
+        "shmid": _why_shmid,
+        "path": _why_path,
+    }
     return [
-        *_pid_reasons(facts, options, filters, pids),
-        *_shmid_reasons(facts, options, filters, shmids),
-        *_path_reasons(facts, options, filters, paths),
+        Unmatched(kind, t, _left_out(kind, filters) or why[kind](facts, options, filters, t))
+        for kind in ("pid", "shmid", "path")
+        for t in sorted(named[kind] - planned[kind])
     ]
 
 
