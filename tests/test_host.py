@@ -47,8 +47,11 @@ def test_missing_snapshot_through_the_cli_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     missing = str(tmp_path / "nope.json")
-    assert main(["topo", "--snapshot", missing]) == 1
-    assert capsys.readouterr().err == f"accelhost: snapshot {missing}: no such file\n"
+    # a file the user named that is not there: a usage error (2), as from every command
+    for command in ("topo", "plan", "doctor"):
+        assert main([command, "--snapshot", missing]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.endswith(f": snapshot {missing}: no such file\n")
 
 
 def test_replay_is_exact_and_absent_means_absent() -> None:

@@ -162,8 +162,8 @@ def test_real_move_pages_reports_every_present_page(child: Child) -> None:
     assert result.outcome.regions_done == 1 and result.outcome.regions_left == 0
     assert result.outcome.batches == 2  # 2048 pages in batches of 1024
     data = result.to_dict()
-    assert data["resident_kb_before"] == {"0": step.before_kb[0][1]}
-    assert set(data["resident_kb_after"]) == {"0"}
+    assert data["resident_bytes_before"] == {"0": step.before_kb[0][1] * 1024}  # bytes
+    assert set(data["resident_bytes_after"]) == {"0"}
 
 
 class StepClock:
@@ -213,7 +213,7 @@ def test_one_node_host_has_nothing_to_move_and_says_where_memory_is(child: Child
     assert {"shared mapping", "locked or pinned"} <= reasons
     assert dict(step.before_kb)[0] >= 8 * 1024  # the 8 MiB touched mapping at least
     result = run_move(step)
-    assert result.status == NOOP and result.to_dict()["resident_kb_after"]["0"] > 0
+    assert result.status == NOOP and result.to_dict()["resident_bytes_after"]["0"] > 0
 
 
 def test_a_process_that_is_gone_fails_the_step() -> None:

@@ -17,7 +17,8 @@ What lives where (planning data flows one way for every family):
   pipeline`); `render/`: plain text tables for people;
 - `integrations/`: engine plugins (vLLM);
 - `cli/`: the command line; `api`: `plan(host)`, the library's front door; `errors`: the
-  typed errors (a `UsageError` exits 2, any other `AccelhostError` 1).
+  typed errors (a `UsageError` exits 2, any other `AccelhostError` 1); `formats`: the
+  name and version of every JSON document (`format` key) and its units (bytes).
 
 The house rule: apply/ places (CPU affinity, memory policy and pages, IRQ masks,
 irqbalance); remove/ removes (signals, /dev/shm unlinks, IPC_RMID); supervisor/ sets up the

@@ -19,8 +19,12 @@ class UsageError(AccelhostError):
     """
 
 
-class SnapshotError(AccelhostError):
-    """A snapshot file that cannot be read: missing, bad JSON, wrong format or types."""
+class SnapshotError(UsageError):
+    """A snapshot file that cannot be read: missing, bad JSON, wrong format or types.
+
+    A usage error (exit 2) wherever it is met: the user named the file, so every command
+    (`plan`, `topo`, `doctor`, ...) answers a missing or bad one alike.
+    """
 
 
 class ParseError(AccelhostError):
@@ -46,3 +50,11 @@ class HostError(AccelhostError):
 
 class ApplyError(AccelhostError):
     """A plan could not be applied (bad plan file, unknown device, process gone)."""
+
+
+class PlanFileError(UsageError, ApplyError):
+    """A plan file named by the user that cannot be read or is not JSON.
+
+    Like a missing snapshot, a usage error (exit 2) on every command line; still an
+    ApplyError to a library caller that catches those.
+    """

@@ -13,9 +13,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelhost.errors import ApplyError, PlanError
+from accelhost import formats
+from accelhost.errors import PlanError, PlanFileError
 
-PLAN_FORMAT = "accelhost-plan/1"
+PLAN_FORMAT = formats.PLAN
 # Where a host's name is read, for `Plan.host` (`PlannedHost`).
 HOSTNAME = "/proc/sys/kernel/hostname"
 
@@ -292,7 +293,7 @@ def load_plan(plan: Plan | dict[str, Any] | str | os.PathLike[str]) -> Plan:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     except OSError as exc:
-        raise ApplyError(f"cannot read plan file {path}: {exc.strerror}") from None
+        raise PlanFileError(f"cannot read plan file {path}: {exc.strerror}") from None
     except ValueError as exc:
-        raise ApplyError(f"{path}: not valid JSON ({exc})") from None
+        raise PlanFileError(f"{path}: not valid JSON ({exc})") from None
     return Plan.from_dict(data, path)

@@ -140,6 +140,7 @@ def test_worker_import_pulls_in_only_what_it_needs():
         "accelhost.apply",
         "accelhost.apply.worker",
         "accelhost.errors",
+        "accelhost.formats",
         "accelhost.plans",
     ]
     assert out["bad"] == [] and out["after_call"] == []

@@ -138,7 +138,8 @@ def test_mistakes_are_one_line(spawn, plan_file, cli, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     res = cli("bind", "--plan", str(bad), "--device", "0", "--pid", str(os.getpid()))
-    assert res.rc == 1 and res.err.count("\n") == 1 and "not valid JSON" in res.err
+    # a plan file named by the user that is not JSON: a usage error, as a bad snapshot is
+    assert res.rc == 2 and res.err.count("\n") == 1 and "not valid JSON" in res.err
     res = cli("bind", "--plan", plan_file(PLAN), "--device", "5", "--pid", str(os.getpid()))
     assert res.rc == 1
     assert res.err == "accelhost: cannot plan: device 5 is not in the plan (planned devices: 0)\n"

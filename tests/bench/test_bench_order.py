@@ -12,16 +12,17 @@ from accelhost.bench.bind_runner import BOUND, UNBOUND, schedule
 
 
 def test_schedule_alternates_the_first_arm_of_each_round():
+    """Counted rounds are numbered from 1 (not after the warm-ups), unbound first in 1."""
     slots = schedule(3, 1)
     assert [(s.index, s.arm, s.round, s.warmup) for s in slots] == [
         (1, UNBOUND, 1, True),
         (2, BOUND, 1, True),
-        (3, BOUND, 2, False),
-        (4, UNBOUND, 2, False),
-        (5, UNBOUND, 3, False),
-        (6, BOUND, 3, False),
-        (7, BOUND, 4, False),
-        (8, UNBOUND, 4, False),
+        (3, UNBOUND, 1, False),
+        (4, BOUND, 1, False),
+        (5, BOUND, 2, False),
+        (6, UNBOUND, 2, False),
+        (7, UNBOUND, 3, False),
+        (8, BOUND, 3, False),
     ]
 
 
@@ -33,8 +34,10 @@ def test_every_arm_runs_repeats_times_and_each_round_runs_both(repeats, warmup):
     assert sum(s.arm == UNBOUND for s in counted) == repeats
     assert sum(s.warmup for s in slots) == 2 * warmup
     assert all(s.warmup for s in slots[: 2 * warmup])
-    for r in range(1, repeats + warmup + 1):
-        assert sorted(s.arm for s in slots if s.round == r) == [BOUND, UNBOUND]
+    for warm, rounds in ((True, warmup), (False, repeats)):
+        for r in range(1, rounds + 1):
+            arms = sorted(s.arm for s in slots if s.round == r and s.warmup == warm)
+            assert arms == [BOUND, UNBOUND]
     firsts = [s.arm for s in counted[::2]]
     assert all(a != b for a, b in zip(firsts, firsts[1:], strict=False))
 

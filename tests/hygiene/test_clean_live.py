@@ -23,11 +23,15 @@ def test_clean_kills_the_orphan_and_spares_the_healthy_engine(lab: Lab) -> None:
     scope = ["--pid", str(orphan), "--pid", str(healthy), "--only", "orphans"]
 
     dry = run_cli("clean", "--json", "--device-glob", lab.glob(), "--journal", str(journal), *scope)
-    assert dry.returncode == 0, dry.stderr
+    # the healthy engine was named and cannot be acted on: said, and exit 1
+    assert dry.returncode == 1, dry.stderr
     plan = json.loads(dry.stdout)
     assert plan["dry_run"] is True
     planned = [t["pid"] for a in plan["actions"] for t in a["targets"]]
     assert planned == [orphan]
+    [kept] = plan["not_acted_on"]
+    assert kept["target"] == healthy and kept["reason"].startswith("not an orphan: ")
+    assert f"pid {healthy}: not an orphan" in dry.stderr
     assert pid_alive(orphan) and pid_alive(healthy)
     assert not journal.exists()
 
@@ -42,7 +46,7 @@ def test_clean_kills_the_orphan_and_spares_the_healthy_engine(lab: Lab) -> None:
         lab.glob(),
         *scope,
     )
-    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.returncode == 1, res.stdout + res.stderr  # the orphan is done, the rest said
     assert wait_gone(orphan)
     assert pid_alive(healthy) and pid_alive(launcher)
     assert "before:" in res.stdout and "after:" in res.stdout
@@ -72,13 +76,18 @@ def test_only_the_leaked_segment_is_removed(lab: Lab) -> None:
     assert leaked in found and attached not in found and owned not in found
 
     dry = run_cli("clean", "--json", *common)
-    assert dry.returncode == 0, dry.stderr
+    assert dry.returncode == 1, dry.stderr  # two named segments are not leaked: said
     assert [a["shmid"] for a in json.loads(dry.stdout)["actions"]] == [leaked]
+    kept = {u["target"]: u["reason"] for u in json.loads(dry.stdout)["not_acted_on"]}
+    assert kept == {
+        attached: "not leaked: attached by 1 process(es)",
+        owned: f"not leaked: creator {creator} is alive",
+    }
     assert {leaked, attached, owned} <= shmids_now()
     assert not journal.exists()
 
     res = run_cli("clean", "--yes", *common)
-    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.returncode == 1, res.stdout + res.stderr
     now = shmids_now()
     assert leaked not in now
     assert attached in now and owned in now
@@ -106,7 +115,9 @@ def test_segment_of_a_stopped_orphan_goes_with_it(lab: Lab) -> None:
     assert actions[1]["shmid"] == shmid and actions[1]["after_stop"] is True
 
     res = run_cli("clean", "--yes", "--grace", "5", "--journal", str(journal), *scope)
-    assert res.returncode == 0, res.stdout + res.stderr
+    # the bystander was named and is not leaked (its creator lives): exit 1, said
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert f"shmid {bystander}: not leaked: creator {helper} is alive" in res.stderr
     assert wait_gone(orphan)
     now = shmids_now()
     assert shmid not in now

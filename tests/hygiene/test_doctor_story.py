@@ -110,7 +110,7 @@ def test_doctor_on_the_story_host(tmp_path: Path) -> None:
         "container_init": "SKIP",  # the story's host as recorded: no container left
     }
     (orphan,) = checks["orphan_engines"]["evidence"]
-    assert orphan["pid"] == 2290107 and orphan["device_memory_mib"] == 26000
+    assert orphan["pid"] == 2290107 and orphan["device_memory_bytes"] == 26000 * 2**20
     assert "/dev/davinci0" in orphan["devices"] and orphan["age_s"] == 8000.0
     assert [e["shmid"] for e in checks["shared_memory"]["evidence"]] == [32768, 32769, 32770, 32771]
     assert all(e["hugetlb"] for e in checks["shared_memory"]["evidence"])
@@ -151,7 +151,7 @@ def test_clean_on_a_recording_without_proc_says_unknown_not_zero() -> None:
     assert before["segments"] is None and before["leaked_segments"] is None
     assert before["orphans"] is None and before["hugepages_free"] is None
     assert before["leaked_shm_files"] is None and before["leaked_shm_bytes"] is None
-    assert before["device_memory_free_mib"]["npu0"] == 65536 - 60030
+    assert before["device_memory_free_bytes"]["npu0"] == (65536 - 60030) * 2**20
     table = cli("clean", "--snapshot", "example:a2-192cpu-8npu-sees-npu0")
     assert "segments unknown; leaked /dev/shm files unknown; orphans unknown" in table.stdout
     assert "HugePages free unknown" in table.stdout

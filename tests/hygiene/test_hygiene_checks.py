@@ -156,7 +156,7 @@ def test_device_holders_and_memory() -> None:
     unatt = check(fake, "unattributed_memory")
     assert unatt.status == "WARN"
     (dev,) = unatt.evidence
-    assert (dev["device"], dev["unattributed_mib"]) == ("npu0", 28000)
+    assert (dev["device"], dev["unattributed_bytes"]) == ("npu0", 28000 * 2**20)
     # a D-state holder is a FAIL: it cannot be killed
     fake.proc(401, "python train.py", ppid=1, pgid=401, state="D", fds={3: "/dev/davinci1"})
     assert check(fake, "device_holders").status == "FAIL"

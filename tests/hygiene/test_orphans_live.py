@@ -63,8 +63,11 @@ def test_script_launched_healthy_server_is_never_an_orphan(lab: Lab) -> None:
     planned = {t["pid"] for a in json.loads(dry.stdout)["actions"] for t in a["targets"]}
     assert not ours & planned  # not even an unscoped plan touches it
     res = run_cli("clean", "--yes", "--grace", "1", "--journal", str(journal), *scope)
-    assert res.returncode == 0, res.stdout + res.stderr
+    # each named pid is said to be no orphan, and why; nothing done: exit 1
+    assert res.returncode == 1, res.stdout + res.stderr
     assert "0 action(s)" in res.stdout
+    assert f"pid {fe}: an engine frontend (vLLM): never judged an orphan" in res.stderr
+    assert f"pid {engine}: not an orphan: its parent is its engine's frontend {fe}" in res.stderr
     assert all(pid_alive(p) for p in ours)
     assert not journal.exists()
 

@@ -113,7 +113,11 @@ def test_doctor_and_clean_remove_only_the_leaked_file(
     scope = [a for p in files.values() for a in ("--path", str(p))]
     common = ["--shm-min-age", "600", "--journal", str(journal), *scope, *_dirs(files)]
     dry = run_cli("clean", "--json", *common)
-    assert dry.returncode == 0, dry.stderr
+    assert dry.returncode == 1, dry.stderr  # named files that are not leaked: said, exit 1
+    kept = {u["target"]: u["reason"] for u in json.loads(dry.stdout)["not_acted_on"]}
+    assert kept[str(files["held"])].startswith("not leaked: held open or mapped")
+    assert "matches no engine naming" in kept[str(files["unnamed"])]
+    assert "under 600 s" in kept[str(files["young"])]
     actions = json.loads(dry.stdout)["actions"]
     assert [(a["kind"], a["path"]) for a in actions] == [("remove_shm_file", str(files["leaked"]))]
     # the same fact, the same key, in doctor and clean
@@ -122,7 +126,7 @@ def test_doctor_and_clean_remove_only_the_leaked_file(
     assert all(p.exists() for p in files.values()) and not journal.exists()
 
     res = run_cli("clean", "--yes", *common)
-    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.returncode == 1, res.stdout + res.stderr
     assert not files["leaked"].exists()
     assert files["held"].exists() and files["unnamed"].exists() and files["young"].exists()
     records = [json.loads(line) for line in journal.read_text().splitlines()]

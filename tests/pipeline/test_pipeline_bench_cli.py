@@ -28,7 +28,19 @@ def test_parse_duration_rejects(text: str) -> None:
 def test_json_report_has_the_three_methods(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["bench", "pipeline", "--pre-time", "1ms", "--device-time", "2ms", "--post-time", "1ms"]
     assert main([*argv, "--items", "12", "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["format"] == "accelhost-bench-pipeline/1"
+    # the workload it ran with, so the figures can be compared with the run that made them
+    assert doc["workload"] == {
+        "kind": "simulated",
+        "label": "pre 1 ms, device 2 ms, post 1 ms",
+        "items": 12,
+        "pre_s": 0.001,
+        "device_s": 0.002,
+        "post_s": 0.001,
+        "cpu_kind": "thread",
+    }
+    report = doc["methods"]
     assert list(report) == ["serial", "asyncio_recipe", "accelhost"]
     for entry in report.values():
         assert entry["items"] == 12
@@ -52,7 +64,7 @@ def test_zero_cost_efficiency_is_null(capsys: pytest.CaptureFixture[str]) -> Non
         "50",
     ]
     assert main([*argv, "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    report = json.loads(capsys.readouterr().out)["methods"]
     assert all(entry["efficiency"] is None for entry in report.values())
 
 
@@ -134,8 +146,9 @@ def test_real_runs_when_installed(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("tokenizers")
     assert main(["bench", "pipeline", "--real", "--items", "6", "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
-    assert report["accelhost"]["items"] == 6
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["methods"]["accelhost"]["items"] == 6
+    assert doc["workload"]["kind"] == "real" and doc["workload"]["pre_s"] is None
 
 
 def test_progress_bar_draws_on_a_terminal() -> None:
@@ -163,8 +176,9 @@ def test_progress_bar_draws_on_a_terminal() -> None:
 def test_cpu_stages_in_processes(capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["bench", "pipeline", "--pre-time", "1ms", "--device-time", "1ms", "--post-time", "1ms"]
     assert main([*argv, "--items", "8", "--cpu-kind", "process", "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
-    assert report["accelhost"]["items"] == 8
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["methods"]["accelhost"]["items"] == 8
+    assert doc["workload"]["cpu_kind"] == "process"
 
 
 @pytest.mark.parametrize("where", ["missing-dir/t.json", "", "."])
@@ -216,7 +230,7 @@ def test_trace_is_written_after_the_timed_run(
     ]
     assert main([*argv, "--trace", f"{tmp_path}/t.json", "--json"]) == 0
     assert events[-2:] == ["stop accelhost", "write trace"]
-    assert json.loads(capsys.readouterr().out)["accelhost"]["items"] == 5
+    assert json.loads(capsys.readouterr().out)["methods"]["accelhost"]["items"] == 5
 
 
 def test_trace_write_error_is_one_line(

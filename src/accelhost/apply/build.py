@@ -292,14 +292,19 @@ def build_exec(
 
 
 def build_unbind_irq(
-    state_dir: str, device: int | None = None, root: str | None = None
+    state_dir: str, device: int | None = None, root: str | None = None, forget: bool = False
 ) -> Prepared:
-    """Put back the masks saved at bind time; restart/restore irqbalance once none remain."""
+    """Put back the masks saved at bind time; restart/restore irqbalance once none remain.
+
+    A saved mask whose host root or IRQ is gone cannot be put back: it becomes a failed
+    step that says so (it stays saved: a missing mount may come back), or, with `forget`,
+    it is dropped from the state file."""
     path = irqmod.state_path(state_dir)
     data = irqmod.load_state(path)
     live = live_host()
     steps: list[Step] = []
     keys = []
+    lost: list[tuple[str, str]] = []  # (key, why) of the masks that cannot be restored
     wanted_root = os.path.abspath(root) if root else None
     for key, rec in sorted(data["irqs"].items(), key=lambda kv: kv[1].get("irq", 0)):
         if device is not None and rec.get("device") != device:
@@ -307,13 +312,21 @@ def build_unbind_irq(
         if wanted_root is not None and rec.get("root") != wanted_root:
             continue
         irq, mask, rroot = int(rec["irq"]), str(rec["mask"]), str(rec.get("root", "/"))
+        what = f"restore IRQ {irq} of device {rec.get('device')}"
+        why = irqmod.unrestorable(live, rroot, irq)
+        if why is not None:
+            lost.append((key, why))
+            if not forget:
+                hint = "kept in the state file; `unbind --irq --forget` drops it"
+                steps.append(Unresolved(f"{what} (mask {mask})", f"{why}: {hint}"))
+            continue
         steps.append(
             IrqAffinity(
                 irq,
                 tuple(parse_cpu_mask(mask)),
                 mask,
                 irqmod.affinity_path(rroot, irq),
-                f"restore IRQ {irq} of device {rec.get('device')}",
+                f"{what}",
                 irqmod.read_mask(live, rroot, irq),
                 key,
             )
@@ -321,6 +334,11 @@ def build_unbind_irq(
         keys.append(key)
     if keys:
         steps.append(ForgetIrqState(path, tuple(keys)))
+    if forget and lost:
+        whys = "; ".join(dict.fromkeys(why for _, why in lost))
+        lost_keys = tuple(k for k, _ in lost)
+        steps.append(ForgetIrqState(path, lost_keys, f"cannot be restored ({whys})"))
+        keys.extend(k for k, _ in lost)
     ib = data.get("irqbalance")
     if ib and len(keys) == len(data["irqs"]):
         if ib.get("action") == "stop":

@@ -21,13 +21,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from accelhost import formats
 from accelhost.errors import ApplyError
 
 if TYPE_CHECKING:
     from accelhost.host.base import Host
 
 SQ_MARK = "sq_send_trigger_irq"
-STATE_FORMAT = "accelhost-irq-state/1"
+STATE_FORMAT = formats.IRQ_STATE
 STATE_FILE = "irq-state.json"
 
 
@@ -132,6 +133,16 @@ def write_mask(path: str, mask: str) -> None:
         os.write(fd, mask.encode() + b"\n")
     finally:
         os.close(fd)
+
+
+def unrestorable(host: Host, root: str, irq: int) -> str | None:
+    """Why a mask saved for `irq` under `root` cannot be written back, or None when it can
+    be tried: the host root is gone (a fake tree deleted, a mount missing), or the IRQ is."""
+    if host.list_dir(root or "/") is None:
+        return f"host root {root} no longer exists"
+    if host.list_dir(rooted(root, f"/proc/irq/{irq}")) is None:
+        return f"IRQ {irq} no longer exists (no {rooted(root, f'/proc/irq/{irq}')})"
+    return None
 
 
 def irq_writable(root: str) -> bool:

@@ -17,8 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from accelhost import formats
 from accelhost.apply import memory
 from accelhost.apply.steps import FAILED, NOOP, OK, Step, StepResult
+from accelhost.formats import human_bytes
 
 BATCH_PAGES = 1024  # 4 MiB of 4 KiB pages: a few milliseconds of copying at most
 
@@ -40,7 +42,7 @@ class Region:
         return {
             "start": hex(self.start),
             "end": hex(self.end),
-            "page_kb": self.page_kb,
+            "page_bytes": self.page_kb * formats.KIB,
             "pages_off_node": self.off_node,
             "path": self.path,
         }
@@ -122,7 +124,9 @@ class MoveRegions(Step):
                 f"{_per_node(self.before_kb)}"
             )
         pages = sum(r.off_node for r in self.regions)
-        skip = "; ".join(f"{n} {reason} ({kb} kB)" for reason, n, kb in self.skipped)
+        skip = "; ".join(
+            f"{n} {reason} ({human_bytes(kb * formats.KIB)})" for reason, n, kb in self.skipped
+        )
         return (
             f"move {len(self.regions)} regions of process {self.pid} ({pages} resident pages "
             f"off node {self.to_node}) to node {self.to_node} with move_pages(2), within "
@@ -138,15 +142,19 @@ class MoveRegions(Step):
             "to_node": self.to_node,
             "budget_ms": self.budget_ms,
             "regions": [r.to_dict() for r in self.regions],
-            "skipped": [{"reason": r, "mappings": n, "kb": kb} for r, n, kb in self.skipped],
-            "resident_kb_before": {str(n): kb for n, kb in self.before_kb},
+            "skipped": [
+                {"reason": r, "mappings": n, "bytes": kb * formats.KIB} for r, n, kb in self.skipped
+            ],
+            "resident_bytes_before": {str(n): kb * formats.KIB for n, kb in self.before_kb},
             "memory_nodes": list(self.nodes),
         }
 
 
 def _per_node(pairs: Sequence[tuple[int, int]] | dict[int, int]) -> str:
     items = pairs.items() if isinstance(pairs, dict) else pairs
-    return ", ".join(f"N{n}={kb} kB" for n, kb in items) or "nothing resident"
+    return ", ".join(f"N{n} {human_bytes(kb * formats.KIB)}" for n, kb in items) or (
+        "nothing resident"
+    )
 
 
 def build_move(
@@ -248,7 +256,7 @@ class MoveResult(StepResult):
 
     def to_dict(self) -> dict[str, Any]:
         out = StepResult.to_dict(self)
-        out["resident_kb_after"] = {str(n): kb for n, kb in self.after_kb}
+        out["resident_bytes_after"] = {str(n): kb * formats.KIB for n, kb in self.after_kb}
         if self.outcome is not None:
             o = self.outcome
             out["moved"] = {

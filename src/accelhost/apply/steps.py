@@ -15,6 +15,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from accelhost import formats
 from accelhost.cpulist import format_cpulist
 
 if TYPE_CHECKING:
@@ -134,13 +135,17 @@ class IrqAffinity(Step):
 
 @dataclass(frozen=True)
 class ForgetIrqState(Step):
-    """After a restore, drop the restored IRQs from the saved state."""
+    """After a restore, drop the restored IRQs from the saved state; or, with
+    `unbind --irq --forget`, the saved IRQs that cannot be restored (`why` says why)."""
 
     kind: ClassVar[str] = "irq"
     path: str
     keys: tuple[str, ...]
+    why: str = ""
 
     def describe(self) -> str:
+        if self.why:
+            return f"forget {len(self.keys)} saved IRQ(s) in {self.path} that {self.why}"
         return f"forget {len(self.keys)} restored IRQ(s) in {self.path}"
 
 
@@ -314,6 +319,7 @@ class ApplyReport:
     def to_dict(self) -> dict[str, Any]:
         found = self.device_found
         return {
+            "format": formats.BIND,
             "dry_run": self.dry_run,
             "device": self.device,
             "pid": self.pid,
@@ -321,6 +327,6 @@ class ApplyReport:
             "warnings": list(self.warnings),
             "notes": list(self.notes),
             "steps": [r.to_dict() for r in self.results],
-            "exit_status": self.exit_status,
+            "exit_code": self.exit_status,
             "device_found": found.to_dict() if found is not None else None,
         }

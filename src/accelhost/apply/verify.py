@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from accelhost import formats
 from accelhost.apply import traps
 from accelhost.apply.build import (
     BindOptions,
@@ -21,6 +22,7 @@ from accelhost.apply.driver import role_warnings
 from accelhost.apply.irq import read_mask
 from accelhost.apply.threads import RoleMatcher, assign, get_affinity, list_threads
 from accelhost.cpulist import cpu_mask, format_cpulist, parse_cpu_mask
+from accelhost.formats import human_bytes
 from accelhost.host.live import live_host
 from accelhost.plans import Plan
 
@@ -47,11 +49,47 @@ class Drift:
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where the process's resident memory is, in bytes per NUMA node (huge pages at their
+    size), against the node the plan names (None: it names none)."""
+
+    node: int | None
+    resident_bytes: dict[int, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.resident_bytes.values())
+
+    @property
+    def on_node_share(self) -> float | None:
+        if self.node is None or not self.total:
+            return None
+        return self.resident_bytes.get(self.node, 0) / self.total
+
+    @property
+    def line(self) -> str:
+        per_node = ", ".join(f"N{n} {human_bytes(b)}" for n, b in self.resident_bytes.items())
+        share = self.on_node_share
+        if share is None:
+            return f"memory: resident {per_node or 'nothing'} (plan names no NUMA node)"
+        return f"memory: {share * 100:.0f}% of resident memory on node {self.node} ({per_node})"
+
+    def to_dict(self) -> dict[str, Any]:
+        share = self.on_node_share
+        return {
+            "node": self.node,
+            "resident_bytes": {str(n): b for n, b in self.resident_bytes.items()},
+            "on_node_share": None if share is None else round(share, 4),
+        }
+
+
+@dataclass(frozen=True)
 class VerifyReport:
     drifts: tuple[Drift, ...]
     checked_threads: int
     checked_irqs: int
     info: tuple[str, ...]
+    memory: Placement | None = None  # None: not checked (no --pid, or not readable)
 
     @property
     def ok(self) -> bool:
@@ -68,11 +106,13 @@ class VerifyReport:
             f"{verdict}: {self.checked_threads} threads and {self.checked_irqs} IRQs checked, "
             f"{len(self.drifts)} drifted"
         )
-        return out + list(self.info)
+        return out + list(self.info) + ([self.memory.line] if self.memory else [])
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "format": formats.VERIFY,
             "ok": self.ok,
+            "exit_code": self.exit_status,
             "checked_threads": self.checked_threads,
             "checked_irqs": self.checked_irqs,
             "drifts": [
@@ -87,6 +127,7 @@ class VerifyReport:
                 for d in self.drifts
             ],
             "info": list(self.info),
+            "memory": None if self.memory is None else self.memory.to_dict(),
         }
 
 
@@ -159,18 +200,21 @@ def verify(plan: Plan, device: int, options: BindOptions, host: Host | None = No
                         f"{now} (CPUs {format_cpulist(parse_cpu_mask(now))})",
                     )
                 )
+    placement = None
     if pid is not None and options.memory:
-        info.extend(_memory_info(pid, target_node(dev, options.host_root), options.host_root))
-    return VerifyReport(tuple(drifts), threads, irqs, tuple(info))
+        placement = _placement(pid, target_node(dev, options.host_root), options.host_root)
+        if placement is None:
+            info.append("memory: /proc/<pid>/numa_maps not readable; placement not checked")
+    return VerifyReport(tuple(drifts), threads, irqs, tuple(info), placement)
 
 
-def _memory_info(pid: int, node: int | None, root: str) -> list[str]:
-    from accelhost.apply.memory import numa_usage
+def _placement(pid: int, node: int | None, root: str) -> Placement | None:
+    from accelhost.apply.memory import kb_per_node, parse_numa_regions, read_proc
 
-    usage = numa_usage(pid, root)
-    if usage is None or not usage.total:
-        return ["memory: /proc/<pid>/numa_maps not readable; placement not checked"]
-    if node is None:
-        return [f"memory: {usage.summary()} (plan names no NUMA node)"]
-    share = 100.0 * usage.pages.get(node, 0) / usage.total
-    return [f"memory: {share:.0f}% of resident pages on node {node} ({usage.summary()})"]
+    text = read_proc(pid, "numa_maps", root)
+    if not text:
+        return None
+    per_node = kb_per_node(parse_numa_regions(text))
+    if not any(per_node.values()):
+        return None  # nothing resident: no placement to judge
+    return Placement(node, {n: kb * formats.KIB for n, kb in per_node.items()})

@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
+from accelhost import formats
 from accelhost.bench.bind_exec import Binding
 from accelhost.bench.bind_runner import BOUND, FAILED, OK, UNBOUND, Figure, Outcome, Run
-from accelhost.bench.bind_stats import ArmStats, Comparison
+from accelhost.bench.bind_stats import INCONCLUSIVE, MIN_RUNS, ArmStats, Comparison
 from accelhost.cpulist import format_cpulist
 from accelhost.render import render_table
 
@@ -32,7 +33,7 @@ class Setup:
 
 
 def to_dict(setup: Setup, outcome: Outcome, comparison: Comparison) -> dict[str, Any]:
-    data = comparison.to_dict()
+    data = {"format": formats.BENCH_BIND, **comparison.to_dict()}
     for arm in (UNBOUND, BOUND):
         data["arms"][arm]["failed"] = _failed(outcome.runs, arm)
     data.update(
@@ -48,6 +49,7 @@ def to_dict(setup: Setup, outcome: Outcome, comparison: Comparison) -> dict[str,
             "warmup": setup.warmup,
             "order": ORDER,
             "interrupted": outcome.interrupted,
+            "stopped_early": outcome.gave_up,
             "runs": [r.to_dict() for r in outcome.runs],
         }
     )
@@ -91,7 +93,22 @@ def text(setup: Setup, outcome: Outcome, comparison: Comparison) -> str:
     if outcome.interrupted:
         lines.append("")
         lines.append(f"interrupted: {_done(outcome.runs)} of the planned runs finished")
+    if outcome.gave_up is not None:
+        lines.append("")
+        planned = 2 * (setup.warmup + setup.repeats)
+        lines.append(f"stopped after {len(outcome.runs)} of {planned} runs: {outcome.gave_up}")
     return "\n".join(lines)
+
+
+def repeats_warning(repeats: int) -> str | None:
+    """Said before the first run: with fewer counted figures per arm than an interval
+    needs, the verdict can only be "inconclusive", however long the runs take."""
+    if repeats >= MIN_RUNS:
+        return None
+    return (
+        f"--repeats {repeats} is too few for a verdict: an interval needs at least "
+        f"{MIN_RUNS} figures per arm, so the verdict will be {INCONCLUSIVE}"
+    )
 
 
 def _arms(c: Comparison) -> list[tuple[str, ArmStats]]:
@@ -117,8 +134,8 @@ def _run_name(r: Run) -> str:
 
 
 def _where(r: Run) -> str:
-    kind = "warm-up " if r.slot.warmup else ""
-    return f"({kind}{r.slot.arm}, round {r.slot.round})"
+    kind = "warm-up round" if r.slot.warmup else "round"
+    return f"({r.slot.arm}, {kind} {r.slot.round})"
 
 
 def _num(v: float) -> str:

@@ -44,8 +44,10 @@ class Slot:
 
 
 def schedule(repeats: int, warmup: int) -> list[Slot]:
-    """`warmup` rounds then `repeats` rounds, each running both arms; the first arm of a
-    round alternates (unbound first in round 1, bound first in round 2, ...).
+    """`warmup` rounds then `repeats` rounds, each running both arms. Warm-up rounds and
+    counted rounds are numbered from 1 each (a report's "round 1" is the first counted
+    one); the first arm alternates (unbound first in round 1, bound first in round 2,
+    ...), among the warm-ups the same way.
 
     Alternating keeps "ran second, after the other arm warmed a cache" from landing on
     one arm only; over an even number of counted rounds each arm goes first equally often.
@@ -53,11 +55,32 @@ def schedule(repeats: int, warmup: int) -> list[Slot]:
     if repeats < 1 or warmup < 0:
         raise ValueError("repeats must be at least 1 and warmup at least 0")
     slots: list[Slot] = []
-    for r in range(warmup + repeats):
-        arms = (UNBOUND, BOUND) if r % 2 == 0 else (BOUND, UNBOUND)
-        for arm in arms:
-            slots.append(Slot(len(slots) + 1, arm, r + 1, r < warmup))
+    for count, warm in ((warmup, True), (repeats, False)):
+        for r in range(count):
+            arms = (UNBOUND, BOUND) if r % 2 == 0 else (BOUND, UNBOUND)
+            for arm in arms:
+                slots.append(Slot(len(slots) + 1, arm, r + 1, warm))
     return slots
+
+
+# With no figure from any run of the first rounds (both arms, each first once), the rest
+# would fail the same way: the benchmark stops and says why instead of running them all.
+GIVE_UP_ROUNDS = 2
+
+
+def give_up(runs: Sequence[Run]) -> str | None:
+    """Why no further run is worth making, or None: the command cannot start (the same
+    argv in both arms), or the first GIVE_UP_ROUNDS rounds gave no figure at all."""
+    if not runs or any(r.status == OK for r in runs):
+        return None
+    last = runs[-1]
+    if last.status == FAILED and last.returncode is None and last.detail.startswith("cannot run"):
+        return f"{last.detail}: no run can start"
+    if len(runs) >= 2 * GIVE_UP_ROUNDS:
+        whys = list(dict.fromkeys(r.detail for r in runs))
+        more = f" (and {len(whys) - 2} other reasons)" if len(whys) > 2 else ""
+        return f"no figure from the first {len(runs)} runs: {'; '.join(whys[:2])}{more}"
+    return None
 
 
 class FigureError(Exception):
@@ -125,6 +148,7 @@ class Run:
 class Outcome:
     runs: tuple[Run, ...]
     stopped_by: int | None = None  # the signal that stopped the benchmark early
+    gave_up: str | None = None  # why the benchmark stopped before the planned runs
 
     @property
     def interrupted(self) -> bool:
@@ -162,7 +186,8 @@ def run_all(
     grace: float,
     on_run: Callable[[Run], None] | None = None,
 ) -> Outcome:
-    """Every slot in order; SIGINT or SIGTERM stops at once with the runs finished so far.
+    """Every slot in order; SIGINT or SIGTERM stops at once with the runs finished so far,
+    and so does a command that gives no figure (`give_up`).
 
     The run that was going (its child terminated, and all in its process group) is kept
     as `interrupted`, not counted.
@@ -179,6 +204,9 @@ def run_all(
             runs.append(run)
             if on_run is not None:
                 on_run(run)
+            why = give_up(runs)
+            if why is not None:
+                return Outcome(tuple(runs), gave_up=why)
     except (KeyboardInterrupt, Stopped) as exc:
         signum = exc.signum if isinstance(exc, Stopped) else int(signal.SIGINT)
         for proc in current:

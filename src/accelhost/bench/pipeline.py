@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from accelhost import formats
 from accelhost.errors import AccelhostError
 
 _UNITS = {"": 1e-3, "ms": 1e-3, "s": 1.0, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
@@ -60,6 +61,8 @@ class Workload:
     # real stages have no nominal cost: the bound is the slowest stage's mean time in the
     # serial run of the same process (each stage alone, nothing competing with it)
     measure_bound: bool = False
+    # the simulated stages' nominal costs (pre, device, post) in seconds; None when real
+    stage_s: tuple[float, float, float] | None = None
 
     def timed_device(self) -> Callable[[Any], Any]:
         """The device function, adding its wall time to device_busy_s."""
@@ -99,7 +102,15 @@ def simulated(pre_s: float, device_s: float, post_s: float, n: int) -> Workload:
     post = functools.partial(_sim_post, post_s)
     slowest = max(pre_s, device_s, post_s)
     label = f"pre {pre_s * 1e3:g} ms, device {device_s * 1e3:g} ms, post {post_s * 1e3:g} ms"
-    return Workload(pre, device, post, list(range(n)), slowest if slowest > 0 else None, label)
+    return Workload(
+        pre,
+        device,
+        post,
+        list(range(n)),
+        slowest if slowest > 0 else None,
+        label,
+        stage_s=(pre_s, device_s, post_s),
+    )
 
 
 class Progress:
@@ -295,6 +306,23 @@ def bench(
     s = results["serial"]
     serial_ips = s.items / s.seconds if s.seconds > 0 else None
     return {name: res.as_dict(serial_ips) for name, res in results.items()}
+
+
+def document(wl: Workload, report: dict[str, Any], cpu_kind: str) -> dict[str, Any]:
+    """`bench pipeline --json`: the workload it ran (so that figures can be compared with
+    the run that made them) and each method's figures."""
+    stages = dict(zip(("pre_s", "device_s", "post_s"), wl.stage_s or (None,) * 3, strict=True))
+    return {
+        "format": formats.BENCH_PIPELINE,
+        "workload": {
+            "kind": "real" if wl.stage_s is None else "simulated",
+            "label": wl.label,
+            "items": len(wl.items),
+            **stages,
+            "cpu_kind": cpu_kind,
+        },
+        "methods": report,
+    }
 
 
 def table_rows(report: dict[str, Any]) -> list[list[str]]:

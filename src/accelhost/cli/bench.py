@@ -104,7 +104,7 @@ def handle_pipeline(args: argparse.Namespace) -> int:
     progress = bench.Progress(n)  # one bar per method, redrawn from zero
     report = bench.bench(wl, progress, trace=args.trace, cpu_kind=args.cpu_kind)
     if args.json:
-        print_json(report)
+        print_json(bench.document(wl, report, args.cpu_kind))
         return 0
     where = "threads" if args.cpu_kind == "thread" else "processes"
     print(f"workload: {wl.label}; {n} items per method; accelhost pre/post in {where}")
@@ -231,7 +231,8 @@ def _measure(
     from accelhost.bench.bind_stats import compare
     from accelhost.errors import ApplyError
 
-    for line in bound.warnings:
+    few = report.repeats_warning(args.repeats)
+    for line in [*bound.warnings, *([few] if few else [])]:
         print(f"accelhost: warning: {line}", file=sys.stderr)
     figure = Figure(metric)
     slots = schedule(args.repeats, args.warmup)
@@ -264,6 +265,9 @@ def _measure(
     if outcome.stopped_by is not None:
         print("accelhost: interrupted: the report covers the runs finished so far", file=sys.stderr)
         return 128 + outcome.stopped_by
+    if outcome.gave_up is not None:
+        print(f"accelhost: bench bind: stopped early: {outcome.gave_up}", file=sys.stderr)
+        return 1
     if not comparison.unbound.runs or not comparison.bound.runs:
         print("accelhost: an arm has no figure: see the failed runs", file=sys.stderr)
         return 1

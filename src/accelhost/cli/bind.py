@@ -123,6 +123,12 @@ def register(sub: Any) -> None:
     options.device(un, "with --irq: only this device's IRQs")
     options.host_root(un, "with --irq, only IRQs saved under this root")
     options.state_dir(un)
+    un.add_argument(
+        "--forget",
+        action="store_true",
+        help="with --irq: drop the saved masks that cannot be restored (their host root "
+        "or IRQ is gone) instead of failing on them",
+    )
     options.dry_run(un)
     options.json_output(un)
 
@@ -271,13 +277,17 @@ def cmd_unbind(args: argparse.Namespace) -> int:
 
     if not args.irq and args.pid is None:
         raise UsageError("say what to unbind: --irq (restore IRQ masks) and/or --pid PID")
+    if args.forget and not args.irq:
+        raise UsageError("--forget drops saved IRQ masks: it goes with --irq")
     device = one_device(args, "unbind")
     steps: list[Any] = []
     notes: list[str] = []
     if args.pid is not None:
         steps += build_unbind_threads(args.pid).steps
     if args.irq:
-        p = build_unbind_irq(args.state_dir or DEFAULT_STATE_DIR, device, args.host_root)
+        p = build_unbind_irq(
+            args.state_dir or DEFAULT_STATE_DIR, device, args.host_root, forget=args.forget
+        )
         steps += p.steps
         notes += p.notes
     _quiet_library_log()

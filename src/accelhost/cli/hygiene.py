@@ -17,6 +17,7 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from accelhost import formats
 from accelhost.cli import options
 from accelhost.cli.common import (
     add_command,
@@ -237,14 +238,26 @@ def _parse_key(text: str) -> int:
         raise UsageError(f"--key {text}: not a number (0x1234abcd or decimal)") from None
 
 
+def _check_named(args: argparse.Namespace) -> None:
+    """A pid or shmid that cannot name anything is a usage error (2), not "not found" (1)."""
+    for pid in args.pid:
+        if pid <= 0:
+            raise UsageError(f"--pid {pid}: not a process id (1 or more)")
+    for shmid in args.shmid:
+        if shmid < 0:
+            raise UsageError(f"--shmid {shmid}: not a segment id (0 or more)")
+
+
 def clean_main(args: argparse.Namespace) -> int:
     from accelhost.hygiene.cleaner import CleanFilters, Journal, execute, figures, plan_clean
     from accelhost.hygiene.facts import read_facts
     from accelhost.hygiene.render import describe_figures
+    from accelhost.hygiene.targets import unmatched_targets
 
     options = hygiene_options(args)
     if args.yes and args.snapshot:
         raise UsageError("clean --yes acts on this host; --snapshot only shows a plan")
+    _check_named(args)
     if args.yes:
         _check_journal(args.journal)
     host = hygiene_host(args)
@@ -270,11 +283,14 @@ def clean_main(args: argparse.Namespace) -> int:
 
     if options.container is not None:
         actions = scope_actions(actions, facts, resolve_container(facts, options.container))
+    unmatched = unmatched_targets(facts, options, filters, actions)
     whose = [action_container(facts, a) for a in actions]
     before = figures(facts, options)
     out: dict[str, Any] = {
+        "format": formats.CLEAN,
         "dry_run": not args.yes,
         "actions": [{**a.to_dict(), "container": w} for a, w in zip(actions, whose, strict=True)],
+        "not_acted_on": [u.to_dict() for u in unmatched],
         "before": before,
     }
     quiet = bool(args.json)
@@ -290,7 +306,9 @@ def clean_main(args: argparse.Namespace) -> int:
     )
     _print_plan(actions, say, args.grace, whose)
     say(f"before: {describe_figures(before)}")
-    status = 0
+    for u in unmatched:
+        print(f"accelhost clean: cannot act on {u.line}", file=sys.stderr)
+    status = 1 if unmatched else 0
     if args.yes and actions:
         journal = Journal(args.journal)
         try:
@@ -306,7 +324,7 @@ def clean_main(args: argparse.Namespace) -> int:
             if not o.ok:
                 say(f"not done: {o.target}: {o.result}")
         say(f"journal: {journal.path}")
-        status = 0 if result.ok else 1
+        status = 0 if result.ok and not unmatched else 1
     if args.json:
         print_json(out)
     return status

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from accelhost import formats
 from accelhost.cli import options
 from accelhost.cli.common import add_command, host_from_args, pci_from_args, print_json
 from accelhost.cpulist import format_cpulist
@@ -22,6 +23,7 @@ DESCRIPTION = (
 def topology_dict(topo: Topology) -> dict[str, Any]:
     """The JSON of `topo --json`: CPU lists as arrays, nodes and devices keyed by id."""
     return {
+        "format": formats.TOPO,
         "machine": topo.machine,
         "family": topo.family,
         "cpus": sorted(topo.cpu_node) or sorted(topo.allowed_cpus),
@@ -48,7 +50,7 @@ def topology_dict(topo: Topology) -> dict[str, Any]:
                 "chip_id": p.chip_id,
                 "pid": p.pid,
                 "name": p.name,
-                "memory_mb": p.memory_mb,
+                "memory_bytes": None if p.memory_mb is None else p.memory_mb * formats.MIB,
             }
             for p in topo.processes
         ],

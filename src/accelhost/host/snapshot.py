@@ -16,10 +16,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from accelhost import formats
 from accelhost.errors import SnapshotError
 from accelhost.host.base import CommandResult, FileStat, command_key, http_key
 
-SNAPSHOT_FORMAT = "accelhost-snapshot/1"
+SNAPSHOT_FORMAT = formats.SNAPSHOT
 EXAMPLE_PREFIX = "example:"
 # A 640-CPU host records into a few hundred kilobytes; 64 MiB leaves room for any real
 # machine (and a doctor's view of thousands of processes) while refusing a giant file.

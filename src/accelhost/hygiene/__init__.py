@@ -15,9 +15,10 @@ door) with `devices` (device memory from npu-smi / nvidia-smi, and who has a dev
 open), `engines` (the engine catalog: frontends and children), `rules` (what is an orphan,
 what leaked), `checks`, `posix_check` (the /dev/shm leak rule), `tuning`, `preflight` (the
 verdicts), `evidence`, `report`, `render` and `text` (what is shown), `actions`,
-`cleaner`, `stopper` and `journal` (what `clean` does), `watch` (the loop and its
-metrics), `capabilities` (which Linux capabilities each check and each clean action needs:
-the one table the docs, `--help` and contrib/ are checked against). Containers:
+`cleaner`, `stopper` and `journal` (what `clean` does), `targets` (why a target named on
+`clean`'s command line is not acted on), `watch` (the loop and its metrics),
+`capabilities` (which Linux capabilities each check and each clean action needs: the one
+table the docs, `--help` and contrib/ are checked against). Containers:
 `container_facts` (read with the facts: the runtimes' view, each container's own /dev/shm,
 /dev/shm's free space, logind's RemoveIPC), `container_shm` (those /dev/shm files judged),
 `container_evidence` (every finding named by its container; `--container` scoping),

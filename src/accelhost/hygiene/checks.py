@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from accelhost.formats import mib_bytes
 from accelhost.hygiene.container_evidence import annotate_report, container_of
 from accelhost.hygiene.container_init import check_container_init
 from accelhost.hygiene.evidence import (
@@ -122,7 +123,7 @@ def check_device_holders(facts: HostFacts, options: HygieneOptions) -> CheckResu
                     "cmdline": "?",
                     "state": None,
                     "devices": nodes,
-                    "device_memory_mib": device_memory_of_pid(facts, pid),
+                    "device_memory_bytes": mib_bytes(device_memory_of_pid(facts, pid)),
                     "note": "listed by the device tool but not in /proc"
                     + (" (exited, or another PID namespace)" if visible else ""),
                 }
@@ -198,6 +199,7 @@ def check_unattributed_memory(facts: HostFacts, options: HygieneOptions) -> Chec
             name, OK, "no device memory source on this host (no npu-smi, nvidia-smi)"
         )
     evidence = []
+    unaccounted: list[str] = []
     for dev in facts.devices:
         # a process row without a memory figure ([N/A]) makes the rest unknowable
         if dev.used_mib is None or any(row.memory_mib is None for row in dev.processes):
@@ -206,22 +208,23 @@ def check_unattributed_memory(facts: HostFacts, options: HygieneOptions) -> Chec
         baseline = options.baseline_mib(dev.vendor)
         extra = dev.used_mib - attributed
         if extra > baseline:
+            unaccounted.append(f"{dev.label} {extra} MiB")
             evidence.append(
                 {
                     "kind": "device",
                     "device": dev.label,
                     "index": dev.index,
-                    "used_mib": dev.used_mib,
-                    "total_mib": dev.total_mib,
-                    "attributed_mib": attributed,
-                    "unattributed_mib": extra,
-                    "baseline_mib": baseline,
+                    "used_bytes": mib_bytes(dev.used_mib),
+                    "total_bytes": mib_bytes(dev.total_mib),
+                    "attributed_bytes": mib_bytes(attributed),
+                    "unattributed_bytes": mib_bytes(extra),
+                    "baseline_bytes": mib_bytes(baseline),
                     "holders": [h.to_dict() for h in device_holders_of(dev, facts)],
                 }
             )
     if not evidence:
         return CheckResult(name, OK, f"{len(facts.devices)} device(s): memory accounted for")
-    text = ", ".join(f"{e['device']} {e['unattributed_mib']} MiB" for e in evidence)
+    text = ", ".join(unaccounted)
     return CheckResult(
         name,
         WARN,

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from accelhost.formats import mib_bytes
 from accelhost.host.base import Host
 from accelhost.host.live import live_host
 from accelhost.hygiene.actions import (
@@ -245,7 +246,7 @@ def figures(facts: HostFacts, options: HygieneOptions) -> dict[str, Any]:
         "orphans": None
         if facts.processes is None
         else len(find_orphans(facts.processes, facts.self_pid, options)),
-        "device_memory_free_mib": {d.label: d.free_mib for d in facts.devices},
+        "device_memory_free_bytes": {d.label: mib_bytes(d.free_mib) for d in facts.devices},
         "leaked_shm_files": None if shm is None else len(shm),
         "leaked_shm_bytes": None if shm is None else sum(j.file.used_bytes for j in shm),
         "unjudged_shm_files": len(unjudged),

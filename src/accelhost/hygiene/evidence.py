@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from accelhost.formats import mib_bytes
 from accelhost.hygiene.facts import HostFacts
 from accelhost.hygiene.report import UNKNOWN, CheckResult
 from accelhost.hygiene.rules import Orphan, is_hugetlb, segment_idle_s
@@ -45,7 +46,7 @@ def process_evidence(proc: ProcessInfo, facts: HostFacts, **extra: Any) -> dict[
         "cmdline": proc.command,
         "age_s": None if age is None else round(age, 1),
         "devices": list(facts.device_fds.get(proc.pid, ())),
-        "device_memory_mib": mem,
+        "device_memory_bytes": mib_bytes(mem),
         **extra,
     }
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from accelhost.formats import mib_bytes
 from accelhost.host.base import Host
 from accelhost.hygiene.devices import DeviceMemory
 from accelhost.hygiene.facts import HostFacts, read_facts
@@ -39,7 +40,7 @@ class Holder:
             "pid": self.pid,
             "cmdline": self.name,
             "state": self.state,
-            "device_memory_mib": self.memory_mib,
+            "device_memory_bytes": mib_bytes(self.memory_mib),
             "source": self.source,
         }
 
@@ -89,10 +90,10 @@ class DevicePreflight:
             "index": self.index,
             "ok": self.ok,
             "util": self.util,
-            "free_mib": self.free_mib,
-            "total_mib": self.total_mib,
-            "requested_mib": round(self.requested_mib, 1),
-            "unattributed_mib": self.unattributed_mib,
+            "free_bytes": mib_bytes(self.free_mib),
+            "total_bytes": mib_bytes(self.total_mib),
+            "requested_bytes": mib_bytes(self.requested_mib),
+            "unattributed_bytes": mib_bytes(self.unattributed_mib),
             "max_util": self.max_util,
             "message": self.message,
             "holders": [h.to_dict() for h in self.holders],

@@ -9,6 +9,7 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+from accelhost.formats import MIB
 from accelhost.hygiene.options import is_control_node
 from accelhost.hygiene.report import CheckResult, DoctorReport
 from accelhost.hygiene.text import human_bytes, one_line
@@ -17,7 +18,8 @@ from accelhost.render.table import Paint
 
 
 def _mib(v: Any) -> str:
-    return "?" if v is None else f"{v} MiB"
+    """Device memory as the device tools count it (MiB), from the JSON's bytes."""
+    return "?" if v is None else f"{v // MIB} MiB"
 
 
 def _nodes(devices: Sequence[str]) -> list[str]:
@@ -61,11 +63,11 @@ def evidence_lines(check: CheckResult) -> list[str]:
             if e.get("kind") == "unreadable_processes":
                 continue
             for node in _nodes(e.get("devices") or ["?"]):
-                mem = e.get("device_memory_mib")
+                mem = e.get("device_memory_bytes")
                 state = e.get("state")
                 text = f"pid {e['pid']}" + (f" [{state}]" if state and state not in "SRI" else "")
                 text += f" {one_line(str(e.get('cmdline', '?')), 40)}" + (
-                    f" {mem} MiB" if mem is not None else ""
+                    f" {_mib(mem)}" if mem is not None else ""
                 )
                 text += _in_container(e)
                 by_node.setdefault(node, []).append(text)
@@ -79,8 +81,8 @@ def evidence_lines(check: CheckResult) -> list[str]:
                 text += f", up {_age(age)}"
             if e.get("devices"):
                 text += f", holds {' '.join(_nodes(e['devices']))}"
-            if e.get("device_memory_mib") is not None:
-                text += f" ({e['device_memory_mib']} MiB)"
+            if e.get("device_memory_bytes") is not None:
+                text += f" ({_mib(e['device_memory_bytes'])})"
             text += _in_container(e)
             if e.get("reason") or e.get("detail"):
                 text += f": {e.get('reason') or e.get('detail')}"
@@ -118,13 +120,13 @@ def evidence_lines(check: CheckResult) -> list[str]:
             if "message" in e:
                 lines.append(f"{e['device']}: {e['message']}")
                 for h in e.get("holders", []):
-                    mem = _mib(h["device_memory_mib"])
+                    mem = _mib(h["device_memory_bytes"])
                     lines.append(f"  held by pid {h['pid']} {one_line(h['cmdline'], 40)} {mem}")
-                lines.append(f"  unattributed {e['unattributed_mib']} MiB")
+                lines.append(f"  unattributed {_mib(e['unattributed_bytes'])}")
             else:
                 lines.append(
-                    f"{e['device']}: {e['unattributed_mib']} MiB of {e['used_mib']} MiB used "
-                    f"by no listed process (baseline {e['baseline_mib']} MiB)"
+                    f"{e['device']}: {_mib(e['unattributed_bytes'])} of {_mib(e['used_bytes'])} "
+                    f"used by no listed process (baseline {_mib(e['baseline_bytes'])})"
                 )
         elif kind == "hugepages":
             where = "host" if e["node"] is None else f"node{e['node']}"
@@ -185,7 +187,7 @@ def describe_figures(fig: dict[str, Any]) -> str:
         if pools is None
         else ", ".join(f"{s} {v['free']}/{v['total']}" for s, v in pools.items()) or "none"
     )
-    dev = ", ".join(f"{d} {_mib(v)}" for d, v in fig["device_memory_free_mib"].items())
+    dev = ", ".join(f"{d} {_mib(v)}" for d, v in fig["device_memory_free_bytes"].items())
     if fig["segments"] is None:
         segs = "unknown"
     else:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from accelhost import formats
+
 OK, WARN, FAIL, UNKNOWN, SKIP = "OK", "WARN", "FAIL", "UNKNOWN", "SKIP"
 STATUSES = (OK, WARN, FAIL, UNKNOWN, SKIP)
 # How bad, for "the worst finding": a FAIL outranks not knowing, which outranks a WARN.
@@ -83,6 +85,7 @@ class DoctorReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "format": formats.DOCTOR,
             "status": self.verdict,
             "exit_code": self.exit_code,
             "brief": self.brief(),

@@ -77,19 +77,10 @@ def _launcher_lives(parent: ProcessInfo, child: ProcessInfo) -> str | None:
     return None
 
 
-def find_orphans(
-    processes: Mapping[int, ProcessInfo], self_pid: int | None, options: HygieneOptions
-) -> list[Orphan]:
-    """Engine children that lost their frontend (the spec's rule, per catalog engine).
-
-    From each engine child we walk up through processes of the same engine. Reaching one of
-    its frontends: healthy. Reaching anything else X: healthy only if X is the child's
-    natural launcher (`_launcher_lives`); an orphan otherwise (re-parented to PID 1, to a
-    subreaper, or hanging under a shell). A frontend is never judged: `nohup vllm serve &`
-    from a script that exited is a healthy server, whatever its process group says.
-    """
-    catalog: Catalog = options.catalog
-    protected = protected_pids(processes, self_pid)
+def engine_roles(
+    processes: Mapping[int, ProcessInfo], catalog: Catalog
+) -> tuple[dict[int, str], dict[int, str]]:
+    """Live engine frontends and engine children by pid, each with its engine's name."""
     frontends: dict[int, str] = {}
     children: dict[int, str] = {}
     for pid, proc in processes.items():
@@ -102,32 +93,87 @@ def find_orphans(
             front = catalog.frontend_engine(proc.command)
             if front is not None and not is_shell_or_init(proc):
                 frontends[pid] = front
+    return frontends, children
+
+
+def _walk_up(
+    processes: Mapping[int, ProcessInfo],
+    frontends: Mapping[int, str],
+    children: Mapping[int, str],
+    proc: ProcessInfo,
+) -> tuple[str | None, ProcessInfo, str]:
+    """From an engine child up through its engine's processes: (why it is an orphan, or
+    None; the topmost engine process; why it is not one, for a person who named it)."""
+    engine = children[proc.pid]
+    top = proc
+    seen = {proc.pid}
+    parent = processes.get(top.ppid)
+    while True:
+        if parent is None:
+            hidden = "is not visible (gone, or another PID namespace): cannot tell"
+            return None, top, f"its parent {top.ppid} {hidden}"
+        if parent.pid in seen:
+            return None, top, "its chain of parents loops: cannot tell"
+        if frontends.get(parent.pid) == engine:
+            if parent.sid != top.sid:
+                # another server (`docker exec` gives each its own session) adopted it
+                adopted = f"re-parented to {engine} frontend {parent.pid} of another session"
+                return adopted, top, ""
+            return None, top, f"its parent is its engine's frontend {parent.pid} ({parent.comm})"
+        if children.get(parent.pid) == engine:
+            seen.add(parent.pid)
+            top, parent = parent, processes.get(parent.ppid)
+            continue
+        healthy = f"its launcher {parent.pid} ({parent.comm}) lives, in its session"
+        return _launcher_lives(parent, top), top, healthy
+
+
+def why_not_orphan(
+    processes: Mapping[int, ProcessInfo], self_pid: int | None, options: HygieneOptions, pid: int
+) -> str:
+    """Why `find_orphans` does not list `pid`: for a person who named it (`clean --pid`)."""
+    proc = processes.get(pid)
+    if proc is None:
+        return "no such process"
+    if pid <= 1:
+        return f"PID {pid} ({proc.comm}): never signalled"
+    if pid in protected_pids(processes, self_pid):
+        return "this command or one of its ancestors: never signalled"
+    if proc.is_zombie:
+        return f"a zombie: it has exited; its parent {proc.ppid} has yet to reap it"
+    if proc.is_kernel_thread:
+        return "a kernel thread"
+    frontends, children = engine_roles(processes, options.catalog)
+    if pid in frontends:
+        return f"an engine frontend ({frontends[pid]}): never judged an orphan"
+    if pid not in children:
+        return "not an engine child process (the catalog names it no engine's child)"
+    _why, top, healthy = _walk_up(processes, frontends, children, proc)
+    if top is not proc:
+        healthy = f"under {children[pid]} process {top.pid} ({top.comm}), {healthy}"
+    return f"not an orphan: {healthy}"
+
+
+def find_orphans(
+    processes: Mapping[int, ProcessInfo], self_pid: int | None, options: HygieneOptions
+) -> list[Orphan]:
+    """Engine children that lost their frontend (the spec's rule, per catalog engine).
+
+    From each engine child we walk up through processes of the same engine. Reaching one of
+    its frontends: healthy. Reaching anything else X: healthy only if X is the child's
+    natural launcher (`_launcher_lives`); an orphan otherwise (re-parented to PID 1, to a
+    subreaper, or hanging under a shell). A frontend is never judged: `nohup vllm serve &`
+    from a script that exited is a healthy server, whatever its process group says.
+    """
+    protected = protected_pids(processes, self_pid)
+    frontends, children = engine_roles(processes, options.catalog)
     out = []
     for pid in sorted(children):
         proc = processes[pid]
         if pid in protected:
             continue
         engine = children[pid]
-        top = proc
-        seen = {pid}
-        reason: str | None = None
-        parent = processes.get(top.ppid)
-        while True:
-            if parent is None:
-                break  # gone while we read, or in another PID namespace: cannot tell
-            if parent.pid in seen:
-                break
-            if frontends.get(parent.pid) == engine:
-                if parent.sid != top.sid:
-                    # another server (`docker exec` gives each its own session) adopted it
-                    reason = f"re-parented to {engine} frontend {parent.pid} of another session"
-                break
-            if children.get(parent.pid) == engine:
-                seen.add(parent.pid)
-                top, parent = parent, processes.get(parent.ppid)
-                continue
-            reason = _launcher_lives(parent, top)
-            break
+        reason, top, _healthy = _walk_up(processes, frontends, children, proc)
         if reason is None:
             continue
         if top is not proc:
