@@ -1,11 +1,5 @@
-"""What accelhost knows about one container, and about all of a host's containers.
-
-`Container` is what evidence shows for a process or a leftover: runtime, id, name, image,
-state, the Kubernetes pod, when it ran, its IPC mode and its PID 1's command. A field that
-could not be known is None (no runtime answered: only the cgroup's id is known, and the
-name stays None rather than being guessed). `ContainerView` is one look at a host: which
-container each process is in, every container a runtime reported (running, exited, and
-removed ones from its recent events), and the namespaces that decide who shares what.
+"""What accelhost knows about one container (`Container`; a field that could not be known
+is None, never guessed) and about all of a host's containers (`ContainerView`).
 """
 
 from __future__ import annotations
@@ -92,8 +86,6 @@ class Container:
 
 @dataclass(frozen=True)
 class ContainerView:
-    """One look at a host's containers."""
-
     # pid -> the id of the container it is in (host processes are absent)
     pid_container: Mapping[int, str] = field(default_factory=dict)
     # id -> everything known about it: the running ones, the runtime's exited records and
@@ -118,7 +110,3 @@ class ContainerView:
 
     def known_labels(self) -> list[str]:
         return sorted(c.label for c in self.containers.values())
-
-    @property
-    def names_known(self) -> bool:
-        return bool(self.runtimes)

@@ -1,11 +1,7 @@
-"""A process's namespaces, read through the host door: which IPC, PID and mount namespace
-it lives in, and its pid inside each nested PID namespace.
+"""A process's namespaces, read through the host door.
 
-Why: two processes share /dev/shm's files and System V segments exactly when they share
-an IPC namespace, so "does this container share the host's IPC namespace" is "is its
-`ns/ipc` link the same as PID 1's" (`ipc:[4026531839]`), whatever the runtime called it.
-`NSpid:` in /proc/PID/status lists the pid from the outermost namespace inward; the last
-value 1 marks a PID namespace's init, a container's PID 1.
+Two processes share /dev/shm and System V segments exactly when their `ns/ipc` links
+match, whatever the runtime called it; `NSpid:` ending in 1 marks a container's PID 1.
 """
 
 from __future__ import annotations

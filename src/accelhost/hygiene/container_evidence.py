@@ -1,19 +1,14 @@
 """Every finding named by its container: evidence annotation and `--container` scoping.
 
-- A process (an orphan, a device holder, a holder in any check) carries `container`: the
-  container it is in (`Container.to_dict()` plus a `label`), or null on the host.
-- A leftover (a /dev/shm file, a System V segment) carries `left_by`: the containers that
-  left it where that can be known, and why: the container whose own /dev/shm holds it, or
-  the one container whose lifetime covers the leftover's birth and that no longer runs
-  (an exited record, or a removed one from the runtime's recent events). Two candidates:
-  both are named and `ambiguous` says so. Nothing is guessed beyond that.
-- `scope_report` / `scope_actions`: `doctor --container` / `clean --container` keep what
-  one container left; `resolve_container` turns a name or id into it, or refuses (exit 2)
-  listing the containers it knows.
+A process carries `container` (null on the host); a leftover carries `left_by`: the
+container whose own /dev/shm holds it, or the stopped one(s) whose lifetime covers its
+birth (`ambiguous` when more than one), never a guess beyond that. `scope_report` /
+`scope_actions` keep what one container left (`doctor`/`clean --container`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -86,18 +81,18 @@ def left_by_dir(facts: HostFacts, path: str) -> dict[str, Any] | None:
     if d is None:
         return None
     found = [cf.view.containers[i] for i in d.container_ids if i in cf.view.containers]
-    engines = [c for c in found if _runs_engine(facts, c)]
+    from accelhost.hygiene.engines import build_catalog
+
+    rx = build_catalog().any_regex()
+    engines = [c for c in found if runs_engine(facts, c, rx)]
     chosen = engines or found
     why = "in the /dev/shm of " + " and ".join(c.label for c in chosen)
     return _named(chosen, why, "containers share it")
 
 
-def _runs_engine(facts: HostFacts, c: Container) -> bool:
-    from accelhost.hygiene.engines import build_catalog
-
+def runs_engine(facts: HostFacts, c: Container, rx: re.Pattern[str] | None) -> bool:
     cf = facts.containers
     procs = facts.processes or {}
-    rx = build_catalog().any_regex()
     pids = cf.view.pids_of(c.id) if cf else []
     return rx is not None and any(p in procs and rx.search(procs[p].command) for p in pids)
 
@@ -163,20 +158,17 @@ def resolve_container(facts: HostFacts, wanted: str) -> list[Container]:
     raise UsageError(f"--container {wanted}: no such container; known: {listed}{note}")
 
 
-def _mentions(e: dict[str, Any], ids: set[str]) -> bool:
-    c = e.get("container")
-    if isinstance(c, dict) and c.get("id") in ids:
-        return True
+def _containers_in(e: dict[str, Any]) -> list[dict[str, Any]]:
+    """The containers an evidence item names: its own, then those of its `left_by`."""
     left = e.get("left_by")
-    if isinstance(left, dict):
-        return any(isinstance(x, dict) and x.get("id") in ids for x in left.get("containers", []))
-    return False
+    found = [e.get("container"), *(left.get("containers", []) if isinstance(left, dict) else [])]
+    return [x for x in found if isinstance(x, dict)]
 
 
 class HolderMemory:
     """What `watch` remembers between rounds: which container's processes held each
-    /dev/shm file (by device and inode), so that a file left when that container went is
-    named by it. Bounded: only files still listed are kept, at most `limit`."""
+    /dev/shm file, so a file left when that container went is named by it (only files
+    still listed, at most `limit`)."""
 
     def __init__(self, limit: int = 10000) -> None:
         self.limit = limit
@@ -206,15 +198,7 @@ class HolderMemory:
 
 def containers_named(evidence: Sequence[dict[str, Any]]) -> list[str]:
     """The labels of the containers a check's evidence names, once each, in order."""
-    out: dict[str, None] = {}
-    for e in evidence:
-        c = e.get("container")
-        if isinstance(c, dict) and c.get("label"):
-            out[str(c["label"])] = None
-        left = e.get("left_by")
-        for x in left.get("containers", []) if isinstance(left, dict) else []:
-            if isinstance(x, dict) and x.get("label"):
-                out[str(x["label"])] = None
+    out = {str(x["label"]): None for e in evidence for x in _containers_in(e) if x.get("label")}
     return list(out)
 
 
@@ -228,7 +212,7 @@ def scope_report(report: DoctorReport, chosen: Sequence[Container]) -> DoctorRep
         if not c.evidence:
             out.append(c)
             continue
-        kept = tuple(e for e in c.evidence if _mentions(e, ids))
+        kept = tuple(e for e in c.evidence if any(x.get("id") in ids for x in _containers_in(e)))
         if kept:
             mine = f"{label}: {len(kept)} of {len(c.evidence)} item(s)"
             out.append(replace(c, summary=f"{mine}; on the whole host: {c.summary}", evidence=kept))
@@ -244,11 +228,7 @@ def action_container(facts: HostFacts, a: Action) -> dict[str, Any] | None:
         for t in a.targets:
             c = container_of(facts, t.pid)
             if c is not None:
-                return {
-                    "containers": [container_json(c)],
-                    "ambiguous": False,
-                    "why": f"runs in {c.label}",
-                }
+                return _named([c], f"runs in {c.label}", "")
         return None
     if isinstance(a, RemoveShmFile):
         return left_by_file(facts, a.path)

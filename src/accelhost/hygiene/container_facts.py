@@ -1,15 +1,8 @@
-"""What the doctor reads about containers, once, through the host door.
-
-`read_container_facts` is called by `read_facts` with the process table it already read:
-- the `ContainerView` (which container each process is in, names from the runtimes);
-- every /dev/shm of the host's containers that is not the host's own: one per IPC
-  namespace other than PID 1's, reached through `/proc/<pid>/root/dev/shm` of a live
-  process of it, listed like the host's and kept once per tmpfs (st_dev), with what the
-  processes of that namespace hold (a pod's containers share one IPC namespace and one
-  /dev/shm, which outlive a container's restart);
-- /dev/shm's free space (`stat -f`, which busybox has too) for the preflight, and
-  systemd-logind's `RemoveIPC` (logind.conf and its drop-ins; systemd's default is yes).
-A source that cannot be read stays None; nothing here raises for a host's content.
+"""What the doctor reads about containers, once, through the host door: the
+`ContainerView`; each container /dev/shm that is not the host's (one per IPC namespace,
+through `/proc/<pid>/root/dev/shm`, once per tmpfs), with what its processes hold;
+/dev/shm's free space (`stat -f`); and systemd-logind's `RemoveIPC`. A source that cannot
+be read stays None; nothing here raises for a host's content.
 """
 
 from __future__ import annotations
@@ -146,12 +139,8 @@ def _shm_dirs(
             continue  # the host's /dev/shm, or one already listed through another process
         seen_devs |= devs
         ids = tuple(sorted({view.pid_container[p] for p in pids if p in view.pid_container}))
-        held = scan_held(host, pids)
-        out.append(
-            ContainerShmDir(
-                path, ipc, tuple(pids), ids, None if files is None else tuple(files), held
-            )
-        )
+        listed = None if files is None else tuple(files)
+        out.append(ContainerShmDir(path, ipc, tuple(pids), ids, listed, scan_held(host, pids)))
     return tuple(out)
 
 

@@ -1,13 +1,10 @@
 """The `container_init` check: warn before a container's stop leaks its engine's memory.
 
-When PID 1 of a container exits, the kernel kills every other process of its PID namespace
-at once; an engine's helpers (vLLM's resource tracker, which unlinks its `psm_*` queues and
-`sem.mp-*` semaphores) die before they clean up. Where /dev/shm outlives the container (it
-shares the host's IPC namespace, `--ipc=host`; or a pod's, which survives a restart) those
-files stay. A shell as PID 1 also drops SIGTERM (`docker stop` waits, then SIGKILLs), and an
-engine or an init that exits with its one child (tini, dumb-init, docker-init) leaves the
-same files (measured: docs/containers.md). `accelhost run` as PID 1 waits for the whole
-tree and removes what is provably its own.
+When PID 1 of a container exits, the kernel kills the rest of its PID namespace at once,
+so the engine's helpers die before they unlink their `psm_*` and `sem.mp-*` files; where
+/dev/shm outlives the container (`--ipc=host`, a pod's) those stay. A shell, the engine
+itself, or an init that exits with its one child all leak (docs/containers.md);
+`accelhost run` as PID 1 waits for the whole tree.
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from accelhost.containers.model import RUNNING, Container
-from accelhost.hygiene.container_evidence import container_json
+from accelhost.hygiene.container_evidence import container_json, runs_engine
 from accelhost.hygiene.evidence import unknown
 from accelhost.hygiene.facts import HostFacts
 from accelhost.hygiene.options import HygieneOptions
@@ -87,16 +84,9 @@ def check_container_init(facts: HostFacts, options: HygieneOptions) -> CheckResu
     if cf is None:
         return unknown(NAME, "containers not read")
     rx = options.engine_regex()
-    procs = facts.processes
-    engines: list[Container] = []
-    for c in cf.view.containers.values():
-        pids = cf.view.pids_of(c.id)
-        if (
-            c.state == RUNNING
-            and rx is not None
-            and any(p in procs and rx.search(procs[p].command) for p in pids)
-        ):
-            engines.append(c)
+    engines = [
+        c for c in cf.view.containers.values() if c.state == RUNNING and runs_engine(facts, c, rx)
+    ]
     note = f" ({'; '.join(cf.view.notes)})" if cf.view.notes else ""
     if not engines:
         return CheckResult(NAME, SKIP, f"no container runs an engine{note}")

@@ -1,8 +1,6 @@
-"""Starting a run's workers: worker processes first, then the threads that drive them,
-the thread stages' workers and the async stages' event loop.
-
-If a start fails, the run is left as far as it got; the caller tears it down, which stops
-whatever was started (every started thread and process is in the run's records).
+"""Starting a run's workers: processes first, then their driver threads, the thread
+stages' workers and the async stages' event loop. A failed start leaves the run as far as
+it got, every started worker in its records, for the caller to tear down.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Glue to the doctor's preflight and the applier, imported only when their options are used.
-
-Neither is reimplemented here: the preflight is `accelhost.hygiene.preflight.preflight`,
-the plan is a plan file or `accelhost.api.plan_for_device` (as `accelhost bind` plans),
-and binding is the one bind driver (`accelhost.apply.driver.bind`) that `accelhost bind
---pid` also calls: the same ARM policy, roles, retries and report. Both are imported on
-first use, so that `run` without these options loads neither.
+"""Glue to the doctor's preflight and the bind driver (the same ones `doctor` and `bind
+--pid` call), imported only when their options are used.
 """
 
 from __future__ import annotations
@@ -24,9 +19,8 @@ if TYPE_CHECKING:
 
 
 def run_preflight(host: Host, util: float, device: int | None, log: Callable[[str], None]) -> None:
-    """Refuse to start (AccelhostError with the preflight's own sentence) when the engine
-    would not fit; a preflight that cannot read device memory at all only warns, because
-    refusing to start an engine over a missing vendor tool would be an outage of our own."""
+    """Refuse to start when the engine would not fit; a preflight that cannot read device
+    memory only warns (a missing vendor tool must not cause an outage of our own)."""
     from accelhost.hygiene.preflight import preflight
 
     report = preflight(host, util, device)
@@ -47,11 +41,9 @@ def bind_plan(
     log: Callable[[str], None],
     allow_foreign: bool = False,
 ) -> tuple[int, Plan | None]:
-    """`--bind DEVICE [--plan FILE] [--thread-role ...]`: the device and the plan to apply,
-    made before the engine starts so a host that cannot be planned for (PlanError), a plan
-    file made for another host (ApplyError, unless `allow_foreign`) or a bad option
-    (UsageError) is refused up front, not discovered minutes later. The plan is None when
-    the ARM policy skips it (said through `log`)."""
+    """`--bind DEVICE [--plan FILE] [--thread-role ...]`: the device and the plan, made
+    before the engine starts so a bad host, plan file or option is refused up front; the
+    plan is None when the ARM policy skips it."""
     from accelhost.cpulist import parse_device_list
 
     try:
@@ -112,12 +104,8 @@ def bind_tree(
     reason: str,
     log: Callable[[str], None],
 ) -> list[ApplyReport]:
-    """Apply the plan to the engine's processes: those holding the device, else the command.
-
-    IRQ and host-thread steps are per host, so they go with the first process only. A
-    failed step is logged, never fatal: a bind must not stop an engine from serving. The
-    ARM policy was applied by `bind_plan` before the start.
-    """
+    """Apply the plan to the processes holding the device, else the command; IRQ and
+    host-thread steps with the first only. A failed step is logged, never fatal."""
     from accelhost.apply import driver
     from accelhost.apply.build import BindOptions
 

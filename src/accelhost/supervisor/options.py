@@ -93,10 +93,8 @@ class RunOutcome:
     # "engine-died" (--fail-on-exit) or "not-started".
     reason: str
     cmd_pid: int | None = None
-    cmd_wait_status: int | None = None  # os.waitstatus_to_exitcode of the command
     terminated: list[int] = field(default_factory=list)  # pids sent SIGTERM in teardown
     killed: list[int] = field(default_factory=list)  # pids that needed SIGKILL
     survivors: list[int] = field(default_factory=list)  # pids that outlived even SIGKILL
     removed_segments: list[RemovedSegment] = field(default_factory=list)
     removed_files: list[RemovedFile] = field(default_factory=list)  # under /dev/shm
-    teardown_s: float = 0.0
