@@ -112,10 +112,15 @@ def left_by_file(facts: HostFacts, path: str) -> dict[str, Any] | None:
     return left_by_dir(facts, path) or left_by_seen(facts, f) or left_by_birth(facts, born)
 
 
+def _listed(facts: HostFacts) -> list[ShmFile]:
+    """Every /dev/shm file listed: the host's and the containers' own."""
+    own = [d.files for d in facts.containers.shm_dirs] if facts.containers else []
+    dirs = [*facts.shm_files.values(), *own]
+    return [f for files in dirs for f in files or ()]
+
+
 def _file_of(facts: HostFacts, path: str) -> ShmFile | None:
-    dirs = [files or () for files in facts.shm_files.values()]
-    dirs += [d.files or () for d in facts.containers.shm_dirs] if facts.containers else []
-    return next((f for files in dirs for f in files if f.path == path), None)
+    return next((f for f in _listed(facts) if f.path == path), None)
 
 
 def _born_of_segment(facts: HostFacts, shmid: int) -> float | None:
@@ -184,11 +189,7 @@ class HolderMemory:
         cf = facts.containers
         if cf is None:
             return
-        listed = {
-            (f.dev, f.inode)
-            for files in [*facts.shm_files.values(), *(d.files for d in cf.shm_dirs)]
-            for f in files or ()
-        }
+        listed = {(f.dev, f.inode) for f in _listed(facts)}
         kept = {k: c for k, c in self._seen.items() if k in listed}
         for node, cid in cf.held_by.items():
             if node in listed and cid in cf.view.containers:

@@ -221,7 +221,3 @@ class Channel(Generic[T]):
             self._not_full.notify_all()
             _wake(self._aget)
             _wake(self._aput)
-
-    @property
-    def aborted(self) -> bool:
-        return self._aborted

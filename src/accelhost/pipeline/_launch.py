@@ -9,7 +9,6 @@ import multiprocessing
 import os
 import threading
 from collections.abc import Callable
-from time import perf_counter
 from typing import Any
 
 from accelhost.pipeline._errors import PipelineError
@@ -29,7 +28,6 @@ def start(r: Run) -> None:
     async_workers: list[Worker] = []
     for w in r.workers:
         st = stages[w.stage]
-        w.started = perf_counter()
         if st.kind == "async":
             async_workers.append(w)
             continue

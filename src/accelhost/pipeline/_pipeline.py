@@ -18,12 +18,8 @@ from accelhost.pipeline._trace import trace_events
 
 
 class Pipeline:
-    """Overlapping stages joined by bounded queues.
-
-    Everything a run starts (threads, processes, an event loop) ends before `run` or
-    `stream` returns, raises, or is closed, within `join_timeout` seconds of the end:
-    the pipeline never leaves work running behind the caller's back.
-    """
+    """Overlapping stages joined by bounded queues. Everything a run starts ends before
+    `run` or `stream` returns, raises or is closed, within `join_timeout` seconds."""
 
     def __init__(
         self,

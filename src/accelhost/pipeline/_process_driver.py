@@ -44,7 +44,6 @@ def process_driver(r: Run, w: Worker) -> None:
     except BaseException as exc:
         r.fail(exc)
     finally:
-        w.ended = perf_counter()
         proc = link.proc
         if stop_child and not r.aborted:
             with contextlib.suppress(OSError):

@@ -69,8 +69,6 @@ class ProcessLink:
 class Worker:
     stage: int
     index: int
-    started: float = 0.0
-    ended: float | None = None
     busy: float = 0.0
     items: int = 0
     errors: int = 0

@@ -61,7 +61,6 @@ def thread_worker(r: Run, w: Worker) -> None:
     except BaseException as exc:  # a bug here or a BaseException from the stage
         r.fail(exc)
     finally:
-        w.ended = perf_counter()
         outq.producer_done()
 
 
@@ -125,5 +124,4 @@ async def _async_worker(r: Run, w: Worker) -> None:
     except BaseException as exc:
         r.fail(exc)
     finally:
-        w.ended = perf_counter()
         outq.producer_done()

@@ -1,11 +1,8 @@
 """A cgroup of the run's own (`--cgroup`): membership no process can leave by re-parenting.
 
-Parent links already find double forks and `setsid` escapes under a subreaper; a cgroup
-also survives a process that was moved out of the tree by something we do not see, and on
-cgroup v2 (`cgroup.kill`) or with the v1 freezer the final SIGKILL is atomic even against
-a process that forks in a loop. v2 is preferred when it is mounted and writable; v1 uses
-the freezer hierarchy (else pids). Where neither can be written (a container with a
-read-only /sys/fs/cgroup), `--cgroup` fails with one line instead of running unprotected.
+With `cgroup.kill` (v2) or the v1 freezer the final SIGKILL is atomic even against a
+process that forks in a loop. v2 is preferred; v1 uses freezer, else pids. Where neither
+can be written, `--cgroup` fails with one line instead of running unprotected.
 """
 
 from __future__ import annotations

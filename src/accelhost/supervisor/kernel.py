@@ -1,8 +1,5 @@
-"""The few Linux calls that set up the supervisor and its child, each failing softly.
-
-A supervisor that cannot become a subreaper (old kernel, seccomp) still works for the
-processes that stay under its command; it must not refuse to start the engine. Signals are
-`accelhost.remove.signals`'; libc is `accelhost.host.libc`'s.
+"""The few Linux calls that set up the supervisor and its child, each failing softly (a
+supervisor that cannot become a subreaper still works; it must not refuse the engine).
 """
 
 from __future__ import annotations

@@ -46,20 +46,13 @@ class SegmentLedger:
             and seg.cpid not in self.ambiguous
         )
 
-    def leaked(self, host: Host) -> list[ShmSegment]:
-        """Our segments that nobody attaches, as the table shows them now."""
+    def now(self, host: Host, attached: bool) -> list[ShmSegment]:
+        """Our live segments, as the table shows them now: those nobody attaches (leaked),
+        or those someone outside the tree still attaches (kept, reported)."""
         return [
             s
             for s in read_segments(host) or []
-            if self.ours(s) and s.nattch == 0 and not s.marked_for_destruction
-        ]
-
-    def still_attached(self, host: Host) -> list[ShmSegment]:
-        """Our segments that someone outside the tree still attaches (kept, reported)."""
-        return [
-            s
-            for s in read_segments(host) or []
-            if self.ours(s) and s.nattch > 0 and not s.marked_for_destruction
+            if self.ours(s) and (s.nattch > 0) == attached and not s.marked_for_destruction
         ]
 
 
@@ -82,7 +75,7 @@ def remove_leaked(
         return True, ""
 
     removed: list[RemovedSegment] = []
-    for seg in ledger.leaked(host):
+    for seg in ledger.now(host, attached=False):
         what = f"shared memory shmid {seg.shmid} key {seg.key_hex}"
         done = remove_segment(host, seg.shmid, rule, rmid=remove)
         if done.status == "kept" and done.why:
@@ -92,7 +85,7 @@ def remove_leaked(
         elif done.status == "removed":
             removed.append(RemovedSegment(seg.shmid, seg.key_hex, seg.size, seg.cpid))
             log(f"removed {what} ({seg.size} bytes) left by pid {seg.cpid}")
-    for seg in ledger.still_attached(host):
+    for seg in ledger.now(host, attached=True):
         log(
             f"kept shared memory shmid {seg.shmid} key {seg.key_hex} made by pid {seg.cpid}: "
             f"still attached by {seg.nattch} process(es) outside the tree"

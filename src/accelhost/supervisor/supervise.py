@@ -105,15 +105,10 @@ class Supervisor:
             assert self.st.cmd_pid is not None
             signal_group(self.st.cmd_pid, sig)
 
-    def _extra_pids(self) -> list[int]:
-        return self.cgroup.pids() if self.cgroup is not None else []
-
     def _scan(self, cheap: bool = False) -> dict[int, ProcessInfo]:
         """The tree now; `cheap` (while watching) skips pids already known to be outside."""
-        if cheap:
-            tree = self.scanner.scan(self._extra_pids())
-        else:
-            tree = scan_tree(self.host, self.me, self._extra_pids())
+        extra = self.cgroup.pids() if self.cgroup is not None else []
+        tree = self.scanner.scan(extra) if cheap else scan_tree(self.host, self.me, extra)
         self.left.note(tree)
         return tree
 
@@ -122,14 +117,10 @@ class Supervisor:
         try:
             return self._run()
         except BaseException:
-            # A bug of ours must not leave the engine running unsupervised.
-            if self._cmd_running():
-                self._forward(signal.SIGKILL)
+            self._forward(signal.SIGKILL)  # a bug of ours must not leave the engine unsupervised
             raise
         finally:
-            for fd in list(self.st.tracked):
-                os.close(fd)
-            self.st.tracked.clear()
+            self._untrack()
             self.left.close()
             self.waker.restore()
 
@@ -284,11 +275,14 @@ class Supervisor:
         tree = self._scan()
         bind_tree(self.host, req.plan, req.device, tree, self.st.cmd_pid, reason, self.opts.log)
 
-    def _teardown(self, outcome: RunOutcome) -> None:
+    def _untrack(self) -> None:
         for fd in list(self.st.tracked):
             self.poller.unregister(fd)
             os.close(fd)
         self.st.tracked.clear()
+
+    def _teardown(self, outcome: RunOutcome) -> None:
+        self._untrack()
         tree = Tree(
             host=self.host,
             cmd_pid=self.st.cmd_pid,
