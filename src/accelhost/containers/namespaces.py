@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from accelhost.host.base import Host
+from accelhost.parsers.procstat import parse_status_field
 
 NS_KINDS = ("pid", "ipc", "mnt")
 _NS_LINK = re.compile(r"^([a-z_]{1,32}):\[(\d{1,20})\]$")
@@ -40,12 +41,9 @@ def parse_ns_link(target: str | None) -> int | None:
 
 def parse_nspid(status: str | None) -> tuple[int, ...]:
     """The `NSpid:` values of a /proc/PID/status text (empty when absent or malformed)."""
-    for line in (status or "").splitlines():
-        if line.startswith("NSpid:"):
-            values = line[len("NSpid:") :].split()
-            if values and len(values) <= 64 and all(v.isascii() and v.isdigit() for v in values):
-                return tuple(int(v) for v in values)
-            return ()
+    values = (parse_status_field(status or "", "NSpid") or "").split()
+    if values and len(values) <= 64 and all(v.isascii() and v.isdigit() for v in values):
+        return tuple(int(v) for v in values)
     return ()
 
 

@@ -89,23 +89,21 @@ def _ask_socket(
     return found, removed
 
 
-def _ask_crictl(host: Host) -> dict[str, Container] | None:
+def _stdout(host: Host, argv: list[str]) -> str | None:
     try:
-        result = host.run(list(crictl.PS_ARGV))
+        result = host.run(argv)
     except AccelhostError:  # a hung CRI endpoint: go on without names
         return None
-    if result is None or not result.ok:
-        return None
-    listed = crictl.parse_crictl_ps(result.stdout)
+    return result.stdout if result is not None and result.ok else None
+
+
+def _ask_crictl(host: Host) -> dict[str, Container] | None:
+    listed = crictl.parse_crictl_ps(_stdout(host, list(crictl.PS_ARGV)))
     if listed is None:
         return None
     out = {}
     for c in listed[:MAX_INSPECT]:
-        try:
-            got = host.run(crictl.inspect_argv(c.id))
-        except AccelhostError:
-            got = None
-        started, finished = crictl.parse_crictl_inspect(got.stdout if got and got.ok else None)
+        started, finished = crictl.parse_crictl_inspect(_stdout(host, crictl.inspect_argv(c.id)))
         out[c.id] = replace(c, started=started, finished=finished)
     return out
 
@@ -115,9 +113,8 @@ def _merge(seen: CgroupContainer, record: Container | None) -> Container:
     pod = record.pod if record else None
     if seen.pod_uid is not None:
         pod = Pod(pod.namespace if pod else None, pod.name if pod else None, seen.pod_uid)
-    if record is None:
-        return Container(runtime=seen.runtime, id=seen.container_id, state=RUNNING, pod=pod)
-    return replace(record, runtime=seen.runtime, state=RUNNING, pod=pod)
+    base = record or Container(runtime=seen.runtime, id=seen.container_id)
+    return replace(base, runtime=seen.runtime, state=RUNNING, pod=pod)
 
 
 def read_containers(
@@ -175,16 +172,13 @@ def read_containers(
         cid: _with_processes(c, cid, seen, namespaces, procs, host_ipc, records)
         for cid, c in containers.items()
     }
-    notes: tuple[str, ...] = ()
-    if seen and not answered:
-        notes = (NO_RUNTIME_NOTE,)
     return ContainerView(
         pid_container={pid: w.container_id for pid, w in seen.items()},
         containers=containers,
         namespaces=namespaces,
         host_ipc=host_ipc,
         runtimes=tuple(answered),
-        notes=notes,
+        notes=(NO_RUNTIME_NOTE,) if seen and not answered else (),
     )
 
 

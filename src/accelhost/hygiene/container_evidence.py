@@ -35,10 +35,6 @@ def container_of(facts: HostFacts, pid: int) -> Container | None:
     return None if cf is None else cf.view.of_pid(pid)
 
 
-def _could_write_host_shm(c: Container) -> bool:
-    return c.ipc_mode not in _PRIVATE_IPC and c.shares_host_ipc is not False
-
-
 def left_by_birth(facts: HostFacts, born: float | None) -> dict[str, Any] | None:
     """The stopped containers whose lifetime covers `born` (host /dev/shm, SysV)."""
     cf = facts.containers
@@ -51,7 +47,8 @@ def left_by_birth(facts: HostFacts, born: float | None) -> dict[str, Any] | None
         and c.started is not None
         and c.started - LIFETIME_SLACK_S <= born
         and (c.finished is None or born <= c.finished + LIFETIME_SLACK_S)
-        and _could_write_host_shm(c)
+        and c.ipc_mode not in _PRIVATE_IPC  # it could write the host's /dev/shm
+        and c.shares_host_ipc is not False
     ]
     if not found:
         return None
@@ -107,7 +104,7 @@ def left_by_seen(facts: HostFacts, f: ShmFile | None) -> dict[str, Any] | None:
 
 
 def left_by_file(facts: HostFacts, path: str) -> dict[str, Any] | None:
-    f = _file_of(facts, path)
+    f = next((f for f in _listed(facts) if f.path == path), None)
     born = None if f is None else (f.birth if f.birth is not None else f.mtime)
     return left_by_dir(facts, path) or left_by_seen(facts, f) or left_by_birth(facts, born)
 
@@ -119,24 +116,15 @@ def _listed(facts: HostFacts) -> list[ShmFile]:
     return [f for files in dirs for f in files or ()]
 
 
-def _file_of(facts: HostFacts, path: str) -> ShmFile | None:
-    return next((f for f in _listed(facts) if f.path == path), None)
-
-
-def _born_of_segment(facts: HostFacts, shmid: int) -> float | None:
-    seg = next((s for s in facts.segments or () if s.shmid == shmid), None)
-    return None if seg is None else float(seg.ctime)
-
-
 def annotate_evidence(e: dict[str, Any], facts: HostFacts) -> dict[str, Any]:
     kind = e.get("kind")
     if kind == "process" and isinstance(e.get("pid"), int) and "container" not in e:
         return {**e, "container": container_json(container_of(facts, e["pid"]))}
     if kind == "shm_file" and "left_by" not in e:
-        path = str(e.get("path"))
-        return {**e, "left_by": left_by_file(facts, path)}
+        return {**e, "left_by": left_by_file(facts, str(e.get("path")))}
     if kind == "segment" and "left_by" not in e and isinstance(e.get("shmid"), int):
-        return {**e, "left_by": left_by_birth(facts, _born_of_segment(facts, e["shmid"]))}
+        seg = next((s for s in facts.segments or () if s.shmid == e["shmid"]), None)
+        return {**e, "left_by": left_by_birth(facts, None if seg is None else float(seg.ctime))}
     return e
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from accelhost.containers.model import Container, ContainerView
 from accelhost.containers.reader import read_containers
 from accelhost.host.base import Host
+from accelhost.parsers.procstat import parse_status_field
 from accelhost.readers.procs import ProcessInfo
 from accelhost.readers.shmfiles import HeldScan, ShmFile, list_shm_files, scan_held
 
@@ -152,12 +153,10 @@ def _engine_uids(
     for pid, p in sorted(procs.items()):
         if engines is None or p.is_zombie or not p.cmdline or not engines.search(p.command):
             continue
-        for line in (host.read_file(f"/proc/{pid}/status") or "").splitlines():
-            if line.startswith("Uid:"):
-                first = line.split()[1:2]
-                if first and first[0].isascii() and first[0].isdigit():
-                    out[pid] = int(first[0])
-                break
+        status = host.read_file(f"/proc/{pid}/status") or ""
+        real = (parse_status_field(status, "Uid") or "").split()[:1]
+        if real and real[0].isascii() and real[0].isdigit():
+            out[pid] = int(real[0])
     return out
 
 

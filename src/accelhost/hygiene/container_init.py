@@ -22,15 +22,24 @@ from accelhost.hygiene.report import OK, SKIP, WARN, CheckResult
 NAME = "container_init"
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "busybox"})
 ONE_CHILD_INITS = frozenset({"tini", "tini-static", "dumb-init", "docker-init", "catatonit"})
-# What each kind of PID 1 cost on this project's machines (vLLM 0.32, --ipc=host, Docker
-# 20.10; the table in docs/containers.md).
-COST = {
-    "shell": "measured: `docker stop` took 10.6 s (SIGTERM dropped, SIGKILL, exit 137) and left "
-    "2 psm_* (240 + 160 MiB apparent) and 1 sem.mp-* in /dev/shm",
-    "engine": "measured: `docker stop` took 0.7 s and left the same 2 psm_* and 1 sem.mp-* "
-    "(the helpers die with PID 1)",
-    "init": "measured: `docker stop` took 0.6 s and left the same 2 psm_* and 1 sem.mp-* "
-    "(the init exits with its one child; the kernel kills the helpers)",
+# Each leaking kind of PID 1: how it is said, and what it cost on this project's machines
+# (vLLM 0.32, --ipc=host, Docker 20.10; the table in docs/containers.md).
+LEAKS = {
+    "shell": (
+        "a shell (drops SIGTERM)",
+        "measured: `docker stop` took 10.6 s (SIGTERM dropped, SIGKILL, exit 137) and left "
+        "2 psm_* (240 + 160 MiB apparent) and 1 sem.mp-* in /dev/shm",
+    ),
+    "engine": (
+        "the engine itself",
+        "measured: `docker stop` took 0.7 s and left the same 2 psm_* and 1 sem.mp-* "
+        "(the helpers die with PID 1)",
+    ),
+    "init": (
+        "an init that exits with its one child",
+        "measured: `docker stop` took 0.6 s and left the same 2 psm_* and 1 sem.mp-* "
+        "(the init exits with its one child; the kernel kills the helpers)",
+    ),
 }
 POD_COST = (
     "in a shared /dev/shm each crash and restart leaves the old incarnation's files "
@@ -105,7 +114,7 @@ def check_container_init(facts: HostFacts, options: HygieneOptions) -> CheckResu
             if o.id != c.id and mine & ipc_of.get(o.id, set())
         )
         risk = _ipc_risk(c, neighbours)
-        bad = risk is not None and kind in ("shell", "engine", "init")
+        bad = risk is not None and kind in LEAKS
         item: dict[str, Any] = {
             "kind": "container",
             "container": container_json(c),
@@ -117,9 +126,11 @@ def check_container_init(facts: HostFacts, options: HygieneOptions) -> CheckResu
         }
         if bad:
             risky.append(c)
-            cost = COST[kind] if c.shares_host_ipc or c.ipc_mode == "host" else POD_COST
+            said, cost = LEAKS[kind]
+            if not (c.shares_host_ipc or c.ipc_mode == "host"):
+                cost = POD_COST
             item["cost"] = cost
-            item["detail"] = f"PID 1 is {_said(kind)}, {risk}: {cost}"
+            item["detail"] = f"PID 1 is {said}, {risk}: {cost}"
         elif kind == "accelhost run":
             item["detail"] = "PID 1 is accelhost run: the engine's tree is stopped whole"
         elif risk is None:
@@ -139,11 +150,3 @@ def check_container_init(facts: HostFacts, options: HygieneOptions) -> CheckResu
     return CheckResult(
         NAME, OK, f"{len(engines)} engine container(s), none leaks at stop{note}", tuple(evidence)
     )
-
-
-def _said(kind: str) -> str:
-    return {
-        "shell": "a shell (drops SIGTERM)",
-        "engine": "the engine itself",
-        "init": "an init that exits with its one child",
-    }[kind]

@@ -162,21 +162,16 @@ def _read(path: str) -> str:
 
 
 def _candidates(version: str, mounts: list[Mount], own: dict[str, str]) -> list[tuple[int, str]]:
-    out: list[tuple[int, str]] = []
-    if version in ("auto", "2"):
-        for m in mounts:
-            if m.fstype == "cgroup2" and "" in own:
-                out.append((2, _join(m, own[""])))
-                break
-    if version in ("auto", "1"):
-        for name in V1_PREFERENCE:
-            for m in mounts:
-                if m.fstype == "cgroup" and name in m.options and name in own:
-                    out.append((1, _join(m, own[name])))
-                    break
-            if out and out[-1][0] == 1:
-                break
-    return out
+    """The parents to try, v2 first: the first match of each wanted version."""
+    v2 = [(2, _join(m, own[""])) for m in mounts if m.fstype == "cgroup2" and "" in own]
+    v1 = [
+        (1, _join(m, own[name]))
+        for name in V1_PREFERENCE
+        for m in mounts
+        if m.fstype == "cgroup" and name in m.options and name in own
+    ]
+    out = v2[:1] if version in ("auto", "2") else []
+    return out + (v1[:1] if version in ("auto", "1") else [])
 
 
 def create_cgroup(version: str, name: str) -> Cgroup:
