@@ -5,7 +5,7 @@ is None, never guessed) and about all of a host's containers (`ContainerView`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from accelhost.containers.namespaces import Namespaces
@@ -19,9 +19,6 @@ class Pod:
     namespace: str | None
     name: str | None
     uid: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"namespace": self.namespace, "name": self.name, "uid": self.uid}
 
     @property
     def label(self) -> str:
@@ -69,19 +66,7 @@ class Container:
         return len(w) >= 4 and self.id.startswith(w.lower())
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "runtime": self.runtime,
-            "id": self.id,
-            "name": self.name,
-            "image": self.image,
-            "state": self.state,
-            "pod": self.pod.to_dict() if self.pod else None,
-            "started": self.started,
-            "finished": self.finished,
-            "ipc_mode": self.ipc_mode,
-            "pid1_command": self.pid1_command,
-            "shares_host_ipc": self.shares_host_ipc,
-        }
+        return asdict(self)  # every field, in order; the pod as a dict too
 
 
 @dataclass(frozen=True)
