@@ -28,6 +28,8 @@ LOGIND_DROPINS = (
     "/usr/lib/systemd/logind.conf.d",
 )
 
+_TRUE, _FALSE = ("yes", "true", "on", "1"), ("no", "false", "off", "0")  # systemd's words
+
 
 @dataclass(frozen=True)
 class ContainerShmDir:
@@ -77,7 +79,6 @@ def parse_remove_ipc(texts: list[tuple[str, str]]) -> tuple[bool | None, str | N
     but none sets it (systemd's default is yes)."""
     value: bool | None = None
     source: str | None = None
-    section = ""
     for path, text in texts:
         section = ""
         for raw in text.splitlines():
@@ -90,10 +91,8 @@ def parse_remove_ipc(texts: list[tuple[str, str]]) -> tuple[bool | None, str | N
             key, eq, val = line.partition("=")
             if eq and section == "Login" and key.strip() == "RemoveIPC":
                 word = val.strip().lower()
-                if word in ("yes", "true", "on", "1"):
-                    value, source = True, path
-                elif word in ("no", "false", "off", "0"):
-                    value, source = False, path
+                if word in _TRUE + _FALSE:
+                    value, source = word in _TRUE, path
     if value is None and texts:
         return True, "systemd's default (RemoveIPC=yes)"
     return value, source

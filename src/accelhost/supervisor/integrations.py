@@ -14,7 +14,6 @@ from accelhost.parsers.devnodes import node_kind
 from accelhost.readers.procs import ProcessInfo, open_fds
 
 if TYPE_CHECKING:
-    from accelhost.apply.steps import ApplyReport
     from accelhost.plans import Plan
 
 
@@ -103,7 +102,7 @@ def bind_tree(
     cmd_pid: int | None,
     reason: str,
     log: Callable[[str], None],
-) -> list[ApplyReport]:
+) -> None:
     """Apply the plan to the processes holding the device, else the command; IRQ and
     host-thread steps with the first only. A failed step is logged, never fatal."""
     from accelhost.apply import driver
@@ -116,7 +115,6 @@ def bind_tree(
 
     pids = holders_of_device(host, tree, device) or ([cmd_pid] if cmd_pid else [])
     log(f"--bind: binding pid(s) {', '.join(map(str, pids))} to device {device} ({reason})")
-    reports = []
     for n, pid in enumerate(pids):
         # the plan's host was checked by `bind_plan`, before the start (a plan made from
         # --snapshot is of the host the user named)
@@ -126,14 +124,7 @@ def bind_tree(
         except (AccelhostError, OSError) as exc:
             log(f"--bind: pid {pid}: {exc}")
             continue
-        reports.append(report)
-        for warning in report.warnings:
-            log(f"--bind: {warning}")
         failed = report.failed
-        done = len(report.results) - len(failed)
-        log(f"--bind: pid {pid}: {done} step(s) done, {len(failed)} failed")
-        for r in failed:
-            log(f"--bind: {r.line}")
-        for note in report.notes:
-            log(f"--bind: {note}")
-    return reports
+        done = f"pid {pid}: {len(report.results) - len(failed)} step(s) done, {len(failed)} failed"
+        for line in [*report.warnings, done, *(r.line for r in failed), *report.notes]:
+            log(f"--bind: {line}")
