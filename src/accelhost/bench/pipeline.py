@@ -169,16 +169,12 @@ def run_serial(wl: Workload, progress: Progress) -> Result:
         clock = time.perf_counter
         out = []
         for item in wl.items:
-            t0 = clock()
-            a = wl.pre(item)
-            t1 = clock()
-            b = device(a)
-            t2 = clock()
-            out.append(wl.post(b))
-            t3 = clock()
-            stage_s[0] += t1 - t0
-            stage_s[1] += t2 - t1
-            stage_s[2] += t3 - t2
+            value = item
+            for i, stage in enumerate((wl.pre, device, wl.post)):
+                t0 = clock()
+                value = stage(value)
+                stage_s[i] += clock() - t0
+            out.append(value)
             progress.step()
         return out
 

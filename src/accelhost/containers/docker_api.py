@@ -113,12 +113,7 @@ def parse_container_list(text: str | None, runtime: str = "docker") -> list[Cont
         cid = item.get("Id")
         if not isinstance(cid, str) or not _HEX64.match(cid):
             continue
-        names = item.get("Names")
-        name = (
-            next((n.lstrip("/") for n in names if isinstance(n, str)), None)
-            if isinstance(names, list)
-            else None
-        )
+        name = next((n.lstrip("/") for n in _list(item.get("Names")) if isinstance(n, str)), None)
         out.append(
             Container(
                 runtime=runtime,

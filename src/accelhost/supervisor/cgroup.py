@@ -117,16 +117,14 @@ class Cgroup:
                 return False
         except OSError:
             return False
-        if on:  # the v1 freezer goes FREEZING before FROZEN; wait a little, never long
-            deadline = time.monotonic() + 0.5
-            while time.monotonic() < deadline and self._freezing():
-                time.sleep(0.01)
+        # the v1 freezer goes FREEZING before FROZEN: wait a little, never long (v2's
+        # cgroup.freeze is synchronous enough for a kill right after)
+        deadline = time.monotonic() + 0.5
+        while on and self.version == 1 and time.monotonic() < deadline:
+            if _read(self._file("freezer.state")).strip() != "FREEZING":
+                break
+            time.sleep(0.01)
         return True
-
-    def _freezing(self) -> bool:
-        if self.version == 2:
-            return False  # cgroup.freeze is synchronous enough for a kill right after
-        return _read(self._file("freezer.state")).strip() == "FREEZING"
 
     def remove(self, timeout_s: float = 2.0) -> bool:
         """rmdir once the members are reaped (EBUSY until the kernel drops the last one)."""

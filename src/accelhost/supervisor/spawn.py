@@ -86,17 +86,10 @@ def spawn(
         os.close(err_r)
         _child(argv, cgroup, reset, err_w, private)
     os.close(err_w)
-    try:
-        chunks = []
-        while True:
-            data = os.read(err_r, 64)
-            if not data:
-                break
-            chunks.append(data)
-    finally:
-        os.close(err_r)
-    if not chunks:
+    with open(err_r, "rb") as pipe:  # empty once the exec closed it
+        failure = pipe.read()
+    if not failure:
         return pid
     os.waitpid(pid, 0)
-    step, _, code = b"".join(chunks).decode().partition(":")
+    step, _, code = failure.decode().partition(":")
     raise SpawnError(step, int(code or errno.EINVAL), argv[0])
