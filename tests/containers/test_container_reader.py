@@ -9,7 +9,6 @@ import json
 from accelhost.containers.docker_api import events_path, parse_time
 from accelhost.containers.model import NO_RUNTIME_NOTE
 from accelhost.containers.reader import (
-    container_of_pids,
     events_window,
     read_containers,
     runtime_sockets,
@@ -215,20 +214,6 @@ def test_kubernetes_pods_from_the_cgroup_and_crictl() -> None:
     assert c.started == parse_time("2026-12-01T11:00:00Z") and c.finished is None
     assert view.runtimes == ("crictl",) and view.notes == ()
     assert [x.id for x in view.find("serving/vllm-0")] == [cid(8)]
-
-
-def test_container_of_pids_reads_what_it_needs() -> None:
-    m, _ = two_containers()
-    for pid, cmd, ppid in ((1001, "vllm serve /models/tiny", 1000), (500, "sshd", 1)):
-        m.files[f"/proc/{pid}/stat"] = (
-            f"{pid} ({cmd.split()[0]}) S {ppid} {pid} {pid} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 "
-            "100 0 0\n"
-        )
-        m.files[f"/proc/{pid}/cmdline"] = "\0".join(cmd.split()) + "\0"
-    found = container_of_pids(m.host(), [1001, 500, 77])
-    assert found[500] is None and found[77] is None
-    c = found[1001]
-    assert c is not None and c.id == cid(1)
 
 
 def test_a_recording_keeps_only_what_is_read_and_replays_the_same_view() -> None:

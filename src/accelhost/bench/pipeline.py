@@ -1,11 +1,8 @@
-"""The pipeline benchmark: one workload, three ways of running it, side by side.
-
-The three runs share one process and one workload so that their ratios mean something on
-a busy machine: the serial loop, the asyncio + ThreadPoolExecutor recipe from the
-background article, and `accelhost.pipeline`. Simulated pre- and postprocessing burn a
-fixed amount of *CPU time* in pure Python (measured with the thread's CPU clock, so a
-thread that waits for the GIL does not get its work done for free); the simulated device
-sleeps, which releases the GIL as a real device call does.
+"""The pipeline benchmark: one workload run three ways in one process, so their ratios
+mean something on a busy machine: the serial loop, the article's asyncio +
+ThreadPoolExecutor recipe, and `accelhost.pipeline`. Simulated pre- and postprocessing
+burn *CPU time* (the thread's CPU clock: waiting for the GIL does no work); the simulated
+device sleeps, releasing the GIL as a real device call does.
 """
 
 from __future__ import annotations
@@ -49,8 +46,6 @@ def burn(seconds: float) -> None:
 
 @dataclass
 class Workload:
-    """Three stage functions and what the slowest of them costs."""
-
     pre: Callable[[Any], Any]
     device: Callable[[Any], Any]
     post: Callable[[Any], Any]
@@ -58,14 +53,12 @@ class Workload:
     slowest_s: float | None  # None: every stage is free, the bound is infinite
     label: str
     device_busy_s: float = 0.0
-    # real stages have no nominal cost: the bound is the slowest stage's mean time in the
-    # serial run of the same process (each stage alone, nothing competing with it)
+    # real stages: the bound is the slowest stage's mean time in the serial run
     measure_bound: bool = False
     # the simulated stages' nominal costs (pre, device, post) in seconds; None when real
     stage_s: tuple[float, float, float] | None = None
 
     def timed_device(self) -> Callable[[Any], Any]:
-        """The device function, adding its wall time to device_busy_s."""
         fn = self.device
         clock = time.perf_counter
 
@@ -79,9 +72,9 @@ class Workload:
         return device
 
 
-def _sim_pre(seconds: float, x: int) -> int:
+def _sim_cpu(seconds: float, factor: int, x: int) -> int:
     burn(seconds)
-    return x * 3
+    return x * factor
 
 
 def _sim_device(seconds: float, x: int) -> int:
@@ -90,16 +83,11 @@ def _sim_device(seconds: float, x: int) -> int:
     return x + 1
 
 
-def _sim_post(seconds: float, x: int) -> int:
-    burn(seconds)
-    return x * 2
-
-
 def simulated(pre_s: float, device_s: float, post_s: float, n: int) -> Workload:
     # module-level functions under partial: picklable, so they can run in worker processes
-    pre = functools.partial(_sim_pre, pre_s)
+    pre = functools.partial(_sim_cpu, pre_s, 3)
     device = functools.partial(_sim_device, device_s)
-    post = functools.partial(_sim_post, post_s)
+    post = functools.partial(_sim_cpu, post_s, 2)
     slowest = max(pre_s, device_s, post_s)
     label = f"pre {pre_s * 1e3:g} ms, device {device_s * 1e3:g} ms, post {post_s * 1e3:g} ms"
     return Workload(
@@ -192,16 +180,12 @@ def run_serial(wl: Workload, progress: Progress) -> Result:
         clock = time.perf_counter
         out = []
         for item in wl.items:
-            t0 = clock()
-            a = wl.pre(item)
-            t1 = clock()
-            b = device(a)
-            t2 = clock()
-            out.append(wl.post(b))
-            t3 = clock()
-            stage_s[0] += t1 - t0
-            stage_s[1] += t2 - t1
-            stage_s[2] += t3 - t2
+            value = item
+            for i, stage in enumerate((wl.pre, device, wl.post)):
+                t0 = clock()
+                value = stage(value)
+                stage_s[i] += clock() - t0
+            out.append(value)
             progress.step()
         return out
 
@@ -273,7 +257,7 @@ def run_accelhost(
 
 
 def check_writable(path: str) -> None:
-    """Raise AccelhostError now if `path` cannot be written, before minutes of benchmark."""
+    """Refuse an unwritable `path` now, not after minutes of benchmark."""
     import os
 
     if not path:
@@ -285,9 +269,6 @@ def check_writable(path: str) -> None:
         raise AccelhostError(f"--trace: the directory {parent} does not exist")
     if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise AccelhostError(f"--trace: {path} is not writable")
-
-
-METHODS = ("serial", "asyncio_recipe", "accelhost")
 
 
 def bench(
@@ -325,24 +306,23 @@ def document(wl: Workload, report: dict[str, Any], cpu_kind: str) -> dict[str, A
     }
 
 
+_NAMES = {"serial": "serial loop", "asyncio_recipe": "asyncio recipe", "accelhost": "accelhost"}
+
+
 def table_rows(report: dict[str, Any]) -> list[list[str]]:
-    rows = []
-    names = {"serial": "serial loop", "asyncio_recipe": "asyncio recipe", "accelhost": "accelhost"}
-    for key in METHODS:
-        r = report[key]
-        eff = "-" if r["efficiency"] is None else f"{r['efficiency']:.3f}"
-        rows.append(
-            [
-                names[key],
-                str(r["items"]),
-                f"{r['seconds']:.3f}",
-                f"{r['items_per_s']:.1f}",
-                f"{r['device_busy'] * 100:.1f}%",
-                eff,
-                f"{r['vs_serial']:.2f}x" if r["vs_serial"] is not None else "-",
-            ]
-        )
-    return rows
+    return [
+        [
+            name,
+            str(r["items"]),
+            f"{r['seconds']:.3f}",
+            f"{r['items_per_s']:.1f}",
+            f"{r['device_busy'] * 100:.1f}%",
+            "-" if r["efficiency"] is None else f"{r['efficiency']:.3f}",
+            "-" if r["vs_serial"] is None else f"{r['vs_serial']:.2f}x",
+        ]
+        for key, name in _NAMES.items()
+        for r in [report[key]]
+    ]
 
 
 TABLE_HEADERS = ("method", "items", "seconds", "items/s", "device busy", "efficiency", "vs serial")

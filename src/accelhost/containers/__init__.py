@@ -6,11 +6,9 @@ What lives where:
 - `docker_api`: Docker's (and Podman's) API answers, parsed (pure);
 - `crictl`: `crictl ps` / `crictl inspect` answers, parsed (pure);
 - `model`: `Container` (what evidence shows) and `ContainerView` (one look at a host);
-- `reader`: `read_containers` / `container_of_pids`, the one reader (cgroups, namespaces,
-  runtime sockets through `Host.http_get`, `crictl` through `Host.run`).
-
-Everything is read through the host door, so a snapshot replays it; without a runtime that
-answers, a container is named by its cgroup id only, never guessed.
+- `reader`: `read_containers`, the one reader (cgroups, namespaces, runtime sockets through
+  `Host.http_get`, `crictl` through `Host.run`): a snapshot replays it; without a runtime
+  that answers, a container is named by its cgroup id only, never guessed.
 """
 
 from accelhost.containers.model import Container, ContainerView, Pod

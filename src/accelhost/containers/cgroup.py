@@ -14,7 +14,6 @@ Every runtime puts a container's processes in a cgroup whose path names the cont
   not (then the runtime is `kubernetes`).
 
 A process on the host (`0::/init.scope`, `/user.slice/...`) is in no container: `None`.
-The parser only reads what the path says; it never guesses a container from a name alone.
 """
 
 from __future__ import annotations
@@ -40,14 +39,11 @@ _BARE_ID = re.compile(rf"^{_HEX64}$")
 # kubepods-burstable-pod1234_abcd.slice / kubepods-pod1234_abcd.slice (Guaranteed)
 _POD_SLICE = re.compile(r"^kubepods(?:-(besteffort|burstable))?-pod([0-9a-f_-]{1,64})\.slice$")
 _POD_DIR = re.compile(r"^pod([0-9a-f-]{1,64})$")
-RUNTIMES = ("docker", "containerd", "cri-o", "podman", "kubernetes")
 
 
 @dataclass(frozen=True)
 class CgroupContainer:
-    """What a cgroup path says about a container."""
-
-    runtime: str  # one of RUNTIMES
+    runtime: str  # docker, containerd, cri-o, podman or kubernetes
     container_id: str  # 64 hex
     pod_uid: str | None = None  # Kubernetes pod UID (dashes), when under kubepods
     qos: str | None = None  # guaranteed, burstable, besteffort (Kubernetes only)
@@ -105,12 +101,8 @@ def parse_cgroup_path(path: str) -> CgroupContainer | None:
 
 
 def parse_cgroup(text: str, source: str = "/proc/PID/cgroup") -> CgroupContainer | None:
-    """The container of a /proc/PID/cgroup text; None for a process on the host.
-
-    v1 and v2 alike: every `ID:CONTROLLERS:PATH` line is read and the first that names a
-    container wins (they agree; a v2 host has only the `0::` line). Raises `ParseError`
-    for text that is no cgroup file (a line without two colons, or far too long).
-    """
+    """The container of a /proc/PID/cgroup text (v1 or v2: the first line that names one);
+    None for a process on the host; `ParseError` for text that is no cgroup file."""
     if len(text) > MAX_CGROUP_TEXT:
         raise ParseError(source, f"{len(text)} characters, no cgroup file is that long")
     found: CgroupContainer | None = None

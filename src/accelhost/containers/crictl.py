@@ -1,9 +1,5 @@
 """`crictl ps -a -o json` and `crictl inspect ID`, parsed (pure): names of the containers a
-CRI runtime (containerd, CRI-O) runs for Kubernetes, where `crictl` is installed.
-
-Fields used: `containers[].id`, `.metadata.name`, `.image.image`, `.state`
-(`CONTAINER_RUNNING`, `CONTAINER_EXITED`, ...), `.labels` (`io.kubernetes.pod.*`);
-inspect's `status.startedAt` / `status.finishedAt` (RFC 3339). Malformed input is skipped.
+CRI runtime (containerd, CRI-O) runs for Kubernetes. Malformed input is skipped.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
-"""Docker's (and Podman's compatible) Engine API answers, parsed (pure).
-
-Three questions are asked (through the host door's `http_get`, so a snapshot replays them):
-- `GET /containers/json?all=1`: every container, running or exited (`Id`, `Names`, `Image`,
-  `State`);
-- `GET /containers/<id>/json`: one container (`State.StartedAt/FinishedAt/Status/Pid`,
-  `HostConfig.IpcMode`, `Config.Labels` with `io.kubernetes.pod.*`, `Path` + `Args`: the
-  command of its PID 1);
-- `GET /events?since=S&until=U&filters=...`: recent `start`/`die`/`destroy` events, one JSON
-  object per line (`Action`, `Actor.ID`, `Actor.Attributes.name/image`, `time`,
-  `timeNano`): how a container removed with `docker rm -f` is still named.
-
-Anything malformed is skipped, never raised: a runtime answering garbage leaves names
-unknown, it does not stop a doctor.
+"""Docker's (and Podman's compatible) Engine API answers, parsed (pure): the container
+list, one container's inspect, and the recent `start`/`die`/`destroy` events (how a
+container removed with `docker rm -f` is still named). Anything malformed is skipped,
+never raised: a runtime answering garbage leaves names unknown, it does not stop a doctor.
 """
 
 from __future__ import annotations
@@ -123,12 +113,7 @@ def parse_container_list(text: str | None, runtime: str = "docker") -> list[Cont
         cid = item.get("Id")
         if not isinstance(cid, str) or not _HEX64.match(cid):
             continue
-        names = item.get("Names")
-        name = (
-            next((n.lstrip("/") for n in names if isinstance(n, str)), None)
-            if isinstance(names, list)
-            else None
-        )
+        name = next((n.lstrip("/") for n in _list(item.get("Names")) if isinstance(n, str)), None)
         out.append(
             Container(
                 runtime=runtime,
@@ -144,11 +129,8 @@ def parse_container_list(text: str | None, runtime: str = "docker") -> list[Cont
 
 @dataclass(frozen=True)
 class Inspected:
-    """The parts of `GET /containers/<id>/json` the doctor uses."""
-
     container: Container
     init_pid: int | None  # State.Pid on the host (0 when not running)
-    restart_count: int | None
 
 
 def parse_inspect(text: str | None, runtime: str = "docker") -> Inspected | None:
@@ -165,7 +147,6 @@ def parse_inspect(text: str | None, runtime: str = "docker") -> Inspected | None
     args = _list(data.get("Args"))
     argv = ([path] if path else []) + [a for a in args if isinstance(a, str)]
     pid = state.get("Pid")
-    restarts = data.get("RestartCount")
     return Inspected(
         Container(
             runtime=runtime,
@@ -180,7 +161,6 @@ def parse_inspect(text: str | None, runtime: str = "docker") -> Inspected | None
             pid1_command=" ".join(argv) or None,
         ),
         pid if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 else None,
-        restarts if isinstance(restarts, int) and not isinstance(restarts, bool) else None,
     )
 
 

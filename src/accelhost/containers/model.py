@@ -1,17 +1,11 @@
-"""What accelhost knows about one container, and about all of a host's containers.
-
-`Container` is what evidence shows for a process or a leftover: runtime, id, name, image,
-state, the Kubernetes pod, when it ran, its IPC mode and its PID 1's command. A field that
-could not be known is None (no runtime answered: only the cgroup's id is known, and the
-name stays None rather than being guessed). `ContainerView` is one look at a host: which
-container each process is in, every container a runtime reported (running, exited, and
-removed ones from its recent events), and the namespaces that decide who shares what.
+"""What accelhost knows about one container (`Container`; a field that could not be known
+is None, never guessed) and about all of a host's containers (`ContainerView`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from accelhost.containers.namespaces import Namespaces
@@ -25,9 +19,6 @@ class Pod:
     namespace: str | None
     name: str | None
     uid: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"namespace": self.namespace, "name": self.name, "uid": self.uid}
 
     @property
     def label(self) -> str:
@@ -75,25 +66,11 @@ class Container:
         return len(w) >= 4 and self.id.startswith(w.lower())
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "runtime": self.runtime,
-            "id": self.id,
-            "name": self.name,
-            "image": self.image,
-            "state": self.state,
-            "pod": self.pod.to_dict() if self.pod else None,
-            "started": self.started,
-            "finished": self.finished,
-            "ipc_mode": self.ipc_mode,
-            "pid1_command": self.pid1_command,
-            "shares_host_ipc": self.shares_host_ipc,
-        }
+        return asdict(self)  # every field, in order; the pod as a dict too
 
 
 @dataclass(frozen=True)
 class ContainerView:
-    """One look at a host's containers."""
-
     # pid -> the id of the container it is in (host processes are absent)
     pid_container: Mapping[int, str] = field(default_factory=dict)
     # id -> everything known about it: the running ones, the runtime's exited records and
@@ -118,7 +95,3 @@ class ContainerView:
 
     def known_labels(self) -> list[str]:
         return sorted(c.label for c in self.containers.values())
-
-    @property
-    def names_known(self) -> bool:
-        return bool(self.runtimes)

@@ -1,11 +1,7 @@
-"""A process's namespaces, read through the host door: which IPC, PID and mount namespace
-it lives in, and its pid inside each nested PID namespace.
+"""A process's namespaces, read through the host door.
 
-Why: two processes share /dev/shm's files and System V segments exactly when they share
-an IPC namespace, so "does this container share the host's IPC namespace" is "is its
-`ns/ipc` link the same as PID 1's" (`ipc:[4026531839]`), whatever the runtime called it.
-`NSpid:` in /proc/PID/status lists the pid from the outermost namespace inward; the last
-value 1 marks a PID namespace's init, a container's PID 1.
+Two processes share /dev/shm and System V segments exactly when their `ns/ipc` links
+match, whatever the runtime called it; `NSpid:` ending in 1 marks a container's PID 1.
 """
 
 from __future__ import annotations
@@ -14,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from accelhost.host.base import Host
+from accelhost.parsers.procstat import parse_status_field
 
 NS_KINDS = ("pid", "ipc", "mnt")
 _NS_LINK = re.compile(r"^([a-z_]{1,32}):\[(\d{1,20})\]$")
@@ -44,12 +41,9 @@ def parse_ns_link(target: str | None) -> int | None:
 
 def parse_nspid(status: str | None) -> tuple[int, ...]:
     """The `NSpid:` values of a /proc/PID/status text (empty when absent or malformed)."""
-    for line in (status or "").splitlines():
-        if line.startswith("NSpid:"):
-            values = line[len("NSpid:") :].split()
-            if values and len(values) <= 64 and all(v.isascii() and v.isdigit() for v in values):
-                return tuple(int(v) for v in values)
-            return ()
+    values = (parse_status_field(status or "", "NSpid") or "").split()
+    if values and len(values) <= 64 and all(v.isascii() and v.isdigit() for v in values):
+        return tuple(int(v) for v in values)
     return ()
 
 

@@ -1,16 +1,14 @@
 """One look at a host's containers, through the host door (the package's one reader).
 
-`read_containers(host, processes, now_epoch, sockets)` reads each process's cgroup (which
-container), the namespaces of the processes in containers (who shares whose IPC namespace,
-which one is a container's PID 1), and asks the runtimes for names: Docker's or Podman's
-API on each unix socket that answers (`http_get`, one second at most each), `crictl` where
-installed. Without any answer, the cgroup's id is all that is said, and `notes` says why,
-once. `container_of_pids` is the one-function form for a few pids.
+Each process's cgroup says which container; the namespaces say who shares whose IPC
+namespace and which process is a container's PID 1; names come from Docker's or Podman's
+API on each unix socket that answers, or `crictl`. Without any answer, the cgroup's id is
+all that is said, and `notes` says why, once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from accelhost.containers import crictl, docker_api
@@ -26,7 +24,7 @@ from accelhost.containers.model import (
 from accelhost.containers.namespaces import Namespaces, parse_ns_link, read_namespaces
 from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
-from accelhost.readers.procs import ProcessInfo, list_pids, read_process
+from accelhost.readers.procs import ProcessInfo
 
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/podman/podman.sock")
 # How far back a removed container is still named from the runtime's events (Docker keeps
@@ -37,9 +35,8 @@ MAX_INSPECT = 256  # containers inspected per look: a host with more is named fr
 
 
 def events_window(now_epoch: float) -> tuple[int, int]:
-    """(since, until) of the events asked for: the last week, up to a moment ago (an
-    `until` in the future keeps the answer open until then, and the host clock, boot time
-    plus uptime, which a snapshot replays, may run a second ahead)."""
+    """(since, until): the last week, up to a moment ago (an `until` in the future keeps
+    the answer open until then, and the replayed host clock may run a second ahead)."""
     until = int(now_epoch) - EVENTS_LAG_S
     return until - EVENTS_WINDOW_S, until
 
@@ -92,23 +89,21 @@ def _ask_socket(
     return found, removed
 
 
-def _ask_crictl(host: Host) -> dict[str, Container] | None:
+def _stdout(host: Host, argv: list[str]) -> str | None:
     try:
-        result = host.run(list(crictl.PS_ARGV))
+        result = host.run(argv)
     except AccelhostError:  # a hung CRI endpoint: go on without names
         return None
-    if result is None or not result.ok:
-        return None
-    listed = crictl.parse_crictl_ps(result.stdout)
+    return result.stdout if result is not None and result.ok else None
+
+
+def _ask_crictl(host: Host) -> dict[str, Container] | None:
+    listed = crictl.parse_crictl_ps(_stdout(host, list(crictl.PS_ARGV)))
     if listed is None:
         return None
     out = {}
     for c in listed[:MAX_INSPECT]:
-        try:
-            got = host.run(crictl.inspect_argv(c.id))
-        except AccelhostError:
-            got = None
-        started, finished = crictl.parse_crictl_inspect(got.stdout if got and got.ok else None)
+        started, finished = crictl.parse_crictl_inspect(_stdout(host, crictl.inspect_argv(c.id)))
         out[c.id] = replace(c, started=started, finished=finished)
     return out
 
@@ -118,19 +113,17 @@ def _merge(seen: CgroupContainer, record: Container | None) -> Container:
     pod = record.pod if record else None
     if seen.pod_uid is not None:
         pod = Pod(pod.namespace if pod else None, pod.name if pod else None, seen.pod_uid)
-    if record is None:
-        return Container(runtime=seen.runtime, id=seen.container_id, state=RUNNING, pod=pod)
-    return replace(record, runtime=seen.runtime, state=RUNNING, pod=pod)
+    base = record or Container(runtime=seen.runtime, id=seen.container_id)
+    return replace(base, runtime=seen.runtime, state=RUNNING, pod=pod)
 
 
 def read_containers(
     host: Host,
-    processes: Mapping[int, ProcessInfo] | None = None,
+    procs: Mapping[int, ProcessInfo],
     now_epoch: float | None = None,
     sockets: Sequence[str] = (),
 ) -> ContainerView:
     """Which container each process is in, and every container the runtimes know."""
-    procs = dict(processes) if processes is not None else _read_all(host)
     seen: dict[int, CgroupContainer] = {}
     for pid, proc in procs.items():
         if proc.is_kernel_thread:
@@ -179,16 +172,13 @@ def read_containers(
         cid: _with_processes(c, cid, seen, namespaces, procs, host_ipc, records)
         for cid, c in containers.items()
     }
-    notes: tuple[str, ...] = ()
-    if seen and not answered:
-        notes = (NO_RUNTIME_NOTE,)
     return ContainerView(
         pid_container={pid: w.container_id for pid, w in seen.items()},
         containers=containers,
         namespaces=namespaces,
         host_ipc=host_ipc,
         runtimes=tuple(answered),
-        notes=notes,
+        notes=(NO_RUNTIME_NOTE,) if seen and not answered else (),
     )
 
 
@@ -227,22 +217,3 @@ def _with_processes(
     ipcs = {namespaces[p].ipc for p in pids if namespaces[p].ipc is not None}
     shares = None if not ipcs or host_ipc is None else host_ipc in ipcs
     return replace(c, pid1_command=procs[init].command, shares_host_ipc=shares)
-
-
-def _read_all(host: Host) -> dict[int, ProcessInfo]:
-    out = {}
-    for pid in list_pids(host):
-        info = read_process(host, pid)
-        if info is not None:
-            out[pid] = info
-    return out
-
-
-def container_of_pids(
-    host: Host, pids: Iterable[int], sockets: Sequence[str] = ()
-) -> dict[int, Container | None]:
-    """pid -> its container (None: on the host, or gone), for a few pids."""
-    wanted = list(pids)
-    procs = {p: i for p in wanted if (i := read_process(host, p)) is not None}
-    view = read_containers(host, procs, None, sockets)
-    return {p: view.of_pid(p) for p in wanted}

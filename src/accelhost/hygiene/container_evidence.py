@@ -1,19 +1,14 @@
 """Every finding named by its container: evidence annotation and `--container` scoping.
 
-- A process (an orphan, a device holder, a holder in any check) carries `container`: the
-  container it is in (`Container.to_dict()` plus a `label`), or null on the host.
-- A leftover (a /dev/shm file, a System V segment) carries `left_by`: the containers that
-  left it where that can be known, and why: the container whose own /dev/shm holds it, or
-  the one container whose lifetime covers the leftover's birth and that no longer runs
-  (an exited record, or a removed one from the runtime's recent events). Two candidates:
-  both are named and `ambiguous` says so. Nothing is guessed beyond that.
-- `scope_report` / `scope_actions`: `doctor --container` / `clean --container` keep what
-  one container left; `resolve_container` turns a name or id into it, or refuses (exit 2)
-  listing the containers it knows.
+A process carries `container` (null on the host); a leftover carries `left_by`: the
+container whose own /dev/shm holds it, or the stopped one(s) whose lifetime covers its
+birth (`ambiguous` when more than one), never a guess beyond that. `scope_report` /
+`scope_actions` keep what one container left (`doctor`/`clean --container`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -40,10 +35,6 @@ def container_of(facts: HostFacts, pid: int) -> Container | None:
     return None if cf is None else cf.view.of_pid(pid)
 
 
-def _could_write_host_shm(c: Container) -> bool:
-    return c.ipc_mode not in _PRIVATE_IPC and c.shares_host_ipc is not False
-
-
 def left_by_birth(facts: HostFacts, born: float | None) -> dict[str, Any] | None:
     """The stopped containers whose lifetime covers `born` (host /dev/shm, SysV)."""
     cf = facts.containers
@@ -56,7 +47,8 @@ def left_by_birth(facts: HostFacts, born: float | None) -> dict[str, Any] | None
         and c.started is not None
         and c.started - LIFETIME_SLACK_S <= born
         and (c.finished is None or born <= c.finished + LIFETIME_SLACK_S)
-        and _could_write_host_shm(c)
+        and c.ipc_mode not in _PRIVATE_IPC  # it could write the host's /dev/shm
+        and c.shares_host_ipc is not False
     ]
     if not found:
         return None
@@ -86,18 +78,18 @@ def left_by_dir(facts: HostFacts, path: str) -> dict[str, Any] | None:
     if d is None:
         return None
     found = [cf.view.containers[i] for i in d.container_ids if i in cf.view.containers]
-    engines = [c for c in found if _runs_engine(facts, c)]
+    from accelhost.hygiene.engines import build_catalog
+
+    rx = build_catalog().any_regex()
+    engines = [c for c in found if runs_engine(facts, c, rx)]
     chosen = engines or found
     why = "in the /dev/shm of " + " and ".join(c.label for c in chosen)
     return _named(chosen, why, "containers share it")
 
 
-def _runs_engine(facts: HostFacts, c: Container) -> bool:
-    from accelhost.hygiene.engines import build_catalog
-
+def runs_engine(facts: HostFacts, c: Container, rx: re.Pattern[str] | None) -> bool:
     cf = facts.containers
     procs = facts.processes or {}
-    rx = build_catalog().any_regex()
     pids = cf.view.pids_of(c.id) if cf else []
     return rx is not None and any(p in procs and rx.search(procs[p].command) for p in pids)
 
@@ -112,20 +104,16 @@ def left_by_seen(facts: HostFacts, f: ShmFile | None) -> dict[str, Any] | None:
 
 
 def left_by_file(facts: HostFacts, path: str) -> dict[str, Any] | None:
-    f = _file_of(facts, path)
+    f = next((f for f in _listed(facts) if f.path == path), None)
     born = None if f is None else (f.birth if f.birth is not None else f.mtime)
     return left_by_dir(facts, path) or left_by_seen(facts, f) or left_by_birth(facts, born)
 
 
-def _file_of(facts: HostFacts, path: str) -> ShmFile | None:
-    dirs = [files or () for files in facts.shm_files.values()]
-    dirs += [d.files or () for d in facts.containers.shm_dirs] if facts.containers else []
-    return next((f for files in dirs for f in files if f.path == path), None)
-
-
-def _born_of_segment(facts: HostFacts, shmid: int) -> float | None:
-    seg = next((s for s in facts.segments or () if s.shmid == shmid), None)
-    return None if seg is None else float(seg.ctime)
+def _listed(facts: HostFacts) -> list[ShmFile]:
+    """Every /dev/shm file listed: the host's and the containers' own."""
+    own = [d.files for d in facts.containers.shm_dirs] if facts.containers else []
+    dirs = [*facts.shm_files.values(), *own]
+    return [f for files in dirs for f in files or ()]
 
 
 def annotate_evidence(e: dict[str, Any], facts: HostFacts) -> dict[str, Any]:
@@ -133,10 +121,10 @@ def annotate_evidence(e: dict[str, Any], facts: HostFacts) -> dict[str, Any]:
     if kind == "process" and isinstance(e.get("pid"), int) and "container" not in e:
         return {**e, "container": container_json(container_of(facts, e["pid"]))}
     if kind == "shm_file" and "left_by" not in e:
-        path = str(e.get("path"))
-        return {**e, "left_by": left_by_file(facts, path)}
+        return {**e, "left_by": left_by_file(facts, str(e.get("path")))}
     if kind == "segment" and "left_by" not in e and isinstance(e.get("shmid"), int):
-        return {**e, "left_by": left_by_birth(facts, _born_of_segment(facts, e["shmid"]))}
+        seg = next((s for s in facts.segments or () if s.shmid == e["shmid"]), None)
+        return {**e, "left_by": left_by_birth(facts, None if seg is None else float(seg.ctime))}
     return e
 
 
@@ -163,20 +151,17 @@ def resolve_container(facts: HostFacts, wanted: str) -> list[Container]:
     raise UsageError(f"--container {wanted}: no such container; known: {listed}{note}")
 
 
-def _mentions(e: dict[str, Any], ids: set[str]) -> bool:
-    c = e.get("container")
-    if isinstance(c, dict) and c.get("id") in ids:
-        return True
+def _containers_in(e: dict[str, Any]) -> list[dict[str, Any]]:
+    """The containers an evidence item names: its own, then those of its `left_by`."""
     left = e.get("left_by")
-    if isinstance(left, dict):
-        return any(isinstance(x, dict) and x.get("id") in ids for x in left.get("containers", []))
-    return False
+    found = [e.get("container"), *(left.get("containers", []) if isinstance(left, dict) else [])]
+    return [x for x in found if isinstance(x, dict)]
 
 
 class HolderMemory:
     """What `watch` remembers between rounds: which container's processes held each
-    /dev/shm file (by device and inode), so that a file left when that container went is
-    named by it. Bounded: only files still listed are kept, at most `limit`."""
+    /dev/shm file, so a file left when that container went is named by it (only files
+    still listed, at most `limit`)."""
 
     def __init__(self, limit: int = 10000) -> None:
         self.limit = limit
@@ -192,11 +177,7 @@ class HolderMemory:
         cf = facts.containers
         if cf is None:
             return
-        listed = {
-            (f.dev, f.inode)
-            for files in [*facts.shm_files.values(), *(d.files for d in cf.shm_dirs)]
-            for f in files or ()
-        }
+        listed = {(f.dev, f.inode) for f in _listed(facts)}
         kept = {k: c for k, c in self._seen.items() if k in listed}
         for node, cid in cf.held_by.items():
             if node in listed and cid in cf.view.containers:
@@ -206,15 +187,7 @@ class HolderMemory:
 
 def containers_named(evidence: Sequence[dict[str, Any]]) -> list[str]:
     """The labels of the containers a check's evidence names, once each, in order."""
-    out: dict[str, None] = {}
-    for e in evidence:
-        c = e.get("container")
-        if isinstance(c, dict) and c.get("label"):
-            out[str(c["label"])] = None
-        left = e.get("left_by")
-        for x in left.get("containers", []) if isinstance(left, dict) else []:
-            if isinstance(x, dict) and x.get("label"):
-                out[str(x["label"])] = None
+    out = {str(x["label"]): None for e in evidence for x in _containers_in(e) if x.get("label")}
     return list(out)
 
 
@@ -228,7 +201,7 @@ def scope_report(report: DoctorReport, chosen: Sequence[Container]) -> DoctorRep
         if not c.evidence:
             out.append(c)
             continue
-        kept = tuple(e for e in c.evidence if _mentions(e, ids))
+        kept = tuple(e for e in c.evidence if any(x.get("id") in ids for x in _containers_in(e)))
         if kept:
             mine = f"{label}: {len(kept)} of {len(c.evidence)} item(s)"
             out.append(replace(c, summary=f"{mine}; on the whole host: {c.summary}", evidence=kept))
@@ -244,11 +217,7 @@ def action_container(facts: HostFacts, a: Action) -> dict[str, Any] | None:
         for t in a.targets:
             c = container_of(facts, t.pid)
             if c is not None:
-                return {
-                    "containers": [container_json(c)],
-                    "ambiguous": False,
-                    "why": f"runs in {c.label}",
-                }
+                return _named([c], f"runs in {c.label}", "")
         return None
     if isinstance(a, RemoveShmFile):
         return left_by_file(facts, a.path)

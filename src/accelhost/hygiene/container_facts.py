@@ -1,15 +1,8 @@
-"""What the doctor reads about containers, once, through the host door.
-
-`read_container_facts` is called by `read_facts` with the process table it already read:
-- the `ContainerView` (which container each process is in, names from the runtimes);
-- every /dev/shm of the host's containers that is not the host's own: one per IPC
-  namespace other than PID 1's, reached through `/proc/<pid>/root/dev/shm` of a live
-  process of it, listed like the host's and kept once per tmpfs (st_dev), with what the
-  processes of that namespace hold (a pod's containers share one IPC namespace and one
-  /dev/shm, which outlive a container's restart);
-- /dev/shm's free space (`stat -f`, which busybox has too) for the preflight, and
-  systemd-logind's `RemoveIPC` (logind.conf and its drop-ins; systemd's default is yes).
-A source that cannot be read stays None; nothing here raises for a host's content.
+"""What the doctor reads about containers, once, through the host door: the
+`ContainerView`; each container /dev/shm that is not the host's (one per IPC namespace,
+through `/proc/<pid>/root/dev/shm`, once per tmpfs), with what its processes hold;
+/dev/shm's free space (`stat -f`); and systemd-logind's `RemoveIPC`. A source that cannot
+be read stays None; nothing here raises for a host's content.
 """
 
 from __future__ import annotations
@@ -21,6 +14,7 @@ from dataclasses import dataclass, field
 from accelhost.containers.model import Container, ContainerView
 from accelhost.containers.reader import read_containers
 from accelhost.host.base import Host
+from accelhost.parsers.procstat import parse_status_field
 from accelhost.readers.procs import ProcessInfo
 from accelhost.readers.shmfiles import HeldScan, ShmFile, list_shm_files, scan_held
 
@@ -33,6 +27,8 @@ LOGIND_DROPINS = (
     "/run/systemd/logind.conf.d",
     "/usr/lib/systemd/logind.conf.d",
 )
+
+_TRUE, _FALSE = ("yes", "true", "on", "1"), ("no", "false", "off", "0")  # systemd's words
 
 
 @dataclass(frozen=True)
@@ -83,7 +79,6 @@ def parse_remove_ipc(texts: list[tuple[str, str]]) -> tuple[bool | None, str | N
     but none sets it (systemd's default is yes)."""
     value: bool | None = None
     source: str | None = None
-    section = ""
     for path, text in texts:
         section = ""
         for raw in text.splitlines():
@@ -96,10 +91,8 @@ def parse_remove_ipc(texts: list[tuple[str, str]]) -> tuple[bool | None, str | N
             key, eq, val = line.partition("=")
             if eq and section == "Login" and key.strip() == "RemoveIPC":
                 word = val.strip().lower()
-                if word in ("yes", "true", "on", "1"):
-                    value, source = True, path
-                elif word in ("no", "false", "off", "0"):
-                    value, source = False, path
+                if word in _TRUE + _FALSE:
+                    value, source = word in _TRUE, path
     if value is None and texts:
         return True, "systemd's default (RemoveIPC=yes)"
     return value, source
@@ -146,12 +139,8 @@ def _shm_dirs(
             continue  # the host's /dev/shm, or one already listed through another process
         seen_devs |= devs
         ids = tuple(sorted({view.pid_container[p] for p in pids if p in view.pid_container}))
-        held = scan_held(host, pids)
-        out.append(
-            ContainerShmDir(
-                path, ipc, tuple(pids), ids, None if files is None else tuple(files), held
-            )
-        )
+        listed = None if files is None else tuple(files)
+        out.append(ContainerShmDir(path, ipc, tuple(pids), ids, listed, scan_held(host, pids)))
     return tuple(out)
 
 
@@ -163,12 +152,10 @@ def _engine_uids(
     for pid, p in sorted(procs.items()):
         if engines is None or p.is_zombie or not p.cmdline or not engines.search(p.command):
             continue
-        for line in (host.read_file(f"/proc/{pid}/status") or "").splitlines():
-            if line.startswith("Uid:"):
-                first = line.split()[1:2]
-                if first and first[0].isascii() and first[0].isdigit():
-                    out[pid] = int(first[0])
-                break
+        status = host.read_file(f"/proc/{pid}/status") or ""
+        real = (parse_status_field(status, "Uid") or "").split()[:1]
+        if real and real[0].isascii() and real[0].isdigit():
+            out[pid] = int(real[0])
     return out
 
 

@@ -1,13 +1,10 @@
 """The `container_init` check: warn before a container's stop leaks its engine's memory.
 
-When PID 1 of a container exits, the kernel kills every other process of its PID namespace
-at once; an engine's helpers (vLLM's resource tracker, which unlinks its `psm_*` queues and
-`sem.mp-*` semaphores) die before they clean up. Where /dev/shm outlives the container (it
-shares the host's IPC namespace, `--ipc=host`; or a pod's, which survives a restart) those
-files stay. A shell as PID 1 also drops SIGTERM (`docker stop` waits, then SIGKILLs), and an
-engine or an init that exits with its one child (tini, dumb-init, docker-init) leaves the
-same files (measured: docs/containers.md). `accelhost run` as PID 1 waits for the whole
-tree and removes what is provably its own.
+When PID 1 of a container exits, the kernel kills the rest of its PID namespace at once,
+so the engine's helpers die before they unlink their `psm_*` and `sem.mp-*` files; where
+/dev/shm outlives the container (`--ipc=host`, a pod's) those stay. A shell, the engine
+itself, or an init that exits with its one child all leak (docs/containers.md);
+`accelhost run` as PID 1 waits for the whole tree.
 """
 
 from __future__ import annotations
@@ -15,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from accelhost.containers.model import RUNNING, Container
-from accelhost.hygiene.container_evidence import container_json
+from accelhost.hygiene.container_evidence import container_json, runs_engine
 from accelhost.hygiene.evidence import unknown
 from accelhost.hygiene.facts import HostFacts
 from accelhost.hygiene.options import HygieneOptions
@@ -25,15 +22,24 @@ from accelhost.hygiene.report import OK, SKIP, WARN, CheckResult
 NAME = "container_init"
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "busybox"})
 ONE_CHILD_INITS = frozenset({"tini", "tini-static", "dumb-init", "docker-init", "catatonit"})
-# What each kind of PID 1 cost on this project's machines (vLLM 0.32, --ipc=host, Docker
-# 20.10; the table in docs/containers.md).
-COST = {
-    "shell": "measured: `docker stop` took 10.6 s (SIGTERM dropped, SIGKILL, exit 137) and left "
-    "2 psm_* (240 + 160 MiB apparent) and 1 sem.mp-* in /dev/shm",
-    "engine": "measured: `docker stop` took 0.7 s and left the same 2 psm_* and 1 sem.mp-* "
-    "(the helpers die with PID 1)",
-    "init": "measured: `docker stop` took 0.6 s and left the same 2 psm_* and 1 sem.mp-* "
-    "(the init exits with its one child; the kernel kills the helpers)",
+# Each leaking kind of PID 1: how it is said, and what it cost on this project's machines
+# (vLLM 0.32, --ipc=host, Docker 20.10; the table in docs/containers.md).
+LEAKS = {
+    "shell": (
+        "a shell (drops SIGTERM)",
+        "measured: `docker stop` took 10.6 s (SIGTERM dropped, SIGKILL, exit 137) and left "
+        "2 psm_* (240 + 160 MiB apparent) and 1 sem.mp-* in /dev/shm",
+    ),
+    "engine": (
+        "the engine itself",
+        "measured: `docker stop` took 0.7 s and left the same 2 psm_* and 1 sem.mp-* "
+        "(the helpers die with PID 1)",
+    ),
+    "init": (
+        "an init that exits with its one child",
+        "measured: `docker stop` took 0.6 s and left the same 2 psm_* and 1 sem.mp-* "
+        "(the init exits with its one child; the kernel kills the helpers)",
+    ),
 }
 POD_COST = (
     "in a shared /dev/shm each crash and restart leaves the old incarnation's files "
@@ -87,16 +93,9 @@ def check_container_init(facts: HostFacts, options: HygieneOptions) -> CheckResu
     if cf is None:
         return unknown(NAME, "containers not read")
     rx = options.engine_regex()
-    procs = facts.processes
-    engines: list[Container] = []
-    for c in cf.view.containers.values():
-        pids = cf.view.pids_of(c.id)
-        if (
-            c.state == RUNNING
-            and rx is not None
-            and any(p in procs and rx.search(procs[p].command) for p in pids)
-        ):
-            engines.append(c)
+    engines = [
+        c for c in cf.view.containers.values() if c.state == RUNNING and runs_engine(facts, c, rx)
+    ]
     note = f" ({'; '.join(cf.view.notes)})" if cf.view.notes else ""
     if not engines:
         return CheckResult(NAME, SKIP, f"no container runs an engine{note}")
@@ -115,7 +114,7 @@ def check_container_init(facts: HostFacts, options: HygieneOptions) -> CheckResu
             if o.id != c.id and mine & ipc_of.get(o.id, set())
         )
         risk = _ipc_risk(c, neighbours)
-        bad = risk is not None and kind in ("shell", "engine", "init")
+        bad = risk is not None and kind in LEAKS
         item: dict[str, Any] = {
             "kind": "container",
             "container": container_json(c),
@@ -127,9 +126,11 @@ def check_container_init(facts: HostFacts, options: HygieneOptions) -> CheckResu
         }
         if bad:
             risky.append(c)
-            cost = COST[kind] if c.shares_host_ipc or c.ipc_mode == "host" else POD_COST
+            said, cost = LEAKS[kind]
+            if not (c.shares_host_ipc or c.ipc_mode == "host"):
+                cost = POD_COST
             item["cost"] = cost
-            item["detail"] = f"PID 1 is {_said(kind)}, {risk}: {cost}"
+            item["detail"] = f"PID 1 is {said}, {risk}: {cost}"
         elif kind == "accelhost run":
             item["detail"] = "PID 1 is accelhost run: the engine's tree is stopped whole"
         elif risk is None:
@@ -149,11 +150,3 @@ def check_container_init(facts: HostFacts, options: HygieneOptions) -> CheckResu
     return CheckResult(
         NAME, OK, f"{len(engines)} engine container(s), none leaks at stop{note}", tuple(evidence)
     )
-
-
-def _said(kind: str) -> str:
-    return {
-        "shell": "a shell (drops SIGTERM)",
-        "engine": "the engine itself",
-        "init": "an init that exits with its one child",
-    }[kind]

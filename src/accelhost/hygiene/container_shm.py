@@ -1,14 +1,6 @@
-"""Files in the containers' own /dev/shm, judged like the host's (the same leak rule).
-
-A pod's /dev/shm (or one shared with `--ipc=container:...`) is not the host's: the host's
-listing never shows it, and its holders name its files by their own path (`/dev/shm/x`),
-not the host's (`/proc/<pid>/root/dev/shm/x`). So each file is judged under the name its
-namespace's processes use, against what they hold (and against every process's mapped
-inodes, whatever its namespace); a file of the live incarnation is held or born with a
-held one, and stays. `judge_shm_files` (posix_check) judges these listings with the host's,
-so the doctor reports them and the cleaner removes them through the host's path, with the
-same re-checks at removal (inode, mtime, held by nobody). This module only lists (the
-judging stays in posix_check, which imports it).
+"""Files in the containers' own /dev/shm, listed to be judged like the host's (by
+`posix_check`). Their holders name them by their own path (`/dev/shm/x`), not the host's
+(`/proc/<pid>/root/dev/shm/x`), so each file is judged under both names.
 """
 
 from __future__ import annotations
@@ -32,9 +24,8 @@ class ShmListing:
 
 
 def container_listings(facts: HostFacts) -> list[ShmListing]:
-    """One listing per container /dev/shm (empty without containers): its files under
-    the name its processes use, held = what they hold plus every process's mapped inodes
-    and whatever names the file by the host's path."""
+    """One listing per container /dev/shm: held is what its processes hold, plus every
+    process's mapped inodes and whatever names a file by the host's path."""
     cf = facts.containers
     everyone = facts.shm_held
     if cf is None or everyone is None:

@@ -1,15 +1,9 @@
 """Two things that stop an engine before it serves, said before they happen.
 
-- /dev/shm too small: vLLM checks /dev/shm's free space (statvfs) for each shared-memory
-  buffer at start and refuses with "Insufficient space in /dev/shm for <what>: <N> MiB
-  required, <M> MiB free. Increase /dev/shm (e.g. --shm-size or --ipc=host)." (vLLM
-  #48879); leaked `psm_*` files eat that space slowly. The doctor's preflight says the same
-  words first (`HygieneOptions.shm_need_mib`, by default the 400 MiB the measured engine's
-  two queues took).
-- systemd-logind's `RemoveIPC=yes` (systemd's default): when a non-system user's last
-  session ends, logind removes that user's System V segments and POSIX shared memory, under
-  an engine that still runs (vLLM #54259). A WARN in `host_tuning` when logind runs and an
-  engine runs as such a user.
+- /dev/shm too small: vLLM refuses to start with "Insufficient space in /dev/shm ..."
+  (vLLM #48879); the preflight says the same words first (`shm_need_mib`).
+- systemd-logind's `RemoveIPC=yes` (the default) removes a non-system user's shared
+  memory when their last session ends, under a running engine (vLLM #54259).
 """
 
 from __future__ import annotations

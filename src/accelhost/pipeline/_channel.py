@@ -1,9 +1,7 @@
 """A bounded queue between two stages that threads and event loops can both wait on.
 
-`queue.Queue` cannot be awaited and `asyncio.Queue` cannot be used from threads, and an
-aborted pipeline must wake every waiter at once, thread or coroutine, so that nothing can
-block forever. Hence this small class. A worker takes one item at a time (or one batch),
-so one slow call holds back no item but its own; only the consumer takes all there is.
+`queue.Queue` cannot be awaited, `asyncio.Queue` cannot be used from threads, and an
+abort must wake every waiter at once, thread or coroutine.
 """
 
 from __future__ import annotations
@@ -57,12 +55,9 @@ def _wake(waiters: list[Waiter]) -> None:
 
 
 class Channel(Generic[T]):
-    """Bounded multi-producer, multi-consumer queue with end-of-stream and abort.
-
-    End of stream is reached when every producer has called `producer_done` and the queue
-    is empty; getters then receive None. `put_many` waits for room below the capacity and
-    then appends the whole list, so the depth can exceed the capacity by at most one batch:
-    that keeps a batch atomic without any partial-put bookkeeping.
+    """Bounded multi-producer, multi-consumer queue with end-of-stream (None, once every
+    producer is done and the queue is empty) and abort. `put_many` waits for room, then
+    appends the whole list: a batch stays atomic, the depth may pass capacity by one batch.
     """
 
     def __init__(self, capacity: int, producers: int, trace: bool = False) -> None:
@@ -86,9 +81,7 @@ class Channel(Generic[T]):
         self.depth_max = 0
         self.depth_trace: list[tuple[float, int]] | None = [] if trace else None
 
-    # -- accounting -----------------------------------------------------------------
     def _changed(self, before: int, depth: int) -> None:
-        """Account a change of depth (the hot path: one call per put and per get)."""
         now = perf_counter()
         self._area += before * (now - self._t_last)
         self._t_last = now
@@ -105,7 +98,6 @@ class Channel(Generic[T]):
     def __len__(self) -> int:
         return len(self._items)
 
-    # -- producer side ----------------------------------------------------------------
     def _append(self, items: Iterable[T]) -> None:
         queue = self._items
         before = len(queue)
@@ -155,7 +147,6 @@ class Channel(Generic[T]):
                 self._not_empty.notify_all()
                 _wake(self._aget)
 
-    # -- consumer side ----------------------------------------------------------------
     def _poll(self, max_n: int) -> list[T] | None:
         """Under the lock: up to max_n items, None at end of stream, [] to wait."""
         if self._aborted:
@@ -223,7 +214,6 @@ class Channel(Generic[T]):
         with self._lock, contextlib.suppress(ValueError):
             waiters.remove(entry)
 
-    # -- teardown -----------------------------------------------------------------------
     def abort(self) -> None:
         with self._lock:
             self._aborted = True
@@ -231,7 +221,3 @@ class Channel(Generic[T]):
             self._not_full.notify_all()
             _wake(self._aget)
             _wake(self._aput)
-
-    @property
-    def aborted(self) -> bool:
-        return self._aborted

@@ -1,9 +1,6 @@
 """The two ends of a run: the feeder that puts the caller's items in, and the reorder
-buffer that hands the results out.
-
-Under `ordered`, the feeder lets at most `RunSettings.window()` items be inside the run
-at once: results that came out ahead of an earlier item wait for it in the reorder
-buffer, which is therefore bounded, and no worker ever waits for the buffer.
+buffer that hands the results out (bounded: under `ordered` the feeder lets at most
+`RunSettings.window()` items be inside the run at once).
 """
 
 from __future__ import annotations
@@ -30,8 +27,8 @@ def start_feeder(r: Run, iterable: Iterable[Any]) -> None:
 
 @contextlib.contextmanager
 def _feeding(r: Run) -> Iterator[tuple[Channel[Env], bool, int]]:
-    """Around a feeder: an error of the input iterable fails the run, and the first
-    channel always learns that its one producer is done."""
+    """An error of the input iterable fails the run; the first channel always learns
+    that its one producer is done."""
     first = r.channels[0]
     try:
         yield first, r.settings.ordered, r.settings.window()
@@ -99,12 +96,9 @@ async def atake(r: Run) -> list[Any] | None:
 
 
 def _settle(r: Run, envs: list[Env]) -> list[Any]:
-    """Results of the items taken from the last channel that may leave now.
-
-    Under `ordered`, items wait in `r.pending` until every earlier one has left. Items
-    that failed leave as their error under on_error='return' and not at all under
-    'skip'; either way they free their place in the window.
-    """
+    """Results of the items taken from the last channel that may leave now (under
+    `ordered`, once every earlier one has); a failed item leaves as its error under
+    on_error='return', not at all under 'skip', and frees its place either way."""
     if r.settings.ordered:
         ready: list[Env] = []
         pending, nxt = r.pending, r.next_seq

@@ -1,7 +1,4 @@
-"""The pipeline's error type and how an error is made to name the item that caused it.
-
-A leaf module: every other part of the pipeline may import it, it imports none of them.
-"""
+"""The pipeline's error type and how an error is made to name the item that caused it."""
 
 from __future__ import annotations
 
@@ -13,12 +10,8 @@ from accelhost.errors import AccelhostError
 
 
 class PipelineError(AccelhostError):
-    """A pipeline that was set up wrongly, or that failed for a reason other than an item.
-
-    Errors raised by a stage function are re-raised as they are (same type), with the
-    failing item attached; this class covers the rest: bad arguments, a worker process
-    that died, a batch function returning the wrong number of results.
-    """
+    """A pipeline set up wrongly, or failed for a reason other than an item (a stage
+    function's own errors are re-raised as they are, with the failing item attached)."""
 
 
 def exc_note(exc: BaseException, note: str) -> None:
@@ -59,9 +52,8 @@ def annotate(
 
 
 def stop_error(exc: BaseException) -> PipelineError:
-    """StopIteration and StopAsyncIteration cannot leave a generator (PEP 479): Python
-    would turn them into a bare RuntimeError that has lost the failing item. This error
-    keeps the item and the notes, with the original as its __cause__."""
+    """StopIteration cannot leave a generator (PEP 479, it would become a bare
+    RuntimeError): this error keeps the item and notes, the original as its __cause__."""
     text = str(exc)
     err = PipelineError(
         f"{type(exc).__name__}{': ' + text if text else ''} was raised in the pipeline; "

@@ -1,8 +1,6 @@
-"""Starting a run's workers: worker processes first, then the threads that drive them,
-the thread stages' workers and the async stages' event loop.
-
-If a start fails, the run is left as far as it got; the caller tears it down, which stops
-whatever was started (every started thread and process is in the run's records).
+"""Starting a run's workers: processes first, then their driver threads, the thread
+stages' workers and the async stages' event loop. A failed start leaves the run as far as
+it got, every started worker in its records, for the caller to tear down.
 """
 
 from __future__ import annotations
@@ -11,7 +9,6 @@ import multiprocessing
 import os
 import threading
 from collections.abc import Callable
-from time import perf_counter
 from typing import Any
 
 from accelhost.pipeline._errors import PipelineError
@@ -31,7 +28,6 @@ def start(r: Run) -> None:
     async_workers: list[Worker] = []
     for w in r.workers:
         st = stages[w.stage]
-        w.started = perf_counter()
         if st.kind == "async":
             async_workers.append(w)
             continue

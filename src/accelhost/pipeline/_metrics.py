@@ -1,8 +1,5 @@
-"""Prometheus export of `Pipeline.stats()`, read fresh at every scrape.
-
-A custom collector rather than live Gauge objects: the pipeline's hot path stays free of
-metric updates, and a scrape costs one `stats()` call.
-"""
+"""Prometheus export of `Pipeline.stats()`, read at every scrape (a collector, not live
+gauges: the hot path stays free of metric updates)."""
 
 from __future__ import annotations
 
@@ -49,14 +46,9 @@ def collector(
             self._idle: dict[int, float] = {}
 
         def _monotonic_idle(self, run: object, stats: dict[str, Any]) -> list[float]:
-            """Idle seconds that never go down within one run, as a counter must not.
-
-            `stats()` credits a call's time as busy only when the call returns, so until
-            then that time counts as idle, and idle drops back when the call ends: a
-            scrape between the two would read it as a counter reset, and rate() as a
-            spike. Hold the highest value seen until the real one catches up; a new run
-            is a new count (a reset, which counters may have).
-            """
+            """Idle seconds that never go down within one run: a call's time counts as
+            idle until it returns, so idle drops back then, which rate() would read as
+            a reset. Hold the highest value seen; a new run is a new count."""
             with self._lock:
                 if run is not self._run:
                     self._run, self._idle = run, {}

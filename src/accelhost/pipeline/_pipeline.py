@@ -1,9 +1,4 @@
-"""`Pipeline`: the user's handle, which starts a `Run` per `run`/`stream` call and ends it.
-
-Everything a run starts (threads, processes, an event loop) ends before `run` or `stream`
-returns, raises, or is closed: the run's state lives in `_run`, its workers in the
-`_*_worker`/`_process_driver` modules; this module decides only when a run starts and ends.
-"""
+"""`Pipeline`: the user's handle, which starts a `Run` per `run`/`stream` call and ends it."""
 
 from __future__ import annotations
 
@@ -23,12 +18,8 @@ from accelhost.pipeline._trace import trace_events
 
 
 class Pipeline:
-    """Overlapping stages joined by bounded queues.
-
-    Everything a run starts (threads, processes, an event loop) ends before `run` or
-    `stream` returns, raises, or is closed, within `join_timeout` seconds of the end:
-    the pipeline never leaves work running behind the caller's back.
-    """
+    """Overlapping stages joined by bounded queues. Everything a run starts ends before
+    `run` or `stream` returns, raises or is closed, within `join_timeout` seconds."""
 
     def __init__(
         self,
@@ -58,7 +49,6 @@ class Pipeline:
         self._active = False
 
     def _settings(self) -> RunSettings:
-        """The settings the next run starts with (a run keeps its own copy)."""
         return RunSettings(
             stages=tuple(self.stages),
             queue_size=self.queue_size,
@@ -68,7 +58,6 @@ class Pipeline:
             join_timeout=self.join_timeout,
         )
 
-    # -- public API ------------------------------------------------------------------------
     def run(self, iterable: Iterable[Any]) -> Generator[Any, None, None]:
         """Results for `iterable`, as a generator; closing it early stops everything."""
         r = self._start()
@@ -113,10 +102,8 @@ class Pipeline:
                     await asyncio.gather(feeder, return_exceptions=True)
                 await r.afinish(deadline)
             except BaseException:
-                # Cancelled again while tearing down (a second cancel(), a timeout or a
-                # task group on top): the join must still happen, or worker threads,
-                # processes and the abort pipe outlive the stream. Block for it instead;
-                # finish() is bounded by the same deadline.
+                # Cancelled again while tearing down: the join must still happen, or the
+                # workers outlive the stream; block for it (bounded by the same deadline).
                 r.finish(deadline, abort=True)
                 raise
             finally:
@@ -124,13 +111,9 @@ class Pipeline:
         r.raise_if_failed()
 
     def stats(self) -> dict[str, Any]:
-        """Where the time went in the current or last run, per stage.
-
-        Busy is time inside the stage function; idle is the rest of each worker's share of
-        the run (waiting for input or for room downstream). The device stage's idle
-        fraction is the bubble. Queue depth is time-weighted over the run, not sampled at
-        arbitrary moments, so short bursts are neither missed nor overweighted.
-        """
+        """Where the time went in the current or last run, per stage: busy (inside the
+        stage function) and idle (the rest; the device stage's idle fraction is the
+        bubble), and the time-weighted queue depth."""
         r = self._run
         return stats(r.settings if r is not None else self._settings(), r, self._active)
 
@@ -149,7 +132,6 @@ class Pipeline:
         with open(path, "w", encoding="utf-8") as f:
             json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
 
-    # -- starting and ending ---------------------------------------------------------------
     def _start(self) -> Run:
         if self._active:
             raise PipelineError("this pipeline is already running; create another one")

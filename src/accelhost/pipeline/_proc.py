@@ -1,11 +1,9 @@
-"""The body of a worker process, kept in its own light module.
+"""The body of a worker process.
 
-A spawned child imports only this module (and what the stage function needs), so a
-worker starts in tens of milliseconds. The protocol is strict request/response over one
-duplex pipe: the parent sends `(value,)` (a batch's value is its list) or None to stop,
-the child answers with one `(ok, value_or_error, t_start, t_end)` tuple. The parent never
-sends before the previous answer arrived, so neither side can block the other on a full
-pipe, and the parent always knows which item a dead worker was on.
+Strict request/response over one duplex pipe: the parent sends `(value,)` (a batch's
+value is its list) or None to stop, the child answers `(ok, value_or_error, t0, t1)`.
+One message in flight at a time, so neither side blocks on a full pipe and the parent
+always knows which item a dead worker was on.
 """
 
 from __future__ import annotations
@@ -18,17 +16,16 @@ from multiprocessing.connection import Connection
 from time import perf_counter
 from typing import Any
 
+from accelhost.pipeline._errors import exc_note
+
 
 class RemoteError(Exception):
     """Stands in for an exception from a worker process that could not be pickled."""
 
 
 def portable_error(exc: BaseException) -> BaseException:
-    """The exception itself when it survives pickling, else a RemoteError that says what it was.
-
-    The worker's traceback is lost in pickling; it travels as a note so the user still sees
-    where in the worker the failure happened.
-    """
+    """The exception itself when it survives pickling, else a RemoteError saying what it
+    was; the worker's traceback, lost in pickling, travels as a note."""
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     try:
         pickle.loads(pickle.dumps(exc))
@@ -36,11 +33,7 @@ def portable_error(exc: BaseException) -> BaseException:
     except Exception:
         out = RemoteError(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}")
     out.__traceback__ = None
-    note = "traceback in the worker process:\n" + text.rstrip()
-    if hasattr(out, "add_note"):
-        out.add_note(note)
-    else:  # Python 3.10: keep it reachable all the same
-        out.__notes__ = [*getattr(out, "__notes__", []), note]  # type: ignore[attr-defined]
+    exc_note(out, "traceback in the worker process:\n" + text.rstrip())
     return out
 
 

@@ -1,8 +1,5 @@
-"""The thread that feeds one worker process and watches it.
-
-A dead process fails the run, naming the item it was on; it never hangs it: every wait
-here also watches the process's sentinel and the run's abort pipe. The ending rules are
-those of every worker loop (see _thread_worker).
+"""The thread that feeds one worker process and watches it: a dead process fails the run,
+naming its item, and never hangs it (every wait also watches its sentinel and the abort pipe).
 """
 
 from __future__ import annotations
@@ -47,7 +44,6 @@ def process_driver(r: Run, w: Worker) -> None:
     except BaseException as exc:
         r.fail(exc)
     finally:
-        w.ended = perf_counter()
         proc = link.proc
         if stop_child and not r.aborted:
             with contextlib.suppress(OSError):
@@ -60,11 +56,8 @@ def process_driver(r: Run, w: Worker) -> None:
 
 
 def _send(r: Run, w: Worker, good: list[Env], batched: bool) -> list[Env]:
-    """Send one item's value (or one batch's) to the worker; the items that were sent.
-
-    A value that cannot be pickled is that item's error, not its batch's: the rest of the
-    batch is sent without it.
-    """
+    """Send one item's value (or one batch's); the items sent. A value that cannot be
+    pickled is that item's error, not its batch's."""
     assert w.link is not None
     while good:
         try:

@@ -1,10 +1,8 @@
 """The state of one `run`/`stream` call, and the settings it was started with.
 
-A `Run` knows nothing of the `Pipeline` that started it: it gets a frozen `RunSettings`
-and holds one `Worker` record per stage worker. Workers never block anywhere that
-`abort()` cannot wake: channel waits, the process drivers' select on the abort pipe, and
-the event loop's tasks (cancelled). That is what bounds the time a run needs to end on
-every path: finished, failed, closed early, or cancelled.
+Workers never block anywhere that `abort()` cannot wake (channel waits, the process
+drivers' select on the abort pipe, the event loop's tasks): that bounds the time a run
+needs to end on every path.
 """
 
 from __future__ import annotations
@@ -34,8 +32,6 @@ AHEAD = 64
 
 @dataclass(frozen=True)
 class RunSettings:
-    """What a run needs to know of its pipeline, fixed when the run starts."""
-
     stages: tuple[Stage, ...]
     queue_size: int
     ordered: bool
@@ -45,16 +41,13 @@ class RunSettings:
 
     def window(self) -> int:
         """Items that may be inside the pipeline at once under `ordered`, the reorder
-        buffer included: every queue full, plus AHEAD items (or a batch) per worker.
-        Later items flow past a slow one until the window is full; the reorder buffer
-        is bounded by it."""
+        buffer included: every queue full, plus AHEAD items (or a batch) per worker."""
         ahead = sum(st.workers * (st.batch.max_size if st.batch else AHEAD) for st in self.stages)
         return self.queue_size * (len(self.stages) + 1) + ahead
 
 
 class Env:
-    """One item on its way through the stages: an error can name the input item that
-    caused it, and the reorder buffer can put results back in input order."""
+    """One item on its way: its seq restores input order, its item names an error."""
 
     __slots__ = ("seq", "item", "value", "error")
 
@@ -67,8 +60,6 @@ class Env:
 
 @dataclass(eq=False)
 class ProcessLink:
-    """The parent's side of one worker process: the process and its pipe."""
-
     proc: BaseProcess
     conn: Connection
     closed: bool = False
@@ -76,12 +67,8 @@ class ProcessLink:
 
 @dataclass(eq=False)
 class Worker:
-    """One worker of one stage: what runs it and what it has done."""
-
     stage: int
     index: int
-    started: float = 0.0
-    ended: float | None = None
     busy: float = 0.0
     items: int = 0
     errors: int = 0
@@ -102,8 +89,6 @@ class Worker:
 
 @dataclass(eq=False)
 class Run:
-    """Channels, workers and the first error of one run."""
-
     settings: RunSettings
     channels: list[Channel[Env]]
     workers: list[Worker] = field(default_factory=list)
@@ -138,7 +123,6 @@ class Run:
                 run.workers.append(Worker(si, wi, spans=[] if trace else None))
         return run
 
-    # -- failure and teardown ------------------------------------------------------------
     def fail(self, exc: BaseException) -> None:
         with self.lock:
             if self.error is None and not self.aborted:
@@ -209,14 +193,9 @@ class Run:
         return [t for t in self.threads() if t.is_alive()]
 
     def finish(self, deadline: float, abort: bool = False) -> None:
-        """Abort first if asked, join every thread, then stop the processes and close
-        what the run opened.
-
-        An exception raised into this thread meanwhile (a second Ctrl-C while the first
-        one's teardown runs) does not cut the teardown short, which would leak the pipes
-        and processes: it is held, the run is aborted, the teardown goes on (bounded by
-        the deadline), and the exception is raised at the end.
-        """
+        """Abort if asked, join every thread, stop the processes, close what the run
+        opened. An exception raised into this thread meanwhile (a second Ctrl-C) is held
+        and raised at the end, so the teardown is never cut short."""
         held = _steadily(self._stop, None) if abort else None
         for t in self.threads():
             while True:
@@ -235,9 +214,8 @@ class Run:
         self.finish(deadline)
 
     def _reap(self, deadline: float) -> None:
-        # A process still alive here has no driver left to stop it (its driver timed out,
-        # or the run failed while starting): stop it, and kill it if it will not stop.
-        # Each step can be run again after an interruption without doing anything twice.
+        # A process still alive here has no driver left to stop it. Each step can be run
+        # again after an interruption without doing anything twice.
         links = [w.link for w in self.workers if w.link is not None and not w.link.closed]
         for link in links:
             p = link.proc
@@ -271,11 +249,9 @@ class Run:
 
     def raise_if_failed(self) -> None:
         exc = self.error
-        if exc is None:
-            pass
-        elif isinstance(exc, (StopIteration, StopAsyncIteration)):
+        if isinstance(exc, (StopIteration, StopAsyncIteration)):
             raise stop_error(exc) from exc
-        else:
+        if exc is not None:
             raise exc
         if self.aborted:
             raise PipelineError("the pipeline was aborted")

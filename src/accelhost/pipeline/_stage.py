@@ -16,12 +16,9 @@ OnError = Literal["raise", "skip", "return"]
 
 @dataclass(frozen=True)
 class Batch:
-    """Group items for a stage whose function takes a list and returns a list as long.
-
-    A batch is handed on when it holds `max_size` items or `max_wait_ms` after its first
-    item arrived, whichever comes first, so a trickle of requests is not held back waiting
-    for a full batch. `max_wait_ms=math.inf` waits for a full batch (or the end of input).
-    """
+    """Group items for a stage whose function takes a list and returns a list as long:
+    handed on at `max_size` items or `max_wait_ms` after the first, whichever comes first
+    (`math.inf`: only when full or at the end of input)."""
 
     max_size: int
     max_wait_ms: float = 0.0
@@ -37,12 +34,9 @@ class Batch:
 
 @dataclass
 class Stage:
-    """One step of the pipeline and how it runs.
-
-    `kind="thread"` suits functions that release the GIL (device calls, I/O, native
-    tokenizers); `"process"` suits pure-Python CPU work, at the price of pickling values
-    (the function must be importable: defined at module level); `"async"` runs a coroutine
-    function on the pipeline's own event loop with `workers` items in flight.
+    """One step of the pipeline: `kind="thread"` for functions that release the GIL,
+    `"process"` for pure-Python CPU work (a module-level function; values are pickled),
+    `"async"` for a coroutine function on the run's own loop, `workers` items in flight.
     `device=True` marks the stage whose idle time is the device's bubble.
     """
 
@@ -80,5 +74,4 @@ class Stage:
 
     @property
     def label(self) -> str:
-        """The stage's name for messages and metrics (always set after __init__)."""
         return self.name or ""

@@ -1,8 +1,5 @@
-"""Where a run's time went, per stage, as the dict that `Pipeline.stats()` returns.
-
-A pure function of the run's records: it reads counters that the workers update, takes no
-lock, and never changes the run.
-"""
+"""Where a run's time went, per stage, as the dict that `Pipeline.stats()` returns (read
+from the workers' counters without a lock; the run is never changed)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""The loops of a thread stage's worker and of an async stage's worker (on the event loop
-of the run's own thread), one item or one batch at a time.
+"""The loops of a thread stage's worker and of an async stage's worker.
 
-Like every worker loop they end on one of three signals only: end of stream on the input
-channel (normal end), `Aborted` (teardown; for a task also its cancellation), or an error
-reported with `fail` before ending. Whatever happens they call `producer_done` on the
-output channel, so the next stage always learns that this worker is gone.
+Every worker loop ends on end of stream, `Aborted` (or a task's cancellation), or an error
+reported with `fail`, and always calls `producer_done` on its output channel.
 """
 
 from __future__ import annotations
@@ -64,7 +61,6 @@ def thread_worker(r: Run, w: Worker) -> None:
     except BaseException as exc:  # a bug here or a BaseException from the stage
         r.fail(exc)
     finally:
-        w.ended = perf_counter()
         outq.producer_done()
 
 
@@ -128,5 +124,4 @@ async def _async_worker(r: Run, w: Worker) -> None:
     except BaseException as exc:
         r.fail(exc)
     finally:
-        w.ended = perf_counter()
         outq.producer_done()

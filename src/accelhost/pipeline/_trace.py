@@ -19,18 +19,9 @@ def trace_events(r: Run) -> list[dict[str, Any]]:
     for tid, w in enumerate(r.workers, start=1):
         st = stages[w.stage]
         track = f"{w.stage + 1} {st.name} / worker {w.index}"
-        events.append(
-            {"ph": "M", "pid": pid, "tid": tid, "name": "thread_name", "args": {"name": track}}
-        )
-        events.append(
-            {
-                "ph": "M",
-                "pid": pid,
-                "tid": tid,
-                "name": "thread_sort_index",
-                "args": {"sort_index": tid},
-            }
-        )
+        meta = {"thread_name": {"name": track}, "thread_sort_index": {"sort_index": tid}}
+        for name, args in meta.items():
+            events.append({"ph": "M", "pid": pid, "tid": tid, "name": name, "args": args})
         for start, end, seq, count in w.spans or []:
             name = f"#{seq}" if count == 1 else f"batch #{seq}+{count}"
             events.append(

@@ -1,29 +1,19 @@
 """Device helpers for the stages around a model: copies that overlap, waits that don't stall.
 
-The host side of a device pipeline loses time in three places: pageable host memory (the
-driver copies it once more before the DMA), host→device copies on the compute stream
-(the model waits for them), and whole-device synchronisation (every stream waits for
-every other). These helpers avoid all three:
-
-* `HostToDevice` stages host tensors through reusable pinned buffers and copies them with
-  `non_blocking=True` on a side stream, recording one event per batch;
-* `DeviceBatch.wait()` makes the consuming stream wait for that event on the device (the
-  host does not block) and calls `record_stream`, so the caching allocator does not hand
-  the memory to someone else while the consumer still uses it;
-* a pinned buffer is reused only once the event of the copy out of it has completed;
-* `DeviceBatch.synchronize()` blocks the host on one event only, never on the device.
-
-CUDA and Ascend (`torch_npu`) are used when present; on a CPU-only host the same code runs
-with plain memory and no streams, so a pipeline written against these helpers runs (and is
-tested) anywhere. Import this module only where torch is installed.
+They avoid the three places a device pipeline's host side loses time: pageable memory
+(`HostToDevice` stages through reusable pinned buffers), copies on the compute stream (it
+copies on a side stream and records one event per batch, which `DeviceBatch.wait()` makes
+the consumer wait for on the device), and whole-device synchronisation (only single
+events are waited on). CUDA and Ascend (`torch_npu`) when present; on a CPU-only host the
+same code runs with plain memory and no streams. Import only where torch is installed.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 try:
@@ -47,12 +37,8 @@ __all__ = [
 
 @dataclass
 class Backend:
-    """The accelerator a pipeline talks to, behind one small interface.
-
-    `module` is `torch.cuda` or `torch.npu` (both offer Stream, Event, stream(),
-    current_stream()); None on a CPU-only host, where streams and events do not exist and
-    every operation is already complete when it returns.
-    """
+    """The accelerator behind one small interface: `module` is `torch.cuda` or `torch.npu`,
+    None on a CPU-only host (no streams, no events: everything is done when it returns)."""
 
     name: str
     device: torch.device
@@ -90,11 +76,8 @@ class Backend:
 
 
 def detect_backend(prefer: str | None = None) -> Backend:
-    """Ascend if `torch_npu` is importable and sees a device, then CUDA, then the CPU.
-
-    `prefer` ("npu", "cuda" or "cpu") picks one explicitly; asking for one that is not
-    there raises RuntimeError rather than silently running somewhere else.
-    """
+    """Ascend if `torch_npu` sees a device, then CUDA, then the CPU; `prefer` ("npu",
+    "cuda" or "cpu") picks one, or raises RuntimeError when it is not there."""
     if prefer in (None, "npu"):
         try:
             import torch_npu  # type: ignore[import-not-found]  # noqa: F401
@@ -123,13 +106,9 @@ class _Slot:
 
 
 class PinnedBuffers:
-    """A ring of host staging buffers, pinned where a device exists, reused across batches.
-
-    Allocating pinned memory is slow (it is registered with the driver), so buffers are
-    made once and grown only when a batch is larger than any before. A buffer is handed
-    out again only after the event of the copy out of it has completed: waiting on that
-    one event is what makes reuse safe without a device-wide synchronise.
-    """
+    """A ring of host staging buffers, pinned where a device exists: made once (pinning is
+    slow), grown only for a larger batch, and reused only once the event of the copy out
+    of it has completed."""
 
     def __init__(self, backend: Backend, count: int = 4) -> None:
         if count < 1:
@@ -170,14 +149,10 @@ class DeviceBatch:
     tensor: torch.Tensor
     event: Any | None
     backend: Backend
-    meta: dict[str, Any] = field(default_factory=dict)
 
     def wait(self, stream: Any | None = None) -> torch.Tensor:
-        """The tensor, safe to use on `stream` (default: the current one).
-
-        The stream waits for the event on the device; the host goes on at once. The
-        tensor is recorded as used on that stream so its memory is not reused early.
-        """
+        """The tensor, safe to use on `stream` (default: the current one): the stream waits
+        on the device, the host goes on, and `record_stream` keeps the memory from early reuse."""
         s = stream if stream is not None else self.backend.current_stream()
         if self.event is not None and s is not None:
             s.wait_event(self.event)
@@ -201,11 +176,8 @@ def mark(tensor: torch.Tensor, backend: Backend, stream: Any | None = None) -> D
 
 
 class HostToDevice:
-    """Host tensors → device tensors through pinned buffers on a side stream.
-
-    Use it as the function of the stage before the model, or call it inside one; the model
-    stage calls `batch.wait()` before using the tensor.
-    """
+    """Host tensors → device tensors through pinned buffers on a side stream (the stage
+    before the model; the model stage calls `batch.wait()`)."""
 
     def __init__(self, backend: Backend | None = None, buffers: int = 4) -> None:
         self.backend = backend if backend is not None else detect_backend()
@@ -221,9 +193,6 @@ class HostToDevice:
                 event = be.record_event(self.stream)
             slot.event = event
         return DeviceBatch(dev, event, be)
-
-    def many(self, hosts: Sequence[torch.Tensor]) -> list[DeviceBatch]:
-        return [self(h) for h in hosts]
 
 
 class DeviceToHost:

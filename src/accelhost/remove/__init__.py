@@ -4,15 +4,12 @@ The house rule: apply/ places (CPU affinity, memory policy and pages, IRQ masks,
 irqbalance); remove/ removes (signals, /dev/shm unlinks, IPC_RMID); supervisor/ sets up the
 child it starts (spawn, subreaper, namespaces, its cgroup); nothing else changes the
 machine (accelhost's own files and a pipeline's own workers are not the machine).
-Own files: the clean journal, the IRQ state of `unbind`, snapshots, traces, reports; a
-cgroup's kill is the supervisor's, written to its own cgroup. tests/test_house_rules.py
-holds every module to the rule.
+tests/test_house_rules.py holds every module to the rule.
 
-What lives where: `signals` (a process pinned by pid and start time, through a pidfd where
-the kernel has one, so a reused pid is never hit; a process group the caller vouches for;
-the members of the caller's own cgroup) and `shm` (one /dev/shm file by unlink, one System V
-segment by IPC_RMID, each looked at again at the moment of removal). What to remove is the
-callers' to decide (`hygiene.cleaner`'s plan, `supervisor`'s ledgers); how it is re-checked
+What lives where: `signals` (a process pinned by pid and start time, so a reused pid is
+never hit; a process group the caller vouches for; the caller's own cgroup members) and
+`shm` (one /dev/shm file by unlink, one System V segment by IPC_RMID, each looked at again
+at the moment of removal). What to remove is the callers' to decide; how it is re-checked
 and removed is decided here, once. Standard library and accelhost's readers only, so the
 supervisor (PID 1 of a container) imports it cheaply.
 """

@@ -1,10 +1,8 @@
 """Shared memory: unlink one /dev/shm file, IPC_RMID one System V segment, each re-checked.
 
-Both go the same way, one name or one shmid at a time (no `ipcrm`, no "remove all"): look
-at the thing again now; keep it when it is gone or no longer the same thing, when the
-caller's rule says so on that fresh look, or (a file) when any live process holds it;
-else `announce` it (the cleaner syncs its journal line there: no record, no action) and
-remove it. What a caller decides is only its rule; the re-checks are always made.
+One at a time: look again now; keep it when it is gone or changed, when the caller's rule
+says so on that fresh look, or (a file) when a live process holds it; else `announce` it
+(the cleaner journals there: no record, no action) and remove it.
 """
 
 from __future__ import annotations
@@ -36,8 +34,6 @@ FileRule = Callable[[ShmFile], tuple[bool, str]]
 
 @dataclass(frozen=True)
 class Removal:
-    """What became of one removal; `result` is the line to show or journal."""
-
     target: str  # "shmid 32768" or the file's path
     status: Status
     why: str = ""  # why it was kept, or why the call failed

@@ -1,17 +1,12 @@
-"""Signals: every signal accelhost sends goes out from here.
+"""Signals: every signal accelhost sends goes out from here, each way with the rule that
+keeps a reused pid from being hit.
 
-Two ways, each with the rule that keeps a reused pid from being hit:
-- `Pinned`: one process by pid and start time (from a plan, or a scan of the tree). With a
-  pidfd (Linux 5.3+) the identity is fixed once and every signal goes through it; older
-  kernels (4.19 is common on Ascend hosts) get the start time read again just before each
-  `kill`, which leaves the few microseconds between that read and the signal.
-- `signal_group`: a whole process group, for a group the caller can vouch for: its own
-  child leads it (the supervisor's command, a bench run; the id stays reserved while any
-  member lives, and a freed pid is not handed out again until the kernel's pid counter
-  wraps), or a pinned live target still belongs to it (`signal_pinned_group`). The
-  planner decides whether a group may be signalled at all (the cleaner: only when every
-  live member is a target).
-And `signal_members`: the members of the caller's own cgroup, just listed.
+- `Pinned`: one process by pid and start time, through a pidfd (Linux 5.3+), else with the
+  start time read again just before each `kill` (4.19 is common on Ascend hosts).
+- `signal_group`: a group the caller vouches for: its own child leads it (the id stays
+  reserved while any member lives), or a pinned live target is still in it
+  (`signal_pinned_group`).
+- `signal_members`: the members of the caller's own cgroup, just listed.
 """
 
 from __future__ import annotations
@@ -102,9 +97,8 @@ def signal_group(pgid: int, sig: int) -> OSError | None:
 
 
 def signal_pinned_group(pgid: int, members: Iterable[Pinned], sig: int) -> OSError | None:
-    """killpg, if a pinned member is still alive in the group: the group id is reserved
-    while any member lives, so that member proves it is the same group, not a new one.
-    None (and nothing sent) when no pinned member is left in it."""
+    """killpg, if a pinned member is still alive in the group (the id is reserved while it
+    lives, so it proves the group is the same); None, nothing sent, when none is."""
     for m in members:
         if not m.alive:
             continue
@@ -115,10 +109,8 @@ def signal_pinned_group(pgid: int, members: Iterable[Pinned], sig: int) -> OSErr
 
 
 def signal_members(pids: Iterable[int], sig: int) -> None:
-    """Signal the members of the caller's own cgroup, just read from cgroup.procs. Frozen
-    (where the freezer allows) none of them can exit, so no pid can be freed and given to
-    another before the signal lands; unfrozen, the pids were listed microseconds before,
-    and the kernel hands pids out in a cycle, not the one just freed."""
+    """Signal the members of the caller's own cgroup, just listed (frozen where the freezer
+    allows, so no pid can be freed and reused before the signal lands)."""
     for pid in pids:
         try:
             os.kill(pid, sig)

@@ -14,9 +14,8 @@ child it starts (spawn, subreaper, namespaces, its cgroup); nothing else changes
 machine (accelhost's own files and a pipeline's own workers are not the machine).
 
 The supervisor may be PID 1 of every inference container, so this package imports only the
-standard library, the host door, the small shared readers (`accelhost.readers.procs`,
-`accelhost.readers.sysv`, `accelhost.readers.shmfiles`) and `accelhost.remove`; the
-preflight and the CPU binding are imported only when their options are given.
+standard library, the host door, the small shared readers and `accelhost.remove`; the
+preflight and the CPU binding only when their options are given.
 """
 
 from __future__ import annotations

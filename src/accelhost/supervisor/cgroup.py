@@ -1,11 +1,8 @@
 """A cgroup of the run's own (`--cgroup`): membership no process can leave by re-parenting.
 
-Parent links already find double forks and `setsid` escapes under a subreaper; a cgroup
-also survives a process that was moved out of the tree by something we do not see, and on
-cgroup v2 (`cgroup.kill`) or with the v1 freezer the final SIGKILL is atomic even against
-a process that forks in a loop. v2 is preferred when it is mounted and writable; v1 uses
-the freezer hierarchy (else pids). Where neither can be written (a container with a
-read-only /sys/fs/cgroup), `--cgroup` fails with one line instead of running unprotected.
+With `cgroup.kill` (v2) or the v1 freezer the final SIGKILL is atomic even against a
+process that forks in a loop. v2 is preferred; v1 uses freezer, else pids. Where neither
+can be written, `--cgroup` fails with one line instead of running unprotected.
 """
 
 from __future__ import annotations
@@ -120,16 +117,14 @@ class Cgroup:
                 return False
         except OSError:
             return False
-        if on:  # the v1 freezer goes FREEZING before FROZEN; wait a little, never long
-            deadline = time.monotonic() + 0.5
-            while time.monotonic() < deadline and self._freezing():
-                time.sleep(0.01)
+        # the v1 freezer goes FREEZING before FROZEN: wait a little, never long (v2's
+        # cgroup.freeze is synchronous enough for a kill right after)
+        deadline = time.monotonic() + 0.5
+        while on and self.version == 1 and time.monotonic() < deadline:
+            if _read(self._file("freezer.state")).strip() != "FREEZING":
+                break
+            time.sleep(0.01)
         return True
-
-    def _freezing(self) -> bool:
-        if self.version == 2:
-            return False  # cgroup.freeze is synchronous enough for a kill right after
-        return _read(self._file("freezer.state")).strip() == "FREEZING"
 
     def remove(self, timeout_s: float = 2.0) -> bool:
         """rmdir once the members are reaped (EBUSY until the kernel drops the last one)."""
@@ -165,21 +160,16 @@ def _read(path: str) -> str:
 
 
 def _candidates(version: str, mounts: list[Mount], own: dict[str, str]) -> list[tuple[int, str]]:
-    out: list[tuple[int, str]] = []
-    if version in ("auto", "2"):
-        for m in mounts:
-            if m.fstype == "cgroup2" and "" in own:
-                out.append((2, _join(m, own[""])))
-                break
-    if version in ("auto", "1"):
-        for name in V1_PREFERENCE:
-            for m in mounts:
-                if m.fstype == "cgroup" and name in m.options and name in own:
-                    out.append((1, _join(m, own[name])))
-                    break
-            if out and out[-1][0] == 1:
-                break
-    return out
+    """The parents to try, v2 first: the first match of each wanted version."""
+    v2 = [(2, _join(m, own[""])) for m in mounts if m.fstype == "cgroup2" and "" in own]
+    v1 = [
+        (1, _join(m, own[name]))
+        for name in V1_PREFERENCE
+        for m in mounts
+        if m.fstype == "cgroup" and name in m.options and name in own
+    ]
+    out = v2[:1] if version in ("auto", "2") else []
+    return out + (v1[:1] if version in ("auto", "1") else [])
 
 
 def create_cgroup(version: str, name: str) -> Cgroup:

@@ -1,10 +1,5 @@
-"""Glue to the doctor's preflight and the applier, imported only when their options are used.
-
-Neither is reimplemented here: the preflight is `accelhost.hygiene.preflight.preflight`,
-the plan is a plan file or `accelhost.api.plan_for_device` (as `accelhost bind` plans),
-and binding is the one bind driver (`accelhost.apply.driver.bind`) that `accelhost bind
---pid` also calls: the same ARM policy, roles, retries and report. Both are imported on
-first use, so that `run` without these options loads neither.
+"""Glue to the doctor's preflight and the bind driver (the same ones `doctor` and `bind
+--pid` call), imported only when their options are used.
 """
 
 from __future__ import annotations
@@ -19,14 +14,12 @@ from accelhost.parsers.devnodes import node_kind
 from accelhost.readers.procs import ProcessInfo, open_fds
 
 if TYPE_CHECKING:
-    from accelhost.apply.steps import ApplyReport
     from accelhost.plans import Plan
 
 
 def run_preflight(host: Host, util: float, device: int | None, log: Callable[[str], None]) -> None:
-    """Refuse to start (AccelhostError with the preflight's own sentence) when the engine
-    would not fit; a preflight that cannot read device memory at all only warns, because
-    refusing to start an engine over a missing vendor tool would be an outage of our own."""
+    """Refuse to start when the engine would not fit; a preflight that cannot read device
+    memory only warns (a missing vendor tool must not cause an outage of our own)."""
     from accelhost.hygiene.preflight import preflight
 
     report = preflight(host, util, device)
@@ -47,11 +40,9 @@ def bind_plan(
     log: Callable[[str], None],
     allow_foreign: bool = False,
 ) -> tuple[int, Plan | None]:
-    """`--bind DEVICE [--plan FILE] [--thread-role ...]`: the device and the plan to apply,
-    made before the engine starts so a host that cannot be planned for (PlanError), a plan
-    file made for another host (ApplyError, unless `allow_foreign`) or a bad option
-    (UsageError) is refused up front, not discovered minutes later. The plan is None when
-    the ARM policy skips it (said through `log`)."""
+    """`--bind DEVICE [--plan FILE] [--thread-role ...]`: the device and the plan, made
+    before the engine starts so a bad host, plan file or option is refused up front; the
+    plan is None when the ARM policy skips it."""
     from accelhost.cpulist import parse_device_list
 
     try:
@@ -111,13 +102,9 @@ def bind_tree(
     cmd_pid: int | None,
     reason: str,
     log: Callable[[str], None],
-) -> list[ApplyReport]:
-    """Apply the plan to the engine's processes: those holding the device, else the command.
-
-    IRQ and host-thread steps are per host, so they go with the first process only. A
-    failed step is logged, never fatal: a bind must not stop an engine from serving. The
-    ARM policy was applied by `bind_plan` before the start.
-    """
+) -> None:
+    """Apply the plan to the processes holding the device, else the command; IRQ and
+    host-thread steps with the first only. A failed step is logged, never fatal."""
     from accelhost.apply import driver
     from accelhost.apply.build import BindOptions
 
@@ -128,7 +115,6 @@ def bind_tree(
 
     pids = holders_of_device(host, tree, device) or ([cmd_pid] if cmd_pid else [])
     log(f"--bind: binding pid(s) {', '.join(map(str, pids))} to device {device} ({reason})")
-    reports = []
     for n, pid in enumerate(pids):
         # the plan's host was checked by `bind_plan`, before the start (a plan made from
         # --snapshot is of the host the user named)
@@ -138,14 +124,7 @@ def bind_tree(
         except (AccelhostError, OSError) as exc:
             log(f"--bind: pid {pid}: {exc}")
             continue
-        reports.append(report)
-        for warning in report.warnings:
-            log(f"--bind: {warning}")
         failed = report.failed
-        done = len(report.results) - len(failed)
-        log(f"--bind: pid {pid}: {done} step(s) done, {len(failed)} failed")
-        for r in failed:
-            log(f"--bind: {r.line}")
-        for note in report.notes:
-            log(f"--bind: {note}")
-    return reports
+        done = f"pid {pid}: {len(report.results) - len(failed)} step(s) done, {len(failed)} failed"
+        for line in [*report.warnings, done, *(r.line for r in failed), *report.notes]:
+            log(f"--bind: {line}")

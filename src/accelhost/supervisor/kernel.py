@@ -1,8 +1,5 @@
-"""The few Linux calls that set up the supervisor and its child, each failing softly.
-
-A supervisor that cannot become a subreaper (old kernel, seccomp) still works for the
-processes that stay under its command; it must not refuse to start the engine. Signals are
-`accelhost.remove.signals`'; libc is `accelhost.host.libc`'s.
+"""The few Linux calls that set up the supervisor and its child, each failing softly (a
+supervisor that cannot become a subreaper still works; it must not refuse the engine).
 """
 
 from __future__ import annotations
@@ -48,22 +45,14 @@ def open_pidfd(pid: int) -> int | None:
 
 
 def private_ipc_setup() -> Callable[[], None]:
-    """A function for the forked child (looked up before the fork): it moves the child
-    into a new IPC namespace (System V segments, semaphores, message queues, POSIX
-    message queues) and a new mount namespace with a fresh tmpfs on /dev/shm, the way
-    Docker's `--ipc=private` does. The kernel frees all of them with the namespace's last
-    process. Raises OSError (EPERM without CAP_SYS_ADMIN)."""
+    """A function for the forked child (looked up before the fork): a new IPC namespace
+    and a fresh tmpfs on /dev/shm, as Docker's `--ipc=private`, freed by the kernel with
+    their last process. Raises OSError (EPERM without CAP_SYS_ADMIN)."""
     unshare = libc().unshare
     unshare.argtypes = [ctypes.c_int]
     unshare.restype = ctypes.c_int
     mount = libc().mount
-    mount.argtypes = [
-        ctypes.c_char_p,
-        ctypes.c_char_p,
-        ctypes.c_char_p,
-        ctypes.c_ulong,
-        ctypes.c_char_p,
-    ]
+    mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
     mount.restype = ctypes.c_int
 
     def setup() -> None:

@@ -1,10 +1,6 @@
-"""What the tree may leave behind besides processes, and how `run` tells it is the tree's.
-
-One object for the supervisor to feed (pids it sees, the tree when the teardown begins)
-and to ask at the end: the System V segments (`segments`), the /dev/shm files
-(`shmfiles`) and the kernel's process events that make the pid set exact (`procevents`).
-With `--private-ipc` there is nothing to attribute: the tree's segments and /dev/shm live
-in namespaces of its own that the kernel frees with its last process.
+"""What the tree may leave behind besides processes (`segments`, `shmfiles`), fed the
+pids the supervisor sees and made exact by process events (`procevents`). With
+`--private-ipc` there is nothing to attribute: the kernel frees the tree's namespaces.
 """
 
 from __future__ import annotations
@@ -53,7 +49,6 @@ class Leftovers:
         return cls(host, SegmentLedger.start(host), files, tracker, creations, scan)
 
     def sources(self) -> list[tuple[int, Callable[[], None]]]:
-        """Descriptors for the supervisor's poll, with what to call when they are readable."""
         out: list[tuple[int, Callable[[], None]]] = []
         if self.tracker is not None:
             out.append((self.tracker.fileno(), self.drain))

@@ -11,22 +11,16 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from accelhost.plans import Plan
 
-# Signals passed on to the command's process group as they arrive.
 FORWARDED_SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
-# Of those, the ones that mean "stop": they also start the teardown of the whole tree.
-# SIGHUP, SIGUSR1 and SIGUSR2 are often "reload" or "dump state", so they are only passed on;
-# if the command dies of one, its exit starts the teardown anyway.
+# Of those, the ones that also start the teardown (SIGHUP, SIGUSR1/2 often mean "reload").
 STOPPING_SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGQUIT")
 
-# One default for every "how long may a process take to stop after SIGTERM" (run, clean,
-# watch --auto-clean, bench bind): Kubernetes' terminationGracePeriodSeconds, which
-# operators know, and long enough for vLLM's own graceful shutdown.
+# The one SIGTERM grace of run, clean, watch and bench bind: Kubernetes'
+# terminationGracePeriodSeconds, long enough for vLLM's graceful shutdown.
 DEFAULT_GRACE_S = 30.0
-# After SIGKILL a process normally dies in milliseconds; one that does not within this bound
-# sits in an uninterruptible (D) state in a driver and only a device reset frees it.
+# A process not dead this long after SIGKILL sits in a driver (D state): only a reset frees it.
 DEFAULT_KILL_WAIT_S = 5.0
-# The slowest interval between /proc rescans while something is tracked (--fail-on-exit,
-# --bind); rescans start fast and back off to this, deaths are seen at once through pidfds.
+# /proc rescans while something is tracked start fast and back off to this.
 DEFAULT_SCAN_INTERVAL_S = 5.0
 FIRST_SCAN_S = 0.2
 
@@ -93,10 +87,8 @@ class RunOutcome:
     # "engine-died" (--fail-on-exit) or "not-started".
     reason: str
     cmd_pid: int | None = None
-    cmd_wait_status: int | None = None  # os.waitstatus_to_exitcode of the command
     terminated: list[int] = field(default_factory=list)  # pids sent SIGTERM in teardown
     killed: list[int] = field(default_factory=list)  # pids that needed SIGKILL
     survivors: list[int] = field(default_factory=list)  # pids that outlived even SIGKILL
     removed_segments: list[RemovedSegment] = field(default_factory=list)
     removed_files: list[RemovedFile] = field(default_factory=list)  # under /dev/shm
-    teardown_s: float = 0.0

@@ -1,19 +1,11 @@
 """System V shared memory that the supervised tree created and left behind.
 
-Exiting processes do not remove their segments (unless kernel.shm_rmid_forced=1), and a
-leaked one keeps HugePages and device-mapped memory until someone runs `ipcrm`. After
-the teardown we remove, one shmid at a time, exactly the segments that
-- did not exist when the supervisor started,
-- were created by a pid of the tree: every pid forked from it as the kernel's process
-  events report them (`procevents.ForkTracker`, exact: a grandchild that lived for a
-  millisecond counts), else the pids seen by a scan or reaped by the supervisor,
-- were not created by a pid that a process outside the tree got afterwards (ambiguous),
-  and whose creator pid no live process holds at the end (pid reuse),
-- nobody attaches any more (nattch 0) and are not already marked for destruction.
-Without process events (not root, or inside a container's PID namespace) a segment made by
-a process that lived and died between two looks at the tree is not attributed to it;
-`accelhost doctor` reports such a leak and `accelhost clean` removes it, and `run
---private-ipc` gives the tree an IPC namespace whose segments the kernel frees with it.
+Exiting processes do not remove their segments, and a leaked one keeps HugePages and
+device memory. After the teardown we remove exactly the segments that are new since the
+start, were created by a pid of the tree (exact with process events, else the pids seen
+or reaped) that no process outside it got afterwards and no live process holds now, and
+that nobody attaches. Without process events a short-lived creator may go unseen; `clean`
+removes such a leak.
 """
 
 from __future__ import annotations
@@ -30,8 +22,6 @@ from accelhost.supervisor.options import RemovedSegment
 
 @dataclass
 class SegmentLedger:
-    """What is needed at the end to tell our segments from everyone else's."""
-
     before: frozenset[int]  # shmids present when the supervisor started
     creators: set[int] = field(default_factory=set)  # every pid known to be of the tree
     ambiguous: set[int] = field(default_factory=set)  # tree pids reused outside the tree
@@ -56,20 +46,13 @@ class SegmentLedger:
             and seg.cpid not in self.ambiguous
         )
 
-    def leaked(self, host: Host) -> list[ShmSegment]:
-        """Our segments that nobody attaches, as the table shows them now."""
+    def now(self, host: Host, attached: bool) -> list[ShmSegment]:
+        """Our live segments, as the table shows them now: those nobody attaches (leaked),
+        or those someone outside the tree still attaches (kept, reported)."""
         return [
             s
             for s in read_segments(host) or []
-            if self.ours(s) and s.nattch == 0 and not s.marked_for_destruction
-        ]
-
-    def still_attached(self, host: Host) -> list[ShmSegment]:
-        """Our segments that someone outside the tree still attaches (kept, reported)."""
-        return [
-            s
-            for s in read_segments(host) or []
-            if self.ours(s) and s.nattch > 0 and not s.marked_for_destruction
+            if self.ours(s) and (s.nattch > 0) == attached and not s.marked_for_destruction
         ]
 
 
@@ -92,7 +75,7 @@ def remove_leaked(
         return True, ""
 
     removed: list[RemovedSegment] = []
-    for seg in ledger.leaked(host):
+    for seg in ledger.now(host, attached=False):
         what = f"shared memory shmid {seg.shmid} key {seg.key_hex}"
         done = remove_segment(host, seg.shmid, rule, rmid=remove)
         if done.status == "kept" and done.why:
@@ -102,7 +85,7 @@ def remove_leaked(
         elif done.status == "removed":
             removed.append(RemovedSegment(seg.shmid, seg.key_hex, seg.size, seg.cpid))
             log(f"removed {what} ({seg.size} bytes) left by pid {seg.cpid}")
-    for seg in ledger.still_attached(host):
+    for seg in ledger.now(host, attached=True):
         log(
             f"kept shared memory shmid {seg.shmid} key {seg.key_hex} made by pid {seg.cpid}: "
             f"still attached by {seg.nattch} process(es) outside the tree"

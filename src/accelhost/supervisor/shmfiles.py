@@ -1,21 +1,9 @@
 """POSIX shared memory files (/dev/shm) that the supervised tree made and left behind.
 
-vLLM's message queues live in /dev/shm (`psm_*`, `sem.mp-*`, `vllm_offload_*.mmap`); a
-graceful stop unlinks them, a SIGKILL leaves them. A file carries no creator pid, so a
-file is the tree's only on evidence, and `run` removes exactly the files that
-- did not exist when the supervisor started (compared by device and inode, so a name
-  reused for a new file counts as new and an old file is never touched),
-- were seen held open or mapped by a live process of the tree: the supervisor looks when
-  a file is created in the directory (inotify, so no polling: vLLM creates its queues once
-  at start-up and holds them) and once more when the teardown begins, before any signal,
-  and
-- no live process on the host holds open or maps at the end (re-checked just before each
-  unlink, with the same inode).
-A file made and dropped by a process that was gone before the teardown began is not the
-tree's by this rule: it is kept, and `accelhost doctor` / `clean` handle it; `run
---private-ipc` gives the tree a /dev/shm of its own that the kernel frees with it.
-The listing and held readers are `accelhost.readers.shmfiles`, shared with the doctor and the
-cleaner.
+A graceful stop unlinks vLLM's `psm_*` and `sem.mp-*`; a SIGKILL leaves them. A file
+carries no creator pid, so `run` removes exactly the files that are new since the start
+(by device and inode), were seen held by a live process of the tree (looked at on each
+creation, through inotify, and when the teardown begins), and nobody holds at the end.
 """
 
 from __future__ import annotations
@@ -38,14 +26,10 @@ _EVENT = struct.Struct("=iIII")  # struct inotify_event: wd, mask, cookie, len (
 IN_MOVED_TO = 0x80
 IN_CREATE = 0x100
 IN_Q_OVERFLOW = 0x4000
-IN_NONBLOCK = os.O_NONBLOCK
-IN_CLOEXEC = os.O_CLOEXEC
 
 
 class CreationWatch:
-    """Names of the files created in (or moved into) the directories, as inotify reports
-    them: the supervisor looks at who holds a file only while the file still exists, so
-    Python's semaphores (created and unlinked at once) cost nothing."""
+    """Names of the files created in (or moved into) the directories, from inotify."""
 
     def __init__(self, fd: int, dirs: dict[int, str]) -> None:
         self.fd = fd
@@ -53,11 +37,10 @@ class CreationWatch:
 
     @classmethod
     def open(cls, dirs: Sequence[str]) -> CreationWatch | None:
-        """None where inotify is missing or refused (limits): then only the look at the
-        teardown's start gathers evidence."""
+        """None where inotify is missing or refused: then only the teardown's look counts."""
         try:
             lib = libc()
-            fd = int(lib.inotify_init1(IN_NONBLOCK | IN_CLOEXEC))
+            fd = int(lib.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC))
         except (OSError, AttributeError):
             return None
         if fd < 0:
@@ -131,10 +114,8 @@ class ShmFileLedger:
         return False
 
     def observe(self, host: Host, pids: Iterable[int]) -> None:
-        """Note the files under our dirs that these live members of the tree hold now.
-
-        A member in another mount namespace sees another /dev/shm under the same names: of
-        its files only mapped inodes count (their device tells the filesystems apart)."""
+        """Note the files these live members of the tree hold now (of a member in another
+        mount namespace, only mapped inodes: its paths name another /dev/shm)."""
         mine = _mount_ns("self")
         same: list[int] = []
         other: list[int] = []

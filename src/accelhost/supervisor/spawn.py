@@ -1,9 +1,8 @@
 """Start the command in its own session and process group, optionally inside a cgroup.
 
-A plain fork and exec instead of `subprocess`: the supervisor reaps with waitpid(-1), which
-would race a Popen object's own bookkeeping, and the child must join the cgroup before it
-execs (so that nothing it forks can be outside). Exec errors come back through a
-close-on-exec pipe, as in `subprocess`, so "command not found" is a message and 127.
+A plain fork and exec, not `subprocess`: waitpid(-1) would race a Popen's bookkeeping, and
+the child must join the cgroup before it execs. Exec errors come back through a
+close-on-exec pipe, so "command not found" is a message and 127.
 """
 
 from __future__ import annotations
@@ -20,8 +19,6 @@ from accelhost.supervisor.kernel import private_ipc_setup
 
 @dataclass
 class SpawnError(Exception):
-    """The command could not be started: which step failed and the errno it failed with."""
-
     step: str  # "exec", "cgroup" or "private-ipc"
     errno: int
     argv0: str
@@ -89,17 +86,10 @@ def spawn(
         os.close(err_r)
         _child(argv, cgroup, reset, err_w, private)
     os.close(err_w)
-    try:
-        chunks = []
-        while True:
-            data = os.read(err_r, 64)
-            if not data:
-                break
-            chunks.append(data)
-    finally:
-        os.close(err_r)
-    if not chunks:
+    with open(err_r, "rb") as pipe:  # empty once the exec closed it
+        failure = pipe.read()
+    if not failure:
         return pid
     os.waitpid(pid, 0)
-    step, _, code = b"".join(chunks).decode().partition(":")
+    step, _, code = failure.decode().partition(":")
     raise SpawnError(step, int(code or errno.EINVAL), argv[0])

@@ -1,10 +1,8 @@
 """The supervisor: start one command, pass signals on, and leave nothing of it behind.
 
-It sleeps in one `poll()` (`wakeup.Waker`) over a self-pipe that the signal handlers write
-to, over pidfds of the processes it tracks and over the kernel's process events (read in
-batches), so an idle supervisor costs nothing: no timer fires unless something is tracked
-(`--fail-on-exit`, `--bind`), and then only a rescan of /proc that backs off to
-`scan_interval_s`. The teardown is `teardown.tear_down`'s, handed a `teardown.Tree`.
+It sleeps in one `poll()` (`wakeup.Waker`), so an idle supervisor costs nothing: no timer
+fires unless something is tracked (`--fail-on-exit`, `--bind`), and then only a /proc
+rescan that backs off to `scan_interval_s`.
 """
 
 from __future__ import annotations
@@ -84,11 +82,6 @@ class Supervisor:
         self.poller = self.waker.poller
         self.scanner = TreeScanner(host, self.me)
 
-    def _wait(self, timeout_s: float | None) -> tuple[list[int], list[int]]:
-        return self.waker.wait(timeout_s)
-
-    # ---- children ------------------------------------------------------------------------
-
     def _reap(self) -> None:
         """Collect every exited child: the command, and every orphan re-parented to us."""
         while True:
@@ -112,33 +105,22 @@ class Supervisor:
             assert self.st.cmd_pid is not None
             signal_group(self.st.cmd_pid, sig)
 
-    def _extra_pids(self) -> list[int]:
-        return self.cgroup.pids() if self.cgroup is not None else []
-
     def _scan(self, cheap: bool = False) -> dict[int, ProcessInfo]:
         """The tree now; `cheap` (while watching) skips pids already known to be outside."""
-        if cheap:
-            tree = self.scanner.scan(self._extra_pids())
-        else:
-            tree = scan_tree(self.host, self.me, self._extra_pids())
+        extra = self.cgroup.pids() if self.cgroup is not None else []
+        tree = self.scanner.scan(extra) if cheap else scan_tree(self.host, self.me, extra)
         self.left.note(tree)
         return tree
-
-    # ---- the run -------------------------------------------------------------------------
 
     def run(self) -> RunOutcome:
         self.waker.install([*self.forwarded, signal.SIGCHLD])
         try:
             return self._run()
         except BaseException:
-            # A bug of ours must not leave the engine running unsupervised.
-            if self._cmd_running():
-                self._forward(signal.SIGKILL)
+            self._forward(signal.SIGKILL)  # a bug of ours must not leave the engine unsupervised
             raise
         finally:
-            for fd in list(self.st.tracked):
-                os.close(fd)
-            self.st.tracked.clear()
+            self._untrack()
             self.left.close()
             self.waker.restore()
 
@@ -168,16 +150,13 @@ class Supervisor:
             return RunOutcome(status=code, reason="not-started")
         self.left.note([self.st.cmd_pid])
         reason = self._watch()
-        started = time.monotonic()
         outcome = RunOutcome(status=0, reason=reason, cmd_pid=self.st.cmd_pid)
         if self.left.files is not None:  # which /dev/shm files the tree holds, before signals
             self.left.observe(alive_only(self._scan()))
         self._teardown(outcome)
-        outcome.teardown_s = time.monotonic() - started
         self.left.finish(outcome, self.opts.log)
         if self.cgroup is not None and not self.cgroup.remove():
             self.opts.warn(f"could not remove cgroup {self.cgroup.path}")
-        outcome.cmd_wait_status = self.st.cmd_status
         outcome.status = self._status(reason)
         return outcome
 
@@ -194,8 +173,6 @@ class Supervisor:
             return 128 + self.st.stop_signal
         return code
 
-    # ---- watching ------------------------------------------------------------------------
-
     def _watch(self) -> str:
         """Sleep until the command exits, a stopping signal comes, or a tracked process
         dies; returns the reason ("exited", "signal", "engine-died")."""
@@ -209,7 +186,7 @@ class Supervisor:
         while True:
             deadlines = [d for d in (next_scan, bind_at) if d is not None]
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-            signals, fds = self._wait(timeout)
+            signals, fds = self.waker.wait(timeout)
             self._reap()
             for sig in signals:
                 if sig == signal.SIGCHLD:
@@ -225,11 +202,15 @@ class Supervisor:
                 os.close(fd)
                 if info is not None and self.st.died is None:
                     self.st.died = info
-            if self.st.died is not None:
-                self._report_death(self.st.died)
+            if (died := self.st.died) is not None:
+                self.opts.warn(
+                    f"{died.command} (pid {died.pid}) exited while the command was running "
+                    "(--fail-on-exit); stopping everything"
+                )
                 return "engine-died"
-            if self.st.cmd_status is not None:
-                self.opts.log(f"command exited ({self._describe(self.st.cmd_status)})")
+            if (code := self.st.cmd_status) is not None:
+                how = f"killed by {_signame(-code)}" if code < 0 else f"status {code}"
+                self.opts.log(f"command exited ({how})")
                 return "exited"
             now = time.monotonic()
             if next_scan is not None and now >= next_scan:
@@ -243,16 +224,6 @@ class Supervisor:
                 bind_at = None
             if not self.patterns and self.st.bound:
                 next_scan = None
-
-    @staticmethod
-    def _describe(code: int) -> str:
-        return f"killed by {_signame(-code)}" if code < 0 else f"status {code}"
-
-    def _report_death(self, info: ProcessInfo) -> None:
-        self.opts.warn(
-            f"{info.command} (pid {info.pid}) exited while the command was running "
-            "(--fail-on-exit); stopping everything"
-        )
 
     def _track(self, tree: dict[int, ProcessInfo]) -> None:
         """Start watching newly seen members that match --fail-on-exit; bind when due."""
@@ -284,8 +255,6 @@ class Supervisor:
                 self.st.died = info
                 return
 
-    # ---- binding -------------------------------------------------------------------------
-
     def _maybe_bind(self, tree: dict[int, ProcessInfo]) -> None:
         from accelhost.supervisor.integrations import holders_of_device
 
@@ -306,13 +275,14 @@ class Supervisor:
         tree = self._scan()
         bind_tree(self.host, req.plan, req.device, tree, self.st.cmd_pid, reason, self.opts.log)
 
-    # ---- teardown ------------------------------------------------------------------------
-
-    def _teardown(self, outcome: RunOutcome) -> None:
+    def _untrack(self) -> None:
         for fd in list(self.st.tracked):
             self.poller.unregister(fd)
             os.close(fd)
         self.st.tracked.clear()
+
+    def _teardown(self, outcome: RunOutcome) -> None:
+        self._untrack()
         tree = Tree(
             host=self.host,
             cmd_pid=self.st.cmd_pid,
@@ -334,7 +304,7 @@ class Supervisor:
 
     def _wait_forwarding(self, timeout_s: float) -> list[int]:
         """Sleep in the one poll; reap and pass stop signals on meanwhile."""
-        signals, fds = self._wait(timeout_s)
+        signals, fds = self.waker.wait(timeout_s)
         self._reap()
         for sig in signals:
             if sig != signal.SIGCHLD:

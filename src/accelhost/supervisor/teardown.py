@@ -1,15 +1,10 @@
 """Stopping the whole tree: SIGTERM, a bounded grace, SIGKILL, a bounded wait.
 
-Whatever is left after `kill_wait_s` sits in an uninterruptible sleep in a driver and is
-reported, not waited for. Members are pinned (`accelhost.remove.signals.Pinned`: a pidfd
-where the kernel has one, else the start time read again before each signal), so a signal
-never reaches a process that reused a dead member's pid; the tree is rescanned while
-waiting, so processes forked meanwhile are caught too.
-
-The supervisor owns the tree; it hands the teardown a `Tree`: plain values and the few
-calls only the owner can make (reap and scan, its poll, its cgroup). One way in
-(`tear_down`), one way out (the outcome it fills; an error of the owner's calls leaves
-through the same door, after every pidfd is closed).
+What is left after `kill_wait_s` (uninterruptible sleep in a driver) is reported, not
+waited for. Members are pinned (`remove.signals.Pinned`), so a signal never reaches a
+process that reused a dead member's pid; the tree is rescanned while waiting, so forks
+made meanwhile are caught too. The supervisor hands over a `Tree`: plain values and the
+few calls only the owner can make (reap and scan, its poll, its cgroup).
 """
 
 from __future__ import annotations
@@ -35,8 +30,6 @@ def alive_only(tree: dict[int, ProcessInfo]) -> dict[int, ProcessInfo]:
 
 @dataclass(frozen=True)
 class Tree:
-    """What the owner of the tree hands its teardown."""
-
     host: Host
     cmd_pid: int | None  # its group got the forwarded stop signal already
     grace_s: float
@@ -54,8 +47,6 @@ class Tree:
 
 @dataclass
 class _Member:
-    """A process of the tree being torn down, pinned by a pidfd where the kernel has them."""
-
     info: ProcessInfo
     pin: Pinned
     gone: bool = False

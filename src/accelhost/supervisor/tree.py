@@ -1,9 +1,6 @@
-"""The supervised tree as /proc shows it right now.
-
-The supervisor is a child subreaper (or PID 1), so every orphan of the command's tree is
-re-parented to it: a double fork or a `setsid` escape stays reachable through parent links
-from the supervisor's own pid. Reading only `stat` for the whole host (not `cmdline`) keeps
-a rescan cheap; command lines are read only for members of the tree, and only when needed.
+"""The supervised tree as /proc shows it right now: as a subreaper (or PID 1) the
+supervisor inherits every orphan of the tree, so parent links reach a double fork or a
+`setsid` escape. Only `stat` is read host-wide; `cmdline` only for members, when needed.
 """
 
 from __future__ import annotations
@@ -17,11 +14,17 @@ from accelhost.readers.procs import ProcessInfo, descendants, list_pids, read_pr
 def scan_tree(host: Host, root: int, extra: Iterable[int] = ()) -> dict[int, ProcessInfo]:
     """Every live descendant of `root` (root excluded), plus the `extra` pids (cgroup
     members) and their descendants. Command lines are left empty; see `with_cmdlines`."""
-    procs: dict[int, ProcessInfo] = {}
-    for pid in list_pids(host):
-        info = read_process(host, pid, cmdline=False)
-        if info is not None:
-            procs[pid] = info
+    return _members(_read(host, list_pids(host)), root, extra)
+
+
+def _read(host: Host, pids: Iterable[int]) -> dict[int, ProcessInfo]:
+    found = {pid: read_process(host, pid, cmdline=False) for pid in pids}
+    return {pid: info for pid, info in found.items() if info is not None}
+
+
+def _members(
+    procs: dict[int, ProcessInfo], root: int, extra: Iterable[int]
+) -> dict[int, ProcessInfo]:
     members = set(descendants(procs, root))
     for pid in extra:
         if pid in procs and pid != root:
@@ -50,11 +53,9 @@ def still_same(host: Host, info: ProcessInfo) -> bool:
 class TreeScanner:
     """Repeated scans of one tree, cheap enough to run every few seconds for days.
 
-    A process outside the tree can never join it: orphans re-parent to their nearest
-    subreaper ancestor, which is us only for our own descendants. So a pid once seen outside
-    need not be read again; only new pids and members are. A pid that died and was reused
-    by one of ours between two looks would be missed, so every `full_every`-th scan reads
-    everything again (teardown always uses full scans)."""
+    A process outside the tree can never join it (orphans re-parent to their nearest
+    subreaper), so a pid once seen outside is not read again; a pid reused by one of ours
+    between two looks would be missed, so every `full_every`-th scan reads everything."""
 
     def __init__(self, host: Host, root: int, full_every: int = 12) -> None:
         self.host = host
@@ -69,19 +70,9 @@ class TreeScanner:
             tree = scan_tree(self.host, self.root, extra)
             self._outside = set(list_pids(self.host)) - set(tree) - {self.root}
             return tree
-        procs: dict[int, ProcessInfo] = {}
         pids = list_pids(self.host)
         self._outside.intersection_update(pids)
-        for pid in pids:
-            if pid in self._outside:
-                continue
-            info = read_process(self.host, pid, cmdline=False)
-            if info is not None:
-                procs[pid] = info
-        members = set(descendants(procs, self.root))
-        for pid in extra:
-            if pid in procs and pid != self.root:
-                members.add(pid)
-                members.update(descendants(procs, pid))
-        self._outside.update(pid for pid in procs if pid not in members and pid != self.root)
-        return {pid: procs[pid] for pid in sorted(members)}
+        procs = _read(self.host, (pid for pid in pids if pid not in self._outside))
+        tree = _members(procs, self.root, extra)
+        self._outside.update(pid for pid in procs if pid not in tree and pid != self.root)
+        return tree

@@ -1,11 +1,9 @@
 """The supervisor's one place of sleep: a `poll()` over signals, pidfds and process events.
 
-Signal handlers only have to exist: `signal.set_wakeup_fd` writes each signal's number to
-a self-pipe that the poll watches, so signals are handled in the loop, never inside a
-handler (and a handler, unlike SIG_DFL, is never discarded by the kernel for PID 1).
-Event sources (process events, /dev/shm creations) are read here in batches: after a
-drain a source is muted for its `batch_s`, so a host that forks a lot costs a few wakeups
-a second, not one a fork.
+Signals arrive through `signal.set_wakeup_fd`'s self-pipe and are handled in the loop (a
+handler, unlike SIG_DFL, is never discarded by the kernel for PID 1). An event source is
+muted for its `batch_s` after each drain: a host that forks a lot costs a few wakeups a
+second, not one a fork.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from types import FrameType
 
 
 def _noop(signum: int, frame: FrameType | None) -> None:
-    """See the module's docstring: the wakeup fd carries the signal to the loop."""
+    """The wakeup fd carries the signal to the loop."""
 
 
 class Waker:
@@ -54,12 +52,6 @@ class Waker:
         """A source read whenever it has data, at most once per `batch_s`."""
         self._sources[fd] = (drain, batch_s)
         self.poller.register(fd, select.POLLIN)
-
-    def watch(self, fd: int) -> None:
-        self.poller.register(fd, select.POLLIN)
-
-    def unwatch(self, fd: int) -> None:
-        self.poller.unregister(fd)
 
     def wait(self, timeout_s: float | None) -> tuple[list[int], list[int]]:
         """Sleep until a signal, a watched fd, or the timeout: (signals, readable fds)."""
