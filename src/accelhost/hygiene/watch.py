@@ -106,6 +106,14 @@ class HygieneCollector(Collector):
             self._runs += 1
             self._failures += 1
 
+    def rounds_done(self) -> int:
+        with self._lock:
+            return self._runs
+
+    def full_scans(self) -> int:
+        with self._lock:
+            return self._runs
+
     def count_clean(self, kind: str, result: str) -> None:
         with self._lock:
             key = (kind, result)
