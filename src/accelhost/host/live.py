@@ -115,6 +115,16 @@ class LiveHost:
                 out.append(found)
         return out
 
+    def list_dir_inodes(self, path: str) -> dict[str, int] | None:
+        """name -> inode number of each entry, from the directory alone (no stat per entry):
+        a watch tells what changed in /proc (a reused pid's directory is a new inode) and
+        in /dev/shm between rounds by it. Not part of `Host`: only a live host changes."""
+        try:
+            with os.scandir(path) as entries:
+                return {e.name: e.inode() for e in entries}
+        except OSError:
+            return None
+
     def stat(self, path: str) -> FileStat | None:
         return _file_stat(path, path.rstrip("/").rsplit("/", 1)[-1], follow=True, owners={})
 

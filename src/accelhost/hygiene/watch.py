@@ -13,12 +13,11 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import CollectorRegistry
 
 from accelhost.cli.common import DEFAULT_GRACE_S
 from accelhost.host.base import Host
@@ -32,24 +31,13 @@ from accelhost.hygiene.cleaner import (
     plan_clean,
 )
 from accelhost.hygiene.facts import HostFacts, read_facts
+from accelhost.hygiene.incremental import DEFAULT_FULL_EVERY, IncrementalState, InodeLister
 from accelhost.hygiene.journal import rfc3339_now
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.posix_check import ShmJudgement, judge_shm_files, shm_known
-from accelhost.hygiene.report import CHECK_NAMES, STATUSES, UNKNOWN, DoctorReport
+from accelhost.hygiene.report import DoctorReport
 from accelhost.hygiene.rules import Orphan, find_orphans, leaked_segments
-
-MIB = 2**20
-STATUS_HELP = "Check status: 1 for the check's current state, 0 for the others"
-
-
-def _status_family(states: dict[str, str]) -> GaugeMetricFamily:
-    """One series per (check, state), like kube-state-metrics: alerts read `== 1` and a
-    SKIP or UNKNOWN can never be mistaken for OK."""
-    fam = GaugeMetricFamily("accelhost_check_status", STATUS_HELP, labels=["check", "state"])
-    for check, current in states.items():
-        for state in STATUSES:
-            fam.add_metric([check, state], 1.0 if state == current else 0.0)
-    return fam
+from accelhost.hygiene.watch_metrics import HygieneCollector, Round
 
 
 @dataclass(frozen=True)
@@ -64,158 +52,8 @@ class WatchConfig:
     grace_s: float = DEFAULT_GRACE_S
     # Auto-clean never reaches beyond this scope (pids, shmids, owners, keys; empty = all).
     scope: CleanFilters = CleanFilters()
-
-
-@dataclass(frozen=True)
-class Round:
-    """What one round learned, reduced to the numbers the metrics export."""
-
-    facts: HostFacts
-    report: DoctorReport
-    leaked_bytes: int | None
-    leaked_count: int | None
-    orphans: int | None
-    finished: float
-    shm_files: int | None = None
-    shm_bytes: int | None = None
-
-
-class HygieneCollector(Collector):
-    """Exports the latest round only; registered in a per-watch registry."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._round: Round | None = None
-        self._runs = 0
-        self._failures = 0
-        self._failed = False
-        self._clean_actions: dict[tuple[str, str], int] = {}
-
-    def update(self, rnd: Round) -> None:
-        with self._lock:
-            self._round = rnd
-            self._failed = False
-            self._runs += 1
-
-    def fail(self) -> None:
-        """A round broke: drop the last round's numbers (they no longer describe the host)
-        and export every check as UNKNOWN until a round succeeds again."""
-        with self._lock:
-            self._round = None
-            self._failed = True
-            self._runs += 1
-            self._failures += 1
-
-    def rounds_done(self) -> int:
-        with self._lock:
-            return self._runs
-
-    def full_scans(self) -> int:
-        with self._lock:
-            return self._runs
-
-    def count_clean(self, kind: str, result: str) -> None:
-        with self._lock:
-            key = (kind, result)
-            self._clean_actions[key] = self._clean_actions.get(key, 0) + 1
-
-    def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            rnd, runs, cleaned = self._round, self._runs, dict(self._clean_actions)
-            failures, failed = self._failures, self._failed
-        runs_total = CounterMetricFamily("accelhost_watch_runs", "Rounds of checks run")
-        runs_total.add_metric([], runs)
-        yield runs_total
-        failed_total = CounterMetricFamily(
-            "accelhost_watch_round_failures", "Rounds that could not run at all"
-        )
-        failed_total.add_metric([], failures)
-        yield failed_total
-        actions = CounterMetricFamily(
-            "accelhost_clean_actions", "Actions taken by --auto-clean", labels=["kind", "result"]
-        )
-        for (kind, result), n in sorted(cleaned.items()):
-            actions.add_metric([kind, result], n)
-        yield actions
-        if rnd is None:
-            if failed:
-                yield _status_family({name: UNKNOWN for name in CHECK_NAMES})
-            return
-        last = GaugeMetricFamily(
-            "accelhost_watch_last_run_timestamp_seconds", "When the last round finished"
-        )
-        last.add_metric([], rnd.finished)
-        yield last
-        yield _status_family({c.name: c.status for c in rnd.report.checks})
-        facts = rnd.facts
-        if facts.hugepage_pools is not None:
-            pages = GaugeMetricFamily(
-                "accelhost_hugepages_pages",
-                "Host HugePages pool by page size and state (total, free, reserved, surplus; "
-                "reserved pages are also free)",
-                labels=["size_bytes", "state"],
-            )
-            for p in facts.hugepage_pools:
-                if p.node is None:
-                    size = str(p.size_kb * 1024)
-                    for state, n in (
-                        ("total", p.total),
-                        ("free", p.free),
-                        ("reserved", p.reserved),
-                        ("surplus", p.surplus),
-                    ):
-                        pages.add_metric([size, state], n)
-            yield pages
-        if rnd.leaked_bytes is not None and rnd.leaked_count is not None:
-            g = GaugeMetricFamily("accelhost_shm_leaked_bytes", "Bytes in leaked System V segments")
-            g.add_metric([], rnd.leaked_bytes)
-            yield g
-            g = GaugeMetricFamily("accelhost_shm_leaked_segments", "Leaked System V segments")
-            g.add_metric([], rnd.leaked_count)
-            yield g
-        if rnd.shm_files is not None and rnd.shm_bytes is not None:
-            g = GaugeMetricFamily(
-                "accelhost_posix_shm_leaked_files", "Leaked POSIX shared-memory files (/dev/shm)"
-            )
-            g.add_metric([], rnd.shm_files)
-            yield g
-            g = GaugeMetricFamily(
-                "accelhost_posix_shm_leaked_bytes",
-                "Bytes used by leaked POSIX shared-memory files (allocated blocks)",
-            )
-            g.add_metric([], rnd.shm_bytes)
-            yield g
-        if rnd.orphans is not None:
-            g = GaugeMetricFamily("accelhost_orphan_processes", "Orphan engine processes")
-            g.add_metric([], rnd.orphans)
-            yield g
-        known = [d for d in facts.devices if d.used_mib is not None and d.total_mib is not None]
-        if "devices" not in facts.errors and known:
-            used = GaugeMetricFamily(
-                "accelhost_device_memory_used_bytes", "Device memory in use", labels=["device"]
-            )
-            tot = GaugeMetricFamily(
-                "accelhost_device_memory_total_bytes", "Device memory size", labels=["device"]
-            )
-            unatt = GaugeMetricFamily(
-                "accelhost_device_memory_unattributed_bytes",
-                "Device memory in use by no listed process",
-                labels=["device"],
-            )
-            # Without the per-process table (a failed compute-apps query) nothing can be
-            # attributed: no unattributed sample rather than "all of it".
-            per_process = "device_processes" not in facts.errors
-            for d in known:
-                assert d.used_mib is not None and d.total_mib is not None
-                attributed = sum(r.memory_mib or 0 for r in d.processes)
-                used.add_metric([d.label], d.used_mib * MIB)
-                tot.add_metric([d.label], d.total_mib * MIB)
-                if per_process and all(r.memory_mib is not None for r in d.processes):
-                    unatt.add_metric([d.label], max(0, d.used_mib - attributed) * MIB)
-            yield used
-            yield tot
-            if per_process:
-                yield unatt
+    # Read the whole host every this many rounds (a safety net under incremental rounds).
+    full_every: int = DEFAULT_FULL_EVERY
 
 
 def json_logger(stream: Any = None) -> Callable[[dict[str, Any]], None]:
@@ -246,11 +84,32 @@ class Watcher:
         self.collector = HygieneCollector()
         self.registry.register(self.collector)
         self._last_status: dict[str, str] = {}
+        self._state = IncrementalState(options, config.full_every)
+        self._incremental = False
         self._orphan_rounds: dict[tuple[int, int], int] = {}
 
     def run_once(self) -> Round:
+        cpu0, wall0 = time.thread_time(), time.perf_counter()
+        full = True
+        try:
+            rnd = self._round()
+            full = self._state.last.holder_scan or not self._incremental
+            return rnd
+        finally:
+            self.collector.cost(time.thread_time() - cpu0, time.perf_counter() - wall0, full)
+
+    def _read(self, host: Host) -> HostFacts:
+        """Facts of this round: on a live host, read incrementally (only what changed)."""
+        self._incremental = host.is_live and isinstance(host, InodeLister)
+        if not self._incremental:
+            return read_facts(host, self.options)
+        assert isinstance(host, InodeLister)
+        known = self._state.read(host, host, time.time())
+        return read_facts(host, self.options, known)
+
+    def _round(self) -> Round:
         host = self.host_factory()
-        facts = read_facts(host, self.options)
+        facts = self._read(host)
         report = run_checks(facts, self.options)
         leaks = (
             leaked_segments(

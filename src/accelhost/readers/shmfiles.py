@@ -9,6 +9,8 @@ through the host door (live, snapshot or recording alike).
   (/proc/PID/fd) or maps (/proc/PID/maps), the (device, inode) of each, and the pids
   whose files could not be read (then nothing may be called leaked, and no device node
   called free: a reader without CAP_SYS_PTRACE cannot see other users' open files);
+- `held_by(host, pid, rights) -> PidHolds`: the same for one process (a watch keeps it
+  per process and rereads only what changed: `accelhost.hygiene.incremental`);
 - `held_paths(host, pids=None)` and `path_is_held(host, path)`: the same, as a set of
   paths and as the re-check of one file.
 
@@ -162,36 +164,88 @@ def _fd_paths(host: Host, pid: int, inodes: set[tuple[int, int]]) -> set[str] | 
     return out
 
 
+@dataclass(frozen=True)
+class ReaderRights:
+    """What the reader itself may see: its capabilities, and whether it may ptrace all."""
+
+    mine: int | None
+    sees_all: bool
+
+    @classmethod
+    def of(cls, host: Host) -> ReaderRights:
+        own = host.read_file("/proc/self/status")
+        return cls(caps(own), may_ptrace_all(own))
+
+
+@dataclass(frozen=True)
+class PidHolds:
+    """What one process holds open or maps (`paths`, `inodes`), or why that is unknown."""
+
+    paths: frozenset[str]
+    inodes: frozenset[tuple[int, int]]
+    unreadable: bool = False
+    privileged: bool = False
+
+
+def held_by(
+    host: Host, pid: int, rights: ReaderRights, maps_only: Sequence[str] = ()
+) -> PidHolds:
+    """One process's open and mapped files (the per-process step of `scan_held`).
+
+    `maps_only`: keep only mappings whose /proc/PID/maps line contains one of these
+    strings (a tmpfs's ` MAJ:MIN ` device, a shm dir's path): most processes map no shared
+    memory, and one search of the text then spares parsing every library mapping."""
+    inodes: set[tuple[int, int]] = set()
+    fd_paths = _fd_paths(host, pid, inodes)
+    maps = host.read_file(f"/proc/{pid}/maps")
+    unreadable = privileged = False
+    if fd_paths is None or maps is None:
+        # Anything that may hold files and could not be read: we cannot see it. Its
+        # status is read now, not the /proc/PID/stat a doctor read earlier, so that a
+        # process that exited in between is gone, not unreadable.
+        status = host.read_file(f"/proc/{pid}/status")
+        if _may_hold(status, pid):
+            theirs = caps(status)
+            # Only a reader that may ptrace anything can tell "hidden by a stronger
+            # namespace" from "not ours to read"; for any other reader an unreadable
+            # process is simply unknown.
+            stronger = (
+                rights.sees_all
+                and rights.mine is not None
+                and theirs is not None
+                and bool(theirs & ~rights.mine)
+            )
+            privileged, unreadable = stronger, not stronger
+    paths = fd_paths or set()
+    if maps and maps_only:
+        if any(token in maps for token in maps_only):
+            maps = "\n".join(
+                line for line in maps.splitlines() if any(t in line for t in maps_only)
+            )
+        else:
+            maps = ""
+    if maps:
+        mapped, nodes = parse_maps(maps)
+        paths |= mapped
+        inodes |= nodes
+    return PidHolds(frozenset(paths), frozenset(inodes), unreadable, privileged)
+
+
 def scan_held(host: Host, pids: Iterable[int] | None = None) -> HeldScan:
     """What every live process (or the given pids) holds open or maps, read once."""
     paths: set[str] = set()
     inodes: set[tuple[int, int]] = set()
     unreadable: list[int] = []
     privileged: list[int] = []
-    own = host.read_file("/proc/self/status")
-    mine = caps(own)
-    # Only a reader that may ptrace anything can tell "hidden by a stronger namespace" from
-    # "not ours to read"; for any other reader an unreadable process is simply unknown.
-    sees_all = may_ptrace_all(own)
+    rights = ReaderRights.of(host)
     for pid in list_pids(host) if pids is None else pids:
-        fd_paths = _fd_paths(host, pid, inodes)
-        maps = host.read_file(f"/proc/{pid}/maps")
-        if fd_paths is None or maps is None:
-            # Anything that may hold files and could not be read: we cannot see it. Its
-            # status is read now, not the /proc/PID/stat a doctor read earlier, so that a
-            # process that exited in between is gone, not unreadable.
-            status = host.read_file(f"/proc/{pid}/status")
-            if _may_hold(status, pid):
-                theirs = caps(status)
-                stronger = (
-                    sees_all and mine is not None and theirs is not None and bool(theirs & ~mine)
-                )
-                (privileged if stronger else unreadable).append(pid)
-        paths |= fd_paths or set()
-        if maps:
-            mapped, nodes = parse_maps(maps)
-            paths |= mapped
-            inodes |= nodes
+        one = held_by(host, pid, rights)
+        if one.unreadable:
+            unreadable.append(pid)
+        if one.privileged:
+            privileged.append(pid)
+        paths |= one.paths
+        inodes |= one.inodes
     return HeldScan(
         frozenset(paths), frozenset(inodes), tuple(sorted(unreadable)), tuple(sorted(privileged))
     )
