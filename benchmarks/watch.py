@@ -1,8 +1,8 @@
 """`watch` and `doctor` at fleet load, as ratios to one bare full scan measured in the same run.
 
 Builds issue 19's load on this machine: 2,000 extra processes (sleeping children forked by
-a few Python parents, a quarter of them holding a file open and mapped, plus `sleep`
-processes) and 3,000 files in a private directory (`--shm-dir`, default a fresh directory
+a few Python parents, most holding two files open and mapped, plus `sleep` processes)
+and 3,000 files (nine in ten held, half of all named like vLLM's psm_*) in a private directory (`--shm-dir`, default a fresh directory
 under /dev/shm), then reports in one run:
 
 - `doctor --brief` wall time on the idle host (measured first, before the load exists);
@@ -37,8 +37,8 @@ from accelhost.host.live import live_host
 from accelhost.hygiene.options import DEFAULT_SHM_DIRS, HygieneOptions
 from accelhost.hygiene.watch import WatchConfig, Watcher
 
-# A parent that forks sleeping children on request ("fork N [FILE ...]"), each child
-# holding its file open and mapped; it ignores SIGCHLD so killed children leave no zombie.
+# A parent that forks sleeping children on request ("N [FILE ...]"), child i holding
+# files 2i and 2i+1 open and mapped; it ignores SIGCHLD so killed children leave no zombie.
 PARENT = r"""
 import mmap, os, signal, sys
 signal.signal(signal.SIGCHLD, signal.SIG_IGN)
@@ -48,9 +48,10 @@ for line in sys.stdin:
     for i in range(int(n)):
         pid = os.fork()
         if pid == 0:
-            if i < len(paths):
-                fd = os.open(paths[i], os.O_RDWR)
-                m = mmap.mmap(fd, 4096)
+            held = []
+            for path in paths[2 * i : 2 * i + 2]:
+                fd = os.open(path, os.O_RDWR)
+                held.append(mmap.mmap(fd, 4096))
             while True:
                 signal.pause()
         pids.append(pid)
@@ -67,6 +68,7 @@ class Load:
     parents: list[subprocess.Popen[str]] = field(default_factory=list)
     sleepers: list[subprocess.Popen[bytes]] = field(default_factory=list)
     children: list[int] = field(default_factory=list)
+    holders: set[int] = field(default_factory=set)  # children holding files
     files: list[Path] = field(default_factory=list)
 
     def fork(self, parent: int, n: int, paths: list[Path] = ()) -> list[int]:  # type: ignore[assignment]
@@ -76,6 +78,7 @@ class Load:
         p.stdin.flush()
         pids = [int(x) for x in p.stdout.readline().split()]
         self.children.extend(pids)
+        self.holders.update(pids[: (len(paths) + 1) // 2])
         return pids
 
     def kill_child(self, pid: int) -> None:
@@ -152,6 +155,8 @@ def build(load: Load, procs: int, files: int) -> None:
         name = f"psm_bench{n:05d}" if n % 2 == 0 else f"app-bench-{n:05d}.dat"
         path = load.shm_dir / name
         path.write_bytes(b"\0" * 4096)
+        old = time.time() - 3600  # made an hour ago, like most files on a busy node
+        os.utime(path, (old, old))
         load.files.append(path)
     parents = 4
     for _ in range(parents):
@@ -164,7 +169,7 @@ def build(load: Load, procs: int, files: int) -> None:
             )
         )
     forked = procs * 3 // 4
-    holders = load.files[: procs // 4]
+    holders = load.files[: files * 9 // 10]
     per = forked // parents
     for i in range(parents):
         load.fork(i, per, holders[i * len(holders) // parents : (i + 1) * len(holders) // parents])
@@ -180,8 +185,9 @@ def build(load: Load, procs: int, files: int) -> None:
 
 
 def churn(load: Load, step: int) -> None:
-    """Between two rounds: 20 children die and 20 are born, 30 files come, 30 change, 30 go."""
-    for pid in load.children[:20]:
+    """Between two rounds: 20 children that hold no file die and 20 are born, 30 files come,
+    30 change, 30 unheld ones go (a fork-heavy neighbour; a holder's death is measured apart)."""
+    for pid in [p for p in load.children if p not in load.holders][:20]:
         load.kill_child(pid)
     load.fork(step % len(load.parents), 20)
     for n in range(30):
@@ -191,10 +197,10 @@ def churn(load: Load, step: int) -> None:
     for path in load.files[-90:-60]:
         with contextlib.suppress(FileNotFoundError):
             path.write_bytes(b"\2" * 4096)
-    for path in load.files[2000:2030]:
+    for path in load.files[2700:2730]:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-    del load.files[2000:2030]
+    del load.files[2700:2730]
 
 
 def orphans_in(metrics: bytes) -> int:
@@ -273,6 +279,10 @@ def main() -> int:
         for step in range(args.rounds):
             churn(load, step)
             churned.append(cpu_of(watcher.run_once))
+        holder_death = []
+        for _ in range(2):
+            load.kill_child(next(p for p in load.children if p in load.holders))
+            holder_death.append(cpu_of(watcher.run_once))
         full_rounds = watcher.collector.full_scans()
         doc = [doctor_times(["--shm-dir", str(load.shm_dir), "--json"]) for _ in range(3)]
         doc_wall = statistics.median(w for w, _ in doc)
@@ -294,7 +304,9 @@ def main() -> int:
         print(f"watch first round:           {first * 1e3:7.0f} ms CPU  {first / bare:5.2f}x bare")
         print(f"watch round, steady:         {st * 1e3:7.0f} ms CPU  {st / bare:5.2f}x bare")
         print(f"watch round, churn:          {ch * 1e3:7.0f} ms CPU  {ch / bare:5.2f}x bare")
-        print(f"watch full scans:            {full_rounds} of {1 + 2 * args.rounds} rounds")
+        hd = statistics.median(holder_death)
+        print(f"watch round, a holder died:  {hd * 1e3:7.0f} ms CPU  {hd / bare:5.2f}x bare")
+        print(f"watch full scans:            {full_rounds} of {3 + 2 * args.rounds} rounds")
         print(
             f"doctor (fresh process):      {doc_wall * 1e3:7.0f} ms wall {doc_wall / bare_wall:5.2f}x"
             f" bare wall; {doc_cpu * 1e3:.0f} ms CPU {doc_cpu / bare:5.2f}x bare"

@@ -14,6 +14,7 @@ arguments joined by spaces: `comm` is cut at 15 characters); shm names are globs
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -149,6 +150,24 @@ class Catalog:
         """One regex for "some engine's process" (frontend or child)."""
         patterns = [p for e in self.engines for p in e.frontends + e.children]
         return re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
+
+    def shm_naming(self, name: str) -> str | None:
+        """The engine whose shm glob matches the file name first (catalog order), as
+        `posix_check.match_naming` tells it, compiled once and remembered per name."""
+        key = ("shm", name)
+        if key in self._memo:
+            return self._memo[key]
+        if "shm" not in self._rx:
+            self._rx["shm"] = [
+                (e.name, re.compile(fnmatch.translate(g)))
+                for e in self.engines
+                for g in e.shm_names
+            ]
+        found = next((n for n, rx in self._rx["shm"] if rx.match(name)), None)
+        if len(self._memo) >= _MEMO_MAX:
+            self._memo.clear()
+        self._memo[key] = found
+        return found
 
     def shm_namings(self) -> list[tuple[str, str]]:
         """(engine, glob) for every shared-memory naming, in catalog order."""

@@ -36,8 +36,7 @@ from typing import Protocol, runtime_checkable
 
 from accelhost.host.base import Host
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.posix_check import match_naming
-from accelhost.readers.procs import ProcessInfo, read_process
+from accelhost.readers.procs import ProcessInfo, open_fds, read_process
 from accelhost.readers.shmfiles import (
     HeldScan,
     PidHolds,
@@ -77,6 +76,7 @@ class _Proc:
     devices: tuple[str, ...]
     holds: PidHolds
     first_round: int
+    engine: bool = False  # some engine's frontend or child, by its command line
 
 
 @dataclass
@@ -144,9 +144,9 @@ class IncrementalState:
                 if pid not in self._hidden:
                     cost.new += self._read_new(host, pid, ino, rights, maps_only)
             elif self._watched(rec):
-                cost.reread += self._reread(host, rec, rights, maps_only, with_fds=True)
+                cost.reread += self._reread(host, rec, with_fds=True)
             elif pid in reparented:
-                cost.reread += self._reread(host, rec, rights, maps_only, with_fds=False)
+                cost.reread += self._reread(host, rec, with_fds=False)
         cost.gone = len(gone)
         if full or self._candidates(host, now_epoch):
             if not full:
@@ -173,41 +173,43 @@ class IncrementalState:
         if not (info.is_kernel_thread or info.is_zombie):
             holds = held_by(host, pid, rights, maps_only)
             devices = self._devices(holds)
-        self._procs[pid] = _Proc(info, ino, devices, holds, self.rounds)
+        self._procs[pid] = _Proc(info, ino, devices, holds, self.rounds, self._engine(info))
         return 1
 
     def _watched(self, rec: _Proc) -> bool:
         """Read again every round: new processes, engine processes, device holders."""
         if rec.info.is_kernel_thread:
             return False
-        return (
-            self.rounds - rec.first_round <= REREAD_ROUNDS
-            or bool(rec.devices)
-            or (bool(rec.info.cmdline) and self._engine(rec.info.command))
-        )
+        return self.rounds - rec.first_round <= REREAD_ROUNDS or bool(rec.devices) or rec.engine
 
-    def _engine(self, command: str) -> bool:
-        return self.options.catalog.engine_of(command) is not None
+    def _engine(self, info: ProcessInfo) -> bool:
+        return bool(info.cmdline) and self.options.catalog.engine_of(info.command) is not None
 
-    def _reread(
-        self,
-        host: Host,
-        rec: _Proc,
-        rights: ReaderRights,
-        maps_only: tuple[str, ...],
-        with_fds: bool,
-    ) -> int:
+    def _reread(self, host: Host, rec: _Proc, with_fds: bool) -> int:
+        """Stat again (re-parented, zombie, D state); with `with_fds` also the cmdline
+        (a retitle) and the device nodes open. What it maps is known from its first read
+        (a file it takes up later is found by the holder scan that a candidate starts)."""
         info = read_process(host, rec.info.pid, cmdline=with_fds)
         if info is None or info.start_ticks != rec.info.start_ticks:
             return 0  # gone since the listing: the next round sees it gone
         if not with_fds:
             info = replace(info, cmdline=rec.info.cmdline)
         rec.info = info
-        if with_fds and not info.is_zombie:
-            rec.holds = held_by(host, info.pid, rights, maps_only)
-            rec.devices = self._devices(rec.holds)
-        elif info.is_zombie:
+        rec.engine = self._engine(info) if with_fds else rec.engine
+        if info.is_zombie:
             rec.holds, rec.devices = PidHolds(frozenset(), frozenset()), ()
+        elif with_fds:
+            fds = open_fds(host, info.pid) or {}
+            is_device = self.options.is_device_path
+            rec.devices = tuple(
+                sorted(
+                    {
+                        p
+                        for t in fds.values()
+                        if (p := t.removesuffix(" (deleted)")).startswith("/") and is_device(p)
+                    }
+                )
+            )
         return 1
 
     def _devices(self, holds: PidHolds) -> tuple[str, ...]:
@@ -267,7 +269,7 @@ class IncrementalState:
         """Whether some engine-named file, held by nobody we know of and old enough by its
         last stat, was not yet confirmed by a holder scan (stat'ed afresh first)."""
         held = self._held()
-        namings = self.options.catalog.shm_namings()
+        naming_of = self.options.catalog.shm_naming
         min_age = self.options.shm_min_age_s
         found = False
         for entries in self._files.values():
@@ -275,7 +277,7 @@ class IncrementalState:
                 if f is None or (f.path, f.inode) in self._confirmed or held.holds(f):
                     continue
                 age = f.age_s(now_epoch)
-                if age is None or age < min_age or match_naming(name, namings) is None:
+                if age is None or age < min_age or naming_of(name) is None:
                     continue
                 fresh = stat_shm_file(f.path, host)
                 assert entries is not None

@@ -30,12 +30,19 @@ from accelhost.hygiene.cleaner import (
     execute,
     plan_clean,
 )
+from accelhost.hygiene.evidence import unknown
 from accelhost.hygiene.facts import HostFacts, read_facts
 from accelhost.hygiene.incremental import DEFAULT_FULL_EVERY, IncrementalState, InodeLister
 from accelhost.hygiene.journal import rfc3339_now
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.posix_check import ShmJudgement, judge_shm_files, shm_known
-from accelhost.hygiene.report import DoctorReport
+from accelhost.hygiene.posix_check import NAME as POSIX_SHM
+from accelhost.hygiene.posix_check import (
+    ShmJudgement,
+    check_posix_shm,
+    judge_shm_files,
+    shm_known,
+)
+from accelhost.hygiene.report import CHECK_NAMES, DoctorReport
 from accelhost.hygiene.rules import Orphan, find_orphans, leaked_segments
 from accelhost.hygiene.watch_metrics import HygieneCollector, Round
 
@@ -110,7 +117,8 @@ class Watcher:
     def _round(self) -> Round:
         host = self.host_factory()
         facts = self._read(host)
-        report = run_checks(facts, self.options)
+        judged = judge_shm_files(facts, self.options) if shm_known(facts) else None
+        report = self._checks(facts, judged)
         leaks = (
             leaked_segments(
                 facts.segments, facts.alive, facts.now_epoch, self.options.shm_min_age_s
@@ -123,11 +131,7 @@ class Watcher:
             if facts.processes is not None
             else None
         )
-        shm: list[ShmJudgement] | None = (
-            [j for j in judge_shm_files(facts, self.options) if j.leaked]
-            if shm_known(facts)
-            else None
-        )
+        shm: list[ShmJudgement] | None = None if judged is None else [j for j in judged if j.leaked]
         rnd = Round(
             facts=facts,
             report=report,
@@ -143,6 +147,16 @@ class Watcher:
         if self.config.auto_clean and host.is_live:
             self._auto_clean(rnd, orphans or [], leaks or [], shm or [])
         return rnd
+
+    def _checks(self, facts: HostFacts, judged: list[ShmJudgement] | None) -> DoctorReport:
+        """The doctor's checks, the shm files judged once for the check and the metrics."""
+        others = tuple(n for n in CHECK_NAMES if n != POSIX_SHM)
+        results = list(run_checks(facts, self.options, others).checks)
+        try:
+            results.append(check_posix_shm(facts, self.options, judged))
+        except Exception as exc:  # as run_checks: a broken check is UNKNOWN, not a crash
+            results.append(unknown(POSIX_SHM, f"internal error: {type(exc).__name__}: {exc}"))
+        return DoctorReport(tuple(sorted(results, key=lambda c: CHECK_NAMES.index(c.name))))
 
     def _log_changes(self, report: DoctorReport) -> None:
         for c in report.checks:
