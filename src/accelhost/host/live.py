@@ -29,6 +29,7 @@ class LiveHost:
         self.timeout = timeout
         self._env = dict(os.environ if env is None else env)
         self._run_env = {**self._env, **_C_LOCALE}
+        self._owners: dict[int, str] = {}  # uid -> user name, for this host's lifetime
 
     @property
     def machine(self) -> str:
@@ -107,7 +108,7 @@ class LiveHost:
         except OSError:
             return None
         base = path.rstrip("/")
-        owners: dict[int, str] = {}
+        owners = self._owners
         out = []
         for name in names:
             found = _file_stat(f"{base}/{name}", name, follow=False, owners=owners)
@@ -126,7 +127,12 @@ class LiveHost:
             return None
 
     def stat(self, path: str) -> FileStat | None:
-        return _file_stat(path, path.rstrip("/").rsplit("/", 1)[-1], follow=True, owners={})
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        # Through /proc (a process's fd followed) what is asked is the open file's identity:
+        # no birth time (a statx each), and user names remembered for this host's lifetime.
+        return _file_stat(
+            path, name, follow=True, owners=self._owners, birth=not path.startswith("/proc/")
+        )
 
     def getenv(self, name: str) -> str | None:
         return self._env.get(name)
@@ -140,7 +146,9 @@ def _kind(mode: int) -> str:
     return "link" if stat_mod.S_ISLNK(mode) else "other"
 
 
-def _file_stat(path: str, name: str, *, follow: bool, owners: dict[int, str]) -> FileStat | None:
+def _file_stat(
+    path: str, name: str, *, follow: bool, owners: dict[int, str], birth: bool = True
+) -> FileStat | None:
     try:
         st = os.stat(path, follow_symlinks=follow)
     except OSError:
@@ -163,7 +171,7 @@ def _file_stat(path: str, name: str, *, follow: bool, owners: dict[int, str]) ->
         ctime=st.st_ctime,
         dev=st.st_dev,
         inode=st.st_ino,
-        birth=birth_time(path, follow=follow),
+        birth=birth_time(path, follow=follow) if birth else None,
     )
 
 

@@ -8,7 +8,7 @@ shm file, its stat; each round it lists /proc and the shm dirs (names and inode 
 only: a pid reused since the last round has a new /proc directory inode, a file replaced
 under its name a new inode) and reads only:
 
-- processes that appeared (all of the above), and in the rounds after they appeared their
+- processes that appeared (all of the above), and in the round after they appeared their
   stat, cmdline and fds again (an engine retitles itself and opens its device after start);
 - every round, the stat, cmdline and fds of engine processes and device holders (a zombie,
   a D-state holder, a device opened or closed), and the stat of the children of processes
@@ -46,8 +46,8 @@ from accelhost.readers.shmfiles import (
     stat_shm_file,
 )
 
-# A process is read whole again in this many rounds after it first appeared.
-REREAD_ROUNDS = 2
+# A process's stat, cmdline and fds are read again in this many rounds after it appeared.
+REREAD_ROUNDS = 1
 DEFAULT_FULL_EVERY = 10
 
 
@@ -120,8 +120,12 @@ class IncrementalState:
         rights = ReaderRights.of(host)
         pids = lister.list_dir_inodes("/proc")
         listing = {int(n): ino for n, ino in (pids or {}).items() if n.isdigit()}
+        before: dict[tuple[int, int], int] = {}
         if full:
             cost.full = True
+            # read every process again, but one known from before is not new (not re-read
+            # in the rounds after as if it had just appeared)
+            before = {(p, r.info.start_ticks): r.first_round for p, r in self._procs.items()}
             self._procs.clear()
             self._hidden.clear()
         gone = [p for p in self._procs if p not in listing]
@@ -142,7 +146,7 @@ class IncrementalState:
                     rec.ino = ino
             if rec is None:
                 if pid not in self._hidden:
-                    cost.new += self._read_new(host, pid, ino, rights, maps_only)
+                    cost.new += self._read_new(host, pid, ino, rights, maps_only, before)
             elif self._watched(rec):
                 cost.reread += self._reread(host, rec, with_fds=True)
             elif pid in reparented:
@@ -161,7 +165,13 @@ class IncrementalState:
     # -------------------------------------------------------------- processes
 
     def _read_new(
-        self, host: Host, pid: int, ino: int, rights: ReaderRights, maps_only: tuple[str, ...]
+        self,
+        host: Host,
+        pid: int,
+        ino: int,
+        rights: ReaderRights,
+        maps_only: tuple[str, ...],
+        before: Mapping[tuple[int, int], int],
     ) -> int:
         info = read_process(host, pid)
         if info is None:
@@ -173,7 +183,8 @@ class IncrementalState:
         if not (info.is_kernel_thread or info.is_zombie):
             holds = held_by(host, pid, rights, maps_only)
             devices = self._devices(holds)
-        self._procs[pid] = _Proc(info, ino, devices, holds, self.rounds, self._engine(info))
+        first = before.get((pid, info.start_ticks), self.rounds)
+        self._procs[pid] = _Proc(info, ino, devices, holds, first, self._engine(info))
         return 1
 
     def _watched(self, rec: _Proc) -> bool:
@@ -214,7 +225,7 @@ class IncrementalState:
 
     def _devices(self, holds: PidHolds) -> tuple[str, ...]:
         is_device = self.options.is_device_path
-        return tuple(sorted(p for p in holds.paths if is_device(p)))
+        return tuple(sorted(p for p in holds.paths if p.startswith("/dev/") and is_device(p)))
 
     # -------------------------------------------------------------- shm files
 

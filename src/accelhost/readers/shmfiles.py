@@ -187,9 +187,21 @@ class PidHolds:
     privileged: bool = False
 
 
-def held_by(
-    host: Host, pid: int, rights: ReaderRights, maps_only: Sequence[str] = ()
-) -> PidHolds:
+def _lines_with(text: str, tokens: Sequence[str]) -> str:
+    """The lines of `text` that contain one of `tokens` (found by substring search)."""
+    out = []
+    for token in tokens:
+        at = text.find(token)
+        while at >= 0:
+            start = text.rfind("\n", 0, at) + 1
+            end = text.find("\n", at)
+            end = len(text) if end < 0 else end
+            out.append(text[start:end])
+            at = text.find(token, end)
+    return "\n".join(out)
+
+
+def held_by(host: Host, pid: int, rights: ReaderRights, maps_only: Sequence[str] = ()) -> PidHolds:
     """One process's open and mapped files (the per-process step of `scan_held`).
 
     `maps_only`: keep only mappings whose /proc/PID/maps line contains one of these
@@ -218,12 +230,7 @@ def held_by(
             privileged, unreadable = stronger, not stronger
     paths = fd_paths or set()
     if maps and maps_only:
-        if any(token in maps for token in maps_only):
-            maps = "\n".join(
-                line for line in maps.splitlines() if any(t in line for t in maps_only)
-            )
-        else:
-            maps = ""
+        maps = _lines_with(maps, maps_only)
     if maps:
         mapped, nodes = parse_maps(maps)
         paths |= mapped
