@@ -30,13 +30,16 @@ Only a live host changes; a snapshot is read in full every round (`accelhost.hyg
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from accelhost.host.base import Host
+from accelhost.hygiene.devices import device_paths_held
+from accelhost.hygiene.facts import HostFacts, read_facts
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.readers.procs import ProcessInfo, open_fds, read_process
+from accelhost.readers.procs import ProcessInfo, read_process
 from accelhost.readers.shmfiles import (
     HeldScan,
     PidHolds,
@@ -155,7 +158,8 @@ class IncrementalState:
         if full or self._candidates(host, now_epoch):
             if not full:
                 for rec in self._procs.values():
-                    rec.holds = held_by(host, rec.info.pid, rights, maps_only)
+                    if not (rec.info.is_kernel_thread or rec.info.is_zombie):
+                        rec.holds = held_by(host, rec.info.pid, rights, maps_only)
             cost.holder_scan = True
             self.full_scans += 1
             self._confirm(now_epoch)
@@ -181,8 +185,8 @@ class IncrementalState:
         holds = PidHolds(frozenset(), frozenset())
         devices: tuple[str, ...] = ()
         if not (info.is_kernel_thread or info.is_zombie):
-            holds = held_by(host, pid, rights, maps_only)
-            devices = self._devices(holds)
+            holds = held_by(host, pid, rights, maps_only, self.options.is_device_path)
+            devices = holds.devices
         first = before.get((pid, info.start_ticks), self.rounds)
         self._procs[pid] = _Proc(info, ino, devices, holds, first, self._engine(info))
         return 1
@@ -210,22 +214,8 @@ class IncrementalState:
         if info.is_zombie:
             rec.holds, rec.devices = PidHolds(frozenset(), frozenset()), ()
         elif with_fds:
-            fds = open_fds(host, info.pid) or {}
-            is_device = self.options.is_device_path
-            rec.devices = tuple(
-                sorted(
-                    {
-                        p
-                        for t in fds.values()
-                        if (p := t.removesuffix(" (deleted)")).startswith("/") and is_device(p)
-                    }
-                )
-            )
+            rec.devices = device_paths_held(host, info.pid, self.options)
         return 1
-
-    def _devices(self, holds: PidHolds) -> tuple[str, ...]:
-        is_device = self.options.is_device_path
-        return tuple(sorted(p for p in holds.paths if p.startswith("/dev/") and is_device(p)))
 
     # -------------------------------------------------------------- shm files
 
@@ -319,6 +309,16 @@ class IncrementalState:
             },
             held=self._held(),
         )
+
+
+def read_host_facts(host: Host, options: HygieneOptions) -> HostFacts:
+    """One doctor's look: on a live host one walk of each process's fds serves device
+    holders and shm holders alike, and only shm mappings of its maps are parsed (what an
+    incremental state's first round reads); elsewhere `read_facts` as it is."""
+    if not (host.is_live and isinstance(host, InodeLister)):
+        return read_facts(host, options)
+    known = IncrementalState(options).read(host, host, time.time())
+    return read_facts(host, options, known)
 
 
 def _path(f: ShmFile) -> str:

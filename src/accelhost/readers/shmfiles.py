@@ -24,7 +24,7 @@ name: that can only make a file look held (kept), never look free (removed).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from accelhost.host.base import FileStat, Host
@@ -144,15 +144,26 @@ def parse_maps(text: str) -> tuple[set[str], set[tuple[int, int]]]:
     return paths, inodes
 
 
-def _fd_paths(host: Host, pid: int, inodes: set[tuple[int, int]]) -> set[str] | None:
+def _fd_paths(
+    host: Host,
+    pid: int,
+    inodes: set[tuple[int, int]],
+    devices: set[str] | None = None,
+    is_device: Callable[[str], bool] | None = None,
+) -> set[str] | None:
     """Paths of a process's open files, and into `inodes` the identity of each open regular
     file: a process of another mount namespace (a pod's emptyDir at its /dev/shm) names by
-    its own path a file we list under the host's path."""
+    its own path a file we list under the host's path. With `is_device`, the device nodes
+    among them (deleted ones too) go into `devices`: one walk of the fds serves both."""
     fds = open_fds(host, pid)
     if fds is None:
         return None
     out = set()
     for fd, target in fds.items():
+        if devices is not None and is_device is not None and target.startswith("/dev/"):
+            node = target.removesuffix(_DELETED)
+            if is_device(node):
+                devices.add(node)
         if not target.startswith("/") or target.endswith(_DELETED):
             continue
         out.add(target)
@@ -185,6 +196,7 @@ class PidHolds:
     inodes: frozenset[tuple[int, int]]
     unreadable: bool = False
     privileged: bool = False
+    devices: tuple[str, ...] = ()  # device nodes open (when `held_by` was given is_device)
 
 
 def _lines_with(text: str, tokens: Sequence[str]) -> str:
@@ -201,14 +213,22 @@ def _lines_with(text: str, tokens: Sequence[str]) -> str:
     return "\n".join(out)
 
 
-def held_by(host: Host, pid: int, rights: ReaderRights, maps_only: Sequence[str] = ()) -> PidHolds:
+def held_by(
+    host: Host,
+    pid: int,
+    rights: ReaderRights,
+    maps_only: Sequence[str] = (),
+    is_device: Callable[[str], bool] | None = None,
+) -> PidHolds:
     """One process's open and mapped files (the per-process step of `scan_held`).
 
     `maps_only`: keep only mappings whose /proc/PID/maps line contains one of these
     strings (a tmpfs's ` MAJ:MIN ` device, a shm dir's path): most processes map no shared
-    memory, and one search of the text then spares parsing every library mapping."""
+    memory, and one search of the text then spares parsing every library mapping.
+    `is_device`: which open files are device nodes (`devices`), from the same fd walk."""
     inodes: set[tuple[int, int]] = set()
-    fd_paths = _fd_paths(host, pid, inodes)
+    devices: set[str] = set()
+    fd_paths = _fd_paths(host, pid, inodes, devices, is_device)
     maps = host.read_file(f"/proc/{pid}/maps")
     unreadable = privileged = False
     if fd_paths is None or maps is None:
@@ -235,7 +255,9 @@ def held_by(host: Host, pid: int, rights: ReaderRights, maps_only: Sequence[str]
         mapped, nodes = parse_maps(maps)
         paths |= mapped
         inodes |= nodes
-    return PidHolds(frozenset(paths), frozenset(inodes), unreadable, privileged)
+    return PidHolds(
+        frozenset(paths), frozenset(inodes), unreadable, privileged, tuple(sorted(devices))
+    )
 
 
 def scan_held(host: Host, pids: Iterable[int] | None = None) -> HeldScan:
