@@ -2,8 +2,8 @@
 
 Builds issue 19's load on this machine: 2,000 extra processes (sleeping children forked by
 a few Python parents, most holding two files open and mapped, plus `sleep` processes)
-and 3,000 files (nine in ten held, half of all named like vLLM's psm_*) in a private directory (`--shm-dir`, default a fresh directory
-under /dev/shm), then reports in one run:
+and 3,000 files (nine in ten held, half named like vLLM's psm_*) in a private directory
+(`--shm-dir`, default a fresh directory under /dev/shm), then reports in one run:
 
 - `doctor --brief` wall time on the idle host (measured first, before the load exists);
 - the bare full scan's CPU: each process's stat, cmdline, fd links and maps, in plain Python;
@@ -312,8 +312,9 @@ def main() -> int:
         print(f"watch round, a holder died:  {hd * 1e3:7.0f} ms CPU  {hd / bare:5.2f}x bare")
         print(f"watch full scans:            {full_rounds} of {4 + 2 * args.rounds} rounds")
         print(
-            f"doctor (fresh process):      {doc_wall * 1e3:7.0f} ms wall {doc_wall / bare_wall:5.2f}x"
-            f" bare wall; {doc_cpu * 1e3:.0f} ms CPU {doc_cpu / bare:5.2f}x bare"
+            f"doctor (fresh process):      {doc_wall * 1e3:7.0f} ms wall "
+            f"{doc_wall / bare_wall:5.2f}x bare wall; {doc_cpu * 1e3:.0f} ms CPU "
+            f"{doc_cpu / bare:5.2f}x bare"
         )
         shown = "not seen in 10 s" if react is None else f"{react:.2f} s"
         print(f"engine death -> FAIL (--interval 60): {shown}")
