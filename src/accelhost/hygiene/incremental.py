@@ -298,6 +298,37 @@ class IncrementalState:
             if not held.holds(f) and (f.age_s(now_epoch) or 0.0) >= self.options.shm_min_age_s
         }
 
+    def react_pids(self) -> set[int]:
+        """The processes whose exit may leave something to judge: engine processes and
+        the holders of engine-named shm files (a watch wakes when one exits)."""
+        named = [
+            f for f in self._all_files() if self.options.catalog.shm_naming(f.name) is not None
+        ]
+        paths = {f.path for f in named}
+        inodes = {(f.dev, f.inode) for f in named}
+        return {
+            pid
+            for pid, rec in self._procs.items()
+            if rec.engine
+            or not paths.isdisjoint(rec.holds.paths)
+            or not inodes.isdisjoint(rec.holds.inodes)
+        }
+
+    def next_due(self, now_epoch: float) -> float | None:
+        """Seconds until the next engine-named file, held by nobody we know of, reaches
+        --shm-min-age (it is judged then, not at the next round); None when none will."""
+        held = self._held()
+        min_age = self.options.shm_min_age_s
+        waits = [
+            min_age - age
+            for f in self._all_files()
+            if (age := f.age_s(now_epoch)) is not None
+            and age < min_age
+            and not held.holds(f)
+            and self.options.catalog.shm_naming(f.name) is not None
+        ]
+        return max(0.0, min(waits)) if waits else None
+
     def _known(self) -> KnownProcesses:
         return KnownProcesses(
             processes={pid: rec.info for pid, rec in self._procs.items()},

@@ -42,9 +42,14 @@ from accelhost.hygiene.posix_check import (
     judge_shm_files,
     shm_known,
 )
+from accelhost.hygiene.react import Reactor
 from accelhost.hygiene.report import CHECK_NAMES, DoctorReport
 from accelhost.hygiene.rules import Orphan, find_orphans, leaked_segments
 from accelhost.hygiene.watch_metrics import HygieneCollector, Round
+
+# A file due to reach --shm-min-age is judged this long after it does (its mtime is whole
+# seconds on some filesystems).
+DUE_SLACK_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -244,15 +249,40 @@ class Watcher:
         self.log({"event": "auto_clean_done", "outcomes": [o.to_dict() for o in result.outcomes]})
 
     def run(self, stop: threading.Event, rounds: int | None = None) -> None:
+        """Rounds every --interval until `stop`; on a live host also at once when an
+        engine process or a holder of an engine file exits (`react.Reactor`), and when a
+        new unheld engine file reaches --shm-min-age. A failed round is counted and logged,
+        and the next one reads the whole host; it never ends the watch."""
         done = 0
-        while not stop.is_set():
-            started = time.monotonic()
-            try:
-                self.run_once()
-            except Exception as exc:  # a bad round is logged; the watch goes on
-                self.collector.fail()
-                self.log({"event": "round_failed", "error": f"{type(exc).__name__}: {exc}"})
-            done += 1
-            if rounds is not None and done >= rounds:
-                return
-            stop.wait(max(0.0, self.config.interval_s - (time.monotonic() - started)))
+        reactor: Reactor | None = None
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    self.run_once()
+                except Exception as exc:  # a bad round is logged; the watch goes on
+                    self.collector.fail()
+                    self._state.force_full()
+                    self.log({"event": "round_failed", "error": f"{type(exc).__name__}: {exc}"})
+                done += 1
+                if rounds is not None and done >= rounds:
+                    return
+                until = started + self.config.interval_s
+                if self._incremental:
+                    due = self._state.next_due(time.time())
+                    if due is not None:
+                        until = min(until, time.monotonic() + due + DUE_SLACK_S)
+                    if reactor is None:
+                        reactor = Reactor.open(self.log, self.collector.degraded)
+                    reactor.watch(self._state.react_pids())
+                if reactor is None:
+                    stop.wait(max(0.0, until - time.monotonic()))
+                    continue
+                exited = reactor.wait(stop, until)
+                if exited == [-1]:
+                    self._state.force_full()
+                elif exited:
+                    self.log({"event": "process_exit", "pids": exited[:20]})
+        finally:
+            if reactor is not None:
+                reactor.close()
