@@ -1,5 +1,6 @@
 """`watch` reacts at once: the exit of an engine process or of a holder of an engine's
-shared-memory file starts a round within a second, instead of at the next `--interval`.
+shared-memory file starts a round within a second, instead of at the next `--interval`;
+a new engine-named file in a shm dir (inotify) is judged when it reaches --shm-min-age.
 
 The kernel's process events (`accelhost.supervisor.procevents.ProcEvents`, the listener
 `run` uses too) are subscribed to exits only, and a classic BPF socket filter drops in the
@@ -7,15 +8,17 @@ kernel every exit but those of the pids this round cares about: a fork-heavy nei
 costs the watch no wakeup. The filter is rebuilt when that set changes (after each round).
 
 Where the kernel gives no events (not root, not the host's PID namespace) or the socket
-overflowed (events lost), the watch says so once in its log and in
-`accelhost_watch_fallback{source="process_events"}`; rounds then come at `--interval`, and
-after a loss the next round reads the whole host (an exit it missed is seen there).
+overflowed (events lost), or inotify cannot be had (its limits), the watch says so once in
+its log and in `accelhost_watch_fallback{source="process_events"|"inotify"}`; rounds then
+come at `--interval`, and after a loss the next round reads the whole host (an exit it
+missed is seen there).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 import select
 import socket
 import struct
@@ -25,6 +28,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from accelhost.host.libc import libc
 from accelhost.supervisor.procevents import PROC_EVENT_EXIT, ProcEvents
 
 # How long to let an exit settle (its children re-parented, its siblings killed) before
@@ -85,6 +89,59 @@ def _attach(sock: socket.socket, program: bytes) -> None:
     sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
 
 
+IN_NONBLOCK = 0o4000
+IN_CLOEXEC = 0o2000000
+IN_CREATE = 0x100
+IN_MOVED_TO = 0x80
+_INOTIFY_EVENT = struct.Struct("=iIII")  # wd, mask, cookie, len (then the name)
+
+
+class ShmDirWatch:
+    """inotify on the shm dirs: the names of files created or moved in since last read."""
+
+    def __init__(self, dirs: Iterable[str]) -> None:
+        lib = libc()
+        fd = int(lib.inotify_init1(IN_NONBLOCK | IN_CLOEXEC))
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
+        self.fd = fd
+        for d in dirs:
+            if lib.inotify_add_watch(fd, os.fsencode(d), IN_CREATE | IN_MOVED_TO) < 0:
+                err = ctypes.get_errno()
+                os.close(fd)
+                raise OSError(err, f"inotify_add_watch {d}")
+
+    def fileno(self) -> int:
+        return int(self.fd)
+
+    def read(self) -> list[str]:
+        names: list[str] = []
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return names
+            at = 0
+            while at + _INOTIFY_EVENT.size <= len(data):
+                _wd, _mask, _cookie, length = _INOTIFY_EVENT.unpack_from(data, at)
+                raw = data[at + _INOTIFY_EVENT.size : at + _INOTIFY_EVENT.size + length]
+                names.append(raw.rstrip(b"\0").decode("utf-8", "replace"))
+                at += _INOTIFY_EVENT.size + length
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+@dataclass(frozen=True)
+class WakeUp:
+    """Why the wait ended early: processes that exited, engine files that appeared, or a
+    loss of events (then the next round must read everything)."""
+
+    exited: tuple[int, ...] = ()
+    new_files: tuple[str, ...] = ()
+    lost: bool = False
+
+
 @dataclass
 class Reactor:
     """Wakes the watch when a watched process exits; None-safe fallbacks when it cannot."""
@@ -92,6 +149,9 @@ class Reactor:
     log: Callable[[dict[str, Any]], None]
     degraded: Callable[[str, str], None]
     events: ProcEvents | None = None
+    files: ShmDirWatch | None = None
+    # which new file names matter (engine-named ones): others do not wake the watch
+    named: Callable[[str], bool] = field(default=lambda _n: False, repr=False)
     watched: frozenset[int] = frozenset()
     lost_said: bool = False
     exits_seen: int = 0
@@ -99,10 +159,24 @@ class Reactor:
 
     @classmethod
     def open(
-        cls, log: Callable[[dict[str, Any]], None], degraded: Callable[[str, str], None]
+        cls,
+        log: Callable[[dict[str, Any]], None],
+        degraded: Callable[[str, str], None],
+        shm_dirs: Iterable[str] = (),
+        named: Callable[[str], bool] = lambda _n: False,
     ) -> Reactor:
         events = ProcEvents.open(PROC_EVENT_EXIT)
-        reactor = cls(log, degraded, events)
+        try:
+            files: ShmDirWatch | None = ShmDirWatch(shm_dirs)
+        except OSError as exc:  # no inotify, or its limits reached
+            files = None
+            why = (
+                f"no inotify on the shm dirs ({exc.strerror or exc}): a new engine file is "
+                "judged at the round after it reaches --shm-min-age"
+            )
+            log({"event": "fallback", "source": "inotify", "reason": why})
+            degraded("inotify", why)
+        reactor = cls(log, degraded, events, files, named)
         if events is None:
             why = (
                 "no process events (needs root with CAP_NET_ADMIN in the host's PID "
@@ -124,32 +198,34 @@ class Reactor:
             _attach(self.events.sock, program)
         self._filtered = self.watched
 
-    def wait(self, stop: threading.Event, until: float) -> list[int]:
-        """Wait until `until` (monotonic), a stop, or the exit of a watched pid; the pids
-        that exited (empty on a timeout or a stop). After a loss of events, [-1]."""
+    def wait(self, stop: threading.Event, until: float) -> WakeUp | None:
+        """Wait until `until` (monotonic) or a stop (None), or until a watched pid exits
+        or an engine file appears (a `WakeUp`)."""
+        sources = [s for s in (self.events, self.files) if s is not None]
         while not stop.is_set():
             left = until - time.monotonic()
             if left <= 0:
-                return []
-            if self.events is None:
+                return None
+            if not sources:
                 stop.wait(min(left, POLL_S))
                 continue
-            ready = select.select([self.events], [], [], min(left, POLL_S))[0]
-            if not ready:
-                continue
-            exited = self._exits()
-            if self.events.lost:
+            select.select(sources, [], [], min(left, POLL_S))
+            new = tuple(n for n in self.files.read() if self.named(n)) if self.files else ()
+            exited = self._exits() if self.events is not None else []
+            if self.events is not None and self.events.lost:
                 self.events.lost = False
                 if not self.lost_said:
                     self.lost_said = True
                     why = "process events lost (socket overflow): the next round reads all"
                     self.log({"event": "fallback", "source": "process_events", "reason": why})
                     self.degraded("process_events", why)
-                return [-1]
+                return WakeUp(lost=True)
             if exited:
                 time.sleep(SETTLE_S)
-                return sorted(set(exited) | set(self._exits()))
-        return []
+                return WakeUp(tuple(sorted(set(exited) | set(self._exits()))), new)
+            if new:
+                return WakeUp(new_files=new)
+        return None
 
     def _exits(self) -> list[int]:
         assert self.events is not None
@@ -165,3 +241,6 @@ class Reactor:
             with contextlib.suppress(OSError):
                 self.events.close()
             self.events = None
+        if self.files is not None:
+            self.files.close()
+            self.files = None

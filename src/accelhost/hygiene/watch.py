@@ -248,6 +248,19 @@ class Watcher:
             self.collector.count_clean(out.action, "ok" if out.ok else "failed")
         self.log({"event": "auto_clean_done", "outcomes": [o.to_dict() for o in result.outcomes]})
 
+    def _wait(self, reactor: Reactor, stop: threading.Event, until: float) -> None:
+        """Until the next round is due: `until`, an exit that matters, or a new engine
+        file's --shm-min-age (which moves `until` closer, without a round of its own)."""
+        while (wake := reactor.wait(stop, until)) is not None:
+            if wake.lost:
+                self._state.force_full()
+                return
+            if wake.exited:
+                self.log({"event": "process_exit", "pids": list(wake.exited[:20])})
+                return
+            due = time.monotonic() + self.options.shm_min_age_s + DUE_SLACK_S
+            until = min(until, due)
+
     def run(self, stop: threading.Event, rounds: int | None = None) -> None:
         """Rounds every --interval until `stop`; on a live host also at once when an
         engine process or a holder of an engine file exits (`react.Reactor`), and when a
@@ -273,16 +286,17 @@ class Watcher:
                     if due is not None:
                         until = min(until, time.monotonic() + due + DUE_SLACK_S)
                     if reactor is None:
-                        reactor = Reactor.open(self.log, self.collector.degraded)
+                        reactor = Reactor.open(
+                            self.log,
+                            self.collector.degraded,
+                            self.options.shm_dirs,
+                            lambda n: self.options.catalog.shm_naming(n) is not None,
+                        )
                     reactor.watch(self._state.react_pids())
                 if reactor is None:
                     stop.wait(max(0.0, until - time.monotonic()))
                     continue
-                exited = reactor.wait(stop, until)
-                if exited == [-1]:
-                    self._state.force_full()
-                elif exited:
-                    self.log({"event": "process_exit", "pids": exited[:20]})
+                self._wait(reactor, stop, until)
         finally:
             if reactor is not None:
                 reactor.close()

@@ -96,6 +96,11 @@ class HygieneCollector(Collector):
             self._runs += 1
             self._failures += 1
 
+    def latest(self) -> Round | None:
+        """The last round's numbers (None before the first, or after a failed one)."""
+        with self._lock:
+            return self._round
+
     def rounds_done(self) -> int:
         with self._lock:
             return self._runs

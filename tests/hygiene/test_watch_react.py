@@ -1,0 +1,155 @@
+"""`watch` reacts at once, on real processes and files: an engine frontend's death makes
+its orphan FAIL by a round the exit started (not the 60 s interval), a new leaked engine
+file is judged when it reaches --shm-min-age, the kernel drops exits nobody watches, and a
+lost source is said once in the log and in a metric.
+
+Nothing here asserts a duration: each test checks *which* round judged (one started by the
+event, long before the next interval could have come). Processes are killed by pid in
+finally or by the lab's teardown; files are removed with their directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hygiene_lab import Lab, wait_gone
+from prometheus_client import generate_latest
+
+from accelhost.host.live import LiveHost
+from accelhost.hygiene.options import DEFAULT_SHM_DIRS, HygieneOptions
+from accelhost.hygiene.react import Reactor
+from accelhost.hygiene.watch import WatchConfig, Watcher
+from accelhost.supervisor.procevents import PROC_EVENT_EXIT
+
+WAIT_S = 30.0  # well below the 60 s interval: a round seen within it was not the timer's
+
+
+def _reactor() -> Reactor:
+    logs: list[object] = []
+    reactor = Reactor.open(logs.append, lambda _s, _w: None)
+    if reactor.events is None:
+        reactor.close()
+        pytest.skip("the kernel gives this process no process events (root, host PID ns)")
+    return reactor
+
+
+@pytest.fixture
+def shm_dir() -> Iterator[Path]:
+    if os.geteuid() != 0 or not Path("/dev/shm").is_dir():
+        pytest.skip("needs root and /dev/shm")
+    path = Path(tempfile.mkdtemp(prefix="accelhost-react-", dir="/dev/shm"))
+    try:
+        yield path
+    finally:
+        for f in path.iterdir():
+            f.unlink()
+        path.rmdir()
+
+
+def _until(cond: object) -> bool:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_the_kernel_passes_only_exits_of_watched_pids() -> None:
+    reactor = _reactor()
+    watched = subprocess.Popen(["sleep", "1000"])
+    other = subprocess.Popen(["sleep", "1000"])
+    try:
+        reactor.watch([watched.pid])
+        other.kill()
+        other.wait()
+        time.sleep(0.3)
+        assert reactor.events is not None
+        raw = reactor.events.read()  # what reached the socket at all
+        assert not [ints for what, ints in raw if what == PROC_EVENT_EXIT]
+        watched.kill()
+        watched.wait()
+        wake = reactor.wait(threading.Event(), time.monotonic() + WAIT_S)
+        assert wake is not None and wake.exited == (watched.pid,)
+    finally:
+        for p in (watched, other):
+            with contextlib.suppress(ProcessLookupError):
+                p.kill()
+            p.wait()
+        reactor.close()
+
+
+def _run(watcher: Watcher) -> tuple[threading.Event, threading.Thread]:
+    stop = threading.Event()
+    thread = threading.Thread(target=watcher.run, args=(stop,), daemon=True)
+    thread.start()
+    assert _until(lambda: watcher.collector.rounds_done() >= 1)
+    return stop, thread
+
+
+def test_an_orphan_is_fail_by_the_frontend_exit_not_the_interval(lab: Lab) -> None:
+    _reactor().close()
+    node = lab.device_node()
+    fe, engine, _worker = lab.server(node)
+    logs: list[dict[str, object]] = []
+    watcher = Watcher(
+        LiveHost,
+        HygieneOptions(device_globs=(lab.glob(),)),
+        WatchConfig(interval_s=60.0),
+        logs.append,
+    )
+    stop, thread = _run(watcher)
+    try:
+        os.kill(fe, signal.SIGKILL)
+        assert wait_gone(fe)
+        assert _until(lambda: watcher.collector.rounds_done() >= 2)
+        # the second round was started by the frontend's exit, within WAIT_S < 60 s
+        assert any(e["event"] == "process_exit" and fe in e["pids"] for e in logs)  # type: ignore[operator]
+        text = generate_latest(watcher.registry).decode()
+        assert 'accelhost_check_status{check="orphan_engines",state="FAIL"} 1.0' in text
+        rnd = watcher.collector.latest()
+        assert rnd is not None
+        orphans = next(c for c in rnd.report.checks if c.name == "orphan_engines")
+        assert engine in [e.get("pid") for e in orphans.evidence]
+    finally:
+        stop.set()
+        thread.join(timeout=70)
+
+
+def test_a_new_leaked_engine_file_is_judged_at_its_min_age(shm_dir: Path) -> None:
+    opts = HygieneOptions(shm_dirs=(*DEFAULT_SHM_DIRS, str(shm_dir)), shm_min_age_s=1.0)
+    watcher = Watcher(LiveHost, opts, WatchConfig(interval_s=60.0), lambda _e: None)
+    stop, thread = _run(watcher)
+    try:
+        (shm_dir / "psm_leaked_by_a_crash").write_bytes(b"\0" * 4096)
+        assert _until(lambda: watcher.collector.rounds_done() >= 2)
+        rnd = watcher.collector.latest()
+        assert rnd is not None and rnd.shm_files is not None and rnd.shm_files >= 1
+        posix = next(c for c in rnd.report.checks if c.name == "posix_shm")
+        assert any(e.get("path", "").endswith("psm_leaked_by_a_crash") for e in posix.evidence)
+    finally:
+        stop.set()
+        thread.join(timeout=70)
+
+
+def test_a_lost_source_is_said_once_in_the_log_and_a_metric() -> None:
+    logs: list[dict[str, object]] = []
+    watcher = Watcher(LiveHost, HygieneOptions(), WatchConfig(), logs.append)
+    reactor = Reactor.open(logs.append, watcher.collector.degraded, ["/nonexistent-shm-dir"])
+    try:
+        assert reactor.files is None
+        fallbacks = [e for e in logs if e["event"] == "fallback" and e["source"] == "inotify"]
+        assert len(fallbacks) == 1
+        text = generate_latest(watcher.registry).decode()
+        assert 'accelhost_watch_fallback{source="inotify"} 1.0' in text
+    finally:
+        reactor.close()
