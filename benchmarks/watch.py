@@ -82,9 +82,13 @@ class Load:
         return pids
 
     def kill_child(self, pid: int) -> None:
+        """SIGKILL one child and wait until /proc no longer lists it (its parent reaps it)."""
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         self.children.remove(pid)
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def teardown(self) -> None:
         for pid in self.children:
@@ -310,7 +314,10 @@ def main() -> int:
         print(f"watch round, churn:          {ch * 1e3:7.0f} ms CPU  {ch / bare:5.2f}x bare")
         hd = statistics.median(holder_death)
         print(f"watch round, a holder died:  {hd * 1e3:7.0f} ms CPU  {hd / bare:5.2f}x bare")
-        print(f"watch full scans:            {full_rounds} of {4 + 2 * args.rounds} rounds")
+        print(
+            f"rounds that read every process's fds and maps: {full_rounds} of "
+            f"{4 + 2 * args.rounds} (the first, every --full-every, a holder's death)"
+        )
         print(
             f"doctor (fresh process):      {doc_wall * 1e3:7.0f} ms wall "
             f"{doc_wall / bare_wall:5.2f}x bare wall; {doc_cpu * 1e3:.0f} ms CPU "
