@@ -160,7 +160,7 @@ def _fd_paths(
         return None
     out = set()
     for fd, target in fds.items():
-        if devices is not None and is_device is not None and target.startswith("/dev/"):
+        if devices is not None and is_device is not None and target.startswith("/"):
             node = target.removesuffix(_DELETED)
             if is_device(node):
                 devices.add(node)
