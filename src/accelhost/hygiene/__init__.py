@@ -18,8 +18,8 @@ catalog: frontends and children), `rules` (what is an orphan, what leaked), `che
 `evidence`, `report`, `render` and `text` (what is shown), `actions`, `cleaner`,
 `stopper` and `journal` (what `clean` does), `watch` (the loop), `watch_metrics` (what it
 exports, its own cost included), `incremental` (a round that reads only what changed;
-also the doctor's one-walk read of a live host), `react` (process events and inotify that
-start a round at once),
+also the doctor's one-walk read of a live host) and `known` (what it hands `read_facts`),
+`react` (process events and inotify that start a round at once),
 `capabilities` (which Linux capabilities each check and each clean action needs: the one
 table the docs, `--help` and contrib/ are checked against).
 """

@@ -38,7 +38,7 @@ from accelhost.readers.sysv import read_segments
 from accelhost.readers.visibility import proc_hides
 
 if TYPE_CHECKING:
-    from accelhost.hygiene.incremental import KnownProcesses
+    from accelhost.hygiene.known import KnownProcesses
 
 HUGEPAGES_DIR = "/sys/kernel/mm/hugepages"
 NODES_DIR = "/sys/devices/system/node"

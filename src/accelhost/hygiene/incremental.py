@@ -38,6 +38,7 @@ from typing import Protocol, runtime_checkable
 from accelhost.host.base import Host
 from accelhost.hygiene.devices import device_paths_held
 from accelhost.hygiene.facts import HostFacts, read_facts
+from accelhost.hygiene.known import KnownProcesses
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.readers.procs import ProcessInfo, read_process
 from accelhost.readers.shmfiles import (
@@ -59,17 +60,6 @@ class InodeLister(Protocol):
     """A live host that lists a directory's names with their inode numbers."""
 
     def list_dir_inodes(self, path: str) -> dict[str, int] | None: ...
-
-
-@dataclass(frozen=True)
-class KnownProcesses:
-    """The process-side facts an incremental round hands to `read_facts`."""
-
-    processes: Mapping[int, ProcessInfo]
-    device_fds: Mapping[int, tuple[str, ...]]
-    hidden: frozenset[int]
-    shm_files: Mapping[str, tuple[ShmFile, ...] | None]
-    held: HeldScan
 
 
 @dataclass

@@ -98,6 +98,9 @@ class Watcher:
         self._last_status: dict[str, str] = {}
         self._state = IncrementalState(options, config.full_every)
         self._incremental = False
+        # the facts' clock (boot time + uptime: whole seconds of boot time) minus time.time():
+        # a file is due at its --shm-min-age by the clock it is judged by
+        self._clock_offset = 0.0
         self._orphan_rounds: dict[tuple[int, int], int] = {}
 
     def run_once(self) -> Round:
@@ -112,7 +115,7 @@ class Watcher:
 
     def _read(self, host: Host) -> HostFacts:
         """Facts of this round: on a live host, read incrementally (only what changed)."""
-        self._incremental = host.is_live and isinstance(host, InodeLister)
+        self._incremental = self._live(host)
         if not self._incremental:
             return read_facts(host, self.options)
         assert isinstance(host, InodeLister)
@@ -122,6 +125,8 @@ class Watcher:
     def _round(self) -> Round:
         host = self.host_factory()
         facts = self._read(host)
+        if facts.now_epoch is not None:
+            self._clock_offset = facts.now_epoch - time.time()
         judged = judge_shm_files(facts, self.options) if shm_known(facts) else None
         report = self._checks(facts, judged)
         leaks = (
@@ -248,6 +253,18 @@ class Watcher:
             self.collector.count_clean(out.action, "ok" if out.ok else "failed")
         self.log({"event": "auto_clean_done", "outcomes": [o.to_dict() for o in result.outcomes]})
 
+    @staticmethod
+    def _live(host: Host) -> bool:
+        return host.is_live and isinstance(host, InodeLister)
+
+    def _reactor(self) -> Reactor:
+        return Reactor.open(
+            self.log,
+            self.collector.degraded,
+            self.options.shm_dirs,
+            lambda n: self.options.catalog.shm_naming(n) is not None,
+        )
+
     def _wait(self, reactor: Reactor, stop: threading.Event, until: float) -> None:
         """Until the next round is due: `until`, an exit that matters, or a new engine
         file's --shm-min-age (which moves `until` closer, without a round of its own)."""
@@ -258,7 +275,7 @@ class Watcher:
             if wake.exited:
                 self.log({"event": "process_exit", "pids": list(wake.exited[:20])})
                 return
-            due = time.monotonic() + self.options.shm_min_age_s + DUE_SLACK_S
+            due = time.monotonic() + self.options.shm_min_age_s - self._clock_offset + DUE_SLACK_S
             until = min(until, due)
 
     def run(self, stop: threading.Event, rounds: int | None = None) -> None:
@@ -269,6 +286,10 @@ class Watcher:
         done = 0
         reactor: Reactor | None = None
         try:
+            if rounds != 1 and self._live(self.host_factory()):
+                # before the first round lists the shm dirs: a file made after that
+                # listing is told by inotify, one made before it is in the listing
+                reactor = self._reactor()
             while not stop.is_set():
                 started = time.monotonic()
                 try:
@@ -282,16 +303,11 @@ class Watcher:
                     return
                 until = started + self.config.interval_s
                 if self._incremental:
-                    due = self._state.next_due(time.time())
+                    due = self._state.next_due(time.time() + self._clock_offset)
                     if due is not None:
                         until = min(until, time.monotonic() + due + DUE_SLACK_S)
                     if reactor is None:
-                        reactor = Reactor.open(
-                            self.log,
-                            self.collector.degraded,
-                            self.options.shm_dirs,
-                            lambda n: self.options.catalog.shm_naming(n) is not None,
-                        )
+                        reactor = self._reactor()
                     reactor.watch(self._state.react_pids())
                 if reactor is None:
                     stop.wait(max(0.0, until - time.monotonic()))
