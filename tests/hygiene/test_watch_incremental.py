@@ -184,3 +184,44 @@ def test_cost_metrics_count_rounds_and_full_scans() -> None:
 def test_bad_watch_cadence_is_a_usage_error(args: list[str], message: str) -> None:
     res = run_cli("watch", "--metrics-addr", "none", "--rounds", "1", *args)
     assert res.returncode == 2 and message in res.stderr
+
+
+def test_incremental_state_is_bounded_by_what_exists(shm_dir: Path) -> None:
+    """Processes and files come and go for many rounds: what the state keeps is what
+    exists now, not what ever existed (memory bounded by the host, not by time)."""
+    import gc
+    import tracemalloc
+
+    host = LiveHost()
+    state = IncrementalState(_options(shm_dir), full_every=7)
+    for _ in range(3):
+        state.read(host, host, time.time())
+
+    def churn(n: int) -> None:
+        sleeper = subprocess.Popen(["sleep", "1000"])
+        try:
+            (shm_dir / f"psm_churn{n}").write_bytes(b"x")
+            state.read(host, host, time.time())
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+        (shm_dir / f"psm_churn{n}").unlink()
+        state.read(host, host, time.time())
+
+    for n in range(10):
+        churn(n)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(10, 60):
+            churn(n)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    known = state.read(host, host, time.time())
+    now = {int(n) for n in os.listdir("/proc") if n.isdigit()}
+    assert len(set(known.processes) - now) < 20  # only what exited since that round
+    assert not any(f.name.startswith("psm_churn") for f in known.shm_files[str(shm_dir)] or ())
+    assert grown < 256 * 1024, grown
