@@ -10,7 +10,8 @@ and 3,000 files (nine in ten held, half named like vLLM's psm_*) in a private di
 - watch's CPU per round, steady state and with churn (processes killed and forked, files
   created, rewritten and removed between rounds), and how many of its rounds were full scans;
 - the time from an engine frontend's death to its orphan's FAIL in /metrics (`--interval 60`);
-- a full doctor's wall and CPU time (a fresh `python -m accelhost doctor` process).
+- a full doctor's wall and CPU time (a fresh `python -m accelhost doctor` process: the
+  interpreter's start and imports included), and its look alone (read and checks).
 
 Run as root on Linux: `.venv/bin/python benchmarks/watch.py` (about a minute on 2 cores).
 Every process it starts is killed by pid and every file it made removed, even on failure.
@@ -34,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accelhost.host.live import live_host
+from accelhost.hygiene.checks import run_checks
+from accelhost.hygiene.incremental import read_host_facts
 from accelhost.hygiene.options import DEFAULT_SHM_DIRS, HygieneOptions
 from accelhost.hygiene.watch import WatchConfig, Watcher
 
@@ -290,6 +293,10 @@ def main() -> int:
             holder_death.append(cpu_of(watcher.run_once))
         full_rounds = watcher.collector.full_scans()
         doc = [doctor_times(["--shm-dir", str(load.shm_dir), "--json"]) for _ in range(3)]
+        look = statistics.median(
+            cpu_of(lambda: run_checks(read_host_facts(live_host(), options), options))
+            for _ in range(3)
+        )
         doc_wall = statistics.median(w for w, _ in doc)
         doc_cpu = statistics.median(c for _, c in doc)
         bare_wall_t0 = time.perf_counter()
@@ -322,6 +329,10 @@ def main() -> int:
             f"doctor (fresh process):      {doc_wall * 1e3:7.0f} ms wall "
             f"{doc_wall / bare_wall:5.2f}x bare wall; {doc_cpu * 1e3:.0f} ms CPU "
             f"{doc_cpu / bare:5.2f}x bare"
+        )
+        print(
+            f"doctor's look (read + checks, in this process): {look * 1e3:.0f} ms CPU "
+            f"{look / bare:5.2f}x bare"
         )
         shown = "not seen in 10 s" if react is None else f"{react:.2f} s"
         print(f"engine death -> FAIL (--interval 60): {shown}")

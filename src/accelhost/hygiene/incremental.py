@@ -96,6 +96,7 @@ class IncrementalState:
     # engine-named files a holder scan found held by nobody, as (path, inode)
     _confirmed: set[tuple[str, int]] = field(default_factory=set)
     _force_full: bool = True
+    _listed: frozenset[str] = frozenset()  # the shm files' paths, as last listed
     last: RoundCost = field(default_factory=RoundCost)
 
     def force_full(self) -> None:
@@ -149,7 +150,9 @@ class IncrementalState:
             if not full:
                 for rec in self._procs.values():
                     if not (rec.info.is_kernel_thread or rec.info.is_zombie):
-                        rec.holds = held_by(host, rec.info.pid, rights, maps_only)
+                        rec.holds = held_by(
+                            host, rec.info.pid, rights, maps_only, listed=self._listed
+                        )
             cost.holder_scan = True
             self.full_scans += 1
             self._confirm(now_epoch)
@@ -175,7 +178,7 @@ class IncrementalState:
         holds = PidHolds(frozenset(), frozenset())
         devices: tuple[str, ...] = ()
         if not (info.is_kernel_thread or info.is_zombie):
-            holds = held_by(host, pid, rights, maps_only, self.options.is_device_path)
+            holds = held_by(host, pid, rights, maps_only, self.options.is_device_path, self._listed)
             devices = holds.devices
         first = before.get((pid, info.start_ticks), self.rounds)
         self._procs[pid] = _Proc(info, ino, devices, holds, first, self._engine(info))
@@ -226,6 +229,7 @@ class IncrementalState:
                 else:
                     new[name] = (ino, stat_shm_file(f"{base}/{name}", host))
             self._files[directory] = new
+        self._listed = frozenset(f.path for f in self._all_files())
         self._confirmed &= {(f.path, f.inode) for f in self._all_files()}
 
     def _all_files(self) -> list[ShmFile]:

@@ -24,7 +24,7 @@ name: that can only make a file look held (kept), never look free (removed).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 
 from accelhost.host.base import FileStat, Host
@@ -150,11 +150,14 @@ def _fd_paths(
     inodes: set[tuple[int, int]],
     devices: set[str] | None = None,
     is_device: Callable[[str], bool] | None = None,
+    listed: Container[str] = (),
 ) -> set[str] | None:
     """Paths of a process's open files, and into `inodes` the identity of each open regular
     file: a process of another mount namespace (a pod's emptyDir at its /dev/shm) names by
     its own path a file we list under the host's path. With `is_device`, the device nodes
-    among them (deleted ones too) go into `devices`: one walk of the fds serves both."""
+    among them (deleted ones too) go into `devices`: one walk of the fds serves both.
+    A target that is one of the `listed` paths is held by that path already (`holds`):
+    its identity is not looked up."""
     fds = open_fds(host, pid)
     if fds is None:
         return None
@@ -169,6 +172,8 @@ def _fd_paths(
         out.add(target)
         if target.startswith(("/proc/", "/sys/", "/dev/")) and not target.startswith("/dev/shm/"):
             continue  # pseudo files and device nodes: never a shm file
+        if target in listed:
+            continue
         st = open_file_stat(host, pid, fd)
         if st is not None and st.kind == "file":
             inodes.add((st.dev, st.inode))
@@ -219,16 +224,18 @@ def held_by(
     rights: ReaderRights,
     maps_only: Sequence[str] = (),
     is_device: Callable[[str], bool] | None = None,
+    listed: Container[str] = (),
 ) -> PidHolds:
     """One process's open and mapped files (the per-process step of `scan_held`).
 
     `maps_only`: keep only mappings whose /proc/PID/maps line contains one of these
     strings (a tmpfs's ` MAJ:MIN ` device, a shm dir's path): most processes map no shared
     memory, and one search of the text then spares parsing every library mapping.
-    `is_device`: which open files are device nodes (`devices`), from the same fd walk."""
+    `is_device`: which open files are device nodes (`devices`), from the same fd walk;
+    `listed`: the shm files' paths (an fd open on one needs no identity lookup)."""
     inodes: set[tuple[int, int]] = set()
     devices: set[str] = set()
-    fd_paths = _fd_paths(host, pid, inodes, devices, is_device)
+    fd_paths = _fd_paths(host, pid, inodes, devices, is_device, listed)
     maps = host.read_file(f"/proc/{pid}/maps")
     unreadable = privileged = False
     if fd_paths is None or maps is None:
