@@ -14,6 +14,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -93,7 +94,8 @@ def _run(watcher: Watcher) -> tuple[threading.Event, threading.Thread]:
     stop = threading.Event()
     thread = threading.Thread(target=watcher.run, args=(stop,), daemon=True)
     thread.start()
-    assert _until(lambda: watcher.collector.rounds_done() >= 1)
+    done = watcher.collector.rounds_done()
+    assert _until(lambda: watcher.collector.rounds_done() >= done + 1)
     return stop, thread
 
 
@@ -154,3 +156,51 @@ def test_a_lost_source_is_said_once_in_the_log_and_a_metric() -> None:
         assert 'accelhost_watch_fallback{source="inotify"} 1.0' in text
     finally:
         reactor.close()
+
+
+# Forks a child that holds argv[1] open and mapped, prints the child's pid, and never
+# reaps it: killed, the child stays a zombie listed in /proc.
+ZOMBIE_PARENT = r"""
+import mmap, os, sys, time
+pid = os.fork()
+if pid == 0:
+    fd = os.open(sys.argv[1], os.O_RDWR)
+    m = mmap.mmap(fd, 4096)
+    print(os.getpid(), flush=True)
+    time.sleep(1000)
+    os._exit(0)
+time.sleep(1000)
+"""
+
+
+def test_a_holder_that_died_a_zombie_leaves_its_file_judged_at_once(shm_dir: Path) -> None:
+    _reactor().close()
+    held = shm_dir / "psm_of_a_zombie"
+    held.write_bytes(b"\0" * 4096)
+    old = time.time() - 3600
+    os.utime(held, (old, old))
+    parent = subprocess.Popen(
+        [sys.executable, "-c", ZOMBIE_PARENT, str(held)], stdout=subprocess.PIPE, text=True
+    )
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    opts = HygieneOptions(shm_dirs=(*DEFAULT_SHM_DIRS, str(shm_dir)))
+    watcher = Watcher(LiveHost, opts, WatchConfig(interval_s=60.0), lambda _e: None)
+    watcher.run_once()
+    watcher.run_once()  # the child is no longer new: not read again unless told
+    stop, thread = _run(watcher)
+    try:
+        first = watcher.collector.latest()
+        assert first is not None and first.shm_files == 0  # held by the child
+        os.kill(child, signal.SIGKILL)
+        assert _until(lambda: watcher.collector.rounds_done() >= 4)
+        assert os.path.exists(f"/proc/{child}")  # a zombie: /proc still lists it
+        rnd = watcher.collector.latest()
+        assert rnd is not None and rnd.shm_files == 1
+    finally:
+        stop.set()
+        thread.join(timeout=70)
+        with contextlib.suppress(ProcessLookupError):
+            parent.kill()
+        parent.wait()
+        parent.stdout.close()

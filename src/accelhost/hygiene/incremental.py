@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
@@ -96,8 +96,14 @@ class IncrementalState:
     # engine-named files a holder scan found held by nobody, as (path, inode)
     _confirmed: set[tuple[str, int]] = field(default_factory=set)
     _force_full: bool = True
+    _exited: set[int] = field(default_factory=set)  # told by process events, not yet read
     _listed: frozenset[str] = frozenset()  # the shm files' paths, as last listed
     last: RoundCost = field(default_factory=RoundCost)
+
+    def note_exits(self, pids: Iterable[int]) -> None:
+        """Processes the kernel said exited: the next round reads their stat (a zombie
+        still listed in /proc holds nothing any more)."""
+        self._exited.update(pids)
 
     def force_full(self) -> None:
         """The next round reads everything (events were lost, a source changed)."""
@@ -127,7 +133,8 @@ class IncrementalState:
             del self._procs[pid]
         self._hidden &= set(listing)
         went = set(gone)
-        reparented = {p for p, r in self._procs.items() if r.info.ppid in went}
+        reparented = {p for p, r in self._procs.items() if r.info.ppid in went} | self._exited
+        self._exited = set()
         for pid, ino in listing.items():
             rec = self._procs.get(pid)
             if rec is not None and rec.ino != ino:

@@ -274,6 +274,7 @@ class Watcher:
                 return
             if wake.exited:
                 self.log({"event": "process_exit", "pids": list(wake.exited[:20])})
+                self._state.note_exits(wake.exited)
                 return
             due = time.monotonic() + self.options.shm_min_age_s - self._clock_offset + DUE_SLACK_S
             until = min(until, due)
