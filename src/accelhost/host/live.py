@@ -6,6 +6,7 @@ import ctypes
 import os
 import platform
 import pwd
+import shutil
 import stat as stat_mod
 import struct
 import subprocess
@@ -43,7 +44,15 @@ class LiveHost:
     def is_live(self) -> bool:
         return True
 
+    def _installed(self, argv: Sequence[str]) -> bool:
+        """The program exists and may be run (looked up as the child would, in its PATH):
+        a tool that is not installed costs no fork (a doctor on a host without npu-smi)."""
+        path = self._run_env.get("PATH", os.defpath)
+        return bool(argv) and shutil.which(argv[0], path=path) is not None
+
     def run(self, argv: Sequence[str]) -> CommandResult | None:
+        if not self._installed(argv):
+            return None
         try:
             proc = subprocess.run(
                 list(argv),
@@ -64,7 +73,7 @@ class LiveHost:
 
     def run_many(self, argvs: Sequence[Sequence[str]]) -> list[CommandResult | None]:
         # Each npu-smi call can take seconds; reading the host should cost the slowest one.
-        if len(argvs) <= 1:
+        if sum(self._installed(a) for a in argvs) <= 1:
             return [self.run(a) for a in argvs]
         from concurrent.futures import ThreadPoolExecutor
 
