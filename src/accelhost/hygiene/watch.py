@@ -5,8 +5,9 @@ describes the host now, so a device or pool that disappears leaves no stale seri
 change detector keeps one status per check, the auto-cleaner remembers only the orphans of
 the previous round, and the incremental state (`incremental`) only what exists now. On a
 live host a round reads only what changed, and an engine's death or a new engine file
-starts one at once (`react`); a snapshot is read whole every round. A source that cannot be read exports no sample and turns
-its check UNKNOWN: an unanswered query is never shown as an idle device.
+starts one at once (`react`); a snapshot is read whole every round. A source that cannot
+be read exports no sample and turns its check UNKNOWN: an unanswered query is never shown
+as an idle device.
 """
 
 from __future__ import annotations
