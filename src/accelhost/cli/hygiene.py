@@ -143,7 +143,15 @@ def register(subparsers: Any) -> None:
         type=float,
         default=30.0,
         metavar="SECONDS",
-        help="seconds between rounds of checks (default 30)",
+        help="seconds between rounds of checks (default 30, at least 0.1)",
+    )
+    watch.add_argument(
+        "--full-every",
+        type=int,
+        default=10,
+        metavar="N",
+        help="read the whole host every N rounds; the rounds between read only what "
+        "changed (default 10, at least 1; 1 reads everything every round)",
     )
     watch.add_argument(
         "--metrics-addr",
@@ -182,13 +190,12 @@ def register(subparsers: Any) -> None:
 
 def doctor_main(args: argparse.Namespace) -> int:
     from accelhost.hygiene.checks import run_checks
-    from accelhost.hygiene.facts import read_facts
-    from accelhost.hygiene.render import render_report
+    from accelhost.hygiene.incremental import read_host_facts
 
     options = hygiene_options(args)
     host = hygiene_host(args)
     try:
-        facts = read_facts(host, options)
+        facts = read_host_facts(host, options)
         report = run_checks(facts, options, tuple(args.check))
         if options.container is not None:
             from accelhost.hygiene.container_evidence import resolve_container, scope_report
@@ -208,6 +215,8 @@ def doctor_main(args: argparse.Namespace) -> int:
     elif args.brief:
         print(report.brief())
     else:
+        from accelhost.hygiene.render import render_report  # not for --brief: textwrap
+
         paint = _paint_status if colour_wanted(sys.stdout) else None
         print(render_report(report, terminal_columns(sys.stdout), paint))
     return report.exit_code
@@ -371,8 +380,12 @@ def watch_main(args: argparse.Namespace) -> int:
     from accelhost.hygiene.watch import WatchConfig, Watcher, json_logger
 
     options = hygiene_options(args)
-    if args.interval <= 0:
-        raise UsageError("--interval must be positive")
+    if not args.interval >= 0.1:  # NaN too
+        raise UsageError("--interval must be at least 0.1 seconds")
+    if args.full_every < 1:
+        raise UsageError("--full-every must be at least 1")
+    if args.grace < 0:
+        raise UsageError("--grace must not be negative")
     if args.auto_clean and args.snapshot:
         raise UsageError("--auto-clean acts on this host; it cannot run on a --snapshot")
     if args.auto_clean:
@@ -385,6 +398,7 @@ def watch_main(args: argparse.Namespace) -> int:
         clean_orphan_rounds=args.clean_orphan_rounds,
         journal=args.journal,
         grace_s=args.grace,
+        full_every=args.full_every,
     )
     log = json_logger()
     hygiene_host(args)  # a snapshot that cannot be read is a usage error, before serving anything

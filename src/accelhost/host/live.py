@@ -6,6 +6,7 @@ import ctypes
 import os
 import platform
 import pwd
+import shutil
 import stat as stat_mod
 import struct
 import subprocess
@@ -29,6 +30,7 @@ class LiveHost:
         self.timeout = timeout
         self._env = dict(os.environ if env is None else env)
         self._run_env = {**self._env, **_C_LOCALE}
+        self._owners: dict[int, str] = {}  # uid -> user name, for this host's lifetime
 
     @property
     def machine(self) -> str:
@@ -42,7 +44,15 @@ class LiveHost:
     def is_live(self) -> bool:
         return True
 
+    def _installed(self, argv: Sequence[str]) -> bool:
+        """The program exists and may be run (looked up as the child would, in its PATH):
+        a tool that is not installed costs no fork (a doctor on a host without npu-smi)."""
+        path = self._run_env.get("PATH", os.defpath)
+        return bool(argv) and shutil.which(argv[0], path=path) is not None
+
     def run(self, argv: Sequence[str]) -> CommandResult | None:
+        if not self._installed(argv):
+            return None
         try:
             proc = subprocess.run(
                 list(argv),
@@ -63,7 +73,7 @@ class LiveHost:
 
     def run_many(self, argvs: Sequence[Sequence[str]]) -> list[CommandResult | None]:
         # Each npu-smi call can take seconds; reading the host should cost the slowest one.
-        if len(argvs) <= 1:
+        if sum(self._installed(a) for a in argvs) <= 1:
             return [self.run(a) for a in argvs]
         from concurrent.futures import ThreadPoolExecutor
 
@@ -107,7 +117,7 @@ class LiveHost:
         except OSError:
             return None
         base = path.rstrip("/")
-        owners: dict[int, str] = {}
+        owners = self._owners
         out = []
         for name in names:
             found = _file_stat(f"{base}/{name}", name, follow=False, owners=owners)
@@ -115,8 +125,23 @@ class LiveHost:
                 out.append(found)
         return out
 
+    def list_dir_inodes(self, path: str) -> dict[str, int] | None:
+        """name -> inode number of each entry, from the directory alone (no stat per entry):
+        a watch tells what changed in /proc (a reused pid's directory is a new inode) and
+        in /dev/shm between rounds by it. Not part of `Host`: only a live host changes."""
+        try:
+            with os.scandir(path) as entries:
+                return {e.name: e.inode() for e in entries}
+        except OSError:
+            return None
+
     def stat(self, path: str) -> FileStat | None:
-        return _file_stat(path, path.rstrip("/").rsplit("/", 1)[-1], follow=True, owners={})
+        name = path.rstrip("/").rsplit("/", 1)[-1]
+        # Through /proc (a process's fd followed) what is asked is the open file's identity:
+        # no birth time (a statx each), and user names remembered for this host's lifetime.
+        return _file_stat(
+            path, name, follow=True, owners=self._owners, birth=not path.startswith("/proc/")
+        )
 
     def getenv(self, name: str) -> str | None:
         return self._env.get(name)
@@ -135,7 +160,9 @@ def _kind(mode: int) -> str:
     return "link" if stat_mod.S_ISLNK(mode) else "other"
 
 
-def _file_stat(path: str, name: str, *, follow: bool, owners: dict[int, str]) -> FileStat | None:
+def _file_stat(
+    path: str, name: str, *, follow: bool, owners: dict[int, str], birth: bool = True
+) -> FileStat | None:
     try:
         st = os.stat(path, follow_symlinks=follow)
     except OSError:
@@ -158,7 +185,7 @@ def _file_stat(path: str, name: str, *, follow: bool, owners: dict[int, str]) ->
         ctime=st.st_ctime,
         dev=st.st_dev,
         inode=st.st_ino,
-        birth=birth_time(path, follow=follow),
+        birth=birth_time(path, follow=follow) if birth else None,
     )
 
 

@@ -14,15 +14,17 @@ arguments joined by spaces: `comm` is cut at 15 characters); shm names are globs
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from accelhost.errors import UsageError
 
 CUSTOM = "custom"
+_MEMO_MAX = 16384
 
 
 @dataclass(frozen=True)
@@ -87,10 +89,10 @@ BUILTIN_ENGINES: tuple[Engine, ...] = (
 )
 
 
-def check_pattern(pattern: str, where: str) -> None:
-    """UsageError naming `where` when `pattern` is no regular expression."""
+def check_pattern(pattern: str, where: str) -> re.Pattern[str]:
+    """`pattern` compiled; UsageError naming `where` when it is no regular expression."""
     try:
-        re.compile(pattern)
+        return re.compile(pattern)
     except re.error as exc:
         raise UsageError(f"{where} {pattern!r}: not a regex: {exc}") from None
 
@@ -106,6 +108,19 @@ def _source(engine: str, kind: str) -> str:
 @dataclass(frozen=True)
 class Catalog:
     engines: tuple[Engine, ...]
+    # Compiled once per catalog: the orphan rule asks about every process of the host,
+    # every watch round; one combined search per kind rules out most of them at once.
+    _rx: dict[str, list[tuple[str, re.Pattern[str]]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _any: dict[str, re.Pattern[str] | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    # (kind, command) -> engine: a host's processes share few command lines, and a watch
+    # asks about the same ones every round. Bounded: emptied when it grows past _MEMO_MAX.
+    _memo: dict[tuple[str, str], str | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         # The one place a catalog's patterns are checked, wherever they came from: the
@@ -113,21 +128,32 @@ class Catalog:
         for e in self.engines:
             for kind, patterns in (("frontend", e.frontends), ("child", e.children)):
                 for p in patterns:
-                    check_pattern(p, _source(e.name, kind))
+                    rx = check_pattern(p, _source(e.name, kind))
+                    self._rx.setdefault(kind, []).append((e.name, rx))
+        for kind, compiled in self._rx.items():
+            self._any[kind] = re.compile("|".join(f"(?:{rx.pattern})" for _, rx in compiled))
 
-    def _compiled(self, kind: str) -> list[tuple[str, re.Pattern[str]]]:
-        return [
-            (e.name, re.compile(p))
-            for e in self.engines
-            for p in (e.frontends if kind == "frontend" else e.children)
-        ]
+    def _first(self, kind: str, command: str) -> str | None:
+        key = (kind, command)
+        if key in self._memo:
+            return self._memo[key]
+        anyone = self._any.get(kind)
+        found = (
+            None
+            if anyone is None or not anyone.search(command)
+            else next((n for n, rx in self._rx[kind] if rx.search(command)), None)
+        )
+        if len(self._memo) >= _MEMO_MAX:
+            self._memo.clear()
+        self._memo[key] = found
+        return found
 
     def child_engine(self, command: str) -> str | None:
         """The engine whose child pattern matches `command` (None: not an engine child)."""
-        return next((n for n, rx in self._compiled("child") if rx.search(command)), None)
+        return self._first("child", command)
 
     def frontend_engine(self, command: str) -> str | None:
-        return next((n for n, rx in self._compiled("frontend") if rx.search(command)), None)
+        return self._first("frontend", command)
 
     def engine_of(self, command: str) -> str | None:
         """Child first: `VLLM::EngineCore` is a child even if a frontend pattern matches."""
@@ -137,6 +163,24 @@ class Catalog:
         """One regex for "some engine's process" (frontend or child)."""
         patterns = [p for e in self.engines for p in e.frontends + e.children]
         return re.compile("|".join(f"(?:{p})" for p in patterns)) if patterns else None
+
+    def shm_naming(self, name: str) -> str | None:
+        """The engine whose shm glob matches the file name first (catalog order), as
+        `posix_check.match_naming` tells it, compiled once and remembered per name."""
+        key = ("shm", name)
+        if key in self._memo:
+            return self._memo[key]
+        if "shm" not in self._rx:
+            self._rx["shm"] = [
+                (e.name, re.compile(fnmatch.translate(g)))
+                for e in self.engines
+                for g in e.shm_names
+            ]
+        found = next((n for n, rx in self._rx["shm"] if rx.match(name)), None)
+        if len(self._memo) >= _MEMO_MAX:
+            self._memo.clear()
+        self._memo[key] = found
+        return found
 
     def shm_namings(self) -> list[tuple[str, str]]:
         """(engine, glob) for every shared-memory naming, in catalog order."""

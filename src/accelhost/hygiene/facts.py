@@ -19,6 +19,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from accelhost.errors import AccelhostError, HostError
 from accelhost.host.base import Host
@@ -36,6 +37,9 @@ from accelhost.readers.procs import ProcessInfo, list_pids, read_process
 from accelhost.readers.shmfiles import HeldScan, ShmFile, list_shm_files, scan_held
 from accelhost.readers.sysv import read_segments
 from accelhost.readers.visibility import proc_hides
+
+if TYPE_CHECKING:
+    from accelhost.hygiene.known import KnownProcesses
 
 HUGEPAGES_DIR = "/sys/kernel/mm/hugepages"
 NODES_DIR = "/sys/devices/system/node"
@@ -313,15 +317,26 @@ def _self_pid(host: Host) -> int | None:
     return int(pid) if pid and pid.isdigit() else None
 
 
-def read_facts(host: Host, options: HygieneOptions | None = None) -> HostFacts:
-    """Read every input of the doctor's checks from `host` (live, snapshot or recording)."""
+def read_facts(
+    host: Host, options: HygieneOptions | None = None, known: KnownProcesses | None = None
+) -> HostFacts:
+    """Read every input of the doctor's checks from `host` (live, snapshot or recording);
+    with `known` (a watch's incremental state), processes and shm holders come from it."""
     host = read_once(host)  # a fresh wrapper per call: each watch round reads anew
     opts = options or HygieneOptions()
     errors: dict[str, str] = {}
     absent: set[str] = set()
     hidden: set[int] = set()
     now, uptime = _read_clock(host)
-    procs, fds = _read_processes(host, opts, errors, hidden)
+    procs: dict[int, ProcessInfo] | None
+    if known is None:
+        procs, fds = _read_processes(host, opts, errors, hidden)
+    else:
+        procs, fds, hidden = (
+            dict(known.processes) or None,
+            dict(known.device_fds),
+            set(known.hidden),
+        )
     if procs is None and not host.is_live and host.list_dir("/proc") is None:
         absent.add("processes")
     try:
@@ -357,9 +372,12 @@ def read_facts(host: Host, options: HygieneOptions | None = None) -> HostFacts:
         if found is not None:
             sources.append(name)
             devices.extend(found)
-    listing = list_shm_files(host, opts.shm_dirs)
-    shm_files = {d: None if f is None else tuple(f) for d, f in listing.items()}
-    held = scan_held(host) if procs is not None else None
+    if known is None:
+        listing = list_shm_files(host, opts.shm_dirs)
+        shm_files = {d: None if f is None else tuple(f) for d, f in listing.items()}
+        held = scan_held(host) if procs is not None else None
+    else:
+        shm_files, held = dict(known.shm_files), known.held if procs is not None else None
     holders = set(fds) | {row.pid for d in devices for row in d.processes}
     engine_env = _read_engine_env(host, procs or {}, holders, opts)
     containers = read_container_facts(

@@ -129,7 +129,13 @@ class HygieneOptions:
         return self.catalog.any_regex()
 
     def is_device_path(self, path: str) -> bool:
-        return any(fnmatch.fnmatchcase(path, g) for g in self.all_device_globs)
+        # one regex of every glob, compiled on first use: asked of each open /dev file of
+        # every process on the host
+        rx = self.__dict__.get("_device_rx")
+        if rx is None:
+            rx = re.compile("|".join(fnmatch.translate(g) for g in self.all_device_globs))
+            object.__setattr__(self, "_device_rx", rx)
+        return rx.match(path) is not None
 
     def baseline_mib(self, vendor: str) -> int:
         if self.idle_baseline_mib is not None:

@@ -181,7 +181,7 @@ def judge_shm_files(facts: HostFacts, options: HygieneOptions) -> list[ShmJudgem
     held = facts.shm_held
     if held is None:
         return []
-    namings = options.catalog.shm_namings()
+    naming_of = options.catalog.shm_naming
     out = []
     # the host's dirs, then each container's own /dev/shm (accelhost.hygiene.container_shm)
     listings = [
@@ -190,7 +190,7 @@ def judge_shm_files(facts: HostFacts, options: HygieneOptions) -> list[ShmJudgem
     for listing in listings:
         siblings = held_births([seen for _, seen in listing.files], listing.held)
         for f, seen in sorted(listing.files, key=lambda pair: pair[0].path):
-            naming = match_naming(f.name, namings)
+            naming = naming_of(f.name)
             v = judge_shm_file(
                 seen, listing.held, facts.now_epoch, options.shm_min_age_s, naming, siblings
             )
@@ -231,7 +231,11 @@ def not_in_recording(facts: HostFacts, name: str, source: str = "processes") -> 
     return unknown(name, facts.errors.get(source, f"{NOT_RECORDED[source]} not read"))
 
 
-def check_posix_shm(facts: HostFacts, options: HygieneOptions) -> CheckResult:
+def check_posix_shm(
+    facts: HostFacts, options: HygieneOptions, judged: list[ShmJudgement] | None = None
+) -> CheckResult:
+    """`judged`: `judge_shm_files(facts, options)` when the caller has it already (a watch
+    round uses the judgement for its metrics too: 3,000 files are judged once)."""
     if facts.shm_held is None:
         return not_in_recording(facts, NAME)
     unread = [d for d, files in facts.shm_files.items() if files is None]
@@ -239,7 +243,7 @@ def check_posix_shm(facts: HostFacts, options: HygieneOptions) -> CheckResult:
         if not facts.live:
             return CheckResult(NAME, SKIP, f"{', '.join(unread)} not in this recording")
         return unknown(NAME, f"cannot list {', '.join(unread)}")
-    judged = judge_shm_files(facts, options)
+    judged = judge_shm_files(facts, options) if judged is None else judged
     leaked = [j for j in judged if j.leaked]
     unclaimed = [j for j in judged if j.unclaimed]
     blocked = [j for j in judged if j.blocked]

@@ -2,9 +2,12 @@
 
 Memory stays bounded over days: the collector keeps only the latest round (a scrape
 describes the host now, so a device or pool that disappears leaves no stale series), the
-change detector keeps one status per check, and the auto-cleaner remembers only the
-orphans of the previous round. A source that cannot be read exports no sample and turns
-its check UNKNOWN: an unanswered query is never shown as an idle device.
+change detector keeps one status per check, the auto-cleaner remembers only the orphans of
+the previous round, and the incremental state (`incremental`) only what exists now. On a
+live host a round reads only what changed, and an engine's death or a new engine file
+starts one at once (`react`); a snapshot is read whole every round. A source that cannot
+be read exports no sample and turns its check UNKNOWN: an unanswered query is never shown
+as an idle device.
 """
 
 from __future__ import annotations
@@ -13,12 +16,11 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.registry import CollectorRegistry
 
 from accelhost.host.base import Host
 from accelhost.hygiene.checks import run_checks
@@ -30,27 +32,28 @@ from accelhost.hygiene.cleaner import (
     execute,
     plan_clean,
 )
-from accelhost.hygiene.container_evidence import HolderMemory, containers_named
+from accelhost.hygiene.container_evidence import HolderMemory, annotate_report, containers_named
+from accelhost.hygiene.evidence import unknown
 from accelhost.hygiene.facts import HostFacts, read_facts
+from accelhost.hygiene.incremental import DEFAULT_FULL_EVERY, IncrementalState, InodeLister
 from accelhost.hygiene.journal import rfc3339_now
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.posix_check import ShmJudgement, judge_shm_files, shm_known
-from accelhost.hygiene.report import CHECK_NAMES, STATUSES, UNKNOWN, DoctorReport
+from accelhost.hygiene.posix_check import NAME as POSIX_SHM
+from accelhost.hygiene.posix_check import (
+    ShmJudgement,
+    check_posix_shm,
+    judge_shm_files,
+    shm_known,
+)
+from accelhost.hygiene.react import Reactor
+from accelhost.hygiene.report import CHECK_NAMES, DoctorReport
 from accelhost.hygiene.rules import Orphan, find_orphans, leaked_segments
+from accelhost.hygiene.watch_metrics import HygieneCollector, Round
 from accelhost.supervisor.options import DEFAULT_GRACE_S
 
-MIB = 2**20
-STATUS_HELP = "Check status: 1 for the check's current state, 0 for the others"
-
-
-def _status_family(states: dict[str, str]) -> GaugeMetricFamily:
-    """One series per (check, state), like kube-state-metrics: alerts read `== 1` and a
-    SKIP or UNKNOWN can never be mistaken for OK."""
-    fam = GaugeMetricFamily("accelhost_check_status", STATUS_HELP, labels=["check", "state"])
-    for check, current in states.items():
-        for state in STATUSES:
-            fam.add_metric([check, state], 1.0 if state == current else 0.0)
-    return fam
+# A file due to reach --shm-min-age is judged this long after it does (its mtime is whole
+# seconds on some filesystems).
+DUE_SLACK_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -65,150 +68,8 @@ class WatchConfig:
     grace_s: float = DEFAULT_GRACE_S
     # Auto-clean never reaches beyond this scope (pids, shmids, owners, keys; empty = all).
     scope: CleanFilters = CleanFilters()
-
-
-@dataclass(frozen=True)
-class Round:
-    """What one round learned, reduced to the numbers the metrics export."""
-
-    facts: HostFacts
-    report: DoctorReport
-    leaked_bytes: int | None
-    leaked_count: int | None
-    orphans: int | None
-    finished: float
-    shm_files: int | None = None
-    shm_bytes: int | None = None
-
-
-class HygieneCollector(Collector):
-    """Exports the latest round only; registered in a per-watch registry."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._round: Round | None = None
-        self._runs = 0
-        self._failures = 0
-        self._failed = False
-        self._clean_actions: dict[tuple[str, str], int] = {}
-
-    def update(self, rnd: Round) -> None:
-        with self._lock:
-            self._round = rnd
-            self._failed = False
-            self._runs += 1
-
-    def fail(self) -> None:
-        """A round broke: drop the last round's numbers (they no longer describe the host)
-        and export every check as UNKNOWN until a round succeeds again."""
-        with self._lock:
-            self._round = None
-            self._failed = True
-            self._runs += 1
-            self._failures += 1
-
-    def count_clean(self, kind: str, result: str) -> None:
-        with self._lock:
-            key = (kind, result)
-            self._clean_actions[key] = self._clean_actions.get(key, 0) + 1
-
-    def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            rnd, runs, cleaned = self._round, self._runs, dict(self._clean_actions)
-            failures, failed = self._failures, self._failed
-        runs_total = CounterMetricFamily("accelhost_watch_runs", "Rounds of checks run")
-        runs_total.add_metric([], runs)
-        yield runs_total
-        failed_total = CounterMetricFamily(
-            "accelhost_watch_round_failures", "Rounds that could not run at all"
-        )
-        failed_total.add_metric([], failures)
-        yield failed_total
-        actions = CounterMetricFamily(
-            "accelhost_clean_actions", "Actions taken by --auto-clean", labels=["kind", "result"]
-        )
-        for (kind, result), n in sorted(cleaned.items()):
-            actions.add_metric([kind, result], n)
-        yield actions
-        if rnd is None:
-            if failed:
-                yield _status_family({name: UNKNOWN for name in CHECK_NAMES})
-            return
-        last = GaugeMetricFamily(
-            "accelhost_watch_last_run_timestamp_seconds", "When the last round finished"
-        )
-        last.add_metric([], rnd.finished)
-        yield last
-        yield _status_family({c.name: c.status for c in rnd.report.checks})
-        facts = rnd.facts
-        if facts.hugepage_pools is not None:
-            pages = GaugeMetricFamily(
-                "accelhost_hugepages_pages",
-                "Host HugePages pool by page size and state (total, free, reserved, surplus; "
-                "reserved pages are also free)",
-                labels=["size_bytes", "state"],
-            )
-            for p in facts.hugepage_pools:
-                if p.node is None:
-                    size = str(p.size_kb * 1024)
-                    for state, n in (
-                        ("total", p.total),
-                        ("free", p.free),
-                        ("reserved", p.reserved),
-                        ("surplus", p.surplus),
-                    ):
-                        pages.add_metric([size, state], n)
-            yield pages
-        if rnd.leaked_bytes is not None and rnd.leaked_count is not None:
-            g = GaugeMetricFamily("accelhost_shm_leaked_bytes", "Bytes in leaked System V segments")
-            g.add_metric([], rnd.leaked_bytes)
-            yield g
-            g = GaugeMetricFamily("accelhost_shm_leaked_segments", "Leaked System V segments")
-            g.add_metric([], rnd.leaked_count)
-            yield g
-        if rnd.shm_files is not None and rnd.shm_bytes is not None:
-            g = GaugeMetricFamily(
-                "accelhost_posix_shm_leaked_files", "Leaked POSIX shared-memory files (/dev/shm)"
-            )
-            g.add_metric([], rnd.shm_files)
-            yield g
-            g = GaugeMetricFamily(
-                "accelhost_posix_shm_leaked_bytes",
-                "Bytes used by leaked POSIX shared-memory files (allocated blocks)",
-            )
-            g.add_metric([], rnd.shm_bytes)
-            yield g
-        if rnd.orphans is not None:
-            g = GaugeMetricFamily("accelhost_orphan_processes", "Orphan engine processes")
-            g.add_metric([], rnd.orphans)
-            yield g
-        known = [d for d in facts.devices if d.used_mib is not None and d.total_mib is not None]
-        if "devices" not in facts.errors and known:
-            used = GaugeMetricFamily(
-                "accelhost_device_memory_used_bytes", "Device memory in use", labels=["device"]
-            )
-            tot = GaugeMetricFamily(
-                "accelhost_device_memory_total_bytes", "Device memory size", labels=["device"]
-            )
-            unatt = GaugeMetricFamily(
-                "accelhost_device_memory_unattributed_bytes",
-                "Device memory in use by no listed process",
-                labels=["device"],
-            )
-            # Without the per-process table (a failed compute-apps query) nothing can be
-            # attributed: no unattributed sample rather than "all of it".
-            per_process = "device_processes" not in facts.errors
-            for d in known:
-                assert d.used_mib is not None and d.total_mib is not None
-                attributed = sum(r.memory_mib or 0 for r in d.processes)
-                used.add_metric([d.label], d.used_mib * MIB)
-                tot.add_metric([d.label], d.total_mib * MIB)
-                if per_process and all(r.memory_mib is not None for r in d.processes):
-                    unatt.add_metric([d.label], max(0, d.used_mib - attributed) * MIB)
-            yield used
-            yield tot
-            if per_process:
-                yield unatt
+    # Read the whole host every this many rounds (a safety net under incremental rounds).
+    full_every: int = DEFAULT_FULL_EVERY
 
 
 def json_logger(stream: Any = None) -> Callable[[dict[str, Any]], None]:
@@ -239,13 +100,40 @@ class Watcher:
         self.collector = HygieneCollector()
         self.registry.register(self.collector)
         self._last_status: dict[str, str] = {}
+        self._state = IncrementalState(options, config.full_every)
+        self._incremental = False
+        # the facts' clock (boot time + uptime: whole seconds of boot time) minus time.time():
+        # a file is due at its --shm-min-age by the clock it is judged by
+        self._clock_offset = 0.0
         self._orphan_rounds: dict[tuple[int, int], int] = {}
         self._holders = HolderMemory()  # which container held each /dev/shm file
 
     def run_once(self) -> Round:
+        cpu0, wall0 = time.thread_time(), time.perf_counter()
+        full = True
+        try:
+            rnd = self._round()
+            full = self._state.last.holder_scan or not self._incremental
+            return rnd
+        finally:
+            self.collector.cost(time.thread_time() - cpu0, time.perf_counter() - wall0, full)
+
+    def _read(self, host: Host) -> HostFacts:
+        """Facts of this round: on a live host, read incrementally (only what changed)."""
+        self._incremental = self._live(host)
+        if not self._incremental:
+            return read_facts(host, self.options)
+        assert isinstance(host, InodeLister)
+        known = self._state.read(host, host, time.time())
+        return read_facts(host, self.options, known)
+
+    def _round(self) -> Round:
         host = self.host_factory()
-        facts = self._holders.inject(read_facts(host, self.options))
-        report = run_checks(facts, self.options)
+        facts = self._holders.inject(self._read(host))
+        if facts.now_epoch is not None:
+            self._clock_offset = facts.now_epoch - time.time()
+        judged = judge_shm_files(facts, self.options) if shm_known(facts) else None
+        report = self._checks(facts, judged)
         self._holders.remember(facts)
         leaks = (
             leaked_segments(
@@ -259,11 +147,7 @@ class Watcher:
             if facts.processes is not None
             else None
         )
-        shm: list[ShmJudgement] | None = (
-            [j for j in judge_shm_files(facts, self.options) if j.leaked]
-            if shm_known(facts)
-            else None
-        )
+        shm: list[ShmJudgement] | None = None if judged is None else [j for j in judged if j.leaked]
         rnd = Round(
             facts=facts,
             report=report,
@@ -279,6 +163,18 @@ class Watcher:
         if self.config.auto_clean and host.is_live:
             self._auto_clean(rnd, orphans or [], leaks or [], shm or [])
         return rnd
+
+    def _checks(self, facts: HostFacts, judged: list[ShmJudgement] | None) -> DoctorReport:
+        """The doctor's checks, the shm files judged once for the check and the metrics."""
+        others = tuple(n for n in CHECK_NAMES if n != POSIX_SHM)
+        results = list(run_checks(facts, self.options, others).checks)
+        try:
+            shm = check_posix_shm(facts, self.options, judged)
+        except Exception as exc:  # as run_checks: a broken check is UNKNOWN, not a crash
+            shm = unknown(POSIX_SHM, f"internal error: {type(exc).__name__}: {exc}")
+        # named by their containers, as run_checks names the others
+        results += annotate_report(DoctorReport((shm,)), facts).checks
+        return DoctorReport(tuple(sorted(results, key=lambda c: CHECK_NAMES.index(c.name))))
 
     def _log_changes(self, report: DoctorReport) -> None:
         for c in report.checks:
@@ -367,16 +263,67 @@ class Watcher:
             self.collector.count_clean(out.action, "ok" if out.ok else "failed")
         self.log({"event": "auto_clean_done", "outcomes": [o.to_dict() for o in result.outcomes]})
 
-    def run(self, stop: threading.Event, rounds: int | None = None) -> None:
-        done = 0
-        while not stop.is_set():
-            started = time.monotonic()
-            try:
-                self.run_once()
-            except Exception as exc:  # a bad round is logged; the watch goes on
-                self.collector.fail()
-                self.log({"event": "round_failed", "error": f"{type(exc).__name__}: {exc}"})
-            done += 1
-            if rounds is not None and done >= rounds:
+    @staticmethod
+    def _live(host: Host) -> bool:
+        return host.is_live and isinstance(host, InodeLister)
+
+    def _reactor(self) -> Reactor:
+        return Reactor.open(
+            self.log,
+            self.collector.degraded,
+            self.options.shm_dirs,
+            lambda n: self.options.catalog.shm_naming(n) is not None,
+        )
+
+    def _wait(self, reactor: Reactor, stop: threading.Event, until: float) -> None:
+        """Until the next round is due: `until`, an exit that matters, or a new engine
+        file's --shm-min-age (which moves `until` closer, without a round of its own)."""
+        while (wake := reactor.wait(stop, until)) is not None:
+            if wake.lost:
+                self._state.force_full()
                 return
-            stop.wait(max(0.0, self.config.interval_s - (time.monotonic() - started)))
+            if wake.exited:
+                self.log({"event": "process_exit", "pids": list(wake.exited[:20])})
+                self._state.note_exits(wake.exited)
+                return
+            due = time.monotonic() + self.options.shm_min_age_s - self._clock_offset + DUE_SLACK_S
+            until = min(until, due)
+
+    def run(self, stop: threading.Event, rounds: int | None = None) -> None:
+        """Rounds every --interval until `stop`; on a live host also at once when an
+        engine process or a holder of an engine file exits (`react.Reactor`), and when a
+        new unheld engine file reaches --shm-min-age. A failed round is counted and logged,
+        and the next one reads the whole host; it never ends the watch."""
+        done = 0
+        reactor: Reactor | None = None
+        try:
+            if rounds != 1 and self._live(self.host_factory()):
+                # before the first round lists the shm dirs: a file made after that
+                # listing is told by inotify, one made before it is in the listing
+                reactor = self._reactor()
+            while not stop.is_set():
+                started = time.monotonic()
+                try:
+                    self.run_once()
+                except Exception as exc:  # a bad round is logged; the watch goes on
+                    self.collector.fail()
+                    self._state.force_full()
+                    self.log({"event": "round_failed", "error": f"{type(exc).__name__}: {exc}"})
+                done += 1
+                if rounds is not None and done >= rounds:
+                    return
+                until = started + self.config.interval_s
+                if self._incremental:
+                    due = self._state.next_due(time.time() + self._clock_offset)
+                    if due is not None:
+                        until = min(until, time.monotonic() + due + DUE_SLACK_S)
+                    if reactor is None:
+                        reactor = self._reactor()
+                    reactor.watch(self._state.react_pids())
+                if reactor is None:
+                    stop.wait(max(0.0, until - time.monotonic()))
+                    continue
+                self._wait(reactor, stop, until)
+        finally:
+            if reactor is not None:
+                reactor.close()

@@ -9,6 +9,8 @@ through the host door (live, snapshot or recording alike).
   (/proc/PID/fd) or maps (/proc/PID/maps), the (device, inode) of each, and the pids
   whose files could not be read (then nothing may be called leaked, and no device node
   called free: a reader without CAP_SYS_PTRACE cannot see other users' open files);
+- `held_by(host, pid, rights) -> PidHolds`: the same for one process (a watch keeps it
+  per process and rereads only what changed: `accelhost.hygiene.incremental`);
 - `held_paths(host, pids=None)` and `path_is_held(host, path)`: the same, as a set of
   paths and as the re-check of one file.
 
@@ -22,7 +24,7 @@ name: that can only make a file look held (kept), never look free (removed).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
 
 from accelhost.host.base import FileStat, Host
@@ -142,24 +144,127 @@ def parse_maps(text: str) -> tuple[set[str], set[tuple[int, int]]]:
     return paths, inodes
 
 
-def _fd_paths(host: Host, pid: int, inodes: set[tuple[int, int]]) -> set[str] | None:
+def _fd_paths(
+    host: Host,
+    pid: int,
+    inodes: set[tuple[int, int]],
+    devices: set[str] | None = None,
+    is_device: Callable[[str], bool] | None = None,
+    listed: Container[str] = (),
+) -> set[str] | None:
     """Paths of a process's open files, and into `inodes` the identity of each open regular
     file: a process of another mount namespace (a pod's emptyDir at its /dev/shm) names by
-    its own path a file we list under the host's path."""
+    its own path a file we list under the host's path. With `is_device`, the device nodes
+    among them (deleted ones too) go into `devices`: one walk of the fds serves both.
+    A target that is one of the `listed` paths is held by that path already (`holds`):
+    its identity is not looked up."""
     fds = open_fds(host, pid)
     if fds is None:
         return None
     out = set()
     for fd, target in fds.items():
+        if devices is not None and is_device is not None and target.startswith("/"):
+            node = target.removesuffix(_DELETED)
+            if is_device(node):
+                devices.add(node)
         if not target.startswith("/") or target.endswith(_DELETED):
             continue
         out.add(target)
         if target.startswith(("/proc/", "/sys/", "/dev/")) and not target.startswith("/dev/shm/"):
             continue  # pseudo files and device nodes: never a shm file
+        if target in listed:
+            continue
         st = open_file_stat(host, pid, fd)
         if st is not None and st.kind == "file":
             inodes.add((st.dev, st.inode))
     return out
+
+
+@dataclass(frozen=True)
+class ReaderRights:
+    """What the reader itself may see: its capabilities, and whether it may ptrace all."""
+
+    mine: int | None
+    sees_all: bool
+
+    @classmethod
+    def of(cls, host: Host) -> ReaderRights:
+        own = host.read_file("/proc/self/status")
+        return cls(caps(own), may_ptrace_all(own))
+
+
+@dataclass(frozen=True)
+class PidHolds:
+    """What one process holds open or maps (`paths`, `inodes`), or why that is unknown."""
+
+    paths: frozenset[str]
+    inodes: frozenset[tuple[int, int]]
+    unreadable: bool = False
+    privileged: bool = False
+    devices: tuple[str, ...] = ()  # device nodes open (when `held_by` was given is_device)
+
+
+def _lines_with(text: str, tokens: Sequence[str]) -> str:
+    """The lines of `text` that contain one of `tokens` (found by substring search)."""
+    out = []
+    for token in tokens:
+        at = text.find(token)
+        while at >= 0:
+            start = text.rfind("\n", 0, at) + 1
+            end = text.find("\n", at)
+            end = len(text) if end < 0 else end
+            out.append(text[start:end])
+            at = text.find(token, end)
+    return "\n".join(out)
+
+
+def held_by(
+    host: Host,
+    pid: int,
+    rights: ReaderRights,
+    maps_only: Sequence[str] = (),
+    is_device: Callable[[str], bool] | None = None,
+    listed: Container[str] = (),
+) -> PidHolds:
+    """One process's open and mapped files (the per-process step of `scan_held`).
+
+    `maps_only`: keep only mappings whose /proc/PID/maps line contains one of these
+    strings (a tmpfs's ` MAJ:MIN ` device, a shm dir's path): most processes map no shared
+    memory, and one search of the text then spares parsing every library mapping.
+    `is_device`: which open files are device nodes (`devices`), from the same fd walk;
+    `listed`: the shm files' paths (an fd open on one needs no identity lookup)."""
+    inodes: set[tuple[int, int]] = set()
+    devices: set[str] = set()
+    fd_paths = _fd_paths(host, pid, inodes, devices, is_device, listed)
+    maps = host.read_file(f"/proc/{pid}/maps")
+    unreadable = privileged = False
+    if fd_paths is None or maps is None:
+        # Anything that may hold files and could not be read: we cannot see it. Its
+        # status is read now, not the /proc/PID/stat a doctor read earlier, so that a
+        # process that exited in between is gone, not unreadable.
+        status = host.read_file(f"/proc/{pid}/status")
+        if _may_hold(status, pid):
+            theirs = caps(status)
+            # Only a reader that may ptrace anything can tell "hidden by a stronger
+            # namespace" from "not ours to read"; for any other reader an unreadable
+            # process is simply unknown.
+            stronger = (
+                rights.sees_all
+                and rights.mine is not None
+                and theirs is not None
+                and bool(theirs & ~rights.mine)
+            )
+            privileged, unreadable = stronger, not stronger
+    paths = fd_paths or set()
+    if maps and maps_only:
+        maps = _lines_with(maps, maps_only)
+    if maps:
+        mapped, nodes = parse_maps(maps)
+        paths |= mapped
+        inodes |= nodes
+    return PidHolds(
+        frozenset(paths), frozenset(inodes), unreadable, privileged, tuple(sorted(devices))
+    )
 
 
 def scan_held(host: Host, pids: Iterable[int] | None = None) -> HeldScan:
@@ -168,30 +273,15 @@ def scan_held(host: Host, pids: Iterable[int] | None = None) -> HeldScan:
     inodes: set[tuple[int, int]] = set()
     unreadable: list[int] = []
     privileged: list[int] = []
-    own = host.read_file("/proc/self/status")
-    mine = caps(own)
-    # Only a reader that may ptrace anything can tell "hidden by a stronger namespace" from
-    # "not ours to read"; for any other reader an unreadable process is simply unknown.
-    sees_all = may_ptrace_all(own)
+    rights = ReaderRights.of(host)
     for pid in list_pids(host) if pids is None else pids:
-        fd_paths = _fd_paths(host, pid, inodes)
-        maps = host.read_file(f"/proc/{pid}/maps")
-        if fd_paths is None or maps is None:
-            # Anything that may hold files and could not be read: we cannot see it. Its
-            # status is read now, not the /proc/PID/stat a doctor read earlier, so that a
-            # process that exited in between is gone, not unreadable.
-            status = host.read_file(f"/proc/{pid}/status")
-            if _may_hold(status, pid):
-                theirs = caps(status)
-                stronger = (
-                    sees_all and mine is not None and theirs is not None and bool(theirs & ~mine)
-                )
-                (privileged if stronger else unreadable).append(pid)
-        paths |= fd_paths or set()
-        if maps:
-            mapped, nodes = parse_maps(maps)
-            paths |= mapped
-            inodes |= nodes
+        one = held_by(host, pid, rights)
+        if one.unreadable:
+            unreadable.append(pid)
+        if one.privileged:
+            privileged.append(pid)
+        paths |= one.paths
+        inodes |= one.inodes
     return HeldScan(
         frozenset(paths), frozenset(inodes), tuple(sorted(unreadable)), tuple(sorted(privileged))
     )

@@ -88,52 +88,45 @@ def _control(op: int, event_filter: int | None) -> bytes:
 
 
 @dataclass
-class ForkTracker:
-    """The tgids forked from `root` (directly or through any chain of descendants)."""
+class ProcEvents:
+    """A socket subscribed to the kernel's process events, proven to deliver them: the one
+    listener of the connector, for `run` (`ForkTracker`) and `watch` (exits it reacts to)."""
 
     sock: socket.socket
-    root: int
-    members: set[int] = field(default_factory=set)  # every tgid ever in the tree
-    live: set[int] = field(default_factory=set)  # members whose exit has not been seen
-    # pids some process outside the tree had during the run (those alive at the start, and
-    # every fork outside it since): bounded by the kernel's pid_max
-    outside: set[int] = field(default_factory=set)
-    # Member pids that a process outside the tree had too, before or after: a segment whose
-    # creator has such a pid may be either's, so it stays.
-    ambiguous: set[int] = field(default_factory=set)
-    lost: bool = False  # the socket overflowed: some events were dropped
     listens: list[int | None] = field(default_factory=list)
+    lost: bool = False  # the socket overflowed: some events were dropped
 
     @classmethod
-    def open(cls, root: int, alive: Iterable[int] = ()) -> ForkTracker | None:
-        """A working tracker, or None where the kernel gives no events to this process.
-        `alive`: the pids of the processes there before the tree (all outside it)."""
+    def open(cls, event_filter: int) -> ProcEvents | None:
+        """Events of the kinds in `event_filter` (all kinds on kernels before 6.6), or None
+        where the kernel gives no events to this process (not root, not the initial
+        namespaces, no connector)."""
         if not _may_listen():
             return None
         try:
             sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, NETLINK_CONNECTOR)
         except OSError:
             return None
-        tracker = cls(sock, root, outside=set(alive) - {root})
+        events = cls(sock)
         try:
             sock.bind((0, CN_IDX_PROC))
             for size_opt in (SO_RCVBUFFORCE, socket.SO_RCVBUF):
                 with contextlib.suppress(OSError):
                     sock.setsockopt(socket.SOL_SOCKET, size_opt, RCVBUF_BYTES)
                     break
-            for event_filter in (PROC_EVENT_FORK | PROC_EVENT_EXIT, None):
-                sock.send(_control(PROC_CN_MCAST_LISTEN, event_filter))
-                tracker.listens.append(event_filter)
-                if tracker._probe():
+            for kinds in (event_filter, None):
+                sock.send(_control(PROC_CN_MCAST_LISTEN, kinds))
+                events.listens.append(kinds)
+                if events._probe():
                     sock.setblocking(False)
-                    return tracker
+                    return events
         except OSError:
             pass
-        tracker.close()
+        events.close()
         return None
 
     def _probe(self) -> bool:
-        """Fork a child that exits at once; True when its fork event arrives."""
+        """Fork a child that exits at once; True when its fork or exit event arrives."""
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child only exits
             os._exit(0)
@@ -145,26 +138,81 @@ class ForkTracker:
                 return False
             data = self.sock.recv(65536)
             for what, ints in _events(data):
-                if what == PROC_EVENT_FORK and ints[3] == pid:
+                if (what == PROC_EVENT_FORK and ints[3] == pid) or (
+                    what == PROC_EVENT_EXIT and ints[1] == pid
+                ):
                     return True
 
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def drain(self) -> None:
-        """Read every queued event; never blocks."""
+    def read(self) -> list[tuple[int, tuple[int, ...]]]:
+        """Every queued event as (kind, first four ints of its data); never blocks. An
+        overflow (ENOBUFS) sets `lost`: the caller must look at the host in full."""
+        out: list[tuple[int, tuple[int, ...]]] = []
         while True:
             try:
                 data = self.sock.recv(65536)
             except BlockingIOError:
-                return
+                return out
             except OSError as exc:
                 if exc.errno == errno.ENOBUFS:
                     self.lost = True
                     continue
-                return
-            for what, ints in _events(data):
-                self._apply(what, ints)
+                return out
+            out.extend(_events(data))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            for kinds in self.listens:
+                self.sock.send(_control(PROC_CN_MCAST_IGNORE, kinds))
+        self.listens.clear()
+        self.sock.close()
+
+
+@dataclass
+class ForkTracker:
+    """The tgids forked from `root` (directly or through any chain of descendants)."""
+
+    events: ProcEvents
+    root: int
+    members: set[int] = field(default_factory=set)  # every tgid ever in the tree
+    live: set[int] = field(default_factory=set)  # members whose exit has not been seen
+    # pids some process outside the tree had during the run (those alive at the start, and
+    # every fork outside it since): bounded by the kernel's pid_max
+    outside: set[int] = field(default_factory=set)
+    # Member pids that a process outside the tree had too, before or after: a segment whose
+    # creator has such a pid may be either's, so it stays.
+    ambiguous: set[int] = field(default_factory=set)
+
+    @classmethod
+    def open(cls, root: int, alive: Iterable[int] = ()) -> ForkTracker | None:
+        """A working tracker, or None where the kernel gives no events to this process.
+        `alive`: the pids of the processes there before the tree (all outside it)."""
+        events = ProcEvents.open(PROC_EVENT_FORK | PROC_EVENT_EXIT)
+        if events is None:
+            return None
+        return cls(events, root, outside=set(alive) - {root})
+
+    @property
+    def sock(self) -> socket.socket:
+        return self.events.sock
+
+    @property
+    def lost(self) -> bool:
+        return self.events.lost
+
+    @property
+    def listens(self) -> list[int | None]:
+        return self.events.listens
+
+    def fileno(self) -> int:
+        return self.events.fileno()
+
+    def drain(self) -> None:
+        """Read every queued event; never blocks."""
+        for what, ints in self.events.read():
+            self._apply(what, ints)
 
     def _apply(self, what: int, ints: tuple[int, ...]) -> None:
         if what == PROC_EVENT_FORK:
@@ -186,11 +234,7 @@ class ForkTracker:
                 self.live.discard(tgid)
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            for event_filter in self.listens:
-                self.sock.send(_control(PROC_CN_MCAST_IGNORE, event_filter))
-        self.listens.clear()
-        self.sock.close()
+        self.events.close()
 
 
 def _events(data: bytes) -> list[tuple[int, tuple[int, ...]]]:

@@ -1,0 +1,357 @@
+"""A watch round that reads what changed since the last one, not the whole host.
+
+A full look (every process's stat, cmdline, fd links and maps; every /dev/shm file's
+stat) costs the same every round on a busy node although almost nothing changes between
+two rounds. `IncrementalState` keeps, per live process, what the checks need of it
+(`ProcessInfo`, the device nodes it holds, the shm files it holds open or maps) and, per
+shm file, its stat; each round it lists /proc and the shm dirs (names and inode numbers
+only: a pid reused since the last round has a new /proc directory inode, a file replaced
+under its name a new inode) and reads only:
+
+- processes that appeared (all of the above), and in the round after they appeared their
+  stat, cmdline and fds again (an engine retitles itself and opens its device after start);
+- every round, the stat, cmdline and fds of engine processes and device holders (a zombie,
+  a D-state holder, a device opened or closed), and the stat of the children of processes
+  that went (they were re-parented: the orphan rule reads their parents);
+- shm files that appeared or were replaced (their stat).
+
+Who holds a file is known from the last full look plus what changed. A full holder scan
+(every process's fds and maps) runs only when an engine-named file becomes a candidate:
+its known holders all went, or it is new and unheld, and it is older than --shm-min-age by
+its last stat (then it is stat'ed afresh first); and the whole look is redone every
+`full_every` rounds (a process that opened a file long after it started, a process that
+became a zombie without going, a retitle long after start). Nothing is removed on these
+facts alone: the cleaner re-checks each file and process before it acts.
+
+Memory is bounded by the host's processes and files: each map is keyed by what exists now.
+Only a live host changes; a snapshot is read in full every round (`accelhost.hygiene.watch`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Protocol, runtime_checkable
+
+from accelhost.host.base import Host
+from accelhost.hygiene.devices import device_paths_held
+from accelhost.hygiene.facts import HostFacts, read_facts
+from accelhost.hygiene.known import KnownProcesses
+from accelhost.hygiene.options import HygieneOptions
+from accelhost.readers.procs import ProcessInfo, read_process
+from accelhost.readers.shmfiles import (
+    HeldScan,
+    PidHolds,
+    ReaderRights,
+    ShmFile,
+    held_by,
+    stat_shm_file,
+)
+
+# A process's stat, cmdline and fds are read again in this many rounds after it appeared.
+REREAD_ROUNDS = 1
+DEFAULT_FULL_EVERY = 10
+
+
+@runtime_checkable
+class InodeLister(Protocol):
+    """A live host that lists a directory's names with their inode numbers."""
+
+    def list_dir_inodes(self, path: str) -> dict[str, int] | None: ...
+
+
+@dataclass
+class _Proc:
+    info: ProcessInfo
+    ino: int
+    devices: tuple[str, ...]
+    holds: PidHolds
+    first_round: int
+    engine: bool = False  # some engine's frontend or child, by its command line
+
+
+@dataclass
+class RoundCost:
+    """What a round read: whether it was a full look, and why a holder scan ran."""
+
+    full: bool = False
+    holder_scan: bool = False
+    new: int = 0
+    gone: int = 0
+    reread: int = 0
+
+
+@dataclass
+class IncrementalState:
+    options: HygieneOptions
+    full_every: int = DEFAULT_FULL_EVERY
+    rounds: int = 0
+    full_scans: int = 0  # rounds that read every process's fds and maps
+    _procs: dict[int, _Proc] = field(default_factory=dict)
+    _hidden: set[int] = field(default_factory=set)
+    # dir -> name -> (inode, the file or None when it is no regular file)
+    _files: dict[str, dict[str, tuple[int, ShmFile | None]] | None] = field(default_factory=dict)
+    # engine-named files a holder scan found held by nobody, as (path, inode)
+    _confirmed: set[tuple[str, int]] = field(default_factory=set)
+    _force_full: bool = True
+    _exited: set[int] = field(default_factory=set)  # told by process events, not yet read
+    _listed: frozenset[str] = frozenset()  # the shm files' paths, as last listed
+    last: RoundCost = field(default_factory=RoundCost)
+
+    def note_exits(self, pids: Iterable[int]) -> None:
+        """Processes the kernel said exited: the next round reads their stat (a zombie
+        still listed in /proc holds nothing any more)."""
+        self._exited.update(pids)
+
+    def force_full(self) -> None:
+        """The next round reads everything (events were lost, a source changed)."""
+        self._force_full = True
+
+    def read(self, host: Host, lister: InodeLister, now_epoch: float) -> KnownProcesses:
+        """One round's process-side facts, reading only what changed where it can."""
+        self.rounds += 1
+        cost = RoundCost()
+        full = self._force_full or self.rounds % self.full_every == 0
+        self._force_full = False
+        self._list_files(host, lister)
+        maps_only = self._maps_tokens()
+        rights = ReaderRights.of(host)
+        pids = lister.list_dir_inodes("/proc")
+        listing = {int(n): ino for n, ino in (pids or {}).items() if n.isdigit()}
+        before: dict[tuple[int, int], int] = {}
+        if full:
+            cost.full = True
+            # read every process again, but one known from before is not new (not re-read
+            # in the rounds after as if it had just appeared)
+            before = {(p, r.info.start_ticks): r.first_round for p, r in self._procs.items()}
+            self._procs.clear()
+            self._hidden.clear()
+        gone = [p for p in self._procs if p not in listing]
+        for pid in gone:
+            del self._procs[pid]
+        self._hidden &= set(listing)
+        went = set(gone)
+        reparented = {p for p, r in self._procs.items() if r.info.ppid in went} | self._exited
+        self._exited = set()
+        for pid, ino in listing.items():
+            rec = self._procs.get(pid)
+            if rec is not None and rec.ino != ino:
+                fresh = read_process(host, pid, cmdline=False)
+                if fresh is None or fresh.start_ticks != rec.info.start_ticks:
+                    del self._procs[pid]  # reused: another process under the same number
+                    gone.append(pid)
+                    rec = None
+                else:
+                    rec.ino = ino
+            if rec is None:
+                if pid not in self._hidden:
+                    cost.new += self._read_new(host, pid, ino, rights, maps_only, before)
+            elif self._watched(rec):
+                cost.reread += self._reread(host, rec, with_fds=True)
+            elif pid in reparented:
+                cost.reread += self._reread(host, rec, with_fds=False)
+        cost.gone = len(gone)
+        if full or self._candidates(host, now_epoch):
+            if not full:
+                for rec in self._procs.values():
+                    if not (rec.info.is_kernel_thread or rec.info.is_zombie):
+                        rec.holds = held_by(
+                            host, rec.info.pid, rights, maps_only, listed=self._listed
+                        )
+            cost.holder_scan = True
+            self.full_scans += 1
+            self._confirm(now_epoch)
+        self.last = cost
+        return self._known()
+
+    # -------------------------------------------------------------- processes
+
+    def _read_new(
+        self,
+        host: Host,
+        pid: int,
+        ino: int,
+        rights: ReaderRights,
+        maps_only: tuple[str, ...],
+        before: Mapping[tuple[int, int], int],
+    ) -> int:
+        info = read_process(host, pid)
+        if info is None:
+            if host.stat(f"/proc/{pid}") is not None:
+                self._hidden.add(pid)
+            return 0
+        holds = PidHolds(frozenset(), frozenset())
+        devices: tuple[str, ...] = ()
+        if not (info.is_kernel_thread or info.is_zombie):
+            holds = held_by(host, pid, rights, maps_only, self.options.is_device_path, self._listed)
+            devices = holds.devices
+        first = before.get((pid, info.start_ticks), self.rounds)
+        self._procs[pid] = _Proc(info, ino, devices, holds, first, self._engine(info))
+        return 1
+
+    def _watched(self, rec: _Proc) -> bool:
+        """Read again every round: new processes, engine processes, device holders."""
+        if rec.info.is_kernel_thread:
+            return False
+        return self.rounds - rec.first_round <= REREAD_ROUNDS or bool(rec.devices) or rec.engine
+
+    def _engine(self, info: ProcessInfo) -> bool:
+        return bool(info.cmdline) and self.options.catalog.engine_of(info.command) is not None
+
+    def _reread(self, host: Host, rec: _Proc, with_fds: bool) -> int:
+        """Stat again (re-parented, zombie, D state); with `with_fds` also the cmdline
+        (a retitle) and the device nodes open. What it maps is known from its first read
+        (a file it takes up later is found by the holder scan that a candidate starts)."""
+        info = read_process(host, rec.info.pid, cmdline=with_fds)
+        if info is None or info.start_ticks != rec.info.start_ticks:
+            return 0  # gone since the listing: the next round sees it gone
+        if not with_fds:
+            info = replace(info, cmdline=rec.info.cmdline)
+        rec.info = info
+        rec.engine = self._engine(info) if with_fds else rec.engine
+        if info.is_zombie:
+            rec.holds, rec.devices = PidHolds(frozenset(), frozenset()), ()
+        elif with_fds:
+            rec.devices = device_paths_held(host, info.pid, self.options)
+        return 1
+
+    # -------------------------------------------------------------- shm files
+
+    def _list_files(self, host: Host, lister: InodeLister) -> None:
+        """Bring the shm listing up to date: stat only what appeared or was replaced."""
+        for directory in self.options.shm_dirs:
+            names = lister.list_dir_inodes(directory)
+            if names is None:
+                self._files[directory] = None
+                continue
+            old = self._files.get(directory) or {}
+            base = directory.rstrip("/")
+            new: dict[str, tuple[int, ShmFile | None]] = {}
+            for name, ino in names.items():
+                seen = old.get(name)
+                if seen is not None and seen[0] == ino:
+                    new[name] = seen
+                else:
+                    new[name] = (ino, stat_shm_file(f"{base}/{name}", host))
+            self._files[directory] = new
+        self._listed = frozenset(f.path for f in self._all_files())
+        self._confirmed &= {(f.path, f.inode) for f in self._all_files()}
+
+    def _all_files(self) -> list[ShmFile]:
+        return [f for d in self._files.values() for _, f in (d or {}).values() if f is not None]
+
+    def _maps_tokens(self) -> tuple[str, ...]:
+        """What a maps line of a shm file contains: its tmpfs's device or its dir's path."""
+        devs = {f.dev for f in self._all_files()}
+        tokens = [f" {os.major(d):02x}:{os.minor(d):02x} " for d in sorted(devs)]
+        tokens += [d.rstrip("/") + "/" for d in self.options.shm_dirs]
+        return tuple(tokens)
+
+    def _held(self) -> HeldScan:
+        paths: set[str] = set()
+        inodes: set[tuple[int, int]] = set()
+        unreadable, privileged = [], []
+        for pid, rec in self._procs.items():
+            paths |= rec.holds.paths
+            inodes |= rec.holds.inodes
+            if rec.holds.unreadable:
+                unreadable.append(pid)
+            if rec.holds.privileged:
+                privileged.append(pid)
+        return HeldScan(
+            frozenset(paths),
+            frozenset(inodes),
+            tuple(sorted(unreadable)),
+            tuple(sorted(privileged)),
+        )
+
+    def _candidates(self, host: Host, now_epoch: float) -> bool:
+        """Whether some engine-named file, held by nobody we know of and old enough by its
+        last stat, was not yet confirmed by a holder scan (stat'ed afresh first)."""
+        held = self._held()
+        naming_of = self.options.catalog.shm_naming
+        min_age = self.options.shm_min_age_s
+        found = False
+        for entries in self._files.values():
+            for name, (ino, f) in list((entries or {}).items()):
+                if f is None or (f.path, f.inode) in self._confirmed or held.holds(f):
+                    continue
+                age = f.age_s(now_epoch)
+                if age is None or age < min_age or naming_of(name) is None:
+                    continue
+                fresh = stat_shm_file(f.path, host)
+                assert entries is not None
+                if fresh is None:
+                    del entries[name]
+                    continue
+                entries[name] = (ino, fresh)
+                if (fresh.age_s(now_epoch) or 0.0) >= min_age:
+                    found = True
+        return found
+
+    def _confirm(self, now_epoch: float) -> None:
+        held = self._held()
+        self._confirmed = {
+            (f.path, f.inode)
+            for f in self._all_files()
+            if not held.holds(f) and (f.age_s(now_epoch) or 0.0) >= self.options.shm_min_age_s
+        }
+
+    def react_pids(self) -> set[int]:
+        """The processes whose exit may leave something to judge: engine processes and
+        the holders of engine-named shm files (a watch wakes when one exits)."""
+        named = [
+            f for f in self._all_files() if self.options.catalog.shm_naming(f.name) is not None
+        ]
+        paths = {f.path for f in named}
+        inodes = {(f.dev, f.inode) for f in named}
+        return {
+            pid
+            for pid, rec in self._procs.items()
+            if rec.engine
+            or not paths.isdisjoint(rec.holds.paths)
+            or not inodes.isdisjoint(rec.holds.inodes)
+        }
+
+    def next_due(self, now_epoch: float) -> float | None:
+        """Seconds until the next engine-named file, held by nobody we know of, reaches
+        --shm-min-age (it is judged then, not at the next round); None when none will."""
+        held = self._held()
+        min_age = self.options.shm_min_age_s
+        waits = [
+            min_age - age
+            for f in self._all_files()
+            if (age := f.age_s(now_epoch)) is not None
+            and age < min_age
+            and not held.holds(f)
+            and self.options.catalog.shm_naming(f.name) is not None
+        ]
+        return max(0.0, min(waits)) if waits else None
+
+    def _known(self) -> KnownProcesses:
+        return KnownProcesses(
+            processes={pid: rec.info for pid, rec in self._procs.items()},
+            device_fds={pid: rec.devices for pid, rec in self._procs.items() if rec.devices},
+            hidden=frozenset(self._hidden),
+            shm_files={
+                d: None if e is None else tuple(sorted((f for _, f in e.values() if f), key=_path))
+                for d, e in self._files.items()
+            },
+            held=self._held(),
+        )
+
+
+def read_host_facts(host: Host, options: HygieneOptions) -> HostFacts:
+    """One doctor's look: on a live host one walk of each process's fds serves device
+    holders and shm holders alike, and only shm mappings of its maps are parsed (what an
+    incremental state's first round reads); elsewhere `read_facts` as it is."""
+    if not (host.is_live and isinstance(host, InodeLister)):
+        return read_facts(host, options)
+    known = IncrementalState(options).read(host, host, time.time())
+    return read_facts(host, options, known)
+
+
+def _path(f: ShmFile) -> str:
+    return f.path

@@ -1,0 +1,246 @@
+"""`watch` reacts at once: the exit of an engine process or of a holder of an engine's
+shared-memory file starts a round within a second, instead of at the next `--interval`;
+a new engine-named file in a shm dir (inotify) is judged when it reaches --shm-min-age.
+
+The kernel's process events (`accelhost.supervisor.procevents.ProcEvents`, the listener
+`run` uses too) are subscribed to exits only, and a classic BPF socket filter drops in the
+kernel every exit but those of the pids this round cares about: a fork-heavy neighbour
+costs the watch no wakeup. The filter is rebuilt when that set changes (after each round).
+
+Where the kernel gives no events (not root, not the host's PID namespace) or the socket
+overflowed (events lost), or inotify cannot be had (its limits), the watch says so once in
+its log and in `accelhost_watch_fallback{source="process_events"|"inotify"}`; rounds then
+come at `--interval`, and after a loss the next round reads the whole host (an exit it
+missed is seen there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import select
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from accelhost.host.libc import libc
+from accelhost.supervisor.procevents import PROC_EVENT_EXIT, ProcEvents
+
+# How long to let an exit settle (its children re-parented, its siblings killed) before
+# the round that judges what it left.
+SETTLE_S = 0.2
+# Wake this often to see a stop request (select cannot wait on a threading.Event).
+POLL_S = 0.5
+# More pids than this: the filter passes every exit and user space picks (a BPF program
+# has at most 4096 instructions).
+MAX_FILTER_PIDS = 1000
+
+SO_ATTACH_FILTER = 26
+_BPF_LD_W_ABS = 0x20
+_BPF_LDX_MEM = 0x61
+_BPF_ST = 0x02
+_BPF_JEQ_K = 0x15
+_BPF_JEQ_X = 0x1D
+_BPF_RET_K = 0x06
+_WHAT_AT = 36  # nlmsghdr (16) + cn_msg (20): proc_event.what
+_PID_AT = 52  # ... + what, cpu, timestamp (16): exit.process_pid, then process_tgid
+
+
+def _net(value: int) -> int:
+    """`value` as classic BPF's absolute loads see a host-order u32 (they read big-endian)."""
+    return int.from_bytes(struct.pack("=I", value & 0xFFFFFFFF), "big")
+
+
+def exit_filter(pids: Iterable[int] | None) -> bytes:
+    """A classic BPF program (struct sock_filter array) that passes exits of whole
+    processes (pid == tgid) whose pid is in `pids` (every process exit when None).
+    Jumps are short (classic BPF's offsets are one byte): each test is followed by its
+    own return."""
+    accept, drop = (_BPF_RET_K, 0, 0, 0xFFFFFFFF), (_BPF_RET_K, 0, 0, 0)
+    prog: list[tuple[int, int, int, int]] = [
+        (_BPF_LD_W_ABS, 0, 0, _WHAT_AT),
+        (_BPF_JEQ_K, 1, 0, _net(PROC_EVENT_EXIT)),
+        drop,
+        (_BPF_LD_W_ABS, 0, 0, _PID_AT + 4),  # tgid
+        (_BPF_ST, 0, 0, 0),
+        (_BPF_LDX_MEM, 0, 0, 0),
+        (_BPF_LD_W_ABS, 0, 0, _PID_AT),  # pid
+        (_BPF_JEQ_X, 1, 0, 0),
+        drop,  # a thread's exit
+    ]
+    if pids is None:
+        prog.append(accept)
+    else:
+        for pid in sorted(set(pids)):
+            prog += [(_BPF_JEQ_K, 0, 1, _net(pid)), accept]
+        prog.append(drop)
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
+
+
+def _attach(sock: socket.socket, program: bytes) -> None:
+    """SO_ATTACH_FILTER with a struct sock_fprog pointing at `program`."""
+    buf = ctypes.create_string_buffer(program, len(program))
+    fprog = struct.pack("HL", len(program) // 8, ctypes.addressof(buf))
+    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+
+
+IN_NONBLOCK = 0o4000
+IN_CLOEXEC = 0o2000000
+IN_CREATE = 0x100
+IN_MOVED_TO = 0x80
+_INOTIFY_EVENT = struct.Struct("=iIII")  # wd, mask, cookie, len (then the name)
+
+
+class ShmDirWatch:
+    """inotify on the shm dirs: the names of files created or moved in since last read."""
+
+    def __init__(self, dirs: Iterable[str]) -> None:
+        lib = libc()
+        fd = int(lib.inotify_init1(IN_NONBLOCK | IN_CLOEXEC))
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
+        self.fd = fd
+        for d in dirs:
+            if lib.inotify_add_watch(fd, os.fsencode(d), IN_CREATE | IN_MOVED_TO) < 0:
+                err = ctypes.get_errno()
+                os.close(fd)
+                raise OSError(err, f"inotify_add_watch {d}")
+
+    def fileno(self) -> int:
+        return int(self.fd)
+
+    def read(self) -> list[str]:
+        names: list[str] = []
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return names
+            at = 0
+            while at + _INOTIFY_EVENT.size <= len(data):
+                _wd, _mask, _cookie, length = _INOTIFY_EVENT.unpack_from(data, at)
+                raw = data[at + _INOTIFY_EVENT.size : at + _INOTIFY_EVENT.size + length]
+                names.append(raw.rstrip(b"\0").decode("utf-8", "replace"))
+                at += _INOTIFY_EVENT.size + length
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+@dataclass(frozen=True)
+class WakeUp:
+    """Why the wait ended early: processes that exited, engine files that appeared, or a
+    loss of events (then the next round must read everything)."""
+
+    exited: tuple[int, ...] = ()
+    new_files: tuple[str, ...] = ()
+    lost: bool = False
+
+
+@dataclass
+class Reactor:
+    """Wakes the watch when a watched process exits; None-safe fallbacks when it cannot."""
+
+    log: Callable[[dict[str, Any]], None]
+    degraded: Callable[[str, str], None]
+    events: ProcEvents | None = None
+    files: ShmDirWatch | None = None
+    # which new file names matter (engine-named ones): others do not wake the watch
+    named: Callable[[str], bool] = field(default=lambda _n: False, repr=False)
+    watched: frozenset[int] = frozenset()
+    lost_said: bool = False
+    exits_seen: int = 0
+    _filtered: frozenset[int] | None = field(default=None, repr=False)
+
+    @classmethod
+    def open(
+        cls,
+        log: Callable[[dict[str, Any]], None],
+        degraded: Callable[[str, str], None],
+        shm_dirs: Iterable[str] = (),
+        named: Callable[[str], bool] = lambda _n: False,
+    ) -> Reactor:
+        events = ProcEvents.open(PROC_EVENT_EXIT)
+        try:
+            files: ShmDirWatch | None = ShmDirWatch(shm_dirs)
+        except OSError as exc:  # no inotify, or its limits reached
+            files = None
+            why = (
+                f"no inotify on the shm dirs ({exc.strerror or exc}): a new engine file is "
+                "judged at the round after it reaches --shm-min-age"
+            )
+            log({"event": "fallback", "source": "inotify", "reason": why})
+            degraded("inotify", why)
+        reactor = cls(log, degraded, events, files, named)
+        if events is None:
+            why = (
+                "no process events (needs root with CAP_NET_ADMIN in the host's PID "
+                "namespace): an engine's death is judged at the next --interval"
+            )
+            log({"event": "fallback", "source": "process_events", "reason": why})
+            degraded("process_events", why)
+        else:
+            reactor.watch(())
+        return reactor
+
+    def watch(self, pids: Iterable[int]) -> None:
+        """Exits of these pids wake the watch (the filter is rebuilt when they change)."""
+        self.watched = frozenset(pids)
+        if self.events is None or self.watched == self._filtered:
+            return
+        program = exit_filter(self.watched if len(self.watched) <= MAX_FILTER_PIDS else None)
+        with contextlib.suppress(OSError):  # no filter: user space picks the exits it wants
+            _attach(self.events.sock, program)
+        self._filtered = self.watched
+
+    def wait(self, stop: threading.Event, until: float) -> WakeUp | None:
+        """Wait until `until` (monotonic) or a stop (None), or until a watched pid exits
+        or an engine file appears (a `WakeUp`)."""
+        sources = [s for s in (self.events, self.files) if s is not None]
+        while not stop.is_set():
+            left = until - time.monotonic()
+            if left <= 0:
+                return None
+            if not sources:
+                stop.wait(min(left, POLL_S))
+                continue
+            select.select(sources, [], [], min(left, POLL_S))
+            new = tuple(n for n in self.files.read() if self.named(n)) if self.files else ()
+            exited = self._exits() if self.events is not None else []
+            if self.events is not None and self.events.lost:
+                self.events.lost = False
+                if not self.lost_said:
+                    self.lost_said = True
+                    why = "process events lost (socket overflow): the next round reads all"
+                    self.log({"event": "fallback", "source": "process_events", "reason": why})
+                    self.degraded("process_events", why)
+                return WakeUp(lost=True)
+            if exited:
+                time.sleep(SETTLE_S)
+                return WakeUp(tuple(sorted(set(exited) | set(self._exits()))), new)
+            if new:
+                return WakeUp(new_files=new)
+        return None
+
+    def _exits(self) -> list[int]:
+        assert self.events is not None
+        out = []
+        for what, ints in self.events.read():
+            if what == PROC_EVENT_EXIT and ints[0] == ints[1] and ints[1] in self.watched:
+                out.append(ints[1])
+        self.exits_seen += len(out)
+        return out
+
+    def close(self) -> None:
+        if self.events is not None:
+            with contextlib.suppress(OSError):
+                self.events.close()
+            self.events = None
+        if self.files is not None:
+            self.files.close()
+            self.files = None

@@ -1,0 +1,251 @@
+"""What `watch` exports: the latest round only, and the watch's own cost.
+
+A scrape describes the host now, so a device or pool that disappears leaves no stale
+series; a source that cannot be read exports no sample. The watch's own cost per round
+(CPU and wall seconds, full scans) is exported too, so an operator sees what it takes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from accelhost.hygiene.facts import HostFacts
+from accelhost.hygiene.report import CHECK_NAMES, STATUSES, UNKNOWN, DoctorReport
+
+MIB = 2**20
+STATUS_HELP = "Check status: 1 for the check's current state, 0 for the others"
+
+
+def _status_family(states: dict[str, str]) -> GaugeMetricFamily:
+    """One series per (check, state), like kube-state-metrics: alerts read `== 1` and a
+    SKIP or UNKNOWN can never be mistaken for OK."""
+    fam = GaugeMetricFamily("accelhost_check_status", STATUS_HELP, labels=["check", "state"])
+    for check, current in states.items():
+        for state in STATUSES:
+            fam.add_metric([check, state], 1.0 if state == current else 0.0)
+    return fam
+
+
+@dataclass(frozen=True)
+class Round:
+    """What one round learned, reduced to the numbers the metrics export."""
+
+    facts: HostFacts
+    report: DoctorReport
+    leaked_bytes: int | None
+    leaked_count: int | None
+    orphans: int | None
+    finished: float
+    shm_files: int | None = None
+    shm_bytes: int | None = None
+
+
+@dataclass
+class RoundCostTotals:
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    last_cpu_s: float = 0.0
+    last_wall_s: float = 0.0
+    full_scans: int = 0
+
+
+class HygieneCollector(Collector):
+    """Exports the latest round only; registered in a per-watch registry."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._round: Round | None = None
+        self._runs = 0
+        self._failures = 0
+        self._failed = False
+        self._clean_actions: dict[tuple[str, str], int] = {}
+        self._cost = RoundCostTotals()
+        self._degraded: dict[str, str] = {}
+
+    def update(self, rnd: Round) -> None:
+        with self._lock:
+            self._round = rnd
+            self._failed = False
+            self._runs += 1
+
+    def cost(self, cpu_s: float, wall_s: float, full_scan: bool) -> None:
+        """The watch's own cost of one round (failed rounds too)."""
+        with self._lock:
+            c = self._cost
+            c.cpu_s += cpu_s
+            c.wall_s += wall_s
+            c.last_cpu_s, c.last_wall_s = cpu_s, wall_s
+            c.full_scans += int(full_scan)
+
+    def degraded(self, source: str, why: str) -> None:
+        """A source of changes was lost (process events, inotify): rounds read in full."""
+        with self._lock:
+            self._degraded[source] = why
+
+    def fail(self) -> None:
+        """A round broke: drop the last round's numbers (they no longer describe the host)
+        and export every check as UNKNOWN until a round succeeds again."""
+        with self._lock:
+            self._round = None
+            self._failed = True
+            self._runs += 1
+            self._failures += 1
+
+    def latest(self) -> Round | None:
+        """The last round's numbers (None before the first, or after a failed one)."""
+        with self._lock:
+            return self._round
+
+    def rounds_done(self) -> int:
+        with self._lock:
+            return self._runs
+
+    def full_scans(self) -> int:
+        with self._lock:
+            return self._cost.full_scans
+
+    def count_clean(self, kind: str, result: str) -> None:
+        with self._lock:
+            key = (kind, result)
+            self._clean_actions[key] = self._clean_actions.get(key, 0) + 1
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            rnd, runs, cleaned = self._round, self._runs, dict(self._clean_actions)
+            failures, failed = self._failures, self._failed
+        runs_total = CounterMetricFamily("accelhost_watch_runs", "Rounds of checks run")
+        runs_total.add_metric([], runs)
+        yield runs_total
+        failed_total = CounterMetricFamily(
+            "accelhost_watch_round_failures", "Rounds that could not run at all"
+        )
+        failed_total.add_metric([], failures)
+        yield failed_total
+        actions = CounterMetricFamily(
+            "accelhost_clean_actions", "Actions taken by --auto-clean", labels=["kind", "result"]
+        )
+        for (kind, result), n in sorted(cleaned.items()):
+            actions.add_metric([kind, result], n)
+        yield actions
+        yield from self._cost_families()
+        if rnd is None:
+            if failed:
+                yield _status_family({name: UNKNOWN for name in CHECK_NAMES})
+            return
+        last = GaugeMetricFamily(
+            "accelhost_watch_last_run_timestamp_seconds", "When the last round finished"
+        )
+        last.add_metric([], rnd.finished)
+        yield last
+        yield _status_family({c.name: c.status for c in rnd.report.checks})
+        facts = rnd.facts
+        if facts.hugepage_pools is not None:
+            pages = GaugeMetricFamily(
+                "accelhost_hugepages_pages",
+                "Host HugePages pool by page size and state (total, free, reserved, surplus; "
+                "reserved pages are also free)",
+                labels=["size_bytes", "state"],
+            )
+            for p in facts.hugepage_pools:
+                if p.node is None:
+                    size = str(p.size_kb * 1024)
+                    for state, n in (
+                        ("total", p.total),
+                        ("free", p.free),
+                        ("reserved", p.reserved),
+                        ("surplus", p.surplus),
+                    ):
+                        pages.add_metric([size, state], n)
+            yield pages
+        if rnd.leaked_bytes is not None and rnd.leaked_count is not None:
+            g = GaugeMetricFamily("accelhost_shm_leaked_bytes", "Bytes in leaked System V segments")
+            g.add_metric([], rnd.leaked_bytes)
+            yield g
+            g = GaugeMetricFamily("accelhost_shm_leaked_segments", "Leaked System V segments")
+            g.add_metric([], rnd.leaked_count)
+            yield g
+        if rnd.shm_files is not None and rnd.shm_bytes is not None:
+            g = GaugeMetricFamily(
+                "accelhost_posix_shm_leaked_files", "Leaked POSIX shared-memory files (/dev/shm)"
+            )
+            g.add_metric([], rnd.shm_files)
+            yield g
+            g = GaugeMetricFamily(
+                "accelhost_posix_shm_leaked_bytes",
+                "Bytes used by leaked POSIX shared-memory files (allocated blocks)",
+            )
+            g.add_metric([], rnd.shm_bytes)
+            yield g
+        if rnd.orphans is not None:
+            g = GaugeMetricFamily("accelhost_orphan_processes", "Orphan engine processes")
+            g.add_metric([], rnd.orphans)
+            yield g
+        known = [d for d in facts.devices if d.used_mib is not None and d.total_mib is not None]
+        if "devices" not in facts.errors and known:
+            used = GaugeMetricFamily(
+                "accelhost_device_memory_used_bytes", "Device memory in use", labels=["device"]
+            )
+            tot = GaugeMetricFamily(
+                "accelhost_device_memory_total_bytes", "Device memory size", labels=["device"]
+            )
+            unatt = GaugeMetricFamily(
+                "accelhost_device_memory_unattributed_bytes",
+                "Device memory in use by no listed process",
+                labels=["device"],
+            )
+            # Without the per-process table (a failed compute-apps query) nothing can be
+            # attributed: no unattributed sample rather than "all of it".
+            per_process = "device_processes" not in facts.errors
+            for d in known:
+                assert d.used_mib is not None and d.total_mib is not None
+                attributed = sum(r.memory_mib or 0 for r in d.processes)
+                used.add_metric([d.label], d.used_mib * MIB)
+                tot.add_metric([d.label], d.total_mib * MIB)
+                if per_process and all(r.memory_mib is not None for r in d.processes):
+                    unatt.add_metric([d.label], max(0, d.used_mib - attributed) * MIB)
+            yield used
+            yield tot
+            if per_process:
+                yield unatt
+
+    def _cost_families(self) -> Iterator[Metric]:
+        with self._lock:
+            c = RoundCostTotals(**vars(self._cost))
+            degraded = dict(self._degraded)
+        for name, help_text, value in (
+            ("accelhost_watch_cpu_seconds", "CPU time the watch's rounds took", c.cpu_s),
+            ("accelhost_watch_round_seconds", "Wall time the watch's rounds took", c.wall_s),
+            (
+                "accelhost_watch_full_scans",
+                "Rounds that read every process's open files and mappings",
+                c.full_scans,
+            ),
+        ):
+            fam = CounterMetricFamily(name, help_text)
+            fam.add_metric([], value)
+            yield fam
+        for name, help_text, value in (
+            ("accelhost_watch_last_round_cpu_seconds", "CPU time of the last round", c.last_cpu_s),
+            (
+                "accelhost_watch_last_round_duration_seconds",
+                "Wall time of the last round",
+                c.last_wall_s,
+            ),
+        ):
+            g = GaugeMetricFamily(name, help_text)
+            g.add_metric([], value)
+            yield g
+        fallback = GaugeMetricFamily(
+            "accelhost_watch_fallback",
+            "1 when a source of changes (process events, shm listing) was lost and rounds "
+            "read the host in full instead",
+            labels=["source"],
+        )
+        for source in sorted(degraded):
+            fallback.add_metric([source], 1.0)
+        yield fallback

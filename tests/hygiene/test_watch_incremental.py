@@ -1,0 +1,237 @@
+"""Incremental watch rounds on real processes and files: a round reads what changed, a
+holder scan runs only when a file becomes a candidate, and the verdicts match a full look.
+
+Everything a test starts is killed by pid (pidfd) and every file it made removed, in
+finally or the lab's teardown. No timing is asserted here (benchmarks/watch.py measures).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hygiene_lab import Lab, run_cli, wait_gone
+from prometheus_client import generate_latest
+
+from accelhost.host.live import LiveHost
+from accelhost.hygiene.incremental import IncrementalState
+from accelhost.hygiene.options import HygieneOptions
+from accelhost.hygiene.watch import WatchConfig, Watcher
+
+# Holds the file named in argv[1] open and mapped, prints "ready", sleeps until killed.
+HOLDER = r"""
+import mmap, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+m = mmap.mmap(fd, 4096)
+print("ready", flush=True)
+time.sleep(1000)
+"""
+
+
+@pytest.fixture
+def shm_dir() -> Iterator[Path]:
+    """A private directory on /dev/shm's tmpfs (removed with what is in it)."""
+    if os.geteuid() != 0 or not Path("/dev/shm").is_dir():
+        pytest.skip("needs root and /dev/shm")
+    path = Path(tempfile.mkdtemp(prefix="accelhost-inc-", dir="/dev/shm"))
+    try:
+        yield path
+    finally:
+        for f in path.iterdir():
+            f.unlink()
+        path.rmdir()
+
+
+def _old_file(path: Path) -> Path:
+    path.write_bytes(b"\0" * 4096)
+    old = time.time() - 3600
+    os.utime(path, (old, old))
+    return path
+
+
+def _holder(path: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    proc.wait(timeout=20)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def _options(shm_dir: Path, **kw: object) -> HygieneOptions:
+    """Only the private dir: what other jobs leave in the shared /dev/shm stays out."""
+    return HygieneOptions(shm_dirs=(str(shm_dir),), **kw)  # type: ignore[arg-type]
+
+
+def _files(known: object, shm_dir: Path) -> set[str]:
+    listing = known.shm_files[str(shm_dir)]  # type: ignore[attr-defined]
+    return {f.name for f in listing or ()}
+
+
+def test_a_round_reads_processes_and_files_that_came_and_went(shm_dir: Path) -> None:
+    host = LiveHost()
+    state = IncrementalState(_options(shm_dir), full_every=1000)
+    state.read(host, host, time.time())
+    assert state.last.full
+    sleeper = subprocess.Popen(["sleep", "1000"])
+    try:
+        (shm_dir / "psm_new").write_bytes(b"x")
+        known = state.read(host, host, time.time())
+        assert not state.last.full and state.last.new >= 1
+        assert sleeper.pid in known.processes and "psm_new" in _files(known, shm_dir)
+        sleeper.kill()
+        sleeper.wait()
+        (shm_dir / "psm_new").unlink()
+        known = state.read(host, host, time.time())
+        assert sleeper.pid not in known.processes
+        assert "psm_new" not in _files(known, shm_dir)
+        assert state.last.gone >= 1 and not state.last.full
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            sleeper.kill()
+        sleeper.wait()
+
+
+def test_holder_scan_runs_only_when_a_file_becomes_a_candidate(shm_dir: Path) -> None:
+    held = _old_file(shm_dir / "psm_held")
+    holder = _holder(held)
+    try:
+        host = LiveHost()
+        state = IncrementalState(_options(shm_dir), full_every=1000)
+        state.read(host, host, time.time())
+        known = state.read(host, host, time.time())
+        assert not state.last.holder_scan  # nothing changed: no process's maps read
+        assert known.held.holds(next(f for f in known.shm_files[str(shm_dir)] or ()))
+        _stop(holder)
+        known = state.read(host, host, time.time())
+        # its only holder went and it is old: a candidate, confirmed by a holder scan
+        assert state.last.holder_scan and not state.last.full
+        f = next(f for f in known.shm_files[str(shm_dir)] or ())
+        assert not known.held.holds(f)
+        state.read(host, host, time.time())
+        assert not state.last.holder_scan  # confirmed once: not scanned again
+    finally:
+        _stop(holder)
+
+
+def test_incremental_verdicts_match_a_full_look(shm_dir: Path) -> None:
+    _old_file(shm_dir / "psm_leaked")
+    kept = _old_file(shm_dir / "psm_kept")
+    holder = _holder(kept)
+    try:
+        opts = _options(shm_dir, shm_min_age_s=1)
+        inc = Watcher(LiveHost, opts, WatchConfig(full_every=1000), lambda _e: None)
+        full = Watcher(LiveHost, opts, WatchConfig(full_every=1), lambda _e: None)
+        for _ in range(3):
+            a, b = inc.run_once(), full.run_once()
+        assert inc._state.last.full is False and full._state.last.full is True
+
+        def verdicts(rnd: object) -> dict[str, str]:
+            """Our files' verdicts (/dev/shm and the rest of the host are shared)."""
+            posix = next(c for c in rnd.report.checks if c.name == "posix_shm")  # type: ignore[attr-defined]
+            return {
+                e["path"]: e["reason"].split(",")[0]
+                for e in posix.evidence
+                if e.get("path", "").startswith(str(shm_dir))
+            }
+
+        assert verdicts(a) == verdicts(b)
+        assert list(verdicts(a)) == [str(shm_dir / "psm_leaked")]
+    finally:
+        _stop(holder)
+
+
+def test_an_orphan_is_seen_by_an_incremental_round(lab: Lab) -> None:
+    """A frontend dies between rounds: its engine child, re-parented, is an orphan at the
+    next round although that round reads no process in full."""
+    node = lab.device_node()
+    fe, engine, _worker = lab.server(node)
+    opts = HygieneOptions(device_globs=(lab.glob(),))
+    watcher = Watcher(LiveHost, opts, WatchConfig(full_every=1000), lambda _e: None)
+    watcher.run_once()
+    watcher.run_once()
+    os.kill(fe, signal.SIGKILL)
+    assert wait_gone(fe)
+    rnd = watcher.run_once()
+    assert not watcher._state.last.full
+    orphans = next(c for c in rnd.report.checks if c.name == "orphan_engines")
+    assert engine in [e.get("pid") for e in orphans.evidence]
+
+
+def test_cost_metrics_count_rounds_and_full_scans() -> None:
+    watcher = Watcher(LiveHost, HygieneOptions(), WatchConfig(full_every=2), lambda _e: None)
+    for _ in range(3):
+        watcher.run_once()
+    text = generate_latest(watcher.registry).decode()
+    # round 1 (the first) and round 2 (every 2nd) read everything; round 3 what changed
+    assert "accelhost_watch_full_scans_total 2.0" in text
+    assert "accelhost_watch_cpu_seconds_total" in text
+    assert "accelhost_watch_last_round_duration_seconds" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--full-every", "0"], "--full-every must be at least 1"),
+        (["--interval", "0.05"], "--interval must be at least 0.1 seconds"),
+    ],
+)
+def test_bad_watch_cadence_is_a_usage_error(args: list[str], message: str) -> None:
+    res = run_cli("watch", "--metrics-addr", "none", "--rounds", "1", *args)
+    assert res.returncode == 2 and message in res.stderr
+
+
+def test_incremental_state_is_bounded_by_what_exists(shm_dir: Path) -> None:
+    """Processes and files come and go for many rounds: what the state keeps is what
+    exists now, not what ever existed (memory bounded by the host, not by time)."""
+    import gc
+    import tracemalloc
+
+    host = LiveHost()
+    state = IncrementalState(_options(shm_dir), full_every=7)
+    for _ in range(3):
+        state.read(host, host, time.time())
+
+    def churn(n: int) -> None:
+        sleeper = subprocess.Popen(["sleep", "1000"])
+        try:
+            (shm_dir / f"psm_churn{n}").write_bytes(b"x")
+            state.read(host, host, time.time())
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+        (shm_dir / f"psm_churn{n}").unlink()
+        state.read(host, host, time.time())
+
+    for n in range(10):
+        churn(n)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(10, 60):
+            churn(n)
+        gc.collect()
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    known = state.read(host, host, time.time())
+    now = {int(n) for n in os.listdir("/proc") if n.isdigit()}
+    assert len(set(known.processes) - now) < 20  # only what exited since that round
+    assert not any(f.name.startswith("psm_churn") for f in known.shm_files[str(shm_dir)] or ())
+    assert grown < 256 * 1024, grown
