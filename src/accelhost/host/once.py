@@ -9,7 +9,8 @@ every reader, parser and recorder takes it unchanged.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from accelhost.host.base import CommandResult, FileStat, Host, HostWrapper
 
@@ -28,12 +29,14 @@ class ReadOnce(HostWrapper):
         self._lock = threading.Lock()
         self._commands: dict[str, CommandResult | None] = {}
         self._files: dict[str, str | None] = {}
-        self._dirs: dict[str, list[str] | None] = {}
-        self._links: dict[str, str | None] = {}
-        self._env: dict[str, str | None] = {}
-        self._stat_dirs: dict[str, list[FileStat] | None] = {}
-        self._stats: dict[str, FileStat | None] = {}
+        self._answers: dict[tuple[str, str], Any] = {}
         self._http: dict[tuple[str, str], str | None] = {}
+
+    def _once(self, kind: str, key: str, ask: Callable[[str], Any]) -> Any:
+        with self._lock:
+            if (kind, key) not in self._answers:
+                self._answers[kind, key] = ask(key)
+            return self._answers[kind, key]
 
     def run(self, argv: Sequence[str]) -> CommandResult | None:
         key = " ".join(argv)  # command_key, inlined: planners ask this on every plan
@@ -60,36 +63,24 @@ class ReadOnce(HostWrapper):
             return self._files[path]
 
     def list_dir(self, path: str) -> list[str] | None:
-        with self._lock:
-            if path not in self._dirs:
-                self._dirs[path] = self.inner.list_dir(path)
-            names = self._dirs[path]
+        names = self._once("dir", path, self.inner.list_dir)
         return None if names is None else list(names)
 
     def read_link(self, path: str) -> str | None:
-        with self._lock:
-            if path not in self._links:
-                self._links[path] = self.inner.read_link(path)
-            return self._links[path]
+        target: str | None = self._once("link", path, self.inner.read_link)
+        return target
 
     def stat_dir(self, path: str) -> list[FileStat] | None:
-        with self._lock:
-            if path not in self._stat_dirs:
-                self._stat_dirs[path] = self.inner.stat_dir(path)
-            entries = self._stat_dirs[path]
+        entries = self._once("stat_dir", path, self.inner.stat_dir)
         return None if entries is None else list(entries)
 
     def stat(self, path: str) -> FileStat | None:
-        with self._lock:
-            if path not in self._stats:
-                self._stats[path] = self.inner.stat(path)
-            return self._stats[path]
+        found: FileStat | None = self._once("stat", path, self.inner.stat)
+        return found
 
     def getenv(self, name: str) -> str | None:
-        with self._lock:
-            if name not in self._env:
-                self._env[name] = self.inner.getenv(name)
-            return self._env[name]
+        value: str | None = self._once("env", name, self.inner.getenv)
+        return value
 
     def http_get(self, socket_path: str, path: str) -> str | None:
         key = (socket_path, path)
