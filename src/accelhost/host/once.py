@@ -1,10 +1,5 @@
-"""Read each fact of a host once: a host that remembers every answer it has given.
-
-`plan` and `topo` read a host through several readers (CPUs, NUMA nodes, devices), and
-some facts interest more than one of them; wrapped in `ReadOnce`, a host runs each command
-and reads each file at most once however many readers ask. It is a `Host` itself, so
-every reader, parser and recorder takes it unchanged.
-"""
+"""Read each fact of a host once: `plan` and `topo` read a host through several readers,
+and a wrapped host runs each command and reads each file at most once however many ask."""
 
 from __future__ import annotations
 
@@ -16,11 +11,8 @@ from accelhost.host.base import CommandResult, FileStat, Host, HostWrapper
 
 
 class ReadOnce(HostWrapper):
-    """`inner`, with every answer (absent ones too) kept for the next asker.
-
-    Meant for one short read (a plan, a topology, a doctor's look): a long-lived watcher
-    must not wrap its host, or it would never see the machine change.
-    """
+    """`inner`, with every answer (absent ones too) kept for the next asker; for one short
+    read only: a watcher must not wrap its host, or it would never see the machine change."""
 
     answers_fixed = True
 
@@ -90,9 +82,6 @@ class ReadOnce(HostWrapper):
 
 
 def read_once(host: Host) -> Host:
-    """`host` wrapped so that each command, file, directory, stat and variable is read once.
-
-    A host whose answers are fixed already (one wrapped before, a snapshot: its class says
-    `answers_fixed = True`) is returned as it is, so layers can each ask for it freely.
-    """
+    """`host` read once; one whose answers are fixed already (`answers_fixed`: wrapped
+    before, a snapshot) is returned as it is, so layers can each ask for it freely."""
     return host if getattr(host, "answers_fixed", False) else ReadOnce(host)

@@ -15,10 +15,8 @@ CommandFilter = Callable[[str], str]
 
 
 class RecordingHost(HostWrapper):
-    """A host that answers from `inner` and keeps every answer for `to_snapshot()`.
-
-    Absent answers are not stored: in a snapshot, absence already means "not there".
-    """
+    """Answers from `inner` and keeps every answer for `to_snapshot()` (absent ones not:
+    in a snapshot, absence already means "not there")."""
 
     def __init__(
         self,
