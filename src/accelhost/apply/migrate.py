@@ -202,22 +202,19 @@ def move_within_budget(
     deadline = start + step.budget_ms / 1000.0
     batches = on_node = absent = done = 0
     refused: dict[str, int] = {}
+
+    def outcome(left: Sequence[Region]) -> Outcome:
+        return Outcome(
+            batches, on_node, absent, tuple(sorted(refused.items())), done, len(left),
+            sum(r.off_node for r in left), (clock() - start) * 1000.0,
+        )  # fmt: skip
+
     for index, region in enumerate(step.regions):
         size = region.page_kb * 1024
         addr = region.start
         while addr < region.end:
             if clock() >= deadline:
-                left = step.regions[index:]
-                return Outcome(
-                    batches,
-                    on_node,
-                    absent,
-                    tuple(sorted(refused.items())),
-                    done,
-                    len(left),
-                    sum(r.off_node for r in left),
-                    (clock() - start) * 1000.0,
-                )
+                return outcome(step.regions[index:])
             count = min(batch_pages, (region.end - addr) // size)
             if count <= 0:  # a tail shorter than one page: nothing addressable left
                 break
@@ -233,10 +230,7 @@ def move_within_budget(
                     refused[name] = refused.get(name, 0) + 1
             addr += count * size
         done += 1
-    return Outcome(
-        batches, on_node, absent, tuple(sorted(refused.items())), done, 0, 0,
-        (clock() - start) * 1000.0,
-    )  # fmt: skip
+    return outcome(())
 
 
 @dataclass(frozen=True, slots=True)
