@@ -152,11 +152,8 @@ def _per_node(pairs: Sequence[tuple[int, int]] | dict[int, int]) -> str:
 def build_move(
     pid: int, to_node: int, budget_ms: int, nodes: Sequence[int] = ()
 ) -> MoveRegions | str:
-    """The step for `pid`, or why there is none (its maps cannot be read).
-
-    The maps are read from this namespace's /proc, never under --host-root: move_pages(2)
-    acts on the pids of the caller's namespace, so the two must be the same process.
-    """
+    """The step for `pid`, or why there is none. The maps are read from this namespace's
+    /proc, never under --host-root: move_pages(2) acts on this namespace's pids."""
     numa_text = memory.read_proc(pid, "numa_maps")
     if tuple(nodes) == (to_node,) and numa_text is not None:
         # One node: nothing can be off it. Reading smaps walks every page table of the
