@@ -55,12 +55,9 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
-    try:
-        module_name = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'accelhost.host' has no attribute {name!r}") from None
+    if name not in _LAZY:
+        raise AttributeError(f"module 'accelhost.host' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
+    value = globals()[name] = getattr(importlib.import_module(_LAZY[name]), name)
     return value

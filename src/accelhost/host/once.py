@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from accelhost.host.base import CommandResult, FileStat, Host, HostWrapper
+
+T = TypeVar("T")
 
 
 class ReadOnce(HostWrapper):
@@ -24,11 +26,12 @@ class ReadOnce(HostWrapper):
         self._answers: dict[tuple[str, str], Any] = {}
         self._http: dict[tuple[str, str], str | None] = {}
 
-    def _once(self, kind: str, key: str, ask: Callable[[str], Any]) -> Any:
+    def _once(self, kind: str, key: str, ask: Callable[[str], T]) -> T:
         with self._lock:
             if (kind, key) not in self._answers:
                 self._answers[kind, key] = ask(key)
-            return self._answers[kind, key]
+            answer: T = self._answers[kind, key]
+        return answer
 
     def run(self, argv: Sequence[str]) -> CommandResult | None:
         key = " ".join(argv)  # command_key, inlined: planners ask this on every plan
@@ -59,20 +62,17 @@ class ReadOnce(HostWrapper):
         return None if names is None else list(names)
 
     def read_link(self, path: str) -> str | None:
-        target: str | None = self._once("link", path, self.inner.read_link)
-        return target
+        return self._once("link", path, self.inner.read_link)
 
     def stat_dir(self, path: str) -> list[FileStat] | None:
         entries = self._once("stat_dir", path, self.inner.stat_dir)
         return None if entries is None else list(entries)
 
     def stat(self, path: str) -> FileStat | None:
-        found: FileStat | None = self._once("stat", path, self.inner.stat)
-        return found
+        return self._once("stat", path, self.inner.stat)
 
     def getenv(self, name: str) -> str | None:
-        value: str | None = self._once("env", name, self.inner.getenv)
-        return value
+        return self._once("env", name, self.inner.getenv)
 
     def http_get(self, socket_path: str, path: str) -> str | None:
         key = (socket_path, path)

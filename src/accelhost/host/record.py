@@ -5,13 +5,14 @@ from __future__ import annotations
 import fnmatch
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from accelhost.host.base import CommandResult, FileStat, Host, HostWrapper, command_key, http_key
 from accelhost.host.snapshot import SNAPSHOT_FORMAT, stat_to_dict
 
 # A filter trims what is stored for a command to what the readers actually use.
 CommandFilter = Callable[[str], str]
+T = TypeVar("T")
 
 
 class RecordingHost(HostWrapper):
@@ -42,10 +43,12 @@ class RecordingHost(HostWrapper):
         self.stats: dict[str, FileStat] = {}
         self.http: dict[str, str] = {}
 
-    def _keep(self, section: dict[str, Any], key: str, value: Any) -> None:
+    def _keep(self, section: dict[str, Any], key: str, value: T) -> T:
+        """`value` (a list: a copy of it) kept under `key`, unless absent; returned."""
         if value is not None:
             with self._lock:
-                section[key] = value
+                section[key] = list(value) if isinstance(value, list) else value
+        return value
 
     def _keep_command(self, argv: Sequence[str], result: CommandResult | None) -> None:
         key = command_key(argv)
@@ -72,29 +75,19 @@ class RecordingHost(HostWrapper):
         return text
 
     def list_dir(self, path: str) -> list[str] | None:
-        names = self.inner.list_dir(path)
-        self._keep(self.dirs, path, None if names is None else list(names))
-        return names
+        return self._keep(self.dirs, path, self.inner.list_dir(path))
 
     def read_link(self, path: str) -> str | None:
-        target = self.inner.read_link(path)
-        self._keep(self.links, path, target)
-        return target
+        return self._keep(self.links, path, self.inner.read_link(path))
 
     def stat_dir(self, path: str) -> list[FileStat] | None:
-        entries = self.inner.stat_dir(path)
-        self._keep(self.stat_dirs, path, None if entries is None else list(entries))
-        return entries
+        return self._keep(self.stat_dirs, path, self.inner.stat_dir(path))
 
     def stat(self, path: str) -> FileStat | None:
-        found = self.inner.stat(path)
-        self._keep(self.stats, path, found)
-        return found
+        return self._keep(self.stats, path, self.inner.stat(path))
 
     def getenv(self, name: str) -> str | None:
-        value = self.inner.getenv(name)
-        self._keep(self.env, name, value)
-        return value
+        return self._keep(self.env, name, self.inner.getenv(name))
 
     def http_get(self, socket_path: str, path: str) -> str | None:
         body = self.inner.http_get(socket_path, path)
