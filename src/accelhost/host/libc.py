@@ -62,18 +62,12 @@ def libc() -> ctypes.CDLL:
     return lib
 
 
-def syscall_number(name: str, machine: str | None = None) -> int:
-    """The number of syscall `name` on `machine` (default: this one)."""
-    arch = (machine or platform.machine()).lower()
-    table = _NUMBERS.get(_ALIASES.get(arch, arch))
-    if table is None or name not in table:
-        raise SyscallUnavailable(errno.ENOSYS, f"no number known for {name} on {arch}")
-    return table[name]
-
-
 def syscall(name: str, *args: object) -> int:
     """syscall(2) by name; the kernel's result, OSError (or SyscallUnavailable) on failure."""
-    number = syscall_number(name)
+    arch = platform.machine().lower()
+    number = _NUMBERS.get(_ALIASES.get(arch, arch), {}).get(name)
+    if number is None:
+        raise SyscallUnavailable(errno.ENOSYS, f"no number known for {name} on {arch}")
     ctypes.set_errno(0)
     result = int(libc().syscall(ctypes.c_long(number), *args))
     if result < 0:
