@@ -109,11 +109,8 @@ def bind(
 def run_steps(prepared: Prepared, pid: int | None, host: Host | None) -> list[StepResult]:
     """Execute the steps; after the process's own thread steps, pin threads born meanwhile."""
     steps = prepared.steps
-    n = 0
-    for step in steps:
-        if not (isinstance(step, ThreadAffinity) and step.pid == pid):
-            break
-        n += 1
+    own = (i for i, s in enumerate(steps) if not (isinstance(s, ThreadAffinity) and s.pid == pid))
+    n = next(own, len(steps))  # the process's own thread steps come first
     results = execute(steps[:n], host)
     if pid is not None and n:
         seen = {s.tid for s in steps[:n] if isinstance(s, ThreadAffinity)}

@@ -154,16 +154,16 @@ class IrqBalance(Step):
     state_path: str | None = None
 
     def describe(self) -> str:
-        if self.action == "stop":
-            return f"stop {self.service} (it would move the IRQs back; restart with unbind --irq)"
-        if self.action == "ban":
-            return (
-                f"ban CPUs {_cpus(self.cpus)} in {self.config_path} "
-                f"(IRQBALANCE_BANNED_CPULIST) and restart {self.service}"
-            )
-        if self.action == "start":
-            return f"start {self.service} again (accelhost stopped it)"
-        return f"restore {self.config_path} as it was before binding and restart {self.service}"
+        text = _IRQBALANCE_DOES.get(self.action, _IRQBALANCE_DOES["restore"])
+        return text.format(s=self.service, cpus=_cpus(self.cpus), path=self.config_path)
+
+
+_IRQBALANCE_DOES = {
+    "stop": "stop {s} (it would move the IRQs back; restart with unbind --irq)",
+    "ban": "ban CPUs {cpus} in {path} (IRQBALANCE_BANNED_CPULIST) and restart {s}",
+    "start": "start {s} again (accelhost stopped it)",
+    "restore": "restore {path} as it was before binding and restart {s}",
+}
 
 
 @dataclass(frozen=True)

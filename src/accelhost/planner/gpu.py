@@ -79,7 +79,8 @@ def plan_gpus(
     allowed = set(topo.allowed_cpus)
     if not allowed:
         raise PlanError("no allowed CPU (Cpus_allowed_list is empty)")
-    node_cpus = _node_cpus(topo)
+    # a host without NUMA information is one node 0 of its allowed CPUs
+    node_cpus = dict(topo.node_cpus) if topo.node_cpus else {0: tuple(topo.allowed_cpus)}
     placed: list[_Placed] = []
     for ordinal, index in enumerate(visible):
         gpu = topo.accelerator(index)
@@ -111,13 +112,6 @@ def plan_gpus(
         devices=tuple(plans),
         messages=tuple(dict.fromkeys(messages)),
     )
-
-
-def _node_cpus(topo: Topology) -> dict[int, tuple[int, ...]]:
-    """Node -> CPUs; a host without NUMA information is one node 0 of its allowed CPUs."""
-    if topo.node_cpus:
-        return dict(topo.node_cpus)
-    return {0: tuple(topo.allowed_cpus)}
 
 
 def _gpu_node(
