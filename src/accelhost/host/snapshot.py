@@ -117,20 +117,10 @@ def stat_to_dict(st: FileStat) -> dict[str, Any]:
 
 
 def stat_from_dict(data: Mapping[str, Any]) -> FileStat:
+    fields: dict[str, Any] = {k: data[k] for k in ("name", "kind", "owner", *_STAT_INTS)}
+    fields.update((k, float(data[k])) for k in _STAT_FLOATS)
     birth = data.get("birth")
-    return FileStat(
-        name=data["name"],
-        kind=data["kind"],
-        size=data["size"],
-        blocks=data["blocks"],
-        uid=data["uid"],
-        owner=data["owner"],
-        mtime=float(data["mtime"]),
-        ctime=float(data["ctime"]),
-        dev=data["dev"],
-        inode=data["inode"],
-        birth=None if birth is None else float(birth),
-    )
+    return FileStat(**fields, birth=None if birth is None else float(birth))
 
 
 def _stat_problem(entry: Any) -> str | None:
