@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -210,6 +210,11 @@ def _validate(data: Any, source: str) -> None:
     def fail(problem: str) -> None:
         raise SnapshotError(f"snapshot {source}: {problem}")
 
+    def check_stats(entries: Iterable[tuple[str, Any]]) -> None:
+        for where, entry in entries:
+            if problem := _stat_problem(entry):
+                fail(f"{where} {problem}")
+
     if not isinstance(data, dict):
         fail("a snapshot is a JSON object")
     fmt = data.get("format")
@@ -232,16 +237,11 @@ def _validate(data: Any, source: str) -> None:
     stat_dirs = data.get("stat_dirs", {})
     if not isinstance(stat_dirs, dict) or not all(isinstance(v, list) for v in stat_dirs.values()):
         fail("'stat_dirs' must map paths to lists of entries")
-    for path, entries in stat_dirs.items():
-        for entry in entries:
-            if problem := _stat_problem(entry):
-                fail(f"an entry of stat_dirs {path!r} {problem}")
+    check_stats((f"an entry of stat_dirs {p!r}", e) for p, es in stat_dirs.items() for e in es)
     stats = data.get("stats", {})
     if not isinstance(stats, dict):
         fail("'stats' must map paths to entries")
-    for path, entry in stats.items():
-        if problem := _stat_problem(entry):
-            fail(f"stats {path!r} {problem}")
+    check_stats((f"stats {p!r}", e) for p, e in stats.items())
     commands = data.get("commands", {})
     if not isinstance(commands, dict):
         fail("'commands' must be an object")
