@@ -30,11 +30,7 @@ def plan(
     thread_roles: Sequence[RoleSpec] = (),
 ) -> Plan:
     """The CPU plan of every visible accelerator of `host` (PlanError when none can be made).
-
-    Ascend plans equal vllm-ascend's by default, GPU plans torchrun's. `devices` names the
-    accelerators to plan for when no engine runs yet; `pci` plans for those PCI devices
-    (sysfs only); `reserve_irq` and `thread_roles` add roles on top.
-    """
+    Ascend plans equal vllm-ascend's by default, GPU plans torchrun's."""
     from accelhost.planner import plan_topology
     from accelhost.readers.topology import read_topology
 
@@ -49,19 +45,14 @@ def plan(
 
 
 def planned_host(host: Host, topo: Topology) -> PlannedHost:
-    """What a plan records of the host it is made for (`Plan.host`): the hostname where the
-    host tells it, and the allowed CPUs and NUMA nodes the planner read."""
+    """What a plan records of the host it is made for (`Plan.host`)."""
     name = (host.read_file(HOSTNAME) or "").strip() or None
     return PlannedHost(name, tuple(topo.allowed_cpus), tuple(sorted(topo.node_cpus)))
 
 
 def plan_for_device(host: Host, device: int, **kwargs: Any) -> Plan:
-    """The plan holding `device`: the host's plan when it has one for it, else a plan made
-    for that device alone (no engine runs on it yet: `exec`, `run --bind`, a worker still
-    starting), as `accelhost plan --device N` does. `bind` and `run --bind` both plan so.
-
-    `host` is read once (`read_once`), so a second attempt runs no vendor tool again.
-    """
+    """The host's plan when it holds `device`, else a plan for that device alone (no engine
+    runs on it yet), as `plan --device N` does; `host` is read once for both attempts."""
     from accelhost.errors import PlanError
     from accelhost.host.once import read_once
 

@@ -24,15 +24,9 @@ IDS = tuple(range(MAX_CPUS))
 def parse_cpulist(
     text: str, source: str = "cpu list", limit: int = MAX_CPUS, what: str = "CPU list"
 ) -> list[int]:
-    """`0-3, 8,10-11` -> [0, 1, 2, 3, 8, 10, 11], in written order (duplicates kept).
-
-    Also the kernel's stride form `0-10:2` (every second id of 0-10, as in the
-    `isolcpus=`/`cpuset` grammar and `taskset -c`). Whitespace after commas is allowed, as
-    in `Cpus_allowed_list` of some kernels. An empty or blank text is the empty list.
-    Every id must be below `limit`, and the whole list no longer than `limit` items:
-    anything beyond is a ParseError, never a huge allocation. `what` names the list in
-    errors (device ids share the grammar: `--device 0-` is "not a device list").
-    """
+    """`0-3, 8,10-11` -> [0, 1, 2, 3, 8, 10, 11], in written order (duplicates kept); also
+    the kernel's stride form `0-10:2`. Ids and the list's length are bounded by `limit`:
+    anything beyond is a ParseError, never a huge allocation."""
     text = text.strip()
     if not text:
         return []
@@ -90,12 +84,8 @@ def format_cpulist(cpus: Iterable[int]) -> str:
 
 
 def cpu_mask(cpus: Iterable[int]) -> str:
-    """The /proc/irq/N/smp_affinity text for a set of CPUs.
-
-    32-bit groups of 8 hex digits, most significant first, separated by commas, with no
-    leading all-zero groups beyond those needed to reach the highest CPU:
-    CPU 3 -> `00000008`, CPU 8 -> `00000100`, CPU 35 -> `00000008,00000000`.
-    """
+    """The /proc/irq/N/smp_affinity text: CPU 3 -> `00000008`, CPU 35 ->
+    `00000008,00000000` (32-bit groups, most significant first)."""
     cpus = list(cpus)
     if not cpus:
         raise ValueError("an IRQ mask needs at least one CPU")
@@ -130,12 +120,8 @@ MAX_PID = 1 << 22
 
 
 def parse_id(text: str, source: str, limit: int, what: str = "id") -> int:
-    """A plain decimal id below `limit` (a CPU, node, device, chip or process id).
-
-    Tools print ids as short decimal numbers; anything else in an id column (a sign, a
-    non-ASCII digit, a thousand digits) is a corrupt or hostile recording, refused with a
-    ParseError instead of a ValueError or a huge number flowing into the planners.
-    """
+    """A plain decimal id below `limit`; anything else (a sign, a non-ASCII digit, a
+    thousand digits) is a corrupt or hostile recording, refused with a ParseError."""
     # the common case first, without a call: planners parse hundreds of ids per host
     if len(text) <= 9 and text.isdigit() and text.isascii():
         value = int(text)

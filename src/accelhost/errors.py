@@ -12,11 +12,8 @@ class AccelhostError(Exception):
 
 
 class UsageError(AccelhostError):
-    """The command line itself is wrong (a bad value, options that do not go together).
-
-    The CLI exits 2 for it, as argparse does for its own usage errors, so that scripts and
-    monitors can tell "you asked wrongly" (2) from "it could not be done" (1).
-    """
+    """The command line itself is wrong; the CLI exits 2 for it, as argparse does, so that
+    scripts can tell "you asked wrongly" (2) from "it could not be done" (1)."""
 
 
 class SnapshotError(UsageError):

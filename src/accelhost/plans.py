@@ -1,8 +1,7 @@
 """The plan: which CPUs each accelerator's worker gets, split into roles.
 
-A `Plan` is plain immutable data. It is what the planner returns, what `plan --json` prints
-(format accelhost-plan/1), what `bind --plan FILE` reads back, and what the applier turns
-into steps. Vendor-neutral: Ascend fills irq/main/acl/release, GPUs mostly main.
+Plain immutable data: what the planner returns, `plan --json` prints (accelhost-plan/1),
+`bind --plan FILE` reads back and the applier turns into steps.
 """
 
 from __future__ import annotations
@@ -17,11 +16,9 @@ from accelhost import formats
 from accelhost.errors import PlanError, PlanFileError
 
 PLAN_FORMAT = formats.PLAN
-# Where a host's name is read, for `Plan.host` (`PlannedHost`).
 HOSTNAME = "/proc/sys/kernel/hostname"
 
-# Thread-name patterns of the Ascend runtime threads that get their own CPU (the roles
-# inside a pool, and how they are applied, in the project's spec for Ascend binding).
+# The Ascend runtime threads that get their own CPU.
 ACL_THREAD = "acl_thread"
 RELEASE_THREAD = "release_thread"
 UVB_THREAD = "uvb_poll_window_thread"
@@ -92,12 +89,8 @@ class HostThreads:
 
 @dataclass(frozen=True)
 class PlannedHost:
-    """The host a plan was made for: its name and the CPU facts the planner read.
-
-    Kept in the plan (`host`, with each device's `pci`) so that applying it elsewhere is
-    refused (`accelhost.apply.hostcheck`): CPU ids, nodes and PCI addresses of another
-    machine mean other CPUs and devices here.
-    """
+    """The host a plan was made for, so that applying it elsewhere is refused
+    (`accelhost.apply.hostcheck`): another machine's CPU ids mean other CPUs here."""
 
     hostname: str | None
     allowed_cpus: tuple[int, ...]
@@ -150,10 +143,8 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "plan") -> Plan:
-        """Read a plan back (e.g. `bind --plan plan.json`); PlanError "SOURCE: problem" on
-        any malformation. Hand-written plans may omit everything but `devices` and their
-        `main` (or `pool`); `host` is optional (plans made before it was recorded).
-        """
+        """Read a plan back; PlanError "SOURCE: problem" on any malformation. Hand-written
+        plans may omit everything but `devices` and their `main` (or `pool`)."""
         r = _Reader(source)
         if not isinstance(data, dict):
             raise r.fail("a plan is a JSON object")
@@ -277,11 +268,8 @@ def numa_node_of(pool: Iterable[int], cpu_node: Mapping[int, int]) -> int | None
 
 
 def load_plan(plan: Plan | dict[str, Any] | str | os.PathLike[str]) -> Plan:
-    """A Plan, its dict form, or the path of a plan JSON file (ApplyError if unreadable).
-
-    Lives beside `Plan` so that every consumer (the worker, the vLLM plugin, device
-    identity, `run --bind`) reads plan files one way without importing the applier.
-    """
+    """A Plan, its dict form, or the path of a plan JSON file (ApplyError if unreadable);
+    here so that every consumer reads plan files one way without importing the applier."""
     if isinstance(plan, Plan):
         return plan
     if isinstance(plan, dict):

@@ -1,10 +1,7 @@
 """Immutable facts about one host: CPUs, NUMA nodes, allowed CPUs, accelerators.
 
-One `Topology` for every family: Ascend NPUs, NVIDIA GPUs and plain PCI devices are all
-`Accelerator`s with an index (the logical id a worker uses), an optional PCI address, NUMA
-node and CPU affinity. The CPU details that only some strategies need (SMT siblings,
-sockets, caches: torchrun's GPU rules) are the typed part `Topology.cpu`.
-Built by `accelhost.readers.topology.read_topology(host)`; consumed by planners, which are pure.
+One `Topology` for every family, built by `accelhost.readers.topology.read_topology(host)`
+and consumed by the planners, which are pure.
 """
 
 from __future__ import annotations
@@ -15,11 +12,8 @@ from typing import NamedTuple
 
 
 class Accelerator(NamedTuple):
-    """One accelerator (an Ascend chip, a GPU, any PCI device) as a worker addresses it.
-
-    A NamedTuple, like the parser records: every plan builds one per device, and a tuple
-    costs a fraction of a frozen dataclass to build.
-    """
+    """One accelerator (an Ascend chip, a GPU, any PCI device) as a worker addresses it;
+    a NamedTuple because every plan builds one per device."""
 
     index: int  # type: ignore[assignment]  # shadows tuple.index(), never called here
     name: str = ""
@@ -38,11 +32,8 @@ class Accelerator(NamedTuple):
 
 
 class DeviceProcess(NamedTuple):
-    """A row of a device's process table (`npu-smi info`, `nvidia-smi` compute apps).
-
-    A NamedTuple, like the other per-row parser records: a busy host has hundreds of
-    rows, and a tuple costs a fraction of a frozen dataclass to build.
-    """
+    """A row of a device's process table (`npu-smi info`); a NamedTuple because a busy
+    host has hundreds."""
 
     npu_id: int
     chip_id: int | None
@@ -53,13 +44,9 @@ class DeviceProcess(NamedTuple):
 
 @dataclass(frozen=True)
 class CpuDetail:
-    """CPU facts beyond nodes and allowed CPUs, read from sysfs where a strategy needs them.
-
-    `siblings` / `caches` map an allowed CPU to the full sibling list / the CPUs sharing
-    its highest-level data or unified cache (allowed or not: torchrun keys cores and
-    complexes by their lowest member). `packages` maps CPUs to their socket, read for the
-    lowest allowed CPU of each node only. `possible_nodes` are every node id that exists.
-    """
+    """CPU facts beyond nodes and allowed CPUs, for the GPU strategies. `siblings` / `caches`
+    hold all members, allowed or not (torchrun keys cores and complexes by their lowest);
+    `packages` only the lowest allowed CPU of each node."""
 
     possible_nodes: tuple[int, ...] = ()
     siblings: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
@@ -75,13 +62,7 @@ NO_CPU_DETAIL = CpuDetail()
 @dataclass(frozen=True)
 class Topology:
     """What the planners read. `None` means "not known on this host", `()` means "none".
-
-    `cpu_node` / `node_cpus` come from `lscpu -e=CPU,NODE` on Ascend and plain hosts
-    (node CPUs in file order) and from sysfs on GPU hosts (CPU-less memory nodes as `()`);
-    `affinity` maps a device index to its reported CPU affinity in written order (GPUs:
-    their `local_cpulist`); `processes` are every device process on the host, not only
-    this one's; `visible_env` is the family's visibility variable as the host has it.
-    """
+    `processes` are every device process on the host, not only this one's."""
 
     machine: str
     family: str | None
@@ -105,8 +86,4 @@ class Topology:
         return tuple(sorted(a.index for a in self.accelerators))
 
     def accelerator(self, index: int) -> Accelerator | None:
-        """The accelerator whose logical id is `index`, if the host has it."""
-        for acc in self.accelerators:
-            if acc.index == index:
-                return acc
-        return None
+        return next((acc for acc in self.accelerators if acc.index == index), None)

@@ -77,12 +77,6 @@ def test_exit_status_partial_versus_full():
     assert not ApplyReport.skip("why", device=None, pid=1, dry_run=True).ok
 
 
-def test_migrate_pages_syscall_runs_on_this_kernel(spawn):
-    child = spawn("worker")
-    nodes = memory.memory_nodes()
-    assert memory.migrate_pages(child.pid, nodes, [nodes[0]]) == 0
-
-
 def test_memory_step_selects_regions_when_several_nodes_have_memory(
     spawn, plan_file, cli, fake_tree
 ):

@@ -1,8 +1,5 @@
-"""Turn a plan into steps. Reads the machine, changes nothing.
-
-The functional core of applying: everything that a real run will do is decided here, so
-`--dry-run` prints exactly this list and `execute` only carries it out.
-"""
+"""Turn a plan into steps: reads the machine, changes nothing, so `--dry-run` prints
+exactly what `execute` then carries out."""
 
 from __future__ import annotations
 
@@ -57,11 +54,8 @@ class BindOptions:
 
 @dataclass(frozen=True)
 class Prepared:
-    """The steps to run, the warnings to give first, and facts worth a line (no-ops).
-
-    A bind's thread roles and main CPUs come with its steps, so that pinning threads born
-    while binding uses exactly what the first listing did.
-    """
+    """The steps, the warnings to give first, and notes. The thread roles and main CPUs
+    come along so that threads born while binding are pinned as the first listing was."""
 
     steps: tuple[Step, ...]
     warnings: tuple[str, ...] = ()
@@ -71,10 +65,7 @@ class Prepared:
 
 
 def roles_of(plan: Plan, dev: DevicePlan) -> list[ThreadRole]:
-    """The device's thread roles and (950) the host threads, in the order they win (last).
-
-    Roles given on a command line are in the device's plan already (`driver.with_roles`).
-    """
+    """The device's thread roles and (950) the host threads, in the order they win (last)."""
     roles = dev.roles()
     ht = plan.host_threads
     if ht is not None and ht.cpus:
@@ -98,11 +89,7 @@ def target_node(dev: DevicePlan, root: str) -> int | None:
 
 def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None = None) -> Prepared:
     """Threads first (they run as soon as pinned), then memory onto their node, then IRQs.
-
-    `host` answers the few commands (npu-smi board query, systemctl); None: this machine.
-    The process's files and the IRQ tree are read through one `live_host()` for the whole
-    build (tests pass a fake `host` for the commands only).
-    """
+    `host` answers the commands (npu-smi, systemctl); files are read from this machine."""
     live = live_host()
     dev = plan.device(device)
     steps: list[Step] = []
@@ -133,10 +120,8 @@ def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None 
 
 
 def _host_thread_steps(live: Host, plan: Plan, pid: int | None) -> tuple[list[Step], list[str]]:
-    """950: the host's UVB poll threads go to the host-thread CPUs, whoever owns them.
-
-    Those of the bound process itself are already among its own thread steps.
-    """
+    """950: the host's UVB poll threads, whoever owns them (the bound process's own are
+    among its thread steps already)."""
     ht = plan.host_threads
     if ht is None or not ht.cpus:
         return [], []
@@ -170,16 +155,14 @@ def _memory_steps(dev: DevicePlan, pid: int, root: str, budget_ms: int) -> list[
 def device_irqs(
     plan: Plan, dev: DevicePlan, root: str, host: Host | None, live: Host
 ) -> tuple[list[irqmod.DeviceIrq], str | None]:
-    """The device's IRQs with their planned CPUs, or ([], why they cannot be found).
-
-    `host` answers npu-smi; `live` reads the IRQ tree under `root`."""
+    """The device's IRQs with their planned CPUs, or ([], why they cannot be found)."""
     # sysfs names devices in lower case; npu-smi (and so hand-written plans) in upper case.
     pci = (dev.pci or _board_pci(plan, dev, host) or "").strip().lower()
     if not pci:
         asked = (
             ""
             if plan.device_type in ("nvidia", "pci")
-            else (" and `npu-smi info -t board` gave none")
+            else " and `npu-smi info -t board` gave none"
         )
         return [], f"no PCI address for device {dev.device}: the plan has no 'pci'{asked}"
     try:
@@ -191,12 +174,8 @@ def device_irqs(
 
 
 def _board_pci(plan: Plan, dev: DevicePlan, host: Host | None) -> str | None:
-    """Ask `npu-smi info -t board` for the PCI address (Ascend, or a hand-written plan of no
-    family): the IRQs are found from the PCI address (docs/bind.md, "IRQs")."""
-    if plan.device_type not in IRQ_ASCEND_FAMILIES and plan.device_type not in (
-        "unknown",
-        "manual",
-    ):
+    """`npu-smi info -t board`'s PCI address (Ascend, or a hand-written plan of no family)."""
+    if plan.device_type not in IRQ_ASCEND_FAMILIES | {"unknown", "manual"}:
         return None
     from accelhost.parsers.npusmi_board import board_command, parse_board_pci
 

@@ -1,20 +1,10 @@
-"""The one bind driver: `bind`, `exec`, `run --bind` and `bind_current_process` come here.
-
-So that the four ways of binding cannot drift apart, each of them only gathers its input
-(a plan, a device, options, extra thread roles, how the device was found) and calls
-`bind` (with the command's `argv` for `exec`), which decides alike:
-
-- Host: a plan made for another host is refused, unless `options.allow_foreign`
-  (`--force`).
-- ARM: an Ascend plan is bound on ARM hosts only, as the reference does, unless
-  `any_arch` (the CLI's `bind` and `exec` pass it: naming a pid or a command is asking).
-- Roles: `--thread-role` specs (COUNT or CPULIST) are added to the device's plan by the
-  planner's own `add_roles`, so `nccl=^NCCL:2` means the same CPUs in `plan` and `bind`.
-- Retry: threads that exit between listing and pinning are `skipped`; threads that appear
-  while binding are listed again and pinned, for up to RETRY_ROUNDS rounds.
-- Report: one `ApplyReport`; a dry run's steps are exactly the steps a real run starts
-  with. A role that matched no thread is a warning in it. The thread roles are computed
-  once per bind (`Prepared.roles`): the steps, the retry and the warnings share them.
+"""The one bind driver: `bind`, `exec`, `run --bind` and `bind_current_process` come here,
+so that the four ways of binding cannot drift apart. Each only gathers its input and calls
+`bind`, which decides alike: a plan for another host is refused (unless `--force`); an
+Ascend plan is bound on ARM hosts only, as the reference does (unless `any_arch`: naming a
+pid or a command is asking); `--thread-role` specs go through the planner's own
+`add_roles`, so `nccl=^NCCL:2` means the same CPUs in `plan` and `bind`; threads born
+while binding are pinned for up to RETRY_ROUNDS rounds; one `ApplyReport` says it all.
 """
 
 from __future__ import annotations
@@ -86,14 +76,9 @@ def bind(
     host: Host | None = None,
     found: Identified | None = None,
 ) -> ApplyReport:
-    """Bind `options.pid` (threads, memory) and the device's IRQs; the report of it.
-
-    With `argv` (`exec`): bind this process (IRQs, own CPUs, memory policy) for the command
-    the caller then execs. `found`: how the device was found, when it was not given.
-    Raises AccelhostError for input that cannot be bound at all (unknown device, a process
-    that is gone, a bad role, a plan made for another host unless `options.allow_foreign`);
-    a step that fails is a result, not an exception.
-    """
+    """Bind `options.pid` (threads, memory) and the device's IRQs, or with `argv` this
+    process for the command the caller then execs. AccelhostError for input that cannot be
+    bound at all; a step that fails is a result, not an exception."""
     plan = with_roles(plan, device, roles)  # an unknown device or bad role: before anything
     refuse_foreign(plan, options.allow_foreign)
     pid = options.pid if argv is None else os.getpid()
@@ -124,11 +109,8 @@ def bind(
 def run_steps(prepared: Prepared, pid: int | None, host: Host | None) -> list[StepResult]:
     """Execute the steps; after the process's own thread steps, pin threads born meanwhile."""
     steps = prepared.steps
-    n = 0
-    for step in steps:
-        if not (isinstance(step, ThreadAffinity) and step.pid == pid):
-            break
-        n += 1
+    own = (i for i, s in enumerate(steps) if not (isinstance(s, ThreadAffinity) and s.pid == pid))
+    n = next(own, len(steps))  # the process's own thread steps come first
     results = execute(steps[:n], host)
     if pid is not None and n:
         seen = {s.tid for s in steps[:n] if isinstance(s, ThreadAffinity)}

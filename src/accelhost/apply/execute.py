@@ -1,8 +1,5 @@
-"""Run prepared steps in order; each failure becomes a result, never an exception.
-
-The imperative shell of applying. A failed step does not stop the others: a thread that
-cannot be pinned says nothing about the IRQs.
-"""
+"""Run prepared steps in order; each failure becomes a result, never an exception, and
+does not stop the others: a thread that cannot be pinned says nothing about the IRQs."""
 
 from __future__ import annotations
 
@@ -48,11 +45,8 @@ def plan_only(steps: Sequence[Step]) -> list[StepResult]:
 
 
 def execute(steps: Sequence[Step], host: Host | None = None) -> list[StepResult]:
-    """Run every step but an ExecCommand (the caller execs after reporting).
-
-    Thread steps, hundreds per engine, run inline here: one Python call less per thread.
-    Every other step goes through `_IrqGuard.run`, which keeps the IRQ state across steps.
-    """
+    """Run every step but an ExecCommand (the caller execs after reporting). Thread steps,
+    hundreds per engine, run inline here: one Python call less per thread."""
     results: list[StepResult] = []
     append = results.append
     debug = log.isEnabledFor(logging.DEBUG)
@@ -159,10 +153,8 @@ def _run(step: Step, host: Host | None) -> tuple[str, str]:
             os.sched_setaffinity(0, step.cpus)
         except (OverflowError, ValueError) as exc:  # a CPU id no kernel has
             return FAILED, _bad_cpus(exc)
-        got = tuple(sorted(os.sched_getaffinity(0)))
-        if set(got) != set(step.cpus):
-            return FAILED, f"the kernel set CPUs {format_cpulist(got)} instead (cpuset)"
-        return OK, ""
+        got = os.sched_getaffinity(0)
+        return (OK, "") if got == set(step.cpus) else (FAILED, _kernel_set(got))
     if isinstance(step, MemPolicy):
         from accelhost.apply.memory import set_mempolicy
         from accelhost.host.libc import SyscallUnavailable

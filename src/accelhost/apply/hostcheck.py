@@ -1,16 +1,9 @@
 """Is this plan this host's? A plan made elsewhere names CPUs and devices that are not here.
 
-A plan records the host it was made for (`Plan.host`: hostname, allowed CPUs, NUMA nodes;
-each device's `pci`). Before anything is applied, `bind`, `exec`, `verify`, `run --bind`
-and `bind_current_process` compare those facts with this machine's and refuse a plan
-from another host in one line that says what differs, unless told to apply it anyway
-(`--force`, `allow_foreign=True`).
-
-What decides is the hardware: a CPU the plan was made from that is not online here,
-other NUMA nodes, a device whose PCI address this host does not have. The hostname alone
-does not, and is only named: a container on the planned host has a hostname of its own,
-and a plan is as good on a twin machine. A plan without `host` (hand-written, or made
-before it was recorded) is not checked; a fact this host does not show is not compared.
+What decides is the hardware recorded in `Plan.host` and each device's `pci`: CPUs not
+online here, other NUMA nodes, a PCI address this host lacks. The hostname is only named:
+a container has one of its own, and a plan is as good on a twin machine. A plan without
+`host` is not checked; a fact this host does not show is not compared.
 """
 
 from __future__ import annotations

@@ -4,12 +4,8 @@ Three id spaces meet here (docs/bind.md, "Device ids"): the *host* id (the N of
 /dev/davinciN or /dev/nvidiaN, npu-smi's logic id, nvidia-smi's index; what plan keys
 are), the *user-visible* id (an entry of ASCEND_RT_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES)
 and the *logical* id a framework uses (its position in that list: `npu:R`, `cuda:R`, the
-worker's local rank). The rules (`device_of_nodes`, `device_of_rank`) are pure and take
-what the readers below found through a Host; the grammar of node names is
-`accelhost.parsers.devnodes`, that of the visible-devices variables
-`accelhost.planner.visible`. A node's PCI address, when sysfs or the NVIDIA driver tells
-it, joins the node to a plan device by the plan's `pci`; otherwise the number in the
-node's name is the host id.
+worker's local rank). The rules (`device_of_nodes`, `device_of_rank`) are pure; the
+readers below feed them through a Host.
 """
 
 from __future__ import annotations
@@ -26,6 +22,7 @@ from accelhost.errors import ApplyError, UsageError
 from accelhost.family import ASCEND_FAMILIES
 from accelhost.parsers.devnodes import (
     BUILTIN_NODES,
+    VENDOR_KIND,
     NvidiaGpu,
     device_node,
     node_kind,
@@ -44,11 +41,9 @@ _TRAILING_NUMBER = re.compile("(?<![0-9])[0-9]{1,5}$")
 
 
 def _host(host: Host | None) -> Host:
-    if host is not None:
-        return host
     from accelhost.host.live import live_host
 
-    return live_host()
+    return host or live_host()
 
 
 @dataclass(frozen=True)
@@ -80,10 +75,8 @@ class HeldNode:
 
 def nodes_of_targets(targets: Iterable[str], globs: Sequence[str] = ()) -> list[HeldNode]:
     """The device nodes among a process's fd link targets, each once, in path order.
-
-    `globs` (`--device-glob`) name more nodes; their id is the number their name ends with.
-    A render node's number (128 + n) is no device id: it is known by its PCI address only.
-    """
+    A `--device-glob` node's id is the number its name ends with; a render node's number
+    (128 + n) is no device id: it is known by its PCI address only."""
     found: dict[str, HeldNode] = {}
     for target in targets:
         if target in found:
@@ -103,11 +96,8 @@ def nodes_of_targets(targets: Iterable[str], globs: Sequence[str] = ()) -> list[
 def device_of_nodes(
     pid: int, nodes: Sequence[HeldNode], plan_pci: Mapping[str, int] | None = None
 ) -> Identified:
-    """The one device `pid` holds; UsageError naming what it holds when that is not one.
-
-    A node whose PCI address is a plan device's `pci` is that device (the plan's own key,
-    whatever the node's number); otherwise the number in the node's name is the host id.
-    """
+    """The one device `pid` holds (by the plan's `pci` first, else the node's number);
+    UsageError naming what it holds when that is not one."""
     by_pci = {k.lower(): v for k, v in (plan_pci or {}).items()}
     ids: dict[int, list[str]] = {}
     unknown: list[str] = []
@@ -143,15 +133,9 @@ def device_of_rank(
     namespace_ids: Sequence[int] | None = None,
     uuids: Mapping[str, int] | None = None,
 ) -> Identified:
-    """The host id of the device a worker of `local_rank` uses, as the engines resolve it.
-
-    The worker's device is entry `local_rank` of the visible list (`npu:R` / `cuda:R`). An
-    entry is an ordinal among the devices this (container) namespace has: with
-    `namespace_ids` (the numbers of the device nodes present, which keep their host names)
-    entry v is the v-th of them, so host NPUs 3-7 seen as 0-4 map back to 3-7; without,
-    the entry is the host id. `GPU-<uuid>` entries are looked up in `uuids` (a unique
-    prefix is enough). No variable set: the local rank itself, as an entry.
-    """
+    """The host id of the device a worker of `local_rank` uses, as the engines resolve it:
+    entry `local_rank` of the visible list, an ordinal among this namespace's device nodes
+    (`namespace_ids`: host NPUs 3-7 seen as 0-4 map back to 3-7)."""
     if local_rank < 0:
         raise UsageError(f"local_rank must be 0 or more, got {local_rank}")
     name, entries = visible_entries(env, family)
@@ -247,17 +231,10 @@ def device_of_pid(
 
 
 def namespace_ids(family: str | None, host: Host) -> list[int]:
-    """Numbers of the device nodes present in this (container) namespace's /dev.
-
-    Container runtimes mount a host's /dev/davinci3 as /dev/davinci3: these numbers are
-    host ids, and the runtime numbers them 0, 1, ... in this order.
-    """
-    if family in ASCEND_FAMILIES:
-        kinds: tuple[str, ...] = ("davinci",)
-    elif family == "nvidia":
-        kinds = ("nvidia",)
-    else:
-        kinds = ("davinci", "nvidia")
+    """Numbers of the device nodes in this namespace's /dev: runtimes mount /dev/davinci3
+    as /dev/davinci3, so these are host ids, numbered 0, 1, ... in this order."""
+    vendor = "ascend" if family in ASCEND_FAMILIES else family
+    kinds = [VENDOR_KIND[vendor]] if vendor in VENDOR_KIND else ["davinci", "nvidia"]
     names = host.list_dir("/dev") or []
     for kind in kinds:
         ids = node_numbers(names, kind)

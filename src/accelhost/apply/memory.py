@@ -1,9 +1,7 @@
-"""NUMA memory: move_pages(2), migrate_pages(2), set_mempolicy(2), get_mempolicy(2) via ctypes,
+"""NUMA memory: move_pages(2), set_mempolicy(2), get_mempolicy(2) via ctypes (no numactl),
 and the parsers of /proc/PID/smaps and /proc/PID/numa_maps that say what may move.
 
-No numactl needed; the `migratepages` tool is only a fallback where the system call is
-unavailable (an architecture whose syscall number we do not know, or a kernel without it).
-Files are read through the host door (`LiveHost.read_file`), under `--host-root` when given.
+Files are read through the host door, under `--host-root` when given.
 """
 
 from __future__ import annotations
@@ -12,14 +10,11 @@ import ctypes
 import os
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from accelhost.cpulist import MAX_NODES, parse_cpulist
 from accelhost.errors import ParseError
 from accelhost.host.libc import syscall
-
-if TYPE_CHECKING:
-    from accelhost.host.base import Host
+from accelhost.host.live import live_host
 
 MPOL_DEFAULT = 0
 MPOL_PREFERRED = 1
@@ -30,23 +25,13 @@ MODE_NAMES = {MPOL_DEFAULT: "default", MPOL_PREFERRED: "preferred", MPOL_BIND: "
 MPOL_MF_MOVE = 1 << 1  # only pages mapped by this process alone (no CAP_SYS_NICE needed)
 
 
-def _mask(
-    nodes: list[int] | tuple[int, ...], highest: int = 0
-) -> tuple[ctypes.Array[ctypes.c_ulong], int]:
+def _mask(nodes: list[int]) -> tuple[ctypes.Array[ctypes.c_ulong], int]:
     """A node bitmask and the `maxnode` to pass with it (one past the bits: kernel quirk)."""
-    words = (max([*nodes, highest]) // 64) + 1
+    words = (max(nodes, default=0) // 64) + 1
     arr = (ctypes.c_ulong * words)()
     for n in nodes:
         arr[n // 64] |= 1 << (n % 64)
     return arr, words * 64 + 1
-
-
-def migrate_pages(pid: int, from_nodes: list[int], to_nodes: list[int]) -> int:
-    """Move `pid`'s pages; returns the number of pages the kernel could not move."""
-    highest = max([*from_nodes, *to_nodes, 0])
-    old, maxnode = _mask(from_nodes, highest)
-    new, _ = _mask(to_nodes, highest)
-    return syscall("migrate_pages", ctypes.c_int(pid), ctypes.c_ulong(maxnode), old, new)
 
 
 def move_pages(pid: int, addresses: list[int], node: int) -> list[int]:
@@ -57,15 +42,8 @@ def move_pages(pid: int, addresses: list[int], node: int) -> list[int]:
     pages = (ctypes.c_void_p * count)(*addresses)
     nodes = (ctypes.c_int * count)(*([node] * count))
     status = (ctypes.c_int * count)()
-    syscall(
-        "move_pages",
-        ctypes.c_int(pid),
-        ctypes.c_ulong(count),
-        pages,
-        nodes,
-        status,
-        ctypes.c_int(MPOL_MF_MOVE),
-    )
+    flags = ctypes.c_int(MPOL_MF_MOVE)
+    syscall("move_pages", ctypes.c_int(pid), ctypes.c_ulong(count), pages, nodes, status, flags)
     return list(status)
 
 
@@ -87,7 +65,7 @@ def get_mempolicy() -> tuple[str, list[int]]:
 
 def memory_nodes(root: str = "/") -> list[int]:
     """NUMA nodes that hold memory (empty when the kernel shows no NUMA information)."""
-    host = _live()
+    host = live_host()
     base = os.path.join(root, "sys/devices/system/node")
     for name in ("has_memory", "online"):
         text = host.read_file(os.path.join(base, name))
@@ -102,7 +80,7 @@ def memory_nodes(root: str = "/") -> list[int]:
 
 def node_of_cpu(cpu: int, root: str = "/") -> int | None:
     """The node whose cpulist holds `cpu`, from sysfs; None when unknown."""
-    host = _live()
+    host = live_host()
     base = os.path.join(root, "sys/devices/system/node")
     listed = host.list_dir(base)
     if listed is None:
@@ -236,16 +214,9 @@ def kb_per_node(regions: dict[int, NumaRegion]) -> dict[int, int]:
 
 def read_proc(pid: int, name: str, root: str = "/") -> str | None:
     """/proc/PID/NAME under `root` (a node agent sees the host's /proc at /host/proc)."""
-    return _live().read_file(os.path.join(root, f"proc/{pid}/{name}"))
+    return live_host().read_file(os.path.join(root, f"proc/{pid}/{name}"))
 
 
 def numa_usage(pid: int, root: str = "/") -> NumaUsage | None:
     text = read_proc(pid, "numa_maps", root)
     return None if text is None else parse_numa_maps(text)
-
-
-def _live() -> Host:
-    """This machine through the host door (paths made under `--host-root` by the caller)."""
-    from accelhost.host.live import live_host
-
-    return live_host()

@@ -160,11 +160,8 @@ def _per_node(pairs: Sequence[tuple[int, int]] | dict[int, int]) -> str:
 def build_move(
     pid: int, to_node: int, budget_ms: int, nodes: Sequence[int] = ()
 ) -> MoveRegions | str:
-    """The step for `pid`, or why there is none (its maps cannot be read).
-
-    The maps are read from this namespace's /proc, never under --host-root: move_pages(2)
-    acts on the pids of the caller's namespace, so the two must be the same process.
-    """
+    """The step for `pid`, or why there is none. The maps are read from this namespace's
+    /proc, never under --host-root: move_pages(2) acts on this namespace's pids."""
     numa_text = memory.read_proc(pid, "numa_maps")
     if tuple(nodes) == (to_node,) and numa_text is not None:
         # One node: nothing can be off it. Reading smaps walks every page table of the
@@ -210,22 +207,19 @@ def move_within_budget(
     deadline = start + step.budget_ms / 1000.0
     batches = on_node = absent = done = 0
     refused: dict[str, int] = {}
+
+    def outcome(left: Sequence[Region]) -> Outcome:
+        return Outcome(
+            batches, on_node, absent, tuple(sorted(refused.items())), done, len(left),
+            sum(r.off_node for r in left), (clock() - start) * 1000.0,
+        )  # fmt: skip
+
     for index, region in enumerate(step.regions):
         size = region.page_kb * 1024
         addr = region.start
         while addr < region.end:
             if clock() >= deadline:
-                left = step.regions[index:]
-                return Outcome(
-                    batches,
-                    on_node,
-                    absent,
-                    tuple(sorted(refused.items())),
-                    done,
-                    len(left),
-                    sum(r.off_node for r in left),
-                    (clock() - start) * 1000.0,
-                )
+                return outcome(step.regions[index:])
             count = min(batch_pages, (region.end - addr) // size)
             if count <= 0:  # a tail shorter than one page: nothing addressable left
                 break
@@ -241,10 +235,7 @@ def move_within_budget(
                     refused[name] = refused.get(name, 0) + 1
             addr += count * size
         done += 1
-    return Outcome(
-        batches, on_node, absent, tuple(sorted(refused.items())), done, 0, 0,
-        (clock() - start) * 1000.0,
-    )  # fmt: skip
+    return outcome(())
 
 
 @dataclass(frozen=True, slots=True)

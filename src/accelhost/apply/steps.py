@@ -1,12 +1,8 @@
 """Steps: one dataclass per kind of change, plus their outcomes and the whole report.
 
-Steps are plain data built before anything is changed, so a dry run prints the very list a
-real run executes, and a report can say, step by step, what happened.
-
 A bind makes one `ThreadAffinity` and one `StepResult` per thread (hundreds on an inference
-engine), so those two are slotted and have constructors for the hot path (`thread_step`,
-`step_result`) that skip the frozen dataclass `__init__` (one `object.__setattr__` per
-field): same objects, equal to the ones the dataclass constructors make, in half the time.
+engine), so those two are slotted and have hot-path constructors (`thread_step`,
+`step_result`) that skip the frozen `__init__`: equal objects, in half the time.
 """
 
 from __future__ import annotations
@@ -42,7 +38,7 @@ def _cpus(cpus: tuple[int, ...]) -> str:
 class Step(ABC):
     """Base of every step; `kind` groups steps for `--irq-only`, JSON and the report."""
 
-    __slots__ = ()  # lets slotted subclasses (ThreadAffinity) go without a __dict__
+    __slots__ = ()  # so that slotted subclasses (ThreadAffinity) have no __dict__
     kind: ClassVar[str] = "step"
 
     @abstractmethod
@@ -151,12 +147,8 @@ class ForgetIrqState(Step):
 
 @dataclass(frozen=True)
 class IrqBalance(Step):
-    """Stop, restart or re-configure irqbalance so it does not undo the IRQ masks.
-
-    action: `stop` (the reference's behaviour), `ban` (write `config_text` to
-    `config_path`, then restart), `start` (unbind after a stop), `restore` (unbind after a
-    ban: write the saved config back, then restart).
-    """
+    """Keep irqbalance from undoing the IRQ masks: `stop` (the reference's way), `ban`
+    (write `config_text`, restart); unbind's `start` and `restore` undo them."""
 
     kind: ClassVar[str] = "irqbalance"
     action: str
@@ -167,16 +159,16 @@ class IrqBalance(Step):
     state_path: str | None = None
 
     def describe(self) -> str:
-        if self.action == "stop":
-            return f"stop {self.service} (it would move the IRQs back; restart with unbind --irq)"
-        if self.action == "ban":
-            return (
-                f"ban CPUs {_cpus(self.cpus)} in {self.config_path} "
-                f"(IRQBALANCE_BANNED_CPULIST) and restart {self.service}"
-            )
-        if self.action == "start":
-            return f"start {self.service} again (accelhost stopped it)"
-        return f"restore {self.config_path} as it was before binding and restart {self.service}"
+        text = _IRQBALANCE_DOES.get(self.action, _IRQBALANCE_DOES["restore"])
+        return text.format(s=self.service, cpus=_cpus(self.cpus), path=self.config_path)
+
+
+_IRQBALANCE_DOES = {
+    "stop": "stop {s} (it would move the IRQs back; restart with unbind --irq)",
+    "ban": "ban CPUs {cpus} in {path} (IRQBALANCE_BANNED_CPULIST) and restart {s}",
+    "start": "start {s} again (accelhost stopped it)",
+    "restore": "restore {path} as it was before binding and restart {s}",
+}
 
 
 @dataclass(frozen=True)
@@ -255,10 +247,7 @@ def step_result(step: Step, status: str, detail: str = "") -> StepResult:
 @dataclass(frozen=True, kw_only=True)
 class ApplyReport:
     """What a bind (or dry run) did, step by step, with the warnings given before it.
-
-    Built by keyword, or `ApplyReport.skip` for a bind that did nothing (a skipped bind is
-    not ok: it exits 1, so a worker or a script never reads "done" where nothing was).
-    """
+    A skipped bind (`ApplyReport.skip`) is not ok: it exits 1, never reads as "done"."""
 
     results: tuple[StepResult, ...] = ()
     warnings: tuple[str, ...] = ()
@@ -267,8 +256,6 @@ class ApplyReport:
     pid: int | None = None
     skipped: str | None = None
     notes: tuple[str, ...] = ()
-    # How the device was found when it was not given, so that every entry point's
-    # `--json` / `to_dict()` has the same fields; None when given.
     device_found: Identified | None = None
 
     @classmethod
@@ -290,11 +277,8 @@ class ApplyReport:
 
     @property
     def exit_status(self) -> int:
-        """0 when every step succeeded, 2 when some failed, 1 when none succeeded or the
-        bind was skipped.
-
-        In a dry run a step that cannot be prepared counts as a failure to come.
-        """
+        """0: every step succeeded; 2: some failed (in a dry run: cannot be prepared);
+        1: none succeeded, or the bind was skipped."""
         if self.skipped is not None:
             return EXIT_NOTHING
         if self.dry_run:

@@ -24,16 +24,12 @@ COMM_LEN = 15
 _REGEX_META = set(".^$*+?{}[]\\|()")
 
 
-class ThreadInfo(NamedTuple):
-    """A named tuple, not a dataclass: hundreds are made per bind, and tuples are cheap."""
-
+class ThreadInfo(NamedTuple):  # not a dataclass: hundreds are made per bind
     tid: int
     name: str
 
 
 class Assignment(NamedTuple):
-    """The CPUs one thread should end up on, and the role that chose them."""
-
     tid: int
     name: str
     role: str
@@ -41,12 +37,9 @@ class Assignment(NamedTuple):
 
 
 class RoleMatcher:
-    """Decides whether a thread name belongs to a role.
-
-    Patterns are regular expressions, searched. A literal pattern longer than the kernel's
-    15-byte name (`uvb_poll_window_thread`) also matches its truncated form, which is all
-    /proc ever shows of it.
-    """
+    """Whether a thread name belongs to a role (a regular expression, searched). A literal
+    longer than the kernel's 15-byte name (`uvb_poll_window_thread`) is matched by its
+    first 15 bytes, which is all /proc ever shows of it."""
 
     def __init__(self, role: ThreadRole) -> None:
         self.role = role
@@ -57,7 +50,6 @@ class RoleMatcher:
             raise ApplyError(
                 f"thread role {role.name!r}: bad pattern {role.pattern!r}: {exc}"
             ) from None
-        # A literal is searched as a substring; a long one by its first 15 bytes.
         self.literal = role.pattern[:COMM_LEN] if is_literal else None
 
     def matches(self, name: str) -> bool:
@@ -77,13 +69,6 @@ def _task_dir(pid: int, proc: str) -> int:
         raise ApplyError(f"cannot list the threads of process {pid}: {exc.strerror}") from None
 
 
-def _tids(dfd: int) -> list[int]:
-    """Every thread id in the task directory, ascending."""
-    tids = [int(n) for n in os.listdir(dfd) if n.isdigit()]
-    tids.sort()
-    return tids
-
-
 def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", "replace").rstrip("\n")
 
@@ -98,17 +83,12 @@ def list_threads(pid: int, proc: str = "/proc") -> list[ThreadInfo]:
 
 
 def _raw_names(dfd: int, skip: AbstractSet[int] = frozenset()) -> Iterator[tuple[int, bytes]]:
-    """(tid, raw comm) of every thread under an open task directory, ascending.
-
-    Threads that exit while we list are skipped, and so are the tids in `skip` (a retry
-    round after the first pass). Names are opened relative to the directory: on a
-    500-thread engine the path walk from /proc is most of the cost.
-    """
+    """(tid, raw comm) of every thread under an open task directory but `skip`, ascending;
+    threads that exit meanwhile are left out. Names are opened relative to the directory:
+    on a 500-thread engine the path walk from /proc is most of the cost."""
     opn, rd, cls, rdonly = os.open, os.read, os.close, os.O_RDONLY  # the hot loop
-    tids = _tids(dfd)
-    if skip:
-        tids = [t for t in tids if t not in skip]
-    for tid in tids:
+    tids = sorted(int(n) for n in os.listdir(dfd) if n.isdigit())
+    for tid in [t for t in tids if t not in skip] if skip else tids:
         try:
             fd = opn(f"{tid}/comm", rdonly, dir_fd=dfd)
         except OSError:
@@ -129,13 +109,9 @@ def thread_steps(
     proc: str = "/proc",
     skip: AbstractSet[int] = frozenset(),
 ) -> list[ThreadAffinity]:
-    """`assign(list_threads(pid), main, roles)` as ThreadAffinity steps, in one pass.
-
-    The hot path of a bind (a 500-thread engine): each name is read, matched and turned into
-    its step at once, with no ThreadInfo or Assignment in between, and the step made by
-    `thread_step`. Same steps, in the same order, as the two-pass way. Threads in `skip`
-    are left out (the driver's retry rounds).
-    """
+    """`assign(list_threads(pid), main, roles)` as ThreadAffinity steps, in one pass: the
+    hot path of a bind, with no ThreadInfo or Assignment in between. Threads in `skip` are
+    left out (the driver's retry rounds)."""
     dfd = _task_dir(pid, proc)  # first: a gone process is the error to give
     out = []
     make = thread_step
@@ -169,12 +145,8 @@ def thread_steps(
 def assign(
     threads: Iterable[ThreadInfo], main: Sequence[int], roles: Sequence[ThreadRole]
 ) -> list[Assignment]:
-    """Every thread gets `main`; a thread matching a role gets that role's CPUs (later wins).
-
-    CPU tuples come out sorted and unique, so results compare with read-back affinities.
-
-    Threads of no role with an empty `main` are left alone (nothing to pin them to).
-    """
+    """Every thread gets `main`, or the CPUs of the last role it matches (sorted, unique:
+    they compare with read-back affinities); with no CPUs, a thread is left alone."""
     matchers = [(RoleMatcher(r), tuple(sorted(set(r.cpus)))) for r in roles if r.cpus]
     main_cpus = tuple(sorted(set(main)))
     out = []
@@ -199,11 +171,8 @@ def get_affinity(tid: int) -> tuple[int, ...] | None:
 def scan_named_threads(
     matcher: RoleMatcher, host: Host | None = None, proc: str = "/proc"
 ) -> list[tuple[int, int, str]]:
-    """(pid, tid, name) of every thread on the host whose name matches (950 UVB threads).
-
-    Read through the host door (a `LiveHost` when none is given): unlike a bind's own
-    threads, this walk is not on the hot path.
-    """
+    """(pid, tid, name) of every thread on the host whose name matches (950 UVB threads),
+    through the host door: unlike a bind's own threads, this walk is not on the hot path."""
     if host is None:
         from accelhost.host.live import live_host
 

@@ -1,9 +1,4 @@
-"""Checks run before binding: the traps users keep falling into, each as one warning.
-
-Every file is read through the host door: the `host` a caller passes (a bind passes one
-`LiveHost` for all its checks; tests pass a recorded machine), else a `LiveHost`. Every
-CPU list is read by its one reader in `accelhost.readers.cpus`.
-"""
+"""Checks run before binding: the traps users keep falling into, each as one warning."""
 
 from __future__ import annotations
 
@@ -33,9 +28,8 @@ def process_environ(pid: int | str, host: Host | None = None) -> dict[str, str] 
 
 
 def _cpuset(pid: int | str, host: Host) -> tuple[int, ...] | None:
-    """The cgroup cpuset of `pid`, sorted; None when absent or unreadable. The warnings
-    here are advice: a list the kernel wrote that does not parse costs the advice, not
-    the bind."""
+    """The cgroup cpuset of `pid`; None when absent or unreadable (these warnings are
+    advice: a list that does not parse costs the advice, not the bind)."""
     try:
         found = read_cgroup_cpuset(host, pid)
     except ParseError:
@@ -124,11 +118,7 @@ _FALSE = ("false", "0", "")
 
 
 def thread_affinities(pid: int, host: Host | None = None) -> dict[int, frozenset[int]]:
-    """Each live thread's CPUs (threads that exit while being read are left out).
-
-    The CPUs come from sched_getaffinity(2), not from each thread's status file: the
-    syscall is the mask the kernel enforces, and one call per thread is the cheap way.
-    """
+    """Each live thread's CPUs, by sched_getaffinity(2): the mask the kernel enforces."""
     names = (host or live_host()).list_dir(f"/proc/{pid}/task") or ()
     tids = [int(t) for t in names if t.isdigit()]
     out = {}
@@ -142,11 +132,8 @@ def thread_affinities(pid: int, host: Host | None = None) -> dict[int, frozenset
 
 def clobber_warnings(pid: int, planned: Sequence[int] = (), host: Host | None = None) -> list[str]:
     """Known pathological narrowings of `pid`'s threads, each with what to do about it.
-
-    Cheap in the common case (a bind runs it on every call): when the main thread has
-    several CPUs and no OpenMP pinning variable is set, neither pattern can hold, and the
-    other threads are not read.
-    """
+    Cheap in the common case: with several CPUs on the main thread and no OpenMP pinning
+    variable, neither pattern can hold, and the other threads are not read."""
     host = host or live_host()
     env = process_environ(pid, host)
     try:

@@ -44,16 +44,10 @@ def bind_current_process(
 ) -> ApplyReport:
     """Bind every thread of this process to `device`'s CPUs in `plan`, then its memory and IRQs.
 
-    The same driver as `accelhost bind --pid <this process>` (apply/driver.py): Ascend plans
-    are bound on ARM hosts only, as the reference does, unless `any_arch`. `thread_roles`
-    are `--thread-role` strings (`nccl=^NCCL:2`, `nccl=^NCCL@40-41`) or parsed RoleSpecs.
-    Without `device`, the device is the one of worker `local_rank` (the R-th entry of
-    ASCEND_RT_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES / ..., mapped to the host id:
-    `accelhost.apply.identity.device_of_local_rank`); the report's `device` is that host id.
-    `migrate_budget_ms` bounds the memory migration. A plan made for another host is
-    refused unless `allow_foreign` (docs/bind.md, "A plan belongs to its host"). Returns
-    the report (`report.ok`, `report.lines()`): a bind that could not be done is
-    `skipped`, and not ok. With `strict=True` a bad plan or a failed step raises
+    The same driver as `accelhost bind --pid <this process>`. `thread_roles` are
+    `--thread-role` strings or RoleSpecs. Without `device`, the device of worker
+    `local_rank` (entry R of the visible-devices variable, as a host id). Returns the report
+    (`report.ok`, `report.lines()`); with `strict=True` a bad plan or a failed step raises
     `AccelhostError` instead of only logging a warning.
     """
     pid = os.getpid()

@@ -21,12 +21,9 @@ class CommandResult:
 
 @dataclass(frozen=True)
 class FileStat:
-    """What the kernel says of one file: the facts /dev/shm hygiene and fd identity need.
-
-    `kind` is "file", "dir", "link" or "other"; `blocks` counts 512-byte units (what the
-    file really takes from a tmpfs, where `size` is often sparse); `birth` is the creation
-    time (statx), None where the kernel, filesystem or architecture keeps none.
-    """
+    """One file as the kernel states it. `kind`: "file", "dir", "link" or "other";
+    `blocks`: 512-byte units (what a sparse file really takes from a tmpfs); `birth`:
+    statx's creation time, None where the kernel or filesystem keeps none."""
 
     name: str
     kind: str
@@ -53,16 +50,11 @@ def http_key(socket_path: str, path: str) -> str:
 
 @runtime_checkable
 class Host(Protocol):
-    """One machine, live or recorded. Every reader above this door sees only these calls.
-
-    Absent things are `None`, never exceptions: a command that is not installed, a file or
-    directory that does not exist, an unset variable.
-    """
+    """One machine, live or recorded. Absent things (a command not installed, a missing
+    file, an unset variable) are `None`, never exceptions."""
 
     @property
-    def machine(self) -> str:
-        """What `platform.machine()` says (`aarch64`, `x86_64`, ...)."""
-        ...
+    def machine(self) -> str: ...
 
     @property
     def device_type(self) -> str | None:
@@ -70,57 +62,40 @@ class Host(Protocol):
         ...
 
     @property
-    def is_live(self) -> bool:
-        """True for this machine; False for a recording being replayed."""
-        ...
+    def is_live(self) -> bool: ...
 
-    def run(self, argv: Sequence[str]) -> CommandResult | None:
-        """Run a command; None when it is not installed."""
-        ...
+    def run(self, argv: Sequence[str]) -> CommandResult | None: ...
 
     def run_many(self, argvs: Sequence[Sequence[str]]) -> list[CommandResult | None]:
         """Run independent commands; a live host runs them concurrently."""
         ...
 
-    def read_file(self, path: str) -> str | None:
-        """Whole text of a file; None when it does not exist or cannot be read."""
-        ...
+    def read_file(self, path: str) -> str | None: ...
 
     def list_dir(self, path: str) -> list[str] | None:
-        """Sorted entry names of a directory; None when it does not exist."""
+        """Sorted entry names."""
         ...
 
-    def read_link(self, path: str) -> str | None:
-        """Target of a symbolic link (e.g. /proc/PID/fd/N); None when absent."""
-        ...
+    def read_link(self, path: str) -> str | None: ...
 
     def stat_dir(self, path: str) -> list[FileStat] | None:
-        """Every entry of a directory as it is (links not followed), sorted by name; None
-        when the directory cannot be listed. /dev/shm is read this way, so the doctor asks
-        the kernel, not a tool busybox images lack."""
+        """Every entry as it is (links not followed), sorted by name."""
         ...
 
     def stat(self, path: str) -> FileStat | None:
-        """The file a path names, links followed (so /proc/PID/fd/N is the open file
-        itself); None when it does not exist or cannot be looked at."""
+        """Links followed, so /proc/PID/fd/N is the open file itself."""
         ...
 
-    def getenv(self, name: str) -> str | None:
-        """An environment variable of the host's process; None when unset."""
-        ...
+    def getenv(self, name: str) -> str | None: ...
 
     def http_get(self, socket_path: str, path: str) -> str | None:
-        """The body of an HTTP GET on a unix socket (a container runtime's API); None when
-        nothing answers `200` within a second (absent, slow, garbled)."""
+        """A container runtime's API; None unless `200` comes within a second."""
         ...
 
 
 class HostWrapper:
-    """Base of the hosts that answer through another one (read-once, recording, counting).
-
-    It forwards what the host *is* (machine, family, live or not); subclasses decide what
-    happens to the questions (`run`, `read_file`, ...), which they define themselves.
-    """
+    """Base of the hosts that answer through another one: it forwards what the host *is*;
+    subclasses define what happens to the questions."""
 
     def __init__(self, inner: Host) -> None:
         self.inner = inner

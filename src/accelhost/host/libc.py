@@ -21,7 +21,6 @@ import platform
 _GENERIC = {
     "set_mempolicy": 237,
     "get_mempolicy": 236,
-    "migrate_pages": 238,
     "move_pages": 239,
     "statx": 291,
 }
@@ -29,7 +28,6 @@ _NUMBERS: dict[str, dict[str, int]] = {
     "x86_64": {
         "set_mempolicy": 238,
         "get_mempolicy": 239,
-        "migrate_pages": 256,
         "move_pages": 279,
         "statx": 332,
     },
@@ -39,14 +37,12 @@ _NUMBERS: dict[str, dict[str, int]] = {
     "ppc64le": {
         "set_mempolicy": 261,
         "get_mempolicy": 260,
-        "migrate_pages": 258,
         "move_pages": 301,
         "statx": 383,
     },
     "s390x": {
         "set_mempolicy": 270,
         "get_mempolicy": 269,
-        "migrate_pages": 287,
         "move_pages": 310,
         "statx": 379,
     },
@@ -66,18 +62,12 @@ def libc() -> ctypes.CDLL:
     return lib
 
 
-def syscall_number(name: str, machine: str | None = None) -> int:
-    """The number of syscall `name` on `machine` (default: this one)."""
-    arch = (machine or platform.machine()).lower()
-    table = _NUMBERS.get(_ALIASES.get(arch, arch))
-    if table is None or name not in table:
-        raise SyscallUnavailable(errno.ENOSYS, f"no number known for {name} on {arch}")
-    return table[name]
-
-
 def syscall(name: str, *args: object) -> int:
     """syscall(2) by name; the kernel's result, OSError (or SyscallUnavailable) on failure."""
-    number = syscall_number(name)
+    arch = platform.machine().lower()
+    number = _NUMBERS.get(_ALIASES.get(arch, arch), {}).get(name)
+    if number is None:
+        raise SyscallUnavailable(errno.ENOSYS, f"no number known for {name} on {arch}")
     ctypes.set_errno(0)
     result = int(libc().syscall(ctypes.c_long(number), *args))
     if result < 0:

@@ -152,12 +152,7 @@ class LiveHost:
         return unix_http_get(socket_path, path)
 
 
-def _kind(mode: int) -> str:
-    if stat_mod.S_ISREG(mode):
-        return "file"
-    if stat_mod.S_ISDIR(mode):
-        return "dir"
-    return "link" if stat_mod.S_ISLNK(mode) else "other"
+_KINDS = {stat_mod.S_IFREG: "file", stat_mod.S_IFDIR: "dir", stat_mod.S_IFLNK: "link"}
 
 
 def _file_stat(
@@ -176,7 +171,7 @@ def _file_stat(
         owners[st.st_uid] = owner
     return FileStat(
         name=name,
-        kind=_kind(st.st_mode),
+        kind=_KINDS.get(stat_mod.S_IFMT(st.st_mode), "other"),
         size=st.st_size,
         blocks=st.st_blocks,
         uid=st.st_uid,

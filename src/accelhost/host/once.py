@@ -1,25 +1,20 @@
-"""Read each fact of a host once: a host that remembers every answer it has given.
-
-`plan` and `topo` read a host through several readers (CPUs, NUMA nodes, devices), and
-some facts interest more than one of them; wrapped in `ReadOnce`, a host runs each command
-and reads each file at most once however many readers ask. It is a `Host` itself, so
-every reader, parser and recorder takes it unchanged.
-"""
+"""Read each fact of a host once: `plan` and `topo` read a host through several readers,
+and a wrapped host runs each command and reads each file at most once however many ask."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from accelhost.host.base import CommandResult, FileStat, Host, HostWrapper
 
+T = TypeVar("T")
+
 
 class ReadOnce(HostWrapper):
-    """`inner`, with every answer (absent ones too) kept for the next asker.
-
-    Meant for one short read (a plan, a topology, a doctor's look): a long-lived watcher
-    must not wrap its host, or it would never see the machine change.
-    """
+    """`inner`, with every answer (absent ones too) kept for the next asker; for one short
+    read only: a watcher must not wrap its host, or it would never see the machine change."""
 
     answers_fixed = True
 
@@ -28,12 +23,15 @@ class ReadOnce(HostWrapper):
         self._lock = threading.Lock()
         self._commands: dict[str, CommandResult | None] = {}
         self._files: dict[str, str | None] = {}
-        self._dirs: dict[str, list[str] | None] = {}
-        self._links: dict[str, str | None] = {}
-        self._env: dict[str, str | None] = {}
-        self._stat_dirs: dict[str, list[FileStat] | None] = {}
-        self._stats: dict[str, FileStat | None] = {}
+        self._answers: dict[tuple[str, str], Any] = {}
         self._http: dict[tuple[str, str], str | None] = {}
+
+    def _once(self, kind: str, key: str, ask: Callable[[str], T]) -> T:
+        with self._lock:
+            if (kind, key) not in self._answers:
+                self._answers[kind, key] = ask(key)
+            answer: T = self._answers[kind, key]
+        return answer
 
     def run(self, argv: Sequence[str]) -> CommandResult | None:
         key = " ".join(argv)  # command_key, inlined: planners ask this on every plan
@@ -60,36 +58,21 @@ class ReadOnce(HostWrapper):
             return self._files[path]
 
     def list_dir(self, path: str) -> list[str] | None:
-        with self._lock:
-            if path not in self._dirs:
-                self._dirs[path] = self.inner.list_dir(path)
-            names = self._dirs[path]
+        names = self._once("dir", path, self.inner.list_dir)
         return None if names is None else list(names)
 
     def read_link(self, path: str) -> str | None:
-        with self._lock:
-            if path not in self._links:
-                self._links[path] = self.inner.read_link(path)
-            return self._links[path]
+        return self._once("link", path, self.inner.read_link)
 
     def stat_dir(self, path: str) -> list[FileStat] | None:
-        with self._lock:
-            if path not in self._stat_dirs:
-                self._stat_dirs[path] = self.inner.stat_dir(path)
-            entries = self._stat_dirs[path]
+        entries = self._once("stat_dir", path, self.inner.stat_dir)
         return None if entries is None else list(entries)
 
     def stat(self, path: str) -> FileStat | None:
-        with self._lock:
-            if path not in self._stats:
-                self._stats[path] = self.inner.stat(path)
-            return self._stats[path]
+        return self._once("stat", path, self.inner.stat)
 
     def getenv(self, name: str) -> str | None:
-        with self._lock:
-            if name not in self._env:
-                self._env[name] = self.inner.getenv(name)
-            return self._env[name]
+        return self._once("env", name, self.inner.getenv)
 
     def http_get(self, socket_path: str, path: str) -> str | None:
         key = (socket_path, path)
@@ -99,9 +82,6 @@ class ReadOnce(HostWrapper):
 
 
 def read_once(host: Host) -> Host:
-    """`host` wrapped so that each command, file, directory, stat and variable is read once.
-
-    A host whose answers are fixed already (one wrapped before, a snapshot: its class says
-    `answers_fixed = True`) is returned as it is, so layers can each ask for it freely.
-    """
+    """`host` read once; one whose answers are fixed already (`answers_fixed`: wrapped
+    before, a snapshot) is returned as it is, so layers can each ask for it freely."""
     return host if getattr(host, "answers_fixed", False) else ReadOnce(host)

@@ -5,20 +5,19 @@ from __future__ import annotations
 import fnmatch
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from accelhost.host.base import CommandResult, FileStat, Host, HostWrapper, command_key, http_key
 from accelhost.host.snapshot import SNAPSHOT_FORMAT, stat_to_dict
 
 # A filter trims what is stored for a command to what the readers actually use.
 CommandFilter = Callable[[str], str]
+T = TypeVar("T")
 
 
 class RecordingHost(HostWrapper):
-    """A host that answers from `inner` and keeps every answer for `to_snapshot()`.
-
-    Absent answers are not stored: in a snapshot, absence already means "not there".
-    """
+    """Answers from `inner` and keeps every answer for `to_snapshot()` (absent ones not:
+    in a snapshot, absence already means "not there")."""
 
     def __init__(
         self,
@@ -44,14 +43,19 @@ class RecordingHost(HostWrapper):
         self.stats: dict[str, FileStat] = {}
         self.http: dict[str, str] = {}
 
+    def _keep(self, section: dict[str, Any], key: str, value: T) -> T:
+        """`value` (a list: a copy of it) kept under `key`, unless absent; returned."""
+        if value is not None:
+            with self._lock:
+                section[key] = list(value) if isinstance(value, list) else value
+        return value
+
     def _keep_command(self, argv: Sequence[str], result: CommandResult | None) -> None:
-        if result is None:
-            return
         key = command_key(argv)
         keep = self._filters.get(key)
-        stored = CommandResult(keep(result.stdout), result.rc) if keep else result
-        with self._lock:
-            self.commands[key] = stored
+        if result is not None and keep:
+            result = CommandResult(keep(result.stdout), result.rc)
+        self._keep(self.commands, key, result)
 
     def run(self, argv: Sequence[str]) -> CommandResult | None:
         result = self.inner.run(argv)
@@ -66,53 +70,29 @@ class RecordingHost(HostWrapper):
 
     def read_file(self, path: str) -> str | None:
         text = self.inner.read_file(path)
-        if text is not None:
-            keep = next((f for p, f in self._file_filters if fnmatch.fnmatchcase(path, p)), None)
-            with self._lock:
-                self.files[path] = keep(text) if keep else text
+        keep = next((f for p, f in self._file_filters if fnmatch.fnmatchcase(path, p)), None)
+        self._keep(self.files, path, keep(text) if keep and text is not None else text)
         return text
 
     def list_dir(self, path: str) -> list[str] | None:
-        names = self.inner.list_dir(path)
-        if names is not None:
-            with self._lock:
-                self.dirs[path] = list(names)
-        return names
+        return self._keep(self.dirs, path, self.inner.list_dir(path))
 
     def read_link(self, path: str) -> str | None:
-        target = self.inner.read_link(path)
-        if target is not None:
-            with self._lock:
-                self.links[path] = target
-        return target
+        return self._keep(self.links, path, self.inner.read_link(path))
 
     def stat_dir(self, path: str) -> list[FileStat] | None:
-        entries = self.inner.stat_dir(path)
-        if entries is not None:
-            with self._lock:
-                self.stat_dirs[path] = list(entries)
-        return entries
+        return self._keep(self.stat_dirs, path, self.inner.stat_dir(path))
 
     def stat(self, path: str) -> FileStat | None:
-        found = self.inner.stat(path)
-        if found is not None:
-            with self._lock:
-                self.stats[path] = found
-        return found
+        return self._keep(self.stats, path, self.inner.stat(path))
 
     def getenv(self, name: str) -> str | None:
-        value = self.inner.getenv(name)
-        if value is not None:
-            with self._lock:
-                self.env[name] = value
-        return value
+        return self._keep(self.env, name, self.inner.getenv(name))
 
     def http_get(self, socket_path: str, path: str) -> str | None:
         body = self.inner.http_get(socket_path, path)
-        if body is not None:
-            kept = self._http_filter(path, body) if self._http_filter else body
-            with self._lock:
-                self.http[http_key(socket_path, path)] = kept
+        kept = self._http_filter(path, body) if self._http_filter and body is not None else body
+        self._keep(self.http, http_key(socket_path, path), kept)
         return body
 
     def to_snapshot(self, device_type: str | None = None) -> dict[str, Any]:

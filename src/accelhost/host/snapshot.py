@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -118,20 +118,10 @@ def stat_to_dict(st: FileStat) -> dict[str, Any]:
 
 
 def stat_from_dict(data: Mapping[str, Any]) -> FileStat:
+    fields: dict[str, Any] = {k: data[k] for k in ("name", "kind", "owner", *_STAT_INTS)}
+    fields.update((k, float(data[k])) for k in _STAT_FLOATS)
     birth = data.get("birth")
-    return FileStat(
-        name=data["name"],
-        kind=data["kind"],
-        size=data["size"],
-        blocks=data["blocks"],
-        uid=data["uid"],
-        owner=data["owner"],
-        mtime=float(data["mtime"]),
-        ctime=float(data["ctime"]),
-        dev=data["dev"],
-        inode=data["inode"],
-        birth=None if birth is None else float(birth),
-    )
+    return FileStat(**fields, birth=None if birth is None else float(birth))
 
 
 def _stat_problem(entry: Any) -> str | None:
@@ -221,6 +211,11 @@ def _validate(data: Any, source: str) -> None:
     def fail(problem: str) -> None:
         raise SnapshotError(f"snapshot {source}: {problem}")
 
+    def check_stats(entries: Iterable[tuple[str, Any]]) -> None:
+        for where, entry in entries:
+            if problem := _stat_problem(entry):
+                fail(f"{where} {problem}")
+
     if not isinstance(data, dict):
         fail("a snapshot is a JSON object")
     fmt = data.get("format")
@@ -243,16 +238,11 @@ def _validate(data: Any, source: str) -> None:
     stat_dirs = data.get("stat_dirs", {})
     if not isinstance(stat_dirs, dict) or not all(isinstance(v, list) for v in stat_dirs.values()):
         fail("'stat_dirs' must map paths to lists of entries")
-    for path, entries in stat_dirs.items():
-        for entry in entries:
-            if problem := _stat_problem(entry):
-                fail(f"an entry of stat_dirs {path!r} {problem}")
+    check_stats((f"an entry of stat_dirs {p!r}", e) for p, es in stat_dirs.items() for e in es)
     stats = data.get("stats", {})
     if not isinstance(stats, dict):
         fail("'stats' must map paths to entries")
-    for path, entry in stats.items():
-        if problem := _stat_problem(entry):
-            fail(f"stats {path!r} {problem}")
+    check_stats((f"stats {p!r}", e) for p, e in stats.items())
     commands = data.get("commands", {})
     if not isinstance(commands, dict):
         fail("'commands' must be an object")

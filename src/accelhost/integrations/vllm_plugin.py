@@ -1,21 +1,14 @@
 """vLLM plugin: every worker binds itself to its device's CPUs after warm-up.
 
-Installed with accelhost as the `vllm.general_plugins` entry point `accelhost`; vLLM loads
-it in every process it starts. It does nothing unless ACCELHOST_PLAN names a plan file.
-Then it wraps `compile_or_warm_up_model` of vLLM's worker wrapper (the last step of a
-worker's start-up: model loaded, KV cache allocated, warm-up run, so the runtime's
-threads exist), and after it returns binds the worker process with
-`bind_current_process`: the device is the worker's local rank resolved through the
-visible-devices variable (on the CPU backend, which has no device, the local rank is the
-device id). It logs one line saying what it did, and a failure to bind is logged, never
-raised: the engine keeps serving.
-
-vllm-ascend binds CPUs itself after warm-up (`enable_cpu_binding`, on by default); the
-two would fight, so the plugin turns that off in the worker and says so.
+The `vllm.general_plugins` entry point `accelhost`, loaded in every vLLM process; it does
+nothing unless ACCELHOST_PLAN names a plan file. Then it wraps `compile_or_warm_up_model`
+(the last step of a worker's start-up, so the runtime's threads exist) and after it binds
+the worker with `bind_current_process`, logging one line; a failure is logged, never
+raised: the engine keeps serving. vllm-ascend's own binding (`enable_cpu_binding`) would
+fight it, so the plugin turns that off in the worker and says so.
 
 Environment: ACCELHOST_PLAN (the plan file), ACCELHOST_MIGRATE_BUDGET_MS (memory
-migration budget; 0 skips migration), ACCELHOST_BIND_IRQ=1 (also bind the device's IRQs:
-needs root, and is better done once per host with `accelhost bind --irq-only`).
+migration budget; 0 skips migration), ACCELHOST_BIND_IRQ=1 (also bind the device's IRQs).
 """
 
 from __future__ import annotations
@@ -61,10 +54,7 @@ def register() -> None:
 
 def install(wrapper_cls: type, plan_path: str) -> bool:
     """Wrap the warm-up of `wrapper_cls` so that a bind follows it; False if already done.
-
-    vLLM's worker wrapper forwards unknown attributes to the worker, so a method defined on
-    the wrapper class runs in place of the worker's, for every worker class.
-    """
+    The wrapper forwards unknown attributes to the worker, so this serves every worker."""
     if getattr(wrapper_cls, _MARK, False):
         return False
     own = wrapper_cls.__dict__.get(HOOK)
@@ -114,11 +104,7 @@ def worker_device(worker: Any) -> tuple[int | None, int, str]:
 
 class _ToVllm(logging.Handler):
     """Hands the applier's warnings to vLLM's logger, so they carry the worker's prefix.
-
-    Only the first "step failed" goes through: a plan the kernel refuses fails one step per
-    thread (47 in a small vLLM worker), and the applier's count and the plugin's line say
-    the rest.
-    """
+    Only the first "step failed" goes through: a refused plan fails one step per thread."""
 
     def __init__(self, level: int) -> None:
         super().__init__(level)
@@ -173,11 +159,8 @@ def _bind(worker: Any, plan_path: str, environ: Mapping[str, str]) -> Any:
 
 
 def summary(report: Any, pid: int, how: str) -> tuple[int, str]:
-    """(log level, one line): what the bind did to this worker.
-
-    A worker none of whose threads moved is "not bound", with the first reason, at WARNING:
-    a plan naming CPUs this host lacks must not read as a successful bind.
-    """
+    """(log level, one line): what the bind did. A worker none of whose threads moved is
+    "not bound", at WARNING: it must not read as a successful bind."""
     from accelhost.cpulist import format_cpulist
 
     if report.skipped:

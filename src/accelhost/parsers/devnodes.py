@@ -1,12 +1,8 @@
 """Accelerator device nodes by name: the one grammar of /dev/davinciN, /dev/nvidiaN, ...
 
-Every module that asks "is this path a device node, and of which device" asks here, so a
-new kind of node is added once. The number in a node's name (below `MAX_DEVICES`, else
-the path is no device node) is the host's device id (npu-smi's logic id, nvidia-smi's
-index), except for a render node (`renderD128` is the first GPU's render node, not
-device 128): that one is known only through its PCI address, which sysfs gives. Also the
-NVIDIA driver's per-GPU file, which joins a node's number (the minor) to its PCI address
-and UUID.
+The number in a node's name is the host's device id, except for a render node
+(`renderD128` is the first GPU's), known only through its PCI address. Also the NVIDIA
+driver's per-GPU file, which joins a node's number (the minor) to its PCI address and UUID.
 """
 
 from __future__ import annotations
@@ -36,11 +32,8 @@ _SYSFS_CLASS = {"render": "/sys/class/drm/renderD{n}", "accel": "/sys/class/acce
 
 
 def node_kind(path: str) -> tuple[str, int] | None:
-    """(kind, the number in its name) of a device node path; None for any other path.
-
-    Control nodes every process of a driver opens (/dev/nvidiactl, /dev/davinci_manager)
-    name no device and are not matched.
-    """
+    """(kind, the number in its name) of a device node path; None for any other path,
+    control nodes (/dev/nvidiactl, /dev/davinci_manager) included."""
     m = _NODE_RE.match(path)
     if m is None or int(m.group(2)) >= MAX_DEVICES:
         return None

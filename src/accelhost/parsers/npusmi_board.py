@@ -16,15 +16,7 @@ def parse_board_pci(text: str | None) -> str | None:
 
 def board_command(logical_id: int, family: str | None) -> list[str]:
     """The board query of a logical NPU: A3 cards hold two chips (`-i N//2 -c N%2`)."""
+    board = ["npu-smi", "info", "-t", "board", "-i"]
     if family == "A3":
-        return [
-            "npu-smi",
-            "info",
-            "-t",
-            "board",
-            "-i",
-            str(logical_id // 2),
-            "-c",
-            str(logical_id % 2),
-        ]
-    return ["npu-smi", "info", "-t", "board", "-i", str(logical_id)]
+        return [*board, str(logical_id // 2), "-c", str(logical_id % 2)]
+    return [*board, str(logical_id)]

@@ -7,6 +7,7 @@ is never read as zero: an unknown device is not an idle device).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from accelhost.errors import ParseError
@@ -47,16 +48,20 @@ def _number(cell: str, source: str, line_no: int) -> int | None:
         raise ParseError(source, f"line {line_no}: not a number: {cell!r}") from None
 
 
-def _rows(text: str, width: int, source: str) -> list[tuple[int, list[str]]]:
+def _rows(text: str, query: tuple[str, ...]) -> Iterator[tuple[str, int, int | None, list[str]]]:
+    """(source, line number, first cell as a number, cells) of each non-blank line; every
+    line's width is checked before any number is read."""
+    source = " ".join(query)
     rows = []
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         cells = [c.strip() for c in line.split(",")]
-        if len(cells) < width:
-            raise ParseError(source, f"line {n} has {len(cells)} fields, expected {width}")
+        if len(cells) < 3:
+            raise ParseError(source, f"line {n} has {len(cells)} fields, expected 3")
         rows.append((n, cells))
-    return rows
+    for n, cells in rows:
+        yield source, n, _number(cells[0], source, n), cells
 
 
 def normalize_bus_id(bus_id: str) -> str:
@@ -70,10 +75,8 @@ def normalize_bus_id(bus_id: str) -> str:
 
 
 def parse_gpu_memory(text: str) -> list[GpuMemory]:
-    source = " ".join(GPU_QUERY)
     out = []
-    for n, cells in _rows(text, 3, source):
-        index = _number(cells[0], source, n)
+    for source, n, index, cells in _rows(text, GPU_QUERY):
         if index is None:
             raise ParseError(source, f"line {n}: no GPU index")
         out.append(GpuMemory(index, _number(cells[1], source, n), _number(cells[2], source, n)))
@@ -81,11 +84,8 @@ def parse_gpu_memory(text: str) -> list[GpuMemory]:
 
 
 def parse_compute_apps(text: str) -> list[GpuComputeApp]:
-    source = " ".join(APPS_QUERY)
-    out = []
-    for n, cells in _rows(text, 3, source):
-        pid = _number(cells[0], source, n)
-        if pid is None:
-            continue
-        out.append(GpuComputeApp(pid, _number(cells[1], source, n), normalize_bus_id(cells[2])))
-    return out
+    return [
+        GpuComputeApp(pid, _number(cells[1], source, n), normalize_bus_id(cells[2]))
+        for source, n, pid, cells in _rows(text, APPS_QUERY)
+        if pid is not None
+    ]

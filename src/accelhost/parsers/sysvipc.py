@@ -59,24 +59,6 @@ def parse_sysvipc_shm(text: str) -> list[ShmSegment]:
             perms = int(parts[2], 8)
         except ValueError:
             raise ParseError(SOURCE, f"line {n + 1} is not numeric: {line.strip()!r}") from None
-        segments.append(
-            ShmSegment(
-                key=nums[0],
-                shmid=nums[1],
-                perms=perms,
-                size=nums[3],
-                cpid=nums[4],
-                lpid=nums[5],
-                nattch=nums[6],
-                uid=nums[7],
-                gid=nums[8],
-                cuid=nums[9],
-                cgid=nums[10],
-                atime=nums[11],
-                dtime=nums[12],
-                ctime=nums[13],
-                rss=nums[14] if len(nums) > 14 else None,
-                swap=nums[15] if len(nums) > 15 else None,
-            )
-        )
+        # the columns in field order; rss and swap only where the kernel prints them
+        segments.append(ShmSegment(nums[0], nums[1], perms, *nums[3:16]))
     return segments

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from accelhost.errors import PlanError
 from accelhost.family import ASCEND_FAMILIES, GPU_FAMILIES
-from accelhost.planner.ascend import plan_ascend
+from accelhost.planner.ascend import NO_FAMILY, plan_ascend
 from accelhost.planner.gpu import DEFAULT_STRATEGY, NUMA_SOURCES, STRATEGIES, plan_gpus
 from accelhost.plans import Plan
 from accelhost.topology import Topology
@@ -46,10 +46,7 @@ def plan_topology(
             topo, strategy=strategy or DEFAULT_STRATEGY, numa_from=numa_from, devices=devices
         )
     if topo.accelerators:
-        raise PlanError(
-            "cannot tell the accelerator family of this host; pass --device-type "
-            "(A2, A3, 310P, 950, nvidia, pci)"
-        )
+        raise PlanError(NO_FAMILY)
     raise PlanError(
         "no accelerator found on this host (npu-smi and nvidia-smi are not installed "
         "and no --pci device was given)"

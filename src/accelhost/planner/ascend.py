@@ -35,6 +35,10 @@ NO_RUNNING_HINT = (
 TOPO_FALLBACK = "NPU topo affinity not found. action: fallback to global-slice CPU binding."
 TOPO_SKIP = "NPU topo affinity not found. action: skip worker CPU binding."
 AFFINITY_CONFLICT = "CPUs available in 'Cpus_allowed_list' conflict with NUMA affinity."
+NO_FAMILY = (
+    "cannot tell the accelerator family of this host; pass --device-type "
+    "(A2, A3, 310P, 950, nvidia, pci)"
+)
 
 Pools = dict[int, list[int]]
 _new, _set = object.__new__, object.__setattr__
@@ -45,7 +49,7 @@ def logical_ids(topo: Topology) -> list[int]:
     return sorted({a.index for a in topo.accelerators})
 
 
-def running_npus(topo: Topology, hint: bool = True) -> list[int]:
+def running_npus(topo: Topology) -> list[int]:
     """Logical NPUs with a process on them (any process on the host), ∩ visible, sorted."""
     chips_of: dict[int, dict[int, int]] = {}
     for acc in topo.accelerators:
@@ -73,7 +77,7 @@ def running_npus(topo: Topology, hint: bool = True) -> list[int]:
     if topo.visible_env is not None and topo.visible_env.strip():
         running &= set(visible_ids(topo.visible_env))
     if not running:
-        raise PlanError(NO_RUNNING + (NO_RUNNING_HINT if hint else ""))
+        raise PlanError(NO_RUNNING + NO_RUNNING_HINT)
     return sorted(running)
 
 
@@ -82,12 +86,8 @@ def total_npus(topo: Topology, running: Sequence[int]) -> int:
 
 
 def _sorted_unique(cpus: Sequence[int]) -> list[int]:
-    """Sorted unique CPUs; a contiguous ascending list (the usual cpuset) is taken as is.
-
-    The contiguity test compares against a slice of the shared id table, whose members
-    are the very objects the CPU list parser hands out: it costs a pointer comparison
-    per CPU rather than 640 new ints and as many value comparisons.
-    """
+    """Sorted unique CPUs; a contiguous ascending list (the usual cpuset) is taken as is,
+    tested against a slice of the shared id table (a pointer comparison per CPU)."""
     if cpus and cpus[0] >= 0:
         run = IDS[cpus[0] : cpus[0] + len(cpus)]
         if len(run) == len(cpus) and tuple(cpus) == run:
@@ -242,9 +242,8 @@ def _device_plan(
     node: int | None,
     pci: str | None,
 ) -> DevicePlan:
-    """`DevicePlan(device, pool, irq, main, acl, release, node, pci)`, the same (equal)
-    object, built without the frozen `__init__` (one `object.__setattr__` per field):
-    a plan builds one per NPU. tests/test_plan_rules.py checks that it stays equal."""
+    """An equal `DevicePlan`, built without the frozen `__init__` (a plan builds one per
+    NPU); tests/test_plan_rules.py checks that it stays equal."""
     plan = _new(DevicePlan)
     _set(
         plan,
@@ -270,10 +269,7 @@ def plan_ascend(
     """The reference's plan for the running (or the given) NPUs of an Ascend host."""
     family = topo.family
     if family not in STRATEGY_BY_FAMILY:
-        raise PlanError(
-            "cannot tell the accelerator family of this host; pass --device-type "
-            "(A2, A3, 310P, 950, nvidia, pci)"
-        )
+        raise PlanError(NO_FAMILY)
     mode = strategy or STRATEGY_BY_FAMILY[family]
     if mode not in ASCEND_STRATEGIES:
         raise PlanError(
@@ -294,6 +290,9 @@ def plan_ascend(
     messages: list[str] = []
     minimum = MIN_CPUS_PER_NPU_WITHOUT_IRQ if family == "950" else MIN_CPUS_PER_NPU
     host_threads: HostThreads | None = None
+    if mode == "topo_affinity" and not topo.affinity:
+        messages.append(TOPO_FALLBACK)
+        mode = "global_slice"
     if mode == "cluster":
         pools = cluster_pools(topo, running)
         host_threads = HostThreads(UVB_THREAD, tuple(host_thread_cpus(topo)), topo.host_thread_tids)
@@ -302,10 +301,6 @@ def plan_ascend(
                 "uvb_poll_window_thread not found; in Docker, start the container with "
                 "--pid=host to see the host's UVB poll threads."
             )
-    elif mode == "topo_affinity" and not topo.affinity:
-        messages.append(TOPO_FALLBACK)
-        mode = "global_slice"
-        pools = global_slice_pools(topo.allowed_cpus, total_npus(topo, running), running, minimum)
     elif mode == "topo_affinity":
         pools = topo_affinity_pools(topo, running)
     else:

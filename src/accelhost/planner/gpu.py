@@ -79,7 +79,8 @@ def plan_gpus(
     allowed = set(topo.allowed_cpus)
     if not allowed:
         raise PlanError("no allowed CPU (Cpus_allowed_list is empty)")
-    node_cpus = _node_cpus(topo)
+    # a host without NUMA information is one node 0 of its allowed CPUs
+    node_cpus = dict(topo.node_cpus) if topo.node_cpus else {0: tuple(topo.allowed_cpus)}
     placed: list[_Placed] = []
     for ordinal, index in enumerate(visible):
         gpu = topo.accelerator(index)
@@ -90,24 +91,20 @@ def plan_gpus(
     for item in placed:
         _check_node(item, node_cpus, allowed, numa_from)
 
-    pools = {
-        item.gpu.index: _POOLS[strategy](item, placed, topo, node_cpus, allowed) for item in placed
-    }
+    cut = _Cut(topo, node_cpus, allowed, placed)
+    pools = {item.gpu.index: _POOLS[strategy](item, cut) for item in placed}
     cpu_node = {cpu: node for node, cpus in node_cpus.items() for cpu in cpus}
-    plans = []
-    for index in sorted(wanted):
-        pool = pools[index]
-        gpu = topo.accelerator(index)
-        assert gpu is not None
-        plans.append(
-            DevicePlan(
-                device=index,
-                pool=pool,
-                main=pool,
-                numa_node=numa_node_of(pool, cpu_node),
-                pci=gpu.pci,
-            )
+    pci = {item.gpu.index: item.gpu.pci for item in placed}
+    plans = [
+        DevicePlan(
+            device=index,
+            pool=pools[index],
+            main=pools[index],
+            numa_node=numa_node_of(pools[index], cpu_node),
+            pci=pci[index],
         )
+        for index in sorted(wanted)
+    ]
     return Plan(
         device_type=topo.family or "pci",
         mode=strategy,
@@ -115,13 +112,6 @@ def plan_gpus(
         devices=tuple(plans),
         messages=tuple(dict.fromkeys(messages)),
     )
-
-
-def _node_cpus(topo: Topology) -> dict[int, tuple[int, ...]]:
-    """Node -> CPUs; a host without NUMA information is one node 0 of its allowed CPUs."""
-    if topo.node_cpus:
-        return dict(topo.node_cpus)
-    return {0: tuple(topo.allowed_cpus)}
 
 
 def _gpu_node(
@@ -203,72 +193,56 @@ def _check_node(
         )
 
 
-def _node_allowed(
-    node: int, node_cpus: Mapping[int, Sequence[int]], allowed: set[int]
-) -> list[int]:
-    return sorted(allowed.intersection(node_cpus.get(node, ())))
+@dataclass(frozen=True)
+class _Cut:
+    """What every strategy cuts from: the host, its nodes, the allowed CPUs, every GPU."""
+
+    topo: Topology
+    node_cpus: Mapping[int, Sequence[int]]
+    allowed: set[int]
+    placed: Sequence[_Placed]
+
+    def node_allowed(self, node: int) -> list[int]:
+        return sorted(self.allowed.intersection(self.node_cpus.get(node, ())))
+
+    def socket_of(self, node: int) -> int:
+        lowest = min(self.node_allowed(node))
+        package = self.topo.cpu.packages.get(lowest)
+        if package is None:
+            raise PlanError(
+                f"cannot tell the socket of NUMA node {node}: "
+                f"no physical_package_id for CPU {lowest}"
+            )
+        return package
+
+    def node_gpus(self, item: _Placed) -> list[_Placed]:
+        """The visible GPUs on the item's node, by CUDA ordinal (torchrun's local rank)."""
+        return sorted((p for p in self.placed if p.node == item.node), key=lambda p: p.ordinal)
 
 
-def _pool_node(
-    item: _Placed,
-    placed: Sequence[_Placed],
-    topo: Topology,
-    node_cpus: Mapping[int, Sequence[int]],
-    allowed: set[int],
-) -> tuple[int, ...]:
-    return tuple(_node_allowed(item.node, node_cpus, allowed))
+def _pool_node(item: _Placed, cut: _Cut) -> tuple[int, ...]:
+    return tuple(cut.node_allowed(item.node))
 
 
-def _pool_socket(
-    item: _Placed,
-    placed: Sequence[_Placed],
-    topo: Topology,
-    node_cpus: Mapping[int, Sequence[int]],
-    allowed: set[int],
-) -> tuple[int, ...]:
+def _pool_socket(item: _Placed, cut: _Cut) -> tuple[int, ...]:
     """The GPU's own node first, so pool[0] (IRQ CPUs, memory node) stays next to it."""
-    socket = _socket_of(item.node, topo, node_cpus, allowed)
-    own = _node_allowed(item.node, node_cpus, allowed)
+    socket = cut.socket_of(item.node)
+    own = cut.node_allowed(item.node)
     others: set[int] = set()
-    for node in sorted(node_cpus):
-        cpus = _node_allowed(node, node_cpus, allowed)
-        if node == item.node or not cpus:
-            continue
-        if _socket_of(node, topo, node_cpus, allowed) == socket:
+    for node in sorted(cut.node_cpus):
+        cpus = cut.node_allowed(node)
+        if node != item.node and cpus and cut.socket_of(node) == socket:
             others.update(cpus)
     return tuple(own) + tuple(sorted(others.difference(own)))
 
 
-def _socket_of(
-    node: int, topo: Topology, node_cpus: Mapping[int, Sequence[int]], allowed: set[int]
-) -> int:
-    lowest = min(_node_allowed(node, node_cpus, allowed))
-    package = topo.cpu.packages.get(lowest)
-    if package is None:
-        raise PlanError(
-            f"cannot tell the socket of NUMA node {node}: no physical_package_id for CPU {lowest}"
-        )
-    return package
-
-
-def _node_gpus(item: _Placed, placed: Sequence[_Placed]) -> list[_Placed]:
-    """The visible GPUs on the item's node, by CUDA ordinal (torchrun's local rank)."""
-    return sorted((p for p in placed if p.node == item.node), key=lambda p: p.ordinal)
-
-
-def _pool_exclusive(
-    item: _Placed,
-    placed: Sequence[_Placed],
-    topo: Topology,
-    node_cpus: Mapping[int, Sequence[int]],
-    allowed: set[int],
-) -> tuple[int, ...]:
+def _pool_exclusive(item: _Placed, cut: _Cut) -> tuple[int, ...]:
     cores: dict[int, list[int]] = {}
-    for cpu in _node_allowed(item.node, node_cpus, allowed):
-        siblings = topo.cpu.siblings.get(cpu) or (cpu,)
+    for cpu in cut.node_allowed(item.node):
+        siblings = cut.topo.cpu.siblings.get(cpu) or (cpu,)
         cores.setdefault(min(siblings), []).append(cpu)
     keys = sorted(cores)
-    peers = _node_gpus(item, placed)
+    peers = cut.node_gpus(item)
     if len(keys) < len(peers):
         names = ", ".join(str(p.gpu.index) for p in peers)
         raise PlanError(
@@ -282,16 +256,10 @@ def _pool_exclusive(
     return tuple(sorted(cpu for key in keys[start:end] for cpu in cores[key]))
 
 
-def _pool_core_complex(
-    item: _Placed,
-    placed: Sequence[_Placed],
-    topo: Topology,
-    node_cpus: Mapping[int, Sequence[int]],
-    allowed: set[int],
-) -> tuple[int, ...]:
+def _pool_core_complex(item: _Placed, cut: _Cut) -> tuple[int, ...]:
     groups: dict[int, list[int]] = {}
-    for cpu in _node_allowed(item.node, node_cpus, allowed):
-        shared = topo.cpu.caches.get(cpu)
+    for cpu in cut.node_allowed(item.node):
+        shared = cut.topo.cpu.caches.get(cpu)
         if not shared:
             raise PlanError(
                 f"core-complex needs cache information, and CPU {cpu} has none "
@@ -299,7 +267,7 @@ def _pool_core_complex(
             )
         groups.setdefault(min(shared), []).append(cpu)
     ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
-    rank = [p.gpu.index for p in _node_gpus(item, placed)].index(item.gpu.index)
+    rank = [p.gpu.index for p in cut.node_gpus(item)].index(item.gpu.index)
     return tuple(sorted(ordered[rank % len(ordered)][1]))
 
 

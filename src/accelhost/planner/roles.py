@@ -45,11 +45,7 @@ class RoleSpec(NamedTuple):
 
 def parse_role_spec(text: str) -> RoleSpec:
     """`NAME=PATTERN:COUNT` or `NAME=PATTERN@CPULIST`; UsageError saying what is wrong.
-
-    The pattern may itself contain `=`, `:` or `@`: the name ends at the first `=`; the
-    CPU list starts after the last `@` when what follows reads as a CPU list, else the
-    count starts after the last `:`.
-    """
+    The name ends at the first `=`, the CPU list or count after the last `@` or `:`."""
     usage = (
         f"--thread-role {text!r}: expected NAME=PATTERN:COUNT (COUNT CPUs of the pool, "
         "e.g. nccl=^NCCL:2) or NAME=PATTERN@CPULIST (e.g. nccl=^NCCL@40-41)"
@@ -100,13 +96,9 @@ def add_roles(
     thread_roles: Sequence[RoleSpec] = (),
     device: int | None = None,
 ) -> Plan:
-    """The plan with K IRQ CPUs and the named thread roles added to each device (or only
-    to `device`, so a plan file's other devices need not have room for them).
-
-    The first `reserve_irq` CPUs of `main` join `irq`; each COUNT role, in the order given,
-    takes the last COUNT CPUs still in `main`; a CPULIST role gets its CPUs as they are.
-    PlanError when a pool would be left with no main CPU, or a role name repeats.
-    """
+    """The plan with K IRQ CPUs and the thread roles added to each device (or only to
+    `device`, so a plan file's other devices need not have room for them); PlanError when
+    a pool would be left with no main CPU, or a role name repeats."""
     if reserve_irq < 0:
         raise PlanError(f"--reserve-irq must be 0 or more, not {reserve_irq}")
     specs = list(thread_roles)

@@ -34,14 +34,6 @@ VISIBLE_VARS: dict[str, tuple[str, ...]] = {
 _RANGE = re.compile(r"(\d+)-(\d+)")
 
 
-def visible_vars(family: str | None) -> tuple[str, ...]:
-    if family in ASCEND_FAMILIES:
-        return VISIBLE_VARS["ascend"]
-    if family == "nvidia":
-        return VISIBLE_VARS["nvidia"]
-    return VISIBLE_VARS["any"]
-
-
 def parse_visible(name: str, text: str) -> list[str]:
     """Entries of a visible-devices variable; Neuron's `0-3` ranges expanded (bounded)."""
     out: list[str] = []
@@ -73,7 +65,8 @@ def visible_entries(env: Mapping[str, str], family: str | None) -> tuple[str | N
 
     ROCm applies ROCR_VISIBLE_DEVICES first, then HIP_VISIBLE_DEVICES indexes into it.
     """
-    for name in visible_vars(family):
+    vendor = "ascend" if family in ASCEND_FAMILIES else family
+    for name in VISIBLE_VARS.get(vendor or "any", VISIBLE_VARS["any"]):
         value = env.get(name, "")
         if not value.strip():
             continue
@@ -102,12 +95,8 @@ def by_uuid(entry: str, uuids: Mapping[str, T]) -> list[T]:
 def resolve_visible(
     env: str | None, gpus: Sequence[Accelerator]
 ) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """(GPU indices in CUDA ordinal order, messages): CUDA_VISIBLE_DEVICES as CUDA reads it.
-
-    Unset: every GPU, by index. Entries are indices or `GPU-<uuid>`; like CUDA, the list
-    stops at the first entry that names no GPU, with a message. A GPU named twice is
-    refused (CUDA then sees no device at all).
-    """
+    """(GPU indices in CUDA ordinal order, messages): CUDA_VISIBLE_DEVICES as CUDA reads it:
+    the list stops at the first entry that names no GPU; a GPU named twice is refused."""
     indices = sorted(g.index for g in gpus)
     if env is None:
         return tuple(indices), ()

@@ -1,15 +1,5 @@
-"""The CPU facts of a host, one reader per fact, all through the host door.
-
-- allowed CPUs: `Cpus_allowed_list` of /proc/self/status (`read_allowed_cpus`);
-- the container's cpuset: the process's cgroup (`read_cgroup_cpuset`);
-- NUMA nodes: `lscpu -e=CPU,NODE` (`read_lscpu_nodes`, what vllm-ascend reads) or sysfs
-  (`read_sysfs_nodes`, what torchrun reads); `readers.topology.read_topology` picks per family;
-- threads per core: plain `lscpu` (`read_threads_per_core`);
-- SMT siblings, caches and sockets for the GPU strategies (`read_cpu_detail`).
-
-Every list goes through `accelhost.cpulist.parse_cpulist`, which refuses ids and lengths
-beyond what a kernel can have.
-"""
+"""The CPU facts of a host, one reader per fact, all through the host door. NUMA nodes come
+from `lscpu -e=CPU,NODE` (what vllm-ascend reads) or sysfs (what torchrun reads)."""
 
 from __future__ import annotations
 
@@ -50,11 +40,8 @@ def read_allowed_cpus(host: Host, pid: int | str = "self") -> tuple[int, ...] | 
 
 
 def read_cgroup_cpuset(host: Host, pid: int | str = "self") -> tuple[tuple[int, ...], str] | None:
-    """(the effective cpuset of a process's cgroup, sorted; the file it came from), or None.
-
-    It is the truer source of a container's CPUs: `Cpus_allowed_list` shrinks when
-    something (libgomp with OMP_PROC_BIND) pinned the process earlier.
-    """
+    """(the effective cpuset of a process's cgroup, sorted; its file), or None: the truer
+    source of a container's CPUs, as `Cpus_allowed_list` shrinks when something pinned it."""
     cgroup = host.read_file(f"/proc/{pid}/cgroup")
     if not cgroup:
         return None
@@ -104,11 +91,8 @@ def read_cpu_detail(
     cpuset_path: str | None = None,
     allowed_source: str = STATUS,
 ) -> CpuDetail:
-    """SMT siblings, caches and sockets of the allowed CPUs, as torchrun's rules need them.
-
-    Siblings and caches are read once per core / cache group (the kernel writes the same
-    list in every member's file), which keeps a 640-CPU snapshot small.
-    """
+    """SMT siblings, caches and sockets of the allowed CPUs, as torchrun's rules need them;
+    read once per core / cache group, which keeps a 640-CPU snapshot small."""
     allowed_set = set(allowed)
     packages: dict[int, int] = {}
     for node in sorted(node_cpus):

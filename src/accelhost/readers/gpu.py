@@ -1,9 +1,5 @@
 """A GPU host's topology: nvidia-smi (or `--pci` addresses) for the devices, sysfs for
-their NUMA node, local CPUs and IRQs, and sysfs for the CPUs, as torchrun reads them.
-
-Everything is read through `Host`, never `os`, so that `RecordingHost` captures exactly
-what the planner used and a snapshot replays it.
-"""
+their NUMA node, local CPUs and IRQs, and sysfs for the CPUs, as torchrun reads them."""
 
 from __future__ import annotations
 
@@ -39,12 +35,8 @@ _Row = tuple[int, str, "str | None"]
 
 
 def read_gpu_topology(host: Host, pci: Sequence[str] | None = None) -> Topology | None:
-    """The GPUs (or `pci` devices) and CPUs of `host`; None when it has no nvidia-smi and
-    no `pci` was given.
-
-    With `pci`, only sysfs is read (any PCI accelerator, indexed in the given order);
-    otherwise the two nvidia-smi commands run together (concurrently on a live host).
-    """
+    """The GPUs (or `pci` devices, from sysfs only, indexed in the given order) and CPUs of
+    `host`; None when it has no nvidia-smi and no `pci` was given."""
     notes: list[str] = []
     topo: dict[int, TopoAffinity] = {}
     rows: list[_Row]
@@ -156,23 +148,17 @@ def _read_gpu(
     node_text = host.read_file(f"{base}/numa_node")
     cpus_text = host.read_file(f"{base}/local_cpulist")
     irq_names = host.list_dir(f"{base}/msi_irqs") or []
-    numa_node = None
-    numa_source = "sysfs"
-    if node_text is not None:
-        numa_node = parse_numa_node(node_text, f"{base}/numa_node")
-    local_cpus = None
-    cpus_source = "sysfs"
-    if cpus_text is not None and cpus_text.strip():
-        local_cpus = tuple(parse_cpulist(cpus_text, f"{base}/local_cpulist"))
     row = topo.get(index)
-    if node_text is None and row is not None and row.numa_nodes and len(row.numa_nodes) == 1:
+    numa_node, numa_source = None, "unknown"
+    if node_text is not None:
+        numa_node, numa_source = parse_numa_node(node_text, f"{base}/numa_node"), "sysfs"
+    elif row is not None and row.numa_nodes and len(row.numa_nodes) == 1:
         numa_node, numa_source = row.numa_nodes[0], "nvidia-smi topo -m"
-    if local_cpus is None and row is not None and row.cpus:
+    local_cpus, cpus_source = None, "unknown"
+    if cpus_text is not None and cpus_text.strip():
+        local_cpus, cpus_source = tuple(parse_cpulist(cpus_text, f"{base}/local_cpulist")), "sysfs"
+    elif row is not None and row.cpus:
         local_cpus, cpus_source = row.cpus, "nvidia-smi topo -m"
-    if node_text is None and numa_source == "sysfs":
-        numa_source = "unknown"
-    if local_cpus is None and cpus_source == "sysfs":
-        cpus_source = "unknown"
     acc = Accelerator(
         index=index,
         pci=pci,
@@ -191,10 +177,8 @@ def _nvml_fill(
     gpus: list[tuple[Accelerator, tuple[int, ...] | None]],
     notes: list[str],
 ) -> list[tuple[Accelerator, tuple[int, ...] | None]]:
-    """Last resort for GPUs whose node and CPUs neither sysfs nor `topo -m` gave.
-
-    Live hosts only (NVML cannot be replayed), and only when nvidia-ml-py is installed.
-    """
+    """Last resort for GPUs whose node and CPUs neither sysfs nor `topo -m` gave: live hosts
+    only (NVML cannot be replayed), and only when nvidia-ml-py is installed."""
     missing = [acc.index for acc, cpus in gpus if acc.numa_node is None and cpus is None]
     if not missing or not host.is_live:
         return gpus
