@@ -31,6 +31,10 @@ resolved lazily on first use.
 
 from __future__ import annotations
 
+import importlib
+import sys
+import types
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from accelhost.errors import (
@@ -62,13 +66,13 @@ __all__ = [
 ]
 
 _LAZY = {
-    "load_snapshot": ("accelhost.host.snapshot", "load_snapshot"),
-    "live_host": ("accelhost.host.live", "live_host"),
-    "plan": ("accelhost.api", "plan"),
-    "read_topology": ("accelhost.readers.topology", "read_topology"),
-    "bind_current_process": ("accelhost.apply.worker", "bind_current_process"),
-    "Plan": ("accelhost.plans", "Plan"),
-    "Topology": ("accelhost.topology", "Topology"),
+    "load_snapshot": "accelhost.host.snapshot",
+    "live_host": "accelhost.host.live",
+    "plan": "accelhost.api",
+    "read_topology": "accelhost.readers.topology",
+    "bind_current_process": "accelhost.apply.worker",
+    "Plan": "accelhost.plans",
+    "Topology": "accelhost.topology",
 }
 
 if TYPE_CHECKING:
@@ -81,13 +85,33 @@ if TYPE_CHECKING:
     from accelhost.topology import Topology
 
 
-def __getattr__(name: str) -> Any:
-    try:
-        module_name, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'accelhost' has no attribute {name!r}") from None
-    import importlib
+def lazy_names(package: str, names: Mapping[str, str]) -> Callable[[str], Any]:
+    """A package's module `__getattr__` that imports `names[name]` (a module holding the
+    attribute of that name) on first use and keeps it: a worker's `import accelhost`, and
+    `accelhost --help`, must not load what they do not use.
 
-    value = getattr(importlib.import_module(module_name), attr)
-    globals()[name] = value
-    return value
+    A submodule named like one of the names (`accelhost.hygiene.preflight`, the module,
+    beside `preflight`, its function) must not hide the name when it is imported: the
+    import system sets every submodule on its package, so the package's class skips that.
+    """
+    module = sys.modules[package]
+
+    class _Package(types.ModuleType):
+        def __setattr__(self, name: str, value: Any) -> None:
+            if name in names and isinstance(value, types.ModuleType):
+                return
+            super().__setattr__(name, value)
+
+    module.__class__ = _Package
+
+    def __getattr__(name: str) -> Any:
+        if name not in names:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(names[name]), name)
+        module.__dict__[name] = value
+        return value
+
+    return __getattr__
+
+
+__getattr__ = lazy_names(__name__, _LAZY)

@@ -17,8 +17,9 @@ Only `base` is imported eagerly: `accelhost run` (PID 1 of every container) need
 `Host` protocol, not snapshots, recordings or a thread pool.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from accelhost import lazy_names
 from accelhost.host.base import CommandResult, FileStat, Host, command_key
 
 __all__ = [
@@ -54,10 +55,4 @@ if TYPE_CHECKING:
     from accelhost.host.snapshot import SNAPSHOT_FORMAT, SnapshotHost, load_snapshot
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'accelhost.host' has no attribute {name!r}")
-    import importlib
-
-    value = globals()[name] = getattr(importlib.import_module(_LAZY[name]), name)
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)

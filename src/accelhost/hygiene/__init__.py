@@ -30,9 +30,9 @@ table the docs, `--help` and contrib/ are checked against). Containers:
 
 from __future__ import annotations
 
-import sys
-import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from accelhost import lazy_names
 
 __all__ = [
     "CHECK_NAMES",
@@ -68,26 +68,4 @@ if TYPE_CHECKING:
     from accelhost.hygiene.report import CHECK_NAMES, CheckResult, DoctorReport
 
 
-class _Package(types.ModuleType):
-    """Importing the submodule `accelhost.hygiene.preflight` must not hide the function
-    `accelhost.hygiene.preflight` (the import system sets the submodule on its package)."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _LAZY and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
-
-
-def __getattr__(name: str) -> Any:
-    try:
-        module_name = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'accelhost.hygiene' has no attribute {name!r}") from None
-    import importlib
-
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)

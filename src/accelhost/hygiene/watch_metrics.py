@@ -217,29 +217,37 @@ class HygieneCollector(Collector):
         with self._lock:
             c = RoundCostTotals(**vars(self._cost))
             degraded = dict(self._degraded)
-        for name, help_text, value in (
-            ("accelhost_watch_cpu_seconds", "CPU time the watch's rounds took", c.cpu_s),
-            ("accelhost_watch_round_seconds", "Wall time the watch's rounds took", c.wall_s),
+        counter, gauge = CounterMetricFamily, GaugeMetricFamily
+        for kind, name, help_text, value in (
+            (counter, "accelhost_watch_cpu_seconds", "CPU time the watch's rounds took", c.cpu_s),
             (
+                counter,
+                "accelhost_watch_round_seconds",
+                "Wall time the watch's rounds took",
+                c.wall_s,
+            ),
+            (
+                counter,
                 "accelhost_watch_full_scans",
                 "Rounds that read every process's open files and mappings",
                 c.full_scans,
             ),
-        ):
-            fam = CounterMetricFamily(name, help_text)
-            fam.add_metric([], value)
-            yield fam
-        for name, help_text, value in (
-            ("accelhost_watch_last_round_cpu_seconds", "CPU time of the last round", c.last_cpu_s),
             (
+                gauge,
+                "accelhost_watch_last_round_cpu_seconds",
+                "CPU time of the last round",
+                c.last_cpu_s,
+            ),
+            (
+                gauge,
                 "accelhost_watch_last_round_duration_seconds",
                 "Wall time of the last round",
                 c.last_wall_s,
             ),
         ):
-            g = GaugeMetricFamily(name, help_text)
-            g.add_metric([], value)
-            yield g
+            fam = kind(name, help_text)
+            fam.add_metric([], value)
+            yield fam
         fallback = GaugeMetricFamily(
             "accelhost_watch_fallback",
             "1 when a source of changes (process events, shm listing) was lost and rounds "

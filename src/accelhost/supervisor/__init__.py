@@ -20,10 +20,9 @@ preflight and the CPU binding only when their options are given.
 
 from __future__ import annotations
 
-import importlib
-import sys
-import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from accelhost import lazy_names
 
 if TYPE_CHECKING:
     from accelhost.supervisor.options import RunOutcome, SupervisorOptions
@@ -40,22 +39,4 @@ _LAZY = {
 }
 
 
-class _Package(types.ModuleType):
-    """Loading the submodule `supervise` must not hide the function `supervise` (the
-    import system sets a submodule on its package)."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _LAZY and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'accelhost.supervisor' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)
