@@ -89,12 +89,24 @@ def evidence_of_pid(report: Any, pid: int) -> list[dict[str, Any]]:
 
 
 def container_of(item: dict[str, Any], what: str) -> dict[str, Any]:
-    """The `container` object of one evidence item; NotWiredYet while doctor has none."""
-    found = item.get("container")
-    if found is None:
+    """The `container` object of a process's evidence item; NotWiredYet while it has none."""
+    if "container" not in item:
         raise NotWiredYet(f"{what}: its evidence has no 'container' object yet: {item}")
-    assert isinstance(found, dict), f"{what}: container is not an object: {found!r}"
+    found = item["container"]
+    assert isinstance(found, dict), f"{what}: named with no container: {item}"
     return found
+
+
+def left_by_of(item: dict[str, Any], what: str) -> tuple[list[dict[str, Any]], bool]:
+    """The containers a leftover's evidence says left it (`left_by`), and whether it says
+    it cannot tell which (`ambiguous`); NotWiredYet while leftovers carry no `left_by`."""
+    if "left_by" not in item:
+        raise NotWiredYet(f"{what}: its evidence has no 'left_by' yet: {item}")
+    left = item["left_by"]
+    assert isinstance(left, dict) and left.get("containers"), (
+        f"{what}: left by no container: {item}"
+    )
+    return list(left["containers"]), bool(left.get("ambiguous"))
 
 
 def names(found: dict[str, Any], container: Container) -> bool:
@@ -113,13 +125,22 @@ def containers_named(report: Any) -> Iterator[dict[str, Any]]:
             yield found
 
 
-def assert_named_with(report: Any, paths: set[str], container: Container, what: str) -> None:
-    """Each of `paths` is in the report, and every item naming it names `container`."""
+def leftover_items(report: Any, path: str) -> list[dict[str, Any]]:
+    """The evidence items of a leftover file (`kind: shm_file`) at `path`."""
+    return [d for d in evidence_of_path(report, path) if d.get("kind", "shm_file") == "shm_file"]
+
+
+def assert_named_with(
+    report: Any, paths: set[str], container: Container, what: str, *, alone: bool = True
+) -> None:
+    """Each of `paths` is in the report, and its evidence says `container` left it: as the
+    only candidate (`alone`), or among candidates the report says it cannot tell apart."""
     for path in sorted(paths):
-        items = evidence_of_path(report, path)
+        items = leftover_items(report, path)
         assert items, f"{what}: {path} is not in the answer"
         for item in items:
-            found = container_of(item, f"{what}: {path}")
-            assert names(found, container), (
-                f"{what}: {path} named with {found}, not {container.name} ({container.id[:12]})"
+            found, ambiguous = left_by_of(item, f"{what}: {path}")
+            assert any(names(c, container) for c in found), (
+                f"{what}: {path} left by {found}, not {container.name} ({container.id[:12]})"
             )
+            assert not alone or (len(found) == 1 and not ambiguous), f"{what}: {path}: {item}"
