@@ -105,8 +105,8 @@ def test_engine_as_pid1_leaks(engine_tini) -> None:
 def test_tini_as_pid1_exits_with_its_child_and_may_leak(engine_tini) -> None:
     # tini exits as soon as its one child (the API server) exits, and the kernel then kills
     # the rest of the namespace: the resource tracker that unlinks the files often loses
-    # that race (the spec's run and 3 of 5 stops here left all three files), sometimes
-    # wins (2 of 5 left nothing). Never part of them: the files go together or not at all.
+    # that race (the spec's run and 4 of 6 stops here left all three files), sometimes
+    # wins (2 of 6 left nothing). Never part of them: the files go together or not at all.
     assert engine_tini["tini_pid1_cmd"].startswith("/sbin/docker-init "), engine_tini[
         "tini_pid1_cmd"
     ]
