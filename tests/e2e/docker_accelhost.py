@@ -139,7 +139,8 @@ def assert_named_with(
         items = leftover_items(report, path)
         assert items, f"{what}: {path} is not in the answer"
         for item in items:
-            found, ambiguous = left_by_of(item, f"{what}: {path}")
+            said = [c.get("summary") for c in report.get("checks", [])]
+            found, ambiguous = left_by_of(item, f"{what}: {path} (doctor said: {said})")
             assert any(names(c, container) for c in found), (
                 f"{what}: {path} left by {found}, not {container.name} ({container.id[:12]})"
             )
