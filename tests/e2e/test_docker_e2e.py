@@ -107,14 +107,14 @@ def test_engine_as_pid1_stops_fast_and_may_leak(engine_tini) -> None:
     # The API server as PID 1 stops gracefully on SIGTERM and exits; the kernel then kills
     # the rest of the namespace, and multiprocessing's resource tracker, which unlinks the
     # files when the API server's end of its pipe closes, races that kill: it lost in the
-    # spec's run and 5 of 6 stops here (all three files left), won in 1 (nothing left).
+    # spec's run and 6 of 7 stops here (all three files left), won in 1 (nothing left).
     assert "vllm.entrypoints" in engine_tini["engine_pid1_cmd"], engine_tini["engine_pid1_cmd"]
     _all_or_nothing(engine_tini["engine_stop"])
 
 
 def test_tini_as_pid1_stops_fast_and_may_leak(engine_tini) -> None:
     # tini exits as soon as its one child, the API server, exits: the same race as above
-    # (lost in the spec's run and 6 of 8 stops here, won in 2).
+    # (lost in the spec's run and 7 of 9 stops here, won in 2).
     assert engine_tini["tini_pid1_cmd"].startswith("/sbin/docker-init "), engine_tini[
         "tini_pid1_cmd"
     ]
