@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test e2e lint bench clean-venv
+.PHONY: run test e2e e2e-docker-tools lint bench clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -54,7 +54,17 @@ $(E2E_STAMP): pyproject.toml
 		assert 'accelhost' in e(group='vllm.general_plugins').names, 'no vLLM plugin entry point'"
 	touch $(E2E_STAMP)
 
-e2e: $(E2E_STAMP)
+# tests/e2e/test_docker_e2e.py starts a Docker daemon of its own: Debian's docker.io
+# (dockerd, containerd, runc) and tini (what `docker run --init` runs), installed here when
+# missing (CI machines are fresh; root; Debian's registry is reachable). Never started here.
+e2e-docker-tools:
+	@if ! command -v dockerd >/dev/null 2>&1 || ! command -v tini >/dev/null 2>&1; then \
+		echo "e2e: installing Debian's docker.io and tini"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			--no-install-recommends docker.io tini >/dev/null; \
+	fi
+
+e2e: $(E2E_STAMP) e2e-docker-tools
 	$(E2E_BIN)/python -m pytest -q -p no:cacheprovider --durations=0 tests/e2e
 
 bench: $(STAMP)

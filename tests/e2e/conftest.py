@@ -22,6 +22,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from docker_daemon import Daemon, start_daemon  # noqa: E402
 from engine import Server, start_server  # noqa: E402
 from plugin_plans import absent_cpu, cpus, plugin_env  # noqa: E402
 from tiny_model import build_tiny_model  # noqa: E402
@@ -143,3 +144,14 @@ def server_pool(
         yield pool
     finally:
         pool.stop_all()
+
+
+@pytest.fixture(scope="session")
+def docker_daemon() -> Iterator[Daemon]:
+    """The suite's own Docker daemon (tests/e2e/docker_daemon.py): every container it made
+    removed, the daemon stopped and its folders unmounted and removed at the end."""
+    daemon = start_daemon()
+    try:
+        yield daemon
+    finally:
+        daemon.close()
