@@ -286,8 +286,9 @@ def test_when_pid1s_links_are_hidden_a_host_process_gives_the_hosts_ipc() -> Non
 
 
 def test_a_runtime_that_stops_answering_is_asked_nothing_more() -> None:
-    """Listing answered, the first inspect not: no more questions (each costs up to a
-    second on a live socket); the listing's names stand."""
+    """Listing answered, the first inspect not: no more inspects (each costs up to a
+    second on a live socket); the listing's names stand. The events were asked before the
+    inspects: a removed container is named even when an inspect is slow."""
     from fakehost import CountingHost
 
     m, procs = two_containers()
@@ -299,6 +300,7 @@ def test_a_runtime_that_stops_answering_is_asked_nothing_more() -> None:
     asked = [k for k in host.http if k.startswith(DOCKER_SOCK)]
     assert asked == [
         f"{DOCKER_SOCK} /containers/json?all=1",
+        f"{DOCKER_SOCK} {path}",
         f"{DOCKER_SOCK} /containers/{cid(1)}/json",
     ]
     c = view.of_pid(1001)

@@ -3,12 +3,9 @@
 The commands run on the host as a user runs them, with `DOCKER_HOST` naming the suite's
 daemon (the only way accelhost can reach a daemon whose socket is not the default one).
 
-Container attribution (issue 17: a `container` object in every process's and leftover's
-evidence, the `container_init` check, `--container`, every /dev/shm) is being added to the
-library. Until it is there, what it would show raises `NotWiredYet`, and the tests that need
-it are `xfail(raises=NotWiredYet, strict=True)` with the missing piece as the reason: once
-the library has it, they pass, strict xfail turns that into a failure, and the mark comes
-off. Anything else wrong (a wrong container named, a file not found) is a plain failure.
+What a container-aware answer must hold (a `container` object in every process's
+evidence, `left_by` on leftovers, the `container_init` check, `--container`) is read here;
+an answer without it fails with `NotWiredYet`, which names the missing piece.
 """
 
 from __future__ import annotations
@@ -24,8 +21,8 @@ from engine import accelhost_argv
 from hostcli import Answer, walk
 
 
-class NotWiredYet(Exception):
-    """A piece of issue 17 the library does not have yet."""
+class NotWiredYet(AssertionError):
+    """An answer lacks a piece of container attribution (a failure that says which)."""
 
 
 def accelhost_for(daemon: Daemon, *args: str, timeout: float = 300) -> Answer:

@@ -215,8 +215,8 @@ def removed_and_pod(daemon: Daemon, model: Path, timings: Timings) -> Iterator[d
         rec["serving"] = doctor(daemon)
         rec["rm_f"] = remove_and_measure(victim)
         timings.rows.append(rec["rm_f"])
-        # As a user's next command comes: the library reads Docker's events up to 2 s ago
-        # (a later `until` keeps the answer open), so a removal younger than that is unknown.
+        # As a user's next command comes: the library reads Docker's events up to a second
+        # or two ago (a later `until` keeps the answer open), so a younger removal is unknown.
         time.sleep(3)
         rec["after_rm_f"] = doctor(daemon)
 

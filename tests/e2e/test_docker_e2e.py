@@ -2,10 +2,9 @@
 
 On the suite's own daemon (tests/e2e/docker_daemon.py), vLLM's CPU build in containers
 with `--ipc=host`, as vLLM's own docs start it (tests/e2e/docker_scenarios.py runs the
-batches; docs/e2e.md has the measured table). The facts asserted here hold today; the
-tests marked `WIRING` check what issue 17 adds to the library (a `container` object in
-the evidence, the `container_init` check, `--container`, every /dev/shm): they are
-`xfail(strict=True)` on `NotWiredYet` until the library has the piece named in the reason.
+batches; docs/e2e.md has the measured table). The last group checks what doctor and
+clean say of containers: a `container` object in the evidence, `left_by` on leftovers,
+the `container_init` check, `--container`, and each container's own /dev/shm.
 """
 
 from __future__ import annotations
@@ -33,14 +32,6 @@ from docker_daemon import Daemon
 from docker_scenarios import DEVICE_NODE, Timings, engine_and_tini, removed_and_pod, seed_beside_run
 from docker_vllm import Stopped
 from hostcli import check, paths_named
-
-
-def wiring(piece: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(
-        raises=NotWiredYet,
-        strict=True,
-        reason=f"issue 17 not wired yet: {piece} (remove this mark once it passes)",
-    )
 
 
 @pytest.fixture(scope="module")
@@ -188,10 +179,9 @@ def test_device_holder_inside_a_container_is_seen(seed_and_run) -> None:
     assert items and DEVICE_NODE in items[0]["devices"], holders
 
 
-# -- issue 17, ready for the library: each needs the piece its mark names -------------------
+# -- accelhost names containers ------------------------------------------------------------
 
 
-@wiring("doctor's container_init check")
 def test_container_init_warns_for_risky_pid1s_only(seed_and_run, engine_tini) -> None:
     for rec, risky, safe in (
         (seed_and_run, ["seed"], ["run"]),
@@ -209,7 +199,6 @@ def test_container_init_warns_for_risky_pid1s_only(seed_and_run, engine_tini) ->
             assert not any(names(n, rec[key].container) for n in flagged), (key, found)
 
 
-@wiring("a 'container' object in the evidence of leaked /dev/shm files")
 def test_each_leftover_is_named_with_the_container_that_left_it(
     seed_and_run, engine_tini, rm_f_and_pod
 ) -> None:
@@ -224,21 +213,18 @@ def test_each_leftover_is_named_with_the_container_that_left_it(
                       rm_f_and_pod["victim"].container, "after docker rm -f")  # fmt: skip
 
 
-@wiring("a 'container' object in the evidence of device holders")
 def test_device_holder_is_named_with_its_container(seed_and_run) -> None:
     holders = check(seed_and_run["serving"].data, "device_holders")
     (item,) = evidence_of_pid(holders, seed_and_run["holder_pid"])
     assert names(container_of(item, "device holder"), seed_and_run["holder"]), item
 
 
-@wiring("clean --container")
 def test_clean_container_removed_exactly_what_it_left(seed_and_run) -> None:
     if not seed_and_run["clean_scope"]:
         raise NotWiredYet("clean has no --container option")
     test_doctor_and_clean_after_the_seed_containers_stop(seed_and_run)
 
 
-@wiring("doctor --container with a name that matches nothing (exit 2, the known ones listed)")
 def test_container_naming_nothing_known_exits_2(rm_f_and_pod, docker_daemon: Daemon) -> None:
     if not has_option("doctor", "--container"):
         raise NotWiredYet("doctor has no --container option")
@@ -247,7 +233,6 @@ def test_container_naming_nothing_known_exits_2(rm_f_and_pod, docker_daemon: Dae
     assert rm_f_and_pod["pod"].name in answer.stderr, answer.explain()
 
 
-@wiring("every /dev/shm: the pod's own, judged against its IPC namespace's holders")
 def test_pod_old_incarnation_is_found_named_and_removed_new_kept(
     rm_f_and_pod, docker_daemon: Daemon, tmp_path: Path
 ) -> None:

@@ -30,13 +30,15 @@ DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/podman/podman.sock")
 # How far back a removed container is still named from the runtime's events (Docker keeps
 # the last 1000 events in memory, since the daemon started).
 EVENTS_WINDOW_S = 7 * 86400
-EVENTS_LAG_S = 2
+# `until` stays a second behind the host's clock (boot time + uptime, which can run up to
+# half a second ahead of the daemon's): an `until` in the future keeps the answer open
+# until then. So a container removed within the last second or two is not named yet.
+EVENTS_LAG_S = 1
 MAX_INSPECT = 256  # containers inspected per look: a host with more is named from the list
 
 
 def events_window(now_epoch: float) -> tuple[int, int]:
-    """(since, until): the last week, up to a moment ago (an `until` in the future keeps
-    the answer open until then, and the replayed host clock may run a second ahead)."""
+    """(since, until): the last week, up to a second ago (see EVENTS_LAG_S)."""
     until = int(now_epoch) - EVENTS_LAG_S
     return until - EVENTS_WINDOW_S, until
 
@@ -69,6 +71,13 @@ def _ask_socket(
     if listed is None:
         return None
     found: dict[str, tuple[Container, int | None]] = {c.id: (c, None) for c in listed}
+    # The events first: they alone name a removed container (`docker rm -f`), and a slow
+    # inspect below must not cost them.
+    removed: list[Container] = []
+    if now_epoch is not None:
+        path = docker_api.events_path(*events_window(now_epoch))
+        events = docker_api.parse_events(host.http_get(socket_path, path))
+        removed = [c for c in docker_api.removed_containers(events, runtime) if c.id not in found]
     order = sorted(found, key=lambda cid: (cid not in wanted, cid))[:MAX_INSPECT]
     for cid in order:
         answer = host.http_get(socket_path, docker_api.inspect_path(cid))
@@ -76,16 +85,11 @@ def _ask_socket(
         if got is None or got.container.id != cid:
             # slow or garbled: ask it nothing more (a doctor waits a second, not one a
             # container); the listing's names stand
-            return found, []
+            break
         merged = got.container
         if merged.state is None:
             merged = replace(merged, state=found[cid][0].state)
         found[cid] = (merged, got.init_pid)
-    removed: list[Container] = []
-    if now_epoch is not None:
-        path = docker_api.events_path(*events_window(now_epoch))
-        events = docker_api.parse_events(host.http_get(socket_path, path))
-        removed = [c for c in docker_api.removed_containers(events, runtime) if c.id not in found]
     return found, removed
 
 
