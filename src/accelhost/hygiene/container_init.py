@@ -27,18 +27,18 @@ ONE_CHILD_INITS = frozenset({"tini", "tini-static", "dumb-init", "docker-init", 
 LEAKS = {
     "shell": (
         "a shell (drops SIGTERM)",
-        "measured: `docker stop` took 10.6 s (SIGTERM dropped, SIGKILL, exit 137) and left "
-        "2 psm_* (240 + 160 MiB apparent) and 1 sem.mp-* in /dev/shm",
+        "measured: `docker stop` took 10.2-10.6 s (SIGTERM dropped, SIGKILL, exit 137) and "
+        "left 2 psm_* (240 + 160 MiB apparent) and 1 sem.mp-* in /dev/shm, every time",
     ),
     "engine": (
         "the engine itself",
-        "measured: `docker stop` took 0.7 s and left the same 2 psm_* and 1 sem.mp-* "
-        "(the helpers die with PID 1)",
+        "measured: `docker stop` took under 1 s and left the same 2 psm_* and 1 sem.mp-* "
+        "in 6 of 7 stops (the helpers die with PID 1)",
     ),
     "init": (
         "an init that exits with its one child",
-        "measured: `docker stop` took 0.6 s and left the same 2 psm_* and 1 sem.mp-* "
-        "(the init exits with its one child; the kernel kills the helpers)",
+        "measured: `docker stop` took under 1 s and left the same 2 psm_* and 1 sem.mp-* "
+        "in 7 of 9 stops (the init exits with its one child; the kernel kills the helpers)",
     ),
 }
 POD_COST = (
