@@ -453,6 +453,8 @@ def test_python_on_bundled_examples_runs_as_shown() -> None:
 # irqbalance, mypy).
 FOREIGN_OPTIONS = {
     "--additional-config",
+    "--entrypoint",  # docker run
+    "--ipc",  # docker run
     "--api-key",
     "--gpu-memory-utilization",
     "--model",
