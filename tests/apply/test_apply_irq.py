@@ -53,6 +53,22 @@ def test_dry_run_writes_no_mask(fake_tree, plan_file, cli, tmp_path):
     assert not (tmp_path / "state").exists()
 
 
+def test_bind_lines_fit_the_terminal_width(fake_tree, plan_file, cli, tmp_path, monkeypatch):
+    """With $COLUMNS (or a terminal) each step line wraps to it and loses no word; a pipe
+    keeps whole lines (issue 18, point 7)."""
+    args = (*irq_args(fake_tree, tmp_path / "state", plan_file(A3_PLAN)), "--dry-run")
+    monkeypatch.delenv("COLUMNS", raising=False)
+    whole = cli(*args)
+    monkeypatch.setenv("COLUMNS", "60")
+    fitted = cli(*args)
+    assert whole.rc == fitted.rc == 0
+    assert max(len(line) for line in whole.out.splitlines()) > 60
+    # a line stays longer only where one word is (a path is never cut)
+    over = [line for line in fitted.out.splitlines() if len(line) > 60]
+    assert all(len(line.split()) == 1 for line in over), over
+    assert fitted.out.split() == whole.out.split()
+
+
 def test_verify_then_unbind_restores(fake_tree, plan_file, cli, tmp_path):
     state = tmp_path / "state"
     plan = plan_file(A3_PLAN)

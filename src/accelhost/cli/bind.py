@@ -25,8 +25,10 @@ from accelhost.cli.bind_args import (
 from accelhost.cli.common import (
     add_command,
     command_after_dashes,
+    fit,
     one_device,
     print_json,
+    terminal_columns,
     thread_roles,
 )
 from accelhost.errors import ApplyError, UsageError
@@ -154,8 +156,10 @@ def _print_report(args: argparse.Namespace, rep: ApplyReport, out: Any = None) -
     warn(rep.warnings)
     if rep.skipped is not None:
         print(f"accelhost: {rep.skipped}", file=sys.stderr)
+    columns = terminal_columns(stream)
     for line in rep.lines():
-        print(line, file=stream)
+        for part in fit(line, columns):
+            print(part, file=stream)
     if not rep.dry_run and rep.skipped is None:
         counts: dict[str, int] = {}
         for r in rep.results:
