@@ -168,7 +168,7 @@ def test_a_device_file_is_not_read_as_a_snapshot() -> None:
 
 
 # Recorded on hosts without accelerators (the real-engine suite's vLLM CPU servers).
-CPU_ONLY_EXAMPLES = {"vllm-cpu-orphaned-engine", "docker-vllm-leak"}
+CPU_ONLY_EXAMPLES = {"vllm-cpu-orphaned-engine", "docker-vllm-leak", "docker-seed-leak"}
 
 
 def test_bundled_examples_still_replay_and_plan() -> None:

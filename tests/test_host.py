@@ -143,7 +143,7 @@ def test_unknown_example_lists_the_bundled_ones() -> None:
 
 
 # Recorded on hosts without accelerators (the real-engine suite's vLLM CPU servers).
-CPU_ONLY_EXAMPLES = {"vllm-cpu-orphaned-engine", "docker-vllm-leak"}
+CPU_ONLY_EXAMPLES = {"vllm-cpu-orphaned-engine", "docker-vllm-leak", "docker-seed-leak"}
 
 
 @pytest.mark.parametrize("name", example_names())

@@ -369,3 +369,24 @@ def test_watch_names_a_leftover_by_the_container_it_saw_holding_it() -> None:
     facts = read_facts(host(False), OPTS)
     alone = run_checks(facts, OPTS).get("posix_shm")
     assert alone is not None and alone.evidence[0]["left_by"] is None
+
+
+def test_the_recorded_docker_leak_names_each_file_with_its_container() -> None:
+    """`example:docker-seed-leak`, recorded on real Docker by the real-engine suite: the
+    seed's container stopped and its three files are each left by it; the `accelhost run`
+    container is no risk; the device holder is named with its container."""
+    from accelhost.host.snapshot import load_snapshot
+
+    opts = HygieneOptions(shm_min_age_s=0)
+    report = run_checks(read_facts(load_snapshot("example:docker-seed-leak"), opts), opts)
+    shm = report.get("posix_shm")
+    assert shm is not None and shm.status == "WARN"
+    files = [e for e in shm.evidence if e.get("kind") == "shm_file"]
+    assert len(files) == 3 and {e["path"].rsplit("/", 1)[1][:4] for e in files} == {"psm_", "sem."}
+    assert {n for e in files for n in _left_by_names(e)} == {"ah-seed-bash"}
+    init = report.get("container_init")
+    assert init is not None and init.status == "OK", init
+    holders = report.get("device_holders")
+    assert holders is not None
+    (held,) = [e for e in holders.evidence if e.get("kind") == "process"]
+    assert held["container"]["name"] == "ah-device-holder"
