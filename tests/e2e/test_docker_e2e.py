@@ -88,28 +88,30 @@ def test_seed_pattern_bash_as_pid1_is_killed_after_10_s_and_leaks(seed_and_run) 
     _leaked_everything(stop)
 
 
-def _all_or_nothing(stop: Stopped) -> None:
+def _a_race(stop: Stopped) -> None:
+    """Stopped fast, and left some or all of its files, or none: which, a race decides."""
     assert any("/psm_" in f for f in stop.own) and any("/sem.mp-" in f for f in stop.own), stop
     assert stop.exit_code == 0 and stop.seconds < 10, stop
-    assert stop.left in (stop.own, set()), f"left part of its files: {stop.left} of {stop.own}"
+    assert stop.left <= stop.own, f"left files it never had: {stop.left - stop.own}"
 
 
 def test_engine_as_pid1_stops_fast_and_may_leak(engine_tini) -> None:
     # The API server as PID 1 stops gracefully on SIGTERM and exits; the kernel then kills
     # the rest of the namespace, and multiprocessing's resource tracker, which unlinks the
     # files when the API server's end of its pipe closes, races that kill: it lost in the
-    # spec's run and 6 of 7 stops here (all three files left), won in 1 (nothing left).
+    # spec's run and 6 of 7 stops here (all three files left), won in 1 (nothing left);
+    # it can also be killed half-way (tini, once: the two queues left, not the semaphore).
     assert "vllm.entrypoints" in engine_tini["engine_pid1_cmd"], engine_tini["engine_pid1_cmd"]
-    _all_or_nothing(engine_tini["engine_stop"])
+    _a_race(engine_tini["engine_stop"])
 
 
 def test_tini_as_pid1_stops_fast_and_may_leak(engine_tini) -> None:
     # tini exits as soon as its one child, the API server, exits: the same race as above
-    # (lost in the spec's run and 7 of 9 stops here, won in 2).
+    # (lost in the spec's run and 7 of 10 stops here, won in 2, half-way in 1).
     assert engine_tini["tini_pid1_cmd"].startswith("/sbin/docker-init "), engine_tini[
         "tini_pid1_cmd"
     ]
-    _all_or_nothing(engine_tini["tini_stop"])
+    _a_race(engine_tini["tini_stop"])
 
 
 def test_accelhost_run_as_pid1_stops_within_10_s_and_leaves_nothing(seed_and_run) -> None:

@@ -87,8 +87,11 @@ def test_script_launched_healthy_server_is_never_touched(server_pool, tmp_path: 
         "clean", "--yes", "--json", "--only", "orphans", "--grace", GRACE,
         "--journal", _journal(tmp_path), *[a for p in sorted(pids) for a in ("--pid", str(p))],
     )  # fmt: skip
-    assert done.rc == 0, done.explain()
-    assert not pids_named(done.data) & pids
+    # Named and not acted on: clean says why for each and exits 1 (issue 18, point 6).
+    assert done.rc == 1, done.explain()
+    assert not done.data["actions"] and not pids_named(done.data) & pids, done.explain()
+    refused = {u["target"]: u["reason"] for u in done.data["not_acted_on"] if u["kind"] == "pid"}
+    assert set(refused) == pids and all(refused.values()), done.explain()
     _healthy_untouched(healthy, pids, files)
 
 

@@ -44,7 +44,7 @@ def test_container_init_warns_for_the_risky_containers_only() -> None:
     )
     tini = by_name["vllm-tini"]
     assert tini["risky"] and tini["pid1_kind"] == "init" and tini["ipc_mode"] == "host"
-    assert "7 of 9 stops" in tini["cost"]
+    assert "7 of 10 stops" in tini["cost"]
     pod = by_name["vllm-pod"]
     assert pod["risky"] and pod["pid1_kind"] == "engine" and "410 MB" in pod["cost"]
     assert "vllm-tini" in check.summary and "vllm-safe" not in check.summary

@@ -38,7 +38,7 @@ LEAKS = {
     "init": (
         "an init that exits with its one child",
         "measured: `docker stop` took under 1 s and left the same 2 psm_* and 1 sem.mp-* "
-        "in 7 of 9 stops (the init exits with its one child; the kernel kills the helpers)",
+        "in 7 of 10 stops (the init exits with its one child; the kernel kills the helpers)",
     ),
 }
 POD_COST = (
