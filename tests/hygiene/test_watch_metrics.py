@@ -153,6 +153,42 @@ def test_auto_clean_removes_leaks_at_once_and_orphans_after_two_rounds(lab: Lab)
     assert journal.read_text().count('"event": "intent"') == 2
 
 
+def test_a_scope_of_files_never_stops_an_orphan(lab: Lab, tmp_path) -> None:
+    """A watch scoped to some files (or segments) leaves out the kinds its scope does not
+    name: an orphan seen in every round is never stopped (it could be anyone's)."""
+    from hygiene_lab import pid_alive
+
+    from accelhost.host.live import LiveHost
+    from accelhost.hygiene.cleaner import CleanFilters
+
+    orphan = lab.orphan_engine(lab.device_node())
+    leaked, _ = lab.segment("create-exit", 4096)
+    for scope in (
+        CleanFilters(paths=frozenset({str(tmp_path / "psm_not_there")})),
+        CleanFilters(shmids=frozenset({leaked})),
+    ):
+        logs: list[dict[str, object]] = []
+        watcher = Watcher(
+            LiveHost,
+            HygieneOptions(device_globs=(lab.glob(),), shm_min_age_s=3600),
+            WatchConfig(
+                auto_clean=True, clean_orphan_rounds=1, journal=str(tmp_path / "j"), scope=scope
+            ),
+            logs.append,
+        )
+        watcher.run_once()
+        watcher.run_once()
+        stops = [
+            a
+            for e in logs
+            if e["event"] == "auto_clean"
+            for a in e["actions"]  # type: ignore[attr-defined]
+            if a.get("kind") == "stop"
+        ]
+        assert not stops, stops
+        assert pid_alive(orphan)
+
+
 def test_memory_stays_bounded_over_many_rounds() -> None:
     import gc
     import tracemalloc

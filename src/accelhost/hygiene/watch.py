@@ -209,15 +209,19 @@ class Watcher:
             seen[key] = self._orphan_rounds.get(key, 0) + 1
         self._orphan_rounds = seen  # only current orphans are remembered
         scope = self.config.scope
+        # A scope that names things (pids, shmids, paths) leaves out every kind it does
+        # not name: a watch scoped to some files never stops an orphan, nor the reverse.
+        named = bool(scope.pids or scope.shmids or scope.paths)
         ripe = frozenset(
             pid
             for (pid, _), n in seen.items()
-            if n >= self.config.clean_orphan_rounds and (not scope.pids or pid in scope.pids)
+            if n >= self.config.clean_orphan_rounds
+            and (pid in scope.pids if scope.pids else not named)
         )
         leaks = [
             (s, v)
             for s, v in leaks
-            if (not scope.shmids or s.shmid in scope.shmids)
+            if (s.shmid in scope.shmids if scope.shmids else not named)
             and (not scope.owners or s.uid in scope.owners)
             and (not scope.keys or (s.key & 0xFFFFFFFF) in scope.keys)
         ]
@@ -225,10 +229,8 @@ class Watcher:
             j
             for j in shm
             if (not scope.owners or j.file.uid in scope.owners)
-            and (not scope.paths or j.file.path in scope.paths)
+            and (j.file.path in scope.paths if scope.paths else not named)
         ]
-        if (scope.pids or scope.shmids) and not scope.paths:
-            shm = []  # a scope that names things leaves out the kinds it does not name
         leaked = sum(s.size for s, _ in leaks) + sum(j.file.used_bytes for j in shm)
         do_segments = bool(leaks or shm) and leaked >= self.config.clean_leaked_bytes
         if not ripe and not do_segments:
