@@ -1,33 +1,31 @@
 """A soak under churn: `watch --auto-clean` while real vLLM servers start, serve and end.
 
-One watch (`--interval 60`, so every removal inside the bounds below comes from reacting at
-once, not from a timed round) runs while, at most two vLLM servers at once:
+One watch runs while, at most two vLLM servers at once:
 
 1. `healthy` and `crashed` start bare; both answer. `kill -9` of `crashed`'s API server: its
-   `VLLM::EngineCore` and `VLLM::Worker` become orphans (then, once stopped, its /dev/shm
-   files are leaked);
-2. a container on the suite's Docker daemon (`--ipc=host`, the seed's `bash -lc "vllm …;
+   `VLLM::EngineCore` and `VLLM::Worker` become orphans (once they are stopped, vLLM's
+   resource tracker, which outlives the API server, unlinks its files, or else the watch);
+2. a container on the soak's Docker daemon (`--ipc=host`, the seed's `bash -lc "vllm …;
    echo done"`) starts beside `healthy`, answers, and is removed with `docker rm -f`: its
-   /dev/shm files leak into the host's /dev/shm;
-3. `healthy` stops gracefully (SIGTERM to its API server), leaving nothing.
+   /dev/shm files leak;
+3. `healthy` stops gracefully (SIGTERM to its API server).
 
-Then: `healthy` was never touched until its own stop (its processes lived and its files
-existed after each removal; it answered); the journal names only what the test left
-behind (the crashed server's orphans and files, the container's files), each removed
-within `SHM_MIN_AGE + REACT_BOUND_S` of becoming a leftover; /metrics counts no failed
-round; the watch's resident memory stayed flat.
+Then: `healthy` lost no process and no file while it served and answered after each
+clean-up; the journal names only the orphans and the files the test left, each with its
+reason, each removed within `--shm-min-age` + `REACT_BOUND_S` of becoming a leftover;
+/metrics counts no failed round; the watch's resident memory stayed flat.
 
-Scope, on a machine shared with other work: watch has no option to limit `--auto-clean`
-to given pids or paths (`WatchConfig.scope` exists, the CLI does not set it, and the pids
-are not known when it starts), so it would act on any orphan engine or leaked engine file
-of the host. The test therefore refuses to start (fails, saying what it found) when
-`doctor` sees any orphan engine or leaked engine file before the watch starts, and fails
-if the journal names anything the test did not make. The suite's other servers are
-healthy ones (never acted on: a frontend lives above them) or already cleaned up.
-
-`--clean-orphan-rounds 1`: with the default (2), an orphan first seen in the round its
-frontend's exit starts is confirmed only at the next round, `--interval` later (60 s
-here); the bound under test is the reaction at once, so one sighting is asked for.
+Isolation: `watch --auto-clean` cannot be limited from the command line (the library's
+`WatchConfig.scope` exists, the CLI sets none, and the pids are not known when it starts),
+and on a shared machine it would stop other work's orphan engines (a first version of
+this test, run on the host, stopped the stand-in orphans of a unit test running beside
+it). So the test runs itself again in a PID and mount namespace of its own (`unshare
+--pid --mount --mount-proc`, `tini` as its PID 1, a private tmpfs on /dev/shm) where it
+starts its servers, its own Docker daemon (so the containers' processes are in that
+namespace and `--ipc=host` means its /dev/shm) and the watch: the watch sees nothing else,
+and whatever is left when PID 1 exits is killed by the kernel. The kernel's process
+events reach only the initial PID namespace, so the watch falls back to rounds (it says
+so: `accelhost_watch_fallback{source="process_events"}`): `--interval 1` there.
 """
 
 from __future__ import annotations
