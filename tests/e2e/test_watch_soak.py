@@ -174,7 +174,8 @@ def _run_isolated(tmp_path: Path) -> None:
     ]  # fmt: skip
     script = 'mount -t tmpfs -o size=4g,mode=1777 ah-soak-shm /dev/shm && exec "$@"'
     argv = [
-        "unshare", "--pid", "--fork", "--mount-proc", "--mount", "--propagation", "private",
+        "unshare", "--pid", "--fork", "--kill-child", "--mount-proc",
+        "--mount", "--propagation", "private",
         "tini", "-s", "--", "sh", "-c", script, "sh", *inner,
     ]  # fmt: skip
     started = time.monotonic()
@@ -187,6 +188,7 @@ def _run_isolated(tmp_path: Path) -> None:
         timeout=INNER_TIMEOUT_S,
         check=False,
     )
+    # (past the timeout, subprocess kills unshare, and --kill-child then the namespace)
     kept = [ln for ln in done.stdout.splitlines() if "it/s]" not in ln]
     print("\n".join(kept[-80:]))
     print(f"soak in its namespace: {time.monotonic() - started:.0f} s, exit {done.returncode}")
