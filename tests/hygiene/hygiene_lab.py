@@ -15,6 +15,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -330,3 +331,15 @@ def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str
         timeout=timeout,
         check=False,
     )
+
+
+@pytest.fixture
+def shm_dir() -> Iterator[Path]:
+    """A private directory on /dev/shm's tmpfs, removed with what is in it."""
+    if os.geteuid() != 0 or not Path("/dev/shm").is_dir():
+        pytest.skip("needs root and /dev/shm")
+    path = Path(tempfile.mkdtemp(prefix="accelhost-test-shm-", dir="/dev/shm"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

@@ -12,9 +12,7 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,20 +32,6 @@ m = mmap.mmap(fd, 4096)
 print("ready", flush=True)
 time.sleep(1000)
 """
-
-
-@pytest.fixture
-def shm_dir() -> Iterator[Path]:
-    """A private directory on /dev/shm's tmpfs (removed with what is in it)."""
-    if os.geteuid() != 0 or not Path("/dev/shm").is_dir():
-        pytest.skip("needs root and /dev/shm")
-    path = Path(tempfile.mkdtemp(prefix="accelhost-inc-", dir="/dev/shm"))
-    try:
-        yield path
-    finally:
-        for f in path.iterdir():
-            f.unlink()
-        path.rmdir()
 
 
 def _old_file(path: Path) -> Path:

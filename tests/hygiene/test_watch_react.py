@@ -15,10 +15,8 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,19 +39,6 @@ def _reactor() -> Reactor:
         reactor.close()
         pytest.skip("the kernel gives this process no process events (root, host PID ns)")
     return reactor
-
-
-@pytest.fixture
-def shm_dir() -> Iterator[Path]:
-    if os.geteuid() != 0 or not Path("/dev/shm").is_dir():
-        pytest.skip("needs root and /dev/shm")
-    path = Path(tempfile.mkdtemp(prefix="accelhost-react-", dir="/dev/shm"))
-    try:
-        yield path
-    finally:
-        for f in path.iterdir():
-            f.unlink()
-        path.rmdir()
 
 
 def _until(cond: object) -> bool:
