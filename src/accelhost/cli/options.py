@@ -29,6 +29,10 @@ HOST_ROOT_HELP = (
     "host at /host)"
 )
 PLANNING_TITLE = "planning this host (without --plan)"
+FORCE_HELP = (
+    "apply a --plan made for another host (one whose CPUs, NUMA nodes or devices are not "
+    "this host's; refused without it)"
+)
 NO_IRQ_HELP = (
     "leave the device's IRQs out (bind, exec: do not move them; verify: do not check them)"
 )
@@ -166,12 +170,7 @@ def plan_file(p: Parser, context: str) -> None:
 
 def force(p: Parser) -> None:
     """`--force`: bind, exec, verify and run --bind apply a plan made for another host."""
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="apply a --plan made for another host (one whose CPUs, NUMA nodes or devices "
-        "are not this host's; refused without it)",
-    )
+    p.add_argument("--force", action="store_true", help=FORCE_HELP)
 
 
 def no_irq(p: Parser) -> None:
