@@ -4,11 +4,10 @@ answer is recorded in a snapshot and replayed from it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
-import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from accelhost.host.once import read_once
 from accelhost.host.record import RecordingHost
 from accelhost.host.snapshot import SnapshotHost
 from accelhost.host.unixhttp import parse_http_answer, unix_http_get
+from unix_server import unix_server
 
 Reply = Callable[[socket.socket], None]
 
@@ -27,47 +27,12 @@ Reply = Callable[[socket.socket], None]
 @pytest.fixture
 def server() -> Iterator[Callable[[Reply], str]]:
     """Start a unix-socket server answering each connection with `reply`; stopped after."""
-    made: list[tuple[socket.socket, threading.Thread, Path]] = []
-    stop = threading.Event()
+    with contextlib.ExitStack() as stack:
 
-    def start(reply: Reply) -> str:
-        # AF_UNIX paths are limited to ~107 bytes: a short private directory under /tmp
-        folder = Path(tempfile.mkdtemp(prefix="ahs", dir="/tmp"))
-        path = folder / "d.sock"
-        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        srv.bind(str(path))
-        srv.listen(8)
-        srv.settimeout(0.1)
+        def start(reply: Reply) -> str:
+            return stack.enter_context(unix_server(lambda conn, _request: reply(conn)))
 
-        def loop() -> None:
-            while not stop.is_set():
-                try:
-                    conn, _ = srv.accept()
-                except OSError:
-                    continue
-                with conn:
-                    try:
-                        conn.settimeout(3)
-                        conn.recv(4096)
-                        reply(conn)
-                    except OSError:
-                        pass
-
-        t = threading.Thread(target=loop, daemon=True)
-        t.start()
-        made.append((srv, t, folder))
-        return str(path)
-
-    try:
         yield start
-    finally:
-        stop.set()
-        for srv, t, folder in made:
-            t.join(timeout=5)
-            srv.close()
-            for p in folder.iterdir():
-                p.unlink()
-            folder.rmdir()
 
 
 def _answer(body: bytes, head: str = "HTTP/1.0 200 OK\r\nContent-Type: application/json") -> Reply:

@@ -19,14 +19,14 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from unix_server import unix_server
 
 
 @dataclass
@@ -105,45 +105,19 @@ def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 @pytest.fixture
 def daemon() -> Iterator[tuple[str, dict[str, str]]]:
     """A test daemon on its own unix socket answering `answers[path]` (absent: never)."""
-    folder = Path(tempfile.mkdtemp(prefix="ahd", dir="/tmp"))
-    path = str(folder / "d.sock")
     answers: dict[str, str] = {}
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(path)
-    srv.listen(16)
-    srv.settimeout(0.1)
-    stop = threading.Event()
 
-    def loop() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = srv.accept()
-            except OSError:
-                continue
-            with conn:
-                try:
-                    conn.settimeout(2)
-                    request = conn.recv(4096).decode()
-                    target = request.split(" ")[1] if " " in request else ""
-                    body = answers.get(target)
-                    if body is None:
-                        time.sleep(1.5)  # a daemon that never answers in time
-                        continue
-                    head = f"HTTP/1.0 200 OK\r\nContent-Length: {len(body)}\r\n\r\n"
-                    conn.sendall(head.encode() + body.encode())
-                except OSError:
-                    pass
+    def reply(conn: socket.socket, request: bytes) -> None:
+        words = request.decode(errors="replace").split(" ")
+        body = answers.get(words[1] if len(words) > 1 else "")
+        if body is None:
+            time.sleep(1.5)  # a daemon that never answers in time
+            return
+        head = f"HTTP/1.0 200 OK\r\nContent-Length: {len(body)}\r\n\r\n"
+        conn.sendall(head.encode() + body.encode())
 
-    t = threading.Thread(target=loop, daemon=True)
-    t.start()
-    try:
+    with unix_server(reply) as path:
         yield path, answers
-    finally:
-        stop.set()
-        t.join(timeout=5)
-        srv.close()
-        os.unlink(path)
-        folder.rmdir()
 
 
 @needs_root
