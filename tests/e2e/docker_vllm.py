@@ -26,6 +26,7 @@ import signal
 import sys
 import time
 import urllib.request
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,14 +39,14 @@ HOST_SHM = SHM_DIR  # "/dev/shm/": what --ipc=host containers see as their /dev/
 
 
 @dataclass(frozen=True)
-class Pid1:
-    """How a container's PID 1 runs the engine."""
+class Pid1(ABC):
+    """How a container's PID 1 runs the engine (each kind says its own argv)."""
 
     label: str  # as the table in docs/e2e.md says it
     options: tuple[str, ...] = ()
 
-    def argv(self, engine: Sequence[str]) -> list[str]:
-        raise NotImplementedError
+    @abstractmethod
+    def argv(self, engine: Sequence[str]) -> list[str]: ...
 
 
 @dataclass(frozen=True)
