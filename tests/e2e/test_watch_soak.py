@@ -48,7 +48,7 @@ import pytest
 from docker_daemon import Daemon
 from docker_vllm import remove_unheld, start_vllm
 from engine import Server, accelhost_argv, start_server, wait_gone
-from hostcli import accelhost, check, paths_named, pids_named
+from hostcli import accelhost, check, paths_named, pids_named, walk
 from procs import SHM_DIR, Tracked, shm_files_held, wait_for
 
 SHM_MIN_AGE = 2.0
@@ -115,8 +115,11 @@ def _untouched(server: Server, pids: set[int], files: set[str], when: str) -> No
     assert server.answers(), f"{when}: healthy server does not answer"
 
 
-def _wait_removed(what: str, files: set[str], timeout: float = 60) -> dict[str, float]:
-    """When (time.time()) each file was first seen gone, polling every 0.1 s."""
+def _wait_removed(
+    what: str, files: set[str], journal: Path, wlog: Path, timeout: float = 60
+) -> dict[str, float]:
+    """When (time.time()) each file was first seen gone, polling every 0.1 s; past
+    `timeout`, fail with why the watch kept what is left (its doctor verdicts, its log)."""
     gone: dict[str, float] = {}
 
     def all_gone() -> bool:
@@ -125,8 +128,25 @@ def _wait_removed(what: str, files: set[str], timeout: float = 60) -> dict[str, 
                 gone[f] = time.time()
         return gone.keys() == files
 
-    wait_for(what, all_gone, timeout, every=0.1)
+    try:
+        wait_for(what, all_gone, timeout, every=0.1)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{_why_kept(files - gone.keys(), journal, wlog)}") from None
     return gone
+
+
+def _why_kept(left: set[str], journal: Path, wlog: Path) -> str:
+    doctor = accelhost("doctor", "--json", "--shm-min-age", str(SHM_MIN_AGE))
+    verdicts: list[Any] = []
+    if doctor.data is not None:
+        verdicts = [
+            d for d in walk(doctor.data) if d.get("path") in left or d.get("name") == "posix_shm"
+        ]
+    log_tail = "\n".join(wlog.read_text(errors="replace").splitlines()[-60:])
+    return (
+        f"left: {sorted(left)}\ndoctor: {json.dumps(verdicts, indent=1)[:6000]}\n"
+        f"journal: {json.dumps(_journal(journal))[-3000:]}\nwatch log tail:\n{log_tail}"
+    )
 
 
 def _removed_at(entries: list[dict[str, Any]], path: str) -> float | None:
@@ -259,7 +279,9 @@ def _soak(tiny_model: Path, e2e_dir: Path, docker_daemon: Daemon, tmp_path: Path
         # then their files are unheld, and go too (by vLLM's resource tracker, which
         # outlives the API server and unlinks what it registered once the orphans are
         # gone, or else by the watch)
-        crashed_gone = _wait_removed("the crashed server's files to go", crashed_files)
+        crashed_gone = _wait_removed(
+            "the crashed server's files to go", crashed_files, journal, wlog
+        )
         _untouched(healthy, healthy_pids, healthy_files, "after the crash's clean-up")
 
         # -- 2. a container beside the healthy server, removed with docker rm -f -----------
@@ -271,7 +293,9 @@ def _soak(tiny_model: Path, e2e_dir: Path, docker_daemon: Daemon, tmp_path: Path
         assert container_files, "the container's /dev/shm files were not seen"
         t_rm = time.time()
         docker_daemon.remove(container.container)
-        container_gone = _wait_removed("the container's files to go", container_files)
+        container_gone = _wait_removed(
+            "the container's files to go", container_files, journal, wlog
+        )
         _untouched(healthy, healthy_pids, healthy_files, "after the container's clean-up")
 
         # -- 3. the healthy server stops gracefully ----------------------------------------

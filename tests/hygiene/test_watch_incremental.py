@@ -113,6 +113,45 @@ def test_holder_scan_runs_only_when_a_file_becomes_a_candidate(shm_dir: Path) ->
         _stop(holder)
 
 
+def _stat_in(known: object, path: Path) -> float:
+    listing = known.shm_files[str(path.parent)]  # type: ignore[attr-defined]
+    return next(f.mtime for f in listing or () if f.path == str(path))
+
+
+@pytest.mark.parametrize("full_round", [True, False], ids=["full", "incremental"])
+def test_a_file_is_judged_on_its_stat_of_this_round(shm_dir: Path, full_round: bool) -> None:
+    """Written after the state last stat'ed it, then left by its holder: the round that
+    finds it unheld judges it on its stat now (the soak once saw a full round confirm a
+    container's queue on its mtime of minutes before, and the cleaner refuse it as
+    "changed since it was judged" every round after); a confirmed file written again is
+    seen written."""
+    path = _old_file(shm_dir / "psm_written")
+    holder = _holder(path)
+    try:
+        host = LiveHost()
+        state = IncrementalState(_options(shm_dir, shm_min_age_s=60), full_every=1000)
+        state.read(host, host, time.time())
+        state.read(host, host, time.time())
+        path.write_bytes(b"\1" * 4096)  # the engine writes its queue; no round sees it
+        _stop(holder)
+        if full_round:
+            state.force_full()
+        known = state.read(host, host, time.time())
+        assert state.last.full is full_round
+        assert _stat_in(known, path) == os.stat(path).st_mtime
+        assert not state._confirmed  # written just now: not old enough to be a leftover
+        later = time.time() + 120  # the rounds of two minutes on: old enough now
+        state.read(host, host, later)
+        assert state.last.holder_scan
+        assert state._confirmed == {(str(path), os.stat(path).st_ino)}
+        path.write_bytes(b"\2" * 4096)  # written again after it was confirmed
+        known = state.read(host, host, time.time())
+        assert _stat_in(known, path) == os.stat(path).st_mtime
+        assert not state._confirmed  # someone wrote it: a holder scan must confirm it again
+    finally:
+        _stop(holder)
+
+
 def test_incremental_verdicts_match_a_full_look(shm_dir: Path) -> None:
     _old_file(shm_dir / "psm_leaked")
     kept = _old_file(shm_dir / "psm_kept")

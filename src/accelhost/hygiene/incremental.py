@@ -18,10 +18,13 @@ under its name a new inode) and reads only:
 Who holds a file is known from the last full look plus what changed. A full holder scan
 (every process's fds and maps) runs only when an engine-named file becomes a candidate:
 its known holders all went, or it is new and unheld, and it is older than --shm-min-age by
-its last stat (then it is stat'ed afresh first); and the whole look is redone every
-`full_every` rounds (a process that opened a file long after it started, a process that
-became a zombie without going, a retitle long after start). Nothing is removed on these
-facts alone: the cleaner re-checks each file and process before it acts.
+its last stat (then it is stat'ed afresh first); and the whole look, every file's stat
+included, is redone every `full_every` rounds (a process that opened a file long after it
+started, a process that became a zombie without going, a retitle long after start). A file
+the holder scan confirmed as held by nobody is stat'ed afresh every round: it is judged
+leaked on that stat, so a write since keeps it, and what is judged is what the cleaner
+finds. Nothing is removed on these facts alone: the cleaner re-checks each file and
+process before it acts.
 
 Memory is bounded by the host's processes and files: each map is keyed by what exists now.
 Only a live host changes; a snapshot is read in full every round (`accelhost.hygiene.watch`).
@@ -115,7 +118,7 @@ class IncrementalState:
         cost = RoundCost()
         full = self._force_full or self.rounds % self.full_every == 0
         self._force_full = False
-        self._list_files(host, lister)
+        self._list_files(host, lister, restat=full)
         maps_only = self._maps_tokens()
         rights = ReaderRights.of(host)
         pids = lister.list_dir_inodes("/proc")
@@ -153,7 +156,12 @@ class IncrementalState:
             elif pid in reparented:
                 cost.reread += self._reread(host, rec, with_fds=False)
         cost.gone = len(gone)
-        if full or self._candidates(host, now_epoch):
+        if not full:
+            self._restat_confirmed(host)
+        # also in a full round: a file is confirmed on its stat of this round, never on
+        # one taken before its last write (the cleaner would refuse it as changed, forever)
+        candidates = self._candidates(host, now_epoch)
+        if full or candidates:
             if not full:
                 for rec in self._procs.values():
                     if not (rec.info.is_kernel_thread or rec.info.is_zombie):
@@ -219,8 +227,9 @@ class IncrementalState:
 
     # -------------------------------------------------------------- shm files
 
-    def _list_files(self, host: Host, lister: InodeLister) -> None:
-        """Bring the shm listing up to date: stat only what appeared or was replaced."""
+    def _list_files(self, host: Host, lister: InodeLister, restat: bool) -> None:
+        """Bring the shm listing up to date: stat only what appeared or was replaced, or
+        with `restat` (a full look) every file."""
         for directory in self.options.shm_dirs:
             names = lister.list_dir_inodes(directory)
             if names is None:
@@ -231,7 +240,7 @@ class IncrementalState:
             new: dict[str, tuple[int, ShmFile | None]] = {}
             for name, ino in names.items():
                 seen = old.get(name)
-                if seen is not None and seen[0] == ino:
+                if seen is not None and seen[0] == ino and not restat:
                     new[name] = seen
                 else:
                     new[name] = (ino, stat_shm_file(f"{base}/{name}", host))
@@ -267,6 +276,26 @@ class IncrementalState:
             tuple(sorted(privileged)),
         )
 
+    def _restat_confirmed(self, host: Host) -> None:
+        """Stat afresh each engine-named file a holder scan confirmed as held by nobody:
+        it is judged leaked on this stat each round. One written since was written by
+        someone: it is confirmed again (a holder scan) when it is old enough again."""
+        if not self._confirmed:
+            return
+        for entries in self._files.values():
+            for name, (_ino, f) in list((entries or {}).items()):
+                key = None if f is None else (f.path, f.inode)
+                if f is None or key not in self._confirmed:
+                    continue
+                fresh = stat_shm_file(f.path, host)
+                assert entries is not None
+                if fresh is None:
+                    del entries[name]
+                    continue
+                entries[name] = (fresh.inode, fresh)
+                if (fresh.inode, fresh.mtime) != (f.inode, f.mtime):
+                    self._confirmed.discard((f.path, f.inode))
+
     def _candidates(self, host: Host, now_epoch: float) -> bool:
         """Whether some engine-named file, held by nobody we know of and old enough by its
         last stat, was not yet confirmed by a holder scan (stat'ed afresh first)."""
@@ -292,11 +321,16 @@ class IncrementalState:
         return found
 
     def _confirm(self, now_epoch: float) -> None:
+        """Remember the engine-named files held by nobody and old enough (only those can
+        be removed; each is stat'ed afresh every round from now on)."""
         held = self._held()
+        naming_of = self.options.catalog.shm_naming
         self._confirmed = {
             (f.path, f.inode)
             for f in self._all_files()
-            if not held.holds(f) and (f.age_s(now_epoch) or 0.0) >= self.options.shm_min_age_s
+            if not held.holds(f)
+            and (f.age_s(now_epoch) or 0.0) >= self.options.shm_min_age_s
+            and naming_of(f.name) is not None
         }
 
     def react_pids(self) -> set[int]:
