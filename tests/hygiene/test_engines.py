@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from hygiene_fakes import FakeHost
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from accelhost.errors import UsageError
-from accelhost.hygiene.engines import BUILTIN_ENGINES, build_catalog, parse_catalog_file
+from accelhost.hygiene.engines import (
+    BUILTIN_ENGINES,
+    build_catalog,
+    parse_catalog_file,
+    required_literal,
+)
 
 
 def test_builtin_catalog_tells_frontends_from_children() -> None:
@@ -105,3 +113,68 @@ def test_catalog_file_and_flags_on_the_command_line(tmp_path: Path) -> None:
     for bad in (str(tmp_path / "missing.json"), str(snap)):  # absent; not a catalog
         res = _doctor(*base, "--engine-catalog", bad)
         assert res.returncode == 2 and res.stderr.startswith("accelhost doctor: --engine-catalog")
+
+
+# Patterns a site might add, beside the built-in ones: quantifiers, classes, escapes,
+# groups, alternations inside groups, a top-level alternation, inline flags.
+SITE_PATTERNS = (
+    r"python3?\s+-m\s+myengine\.serve",
+    r"ab?c",
+    r"a{0,3}bc",
+    r"[vV]llm serve",
+    r"(foo|bar)baz+",
+    r"x\.y\.z",
+    r"^worker-\d+$",
+    r"\\srv\\run",
+    r"foo|bar",
+    r"(?i)vllm",
+    r"\x41bcd",
+)
+ALL_PATTERNS = tuple(p for e in BUILTIN_ENGINES for p in e.frontends + e.children) + SITE_PATTERNS
+
+
+@pytest.mark.parametrize("pattern", ALL_PATTERNS)
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_every_match_contains_the_required_literal(pattern: str, data: st.DataObject) -> None:
+    """The substring test that spares the regex search never rules out a real match."""
+    literal = required_literal(pattern)
+    text = data.draw(st.from_regex(pattern))
+    assert re.search(pattern, text), text  # (from_regex: a match somewhere in text)
+    if literal is not None:
+        assert literal in text, (pattern, literal, text)
+
+
+def test_required_literals_of_the_builtin_engines_are_their_names() -> None:
+    """Each built-in pattern has a literal to test first (else every process of a host
+    pays a regex search per pattern), and the obvious one."""
+    literals = {p: required_literal(p) for e in BUILTIN_ENGINES for p in e.frontends + e.children}
+    assert None not in literals.values(), literals
+    assert literals[r"\bvllm\.entrypoints\."] == "vllm.entrypoints."
+    assert literals["^VLLM::EngineCore"] == "VLLM::EngineCore"
+    assert required_literal(r"a{0,3}bc") == "bc"  # the quantifier's digits are no text
+    assert required_literal(r"foo|bar") is None
+    assert required_literal(r"(?i)vllm") is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            ["vllm", "serve", "VLLM::EngineCore", " ", "/", "sglang", ".launch_server",
+             "-m", "python3", "trtllm-serve", "lmdeploy", "x", "mindie_llm", "_"]
+        ),
+        max_size=12,
+    ).map("".join)
+)  # fmt: skip
+def test_catalog_answers_as_a_plain_search_of_every_pattern(command: str) -> None:
+    cat = build_catalog()
+
+    def plain(patterns: tuple[str, ...]) -> bool:
+        return any(re.search(p, command) for p in patterns)
+
+    frontends = tuple(p for e in BUILTIN_ENGINES for p in e.frontends)
+    children = tuple(p for e in BUILTIN_ENGINES for p in e.children)
+    assert (cat.frontend_engine(command) is not None) == plain(frontends)
+    assert (cat.child_engine(command) is not None) == plain(children)
+    assert cat.is_engine(command) == plain(frontends + children)

@@ -196,6 +196,46 @@ def test_an_orphan_is_seen_by_an_incremental_round(lab: Lab) -> None:
     assert engine in [e.get("pid") for e in orphans.evidence]
 
 
+class _CountingHost(LiveHost):
+    """The live host, counting which /proc/PID/<file> it read (by file name)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: dict[str, int] = {}
+
+    def read_file(self, path: str) -> str | None:
+        name = path.rsplit("/", 1)[-1]
+        self.reads[name] = self.reads.get(name, 0) + 1
+        return super().read_file(path)
+
+
+def test_a_steady_round_reads_no_process_cgroup_again() -> None:
+    """Which container a process is in is read once per process (and again in each full
+    look), not every round: reading every /proc/PID/cgroup each round cost a steady
+    round 0.8x a bare full scan at the benchmark's load, more than all the rest."""
+    sleepers = [subprocess.Popen(["sleep", "1000"]) for _ in range(20)]
+    try:
+        host = _CountingHost()
+        watcher = Watcher(
+            lambda: host, HygieneOptions(), WatchConfig(full_every=4), lambda _e: None
+        )
+        watcher.run_once()
+        assert host.reads.get("cgroup", 0) >= len(sleepers)  # a full look reads each's
+        watcher.run_once()
+        host.reads.clear()
+        watcher.run_once()  # round 3: incremental, little changed
+        assert not watcher._state.last.full
+        assert host.reads.get("cgroup", 0) <= watcher._state.last.new + 5, host.reads
+        host.reads.clear()
+        watcher.run_once()  # round 4: a full look reads them all again
+        assert watcher._state.last.full
+        assert host.reads.get("cgroup", 0) >= len(sleepers)
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+
+
 def test_cost_metrics_count_rounds_and_full_scans() -> None:
     watcher = Watcher(LiveHost, HygieneOptions(), WatchConfig(full_every=2), lambda _e: None)
     for _ in range(3):

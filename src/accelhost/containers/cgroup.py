@@ -113,6 +113,6 @@ def parse_cgroup(text: str, source: str = "/proc/PID/cgroup") -> CgroupContainer
         _controllers, sep2, path = rest.partition(":")
         if not (sep1 and sep2) or not hierarchy.isdigit() or not path.startswith("/"):
             raise ParseError(source, f"not a cgroup line: {line[:80]!r}")
-        if found is None:
+        if found is None and path != "/":  # the root names no container (most lines)
             found = parse_cgroup_path(path)
     return found

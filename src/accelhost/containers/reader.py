@@ -8,8 +8,9 @@ all that is said, and `notes` says why, once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import replace
+from typing import Literal
 
 from accelhost.containers import crictl, docker_api
 from accelhost.containers.cgroup import CgroupContainer, parse_cgroup
@@ -126,21 +127,27 @@ def read_containers(
     procs: Mapping[int, ProcessInfo],
     now_epoch: float | None = None,
     sockets: Sequence[str] = (),
+    cgroups: MutableMapping[tuple[int, int], CgroupContainer | None] | None = None,
 ) -> ContainerView:
-    """Which container each process is in, and every container the runtimes know."""
+    """Which container each process is in, and every container the runtimes know.
+    `cgroups`: what an earlier look read of each process (by pid and start time), used
+    and brought up to date (a watch keeps it between rounds; bounded by the processes)."""
     seen: dict[int, CgroupContainer] = {}
+    memo = {} if cgroups is None else cgroups
+    now: dict[tuple[int, int], CgroupContainer | None] = {}
     for pid, proc in procs.items():
         if proc.is_kernel_thread:
             continue
-        text = host.read_file(f"/proc/{pid}/cgroup")
-        if not text:
+        key = (pid, proc.start_ticks)
+        read = memo[key] if key in memo else _cgroup_of(host, pid)
+        if read is False:
             continue
-        try:
-            where = parse_cgroup(text, f"/proc/{pid}/cgroup")
-        except AccelhostError:
-            continue
-        if where is not None:
-            seen[pid] = where
+        now[key] = read
+        if read is not None:
+            seen[pid] = read
+    if cgroups is not None:
+        cgroups.clear()
+        cgroups.update(now)
     host_ipc = _host_ipc(host, procs, seen)
     namespaces: dict[int, Namespaces] = {pid: read_namespaces(host, pid) for pid in sorted(seen)}
     wanted = {c.container_id for c in seen.values()}
@@ -184,6 +191,18 @@ def read_containers(
         runtimes=tuple(answered),
         notes=(NO_RUNTIME_NOTE,) if seen and not answered else (),
     )
+
+
+def _cgroup_of(host: Host, pid: int) -> CgroupContainer | None | Literal[False]:
+    """The container of `pid` by its cgroup (None: the host's); False when it could not
+    be read (gone, or no cgroup file): not remembered."""
+    text = host.read_file(f"/proc/{pid}/cgroup")
+    if not text:
+        return False
+    try:
+        return parse_cgroup(text, f"/proc/{pid}/cgroup")
+    except AccelhostError:
+        return False
 
 
 def _host_ipc(

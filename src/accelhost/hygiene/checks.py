@@ -106,7 +106,7 @@ def check_device_holders(facts: HostFacts, options: HygieneOptions) -> CheckResu
     if facts.processes is None and not facts.devices:
         return not_in_recording(facts, name)
     procs = facts.processes or {}
-    regex = options.engine_regex()
+    is_engine = options.catalog.is_engine
     holders = _holders(facts)
     evidence: list[dict[str, Any]] = []
     bad: list[str] = []
@@ -129,7 +129,7 @@ def check_device_holders(facts: HostFacts, options: HygieneOptions) -> CheckResu
                 }
             )
             continue
-        engine = bool(regex and proc.cmdline and regex.search(proc.command))
+        engine = bool(proc.cmdline) and is_engine(proc.command)
         ev = process_evidence(proc, facts, engine=engine)
         ev["devices"] = nodes
         evidence.append(ev)

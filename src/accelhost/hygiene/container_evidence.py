@@ -8,8 +8,7 @@ birth (`ambiguous` when more than one), never a guess beyond that. `scope_report
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -80,18 +79,18 @@ def left_by_dir(facts: HostFacts, path: str) -> dict[str, Any] | None:
     found = [cf.view.containers[i] for i in d.container_ids if i in cf.view.containers]
     from accelhost.hygiene.engines import build_catalog
 
-    rx = build_catalog().any_regex()
-    engines = [c for c in found if runs_engine(facts, c, rx)]
+    is_engine = build_catalog().is_engine
+    engines = [c for c in found if runs_engine(facts, c, is_engine)]
     chosen = engines or found
     why = "in the /dev/shm of " + " and ".join(c.label for c in chosen)
     return _named(chosen, why, "containers share it")
 
 
-def runs_engine(facts: HostFacts, c: Container, rx: re.Pattern[str] | None) -> bool:
+def runs_engine(facts: HostFacts, c: Container, is_engine: Callable[[str], bool]) -> bool:
     cf = facts.containers
     procs = facts.processes or {}
     pids = cf.view.pids_of(c.id) if cf else []
-    return rx is not None and any(p in procs and rx.search(procs[p].command) for p in pids)
+    return any(p in procs and is_engine(procs[p].command) for p in pids)
 
 
 def left_by_seen(facts: HostFacts, f: ShmFile | None) -> dict[str, Any] | None:
@@ -103,25 +102,30 @@ def left_by_seen(facts: HostFacts, f: ShmFile | None) -> dict[str, Any] | None:
     return _named([c], f"its processes were seen holding it ({c.label})", "")
 
 
-def left_by_file(facts: HostFacts, path: str) -> dict[str, Any] | None:
-    f = next((f for f in _listed(facts) if f.path == path), None)
+def left_by_file(
+    facts: HostFacts, path: str, listed: Mapping[str, ShmFile] | None = None
+) -> dict[str, Any] | None:
+    """`listed`: `listed_by_path(facts)`, when many files are asked about."""
+    f = (listed if listed is not None else listed_by_path(facts)).get(path)
     born = None if f is None else (f.birth if f.birth is not None else f.mtime)
     return left_by_dir(facts, path) or left_by_seen(facts, f) or left_by_birth(facts, born)
 
 
-def _listed(facts: HostFacts) -> list[ShmFile]:
-    """Every /dev/shm file listed: the host's and the containers' own."""
+def listed_by_path(facts: HostFacts) -> dict[str, ShmFile]:
+    """Every /dev/shm file listed, the host's and the containers' own, by path."""
     own = [d.files for d in facts.containers.shm_dirs] if facts.containers else []
     dirs = [*facts.shm_files.values(), *own]
-    return [f for files in dirs for f in files or ()]
+    return {f.path: f for files in dirs for f in files or ()}
 
 
-def annotate_evidence(e: dict[str, Any], facts: HostFacts) -> dict[str, Any]:
+def annotate_evidence(
+    e: dict[str, Any], facts: HostFacts, listed: Mapping[str, ShmFile] | None = None
+) -> dict[str, Any]:
     kind = e.get("kind")
     if kind == "process" and isinstance(e.get("pid"), int) and "container" not in e:
         return {**e, "container": container_json(container_of(facts, e["pid"]))}
     if kind == "shm_file" and "left_by" not in e:
-        return {**e, "left_by": left_by_file(facts, str(e.get("path")))}
+        return {**e, "left_by": left_by_file(facts, str(e.get("path")), listed)}
     if kind == "segment" and "left_by" not in e and isinstance(e.get("shmid"), int):
         seg = next((s for s in facts.segments or () if s.shmid == e["shmid"]), None)
         return {**e, "left_by": left_by_birth(facts, None if seg is None else float(seg.ctime))}
@@ -130,9 +134,10 @@ def annotate_evidence(e: dict[str, Any], facts: HostFacts) -> dict[str, Any]:
 
 def annotate_report(report: DoctorReport, facts: HostFacts) -> DoctorReport:
     """Every process and leftover of every check, named by its container."""
+    listed = listed_by_path(facts)
     return DoctorReport(
         tuple(
-            replace(c, evidence=tuple(annotate_evidence(e, facts) for e in c.evidence))
+            replace(c, evidence=tuple(annotate_evidence(e, facts, listed) for e in c.evidence))
             for c in report.checks
         )
     )
@@ -177,7 +182,7 @@ class HolderMemory:
         cf = facts.containers
         if cf is None:
             return
-        listed = {(f.dev, f.inode) for f in _listed(facts)}
+        listed = {(f.dev, f.inode) for f in listed_by_path(facts).values()}
         kept = {k: c for k, c in self._seen.items() if k in listed}
         for node, cid in cf.held_by.items():
             if node in listed and cid in cf.view.containers:

@@ -7,10 +7,10 @@ be read stays None; nothing here raises for a host's content.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 
+from accelhost.containers.cgroup import CgroupContainer
 from accelhost.containers.model import Container, ContainerView
 from accelhost.containers.reader import read_containers
 from accelhost.host.base import Host
@@ -145,12 +145,12 @@ def _shm_dirs(
 
 
 def _engine_uids(
-    host: Host, procs: Mapping[int, ProcessInfo], engines: re.Pattern[str] | None
+    host: Host, procs: Mapping[int, ProcessInfo], is_engine: Callable[[str], bool] | None
 ) -> dict[int, int]:
     """The real uid of each engine process (logind's RemoveIPC spares system users)."""
     out = {}
     for pid, p in sorted(procs.items()):
-        if engines is None or p.is_zombie or not p.cmdline or not engines.search(p.command):
+        if is_engine is None or p.is_zombie or not p.cmdline or not is_engine(p.command):
             continue
         status = host.read_file(f"/proc/{pid}/status") or ""
         real = (parse_status_field(status, "Uid") or "").split()[:1]
@@ -165,7 +165,8 @@ def read_container_facts(
     now_epoch: float | None,
     sockets: tuple[str, ...] = (),
     host_shm: Mapping[str, tuple[ShmFile, ...] | None] | None = None,
-    engines: re.Pattern[str] | None = None,
+    engines: Callable[[str], bool] | None = None,
+    cgroups: MutableMapping[tuple[int, int], CgroupContainer | None] | None = None,
 ) -> ContainerFacts:
     """Everything the container-aware checks need (`procs` None: no process table)."""
     errors: dict[str, str] = {}
@@ -176,7 +177,7 @@ def read_container_facts(
     remove_ipc, source = _read_logind(host)
     if procs is None:
         return ContainerFacts(ContainerView(), (), space, remove_ipc, source, errors=errors)
-    view = read_containers(host, procs, now_epoch, sockets)
+    view = read_containers(host, procs, now_epoch, sockets, cgroups)
     host_devs = {f.dev for files in (host_shm or {}).values() for f in files or () if f.dev}
     dirs = _shm_dirs(host, view, procs, host_devs)
     uids = _engine_uids(host, procs, engines) if remove_ipc else {}

@@ -92,9 +92,11 @@ def check_container_init(facts: HostFacts, options: HygieneOptions) -> CheckResu
         return not_in_recording(facts, NAME)
     if cf is None:
         return unknown(NAME, "containers not read")
-    rx = options.engine_regex()
+    is_engine = options.catalog.is_engine
     engines = [
-        c for c in cf.view.containers.values() if c.state == RUNNING and runs_engine(facts, c, rx)
+        c
+        for c in cf.view.containers.values()
+        if c.state == RUNNING and runs_engine(facts, c, is_engine)
     ]
     note = f" ({'; '.join(cf.view.notes)})" if cf.view.notes else ""
     if not engines:

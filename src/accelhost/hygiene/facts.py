@@ -190,13 +190,11 @@ def _read_engine_env(
     options: HygieneOptions,
 ) -> dict[int, dict[str, str]]:
     """Allocator settings of the engines that hold a device (the only ones it matters for)."""
-    regex = options.engine_regex()
+    is_engine = options.catalog.is_engine
     out: dict[int, dict[str, str]] = {}
-    if regex is None:
-        return out
     for pid in sorted(holders):
         proc = procs.get(pid)
-        if proc is None or proc.is_zombie or not proc.cmdline or not regex.search(proc.command):
+        if proc is None or proc.is_zombie or not proc.cmdline or not is_engine(proc.command):
             continue
         env = _read_alloc_env(host, pid)
         if env is not None:
@@ -381,7 +379,13 @@ def read_facts(
     holders = set(fds) | {row.pid for d in devices for row in d.processes}
     engine_env = _read_engine_env(host, procs or {}, holders, opts)
     containers = read_container_facts(
-        host, procs, now, opts.container_sockets, shm_files, opts.engine_regex()
+        host,
+        procs,
+        now,
+        opts.container_sockets,
+        shm_files,
+        opts.catalog.is_engine,
+        None if known is None else known.cgroups,
     )
     return HostFacts(
         live=host.is_live,

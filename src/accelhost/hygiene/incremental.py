@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
+from accelhost.containers.cgroup import CgroupContainer
 from accelhost.host.base import Host
 from accelhost.hygiene.devices import device_paths_held
 from accelhost.hygiene.facts import HostFacts, read_facts
@@ -101,6 +102,8 @@ class IncrementalState:
     _force_full: bool = True
     _exited: set[int] = field(default_factory=set)  # told by process events, not yet read
     _listed: frozenset[str] = frozenset()  # the shm files' paths, as last listed
+    # each process's container by its cgroup, read once (`containers.reader`)
+    _cgroups: dict[tuple[int, int], CgroupContainer | None] = field(default_factory=dict)
     last: RoundCost = field(default_factory=RoundCost)
 
     def note_exits(self, pids: Iterable[int]) -> None:
@@ -131,6 +134,7 @@ class IncrementalState:
             before = {(p, r.info.start_ticks): r.first_round for p, r in self._procs.items()}
             self._procs.clear()
             self._hidden.clear()
+            self._cgroups.clear()
         gone = [p for p in self._procs if p not in listing]
         for pid in gone:
             del self._procs[pid]
@@ -374,6 +378,7 @@ class IncrementalState:
                 for d, e in self._files.items()
             },
             held=self._held(),
+            cgroups=self._cgroups,
         )
 
 

@@ -4,9 +4,10 @@ from round to round. Its own module: `facts` and `incremental` both name it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass, field
 
+from accelhost.containers.cgroup import CgroupContainer
 from accelhost.readers.procs import ProcessInfo
 from accelhost.readers.shmfiles import HeldScan, ShmFile
 
@@ -20,3 +21,6 @@ class KnownProcesses:
     hidden: frozenset[int]
     shm_files: Mapping[str, tuple[ShmFile, ...] | None]
     held: HeldScan
+    # (pid, start ticks) -> its container by its cgroup: a process stays in its container,
+    # so a watch reads each one's /proc/PID/cgroup once (again in each full look)
+    cgroups: MutableMapping[tuple[int, int], CgroupContainer | None] = field(default_factory=dict)

@@ -124,10 +124,6 @@ class HygieneOptions:
     def all_device_globs(self) -> tuple[str, ...]:
         return BUILTIN_DEVICE_GLOBS + tuple(self.device_globs)
 
-    def engine_regex(self) -> re.Pattern[str] | None:
-        """Any engine's process, frontend or child (device holders, allocator hints)."""
-        return self.catalog.any_regex()
-
     def is_device_path(self, path: str) -> bool:
         # one regex of every glob, compiled on first use: asked of each open /dev file of
         # every process on the host
