@@ -24,6 +24,7 @@ from hygiene_lab import Lab, wait_gone
 from prometheus_client import generate_latest
 
 from accelhost.host.live import LiveHost
+from accelhost.hygiene.cleaner import CleanFilters
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.react import Reactor
 from accelhost.hygiene.watch import WatchConfig, Watcher
@@ -119,6 +120,40 @@ def test_an_orphan_is_fail_by_the_frontend_exit_not_the_interval(lab: Lab) -> No
         assert rnd is not None
         orphans = next(c for c in rnd.report.checks if c.name == "orphan_engines")
         assert engine in [e.get("pid") for e in orphans.evidence]
+    finally:
+        stop.set()
+        thread.join(timeout=70)
+
+
+def test_an_orphan_is_confirmed_and_stopped_long_before_the_interval(
+    lab: Lab, tmp_path: Path
+) -> None:
+    """With --clean-orphan-rounds 2, the round the frontend's exit started is the first
+    sighting; the second comes CONFIRM_S later, not at the 60 s interval."""
+    _reactor().close()
+    node = lab.device_node()
+    fe, engine, worker = lab.server(node)
+    logs: list[dict[str, object]] = []
+    config = WatchConfig(
+        interval_s=60.0,
+        auto_clean=True,
+        clean_orphan_rounds=2,
+        journal=str(tmp_path / "j.jsonl"),
+        grace_s=1.0,
+        scope=CleanFilters(pids=frozenset({engine, worker})),  # nobody else's orphans
+    )
+    watcher = Watcher(LiveHost, HygieneOptions(device_globs=(lab.glob(),)), config, logs.append)
+    stop, thread = _run(watcher)
+    try:
+        assert _until(lambda: watcher.collector.rounds_done() >= 1)
+        os.kill(fe, signal.SIGKILL)
+        assert wait_gone(fe)
+        assert _until(lambda: wait_gone(engine, timeout=0.1) and wait_gone(worker, timeout=0.1))
+        stopped = [e for e in logs if e["event"] == "auto_clean"]
+        assert stopped, logs
+        # rounds: the first, the exit's (first sighting), the confirming one (a few more
+        # may follow while it stops), never one of the 60 s timer's
+        assert watcher.collector.rounds_done() >= 3
     finally:
         stop.set()
         thread.join(timeout=70)

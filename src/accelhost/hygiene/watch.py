@@ -54,6 +54,10 @@ from accelhost.supervisor.options import DEFAULT_GRACE_S
 # A file due to reach --shm-min-age is judged this long after it does (its mtime is whole
 # seconds on some filesystems).
 DUE_SLACK_S = 0.1
+# An orphan seen in fewer than --clean-orphan-rounds rounds is looked at again this soon,
+# not at --interval: the rounds confirm it is still an orphan (its frontend did not come
+# back for it), and a round the frontend's exit started must not leave it for a minute.
+CONFIRM_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -265,6 +269,11 @@ class Watcher:
             self.collector.count_clean(out.action, "ok" if out.ok else "failed")
         self.log({"event": "auto_clean_done", "outcomes": [o.to_dict() for o in result.outcomes]})
 
+    def _confirming(self) -> bool:
+        """Some orphan is not yet seen in --clean-orphan-rounds rounds (auto-clean)."""
+        rounds = self.config.clean_orphan_rounds
+        return self.config.auto_clean and any(n < rounds for n in self._orphan_rounds.values())
+
     @staticmethod
     def _live(host: Host) -> bool:
         return host.is_live and isinstance(host, InodeLister)
@@ -315,6 +324,8 @@ class Watcher:
                 if rounds is not None and done >= rounds:
                     return
                 until = started + self.config.interval_s
+                if self._confirming():
+                    until = min(until, started + CONFIRM_S)
                 if self._incremental:
                     due = self._state.next_due(time.time() + self._clock_offset)
                     if due is not None:
