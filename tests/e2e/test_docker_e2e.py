@@ -9,6 +9,7 @@ the `container_init` check, `--container`, and each container's own /dev/shm.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -233,6 +234,32 @@ def test_container_naming_nothing_known_exits_2(rm_f_and_pod, docker_daemon: Dae
     answer = accelhost_for(docker_daemon, "doctor", "--container", "no-such-container")
     assert answer.rc == 2, answer.explain()
     assert rm_f_and_pod["pod"].name in answer.stderr, answer.explain()
+
+
+def test_watch_scoped_to_a_removed_container_auto_cleans_what_it_left(
+    rm_f_and_pod, docker_daemon: Daemon, tmp_path: Path
+) -> None:
+    """`watch --container NAME --auto-clean` on the host itself: the container is gone
+    (`docker rm -f`, known from Docker's events), what it left is removed, and nothing
+    else is touched (the pod's files, both incarnations', are not this scope's)."""
+    victim = rm_f_and_pod["victim"]
+    left = {f for f in rm_f_and_pod["rm_f"].left if os.path.exists(f)}
+    assert left, "docker rm -f left nothing here (test_docker_rm_f_while_serving_leaks)"
+    others = {f for f in rm_f_and_pod["old_own"] | rm_f_and_pod["new_own"] if os.path.exists(f)}
+    journal = tmp_path / "watch.jsonl"
+    answer = accelhost_for(
+        docker_daemon, "watch", "--container", victim.name, "--auto-clean", "--rounds", "3",
+        "--interval", "0.5", "--shm-min-age", "0", "--metrics-addr", "none",
+        "--journal", str(journal),
+    )  # fmt: skip
+    assert answer.rc == 0, answer.explain()
+    intents = [
+        e for e in map(json.loads, journal.read_text().splitlines()) if e["event"] == "intent"
+    ]
+    assert {e.get("path") for e in intents} == left, answer.explain()
+    assert not any(os.path.exists(f) for f in left)
+    assert all(os.path.exists(f) for f in others), "the watch touched another container's files"
+    assert rm_f_and_pod["new"].answers()
 
 
 def test_pod_old_incarnation_is_found_named_and_removed_new_kept(

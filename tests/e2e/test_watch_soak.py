@@ -15,9 +15,10 @@ clean-up; the journal names only the orphans and the files the test left, each w
 reason, each removed within `--shm-min-age` + `REACT_BOUND_S` of becoming a leftover;
 /metrics counts no failed round; the watch's resident memory stayed flat.
 
-Isolation: `watch --auto-clean` cannot be limited from the command line (the library's
-`WatchConfig.scope` exists, the CLI sets none, and the pids are not known when it starts),
-and on a shared machine it would stop other work's orphan engines (a first version of
+Isolation: `watch --auto-clean` cannot be limited to this test's servers from the command
+line (`--container` scopes it to one container; the bare servers are in none, and their
+pids are not known when it starts), and on a shared machine it would stop other work's
+orphan engines (a first version of
 this test, run on the host, stopped the stand-in orphans of a unit test running beside
 it). So the test runs itself again in a PID and mount namespace of its own (`unshare
 --pid --mount --mount-proc`, `tini` as its PID 1, a private tmpfs on /dev/shm) where it

@@ -333,6 +333,50 @@ def test_watch_logs_name_the_containers_and_export_container_init() -> None:
     assert 'accelhost_check_status{check="container_init",state="WARN"} 1.0' in text
 
 
+def test_watch_scoped_to_one_container_judges_and_counts_only_what_it_left() -> None:
+    from prometheus_client import generate_latest
+
+    from accelhost.host.snapshot import load_snapshot
+    from accelhost.hygiene.watch import WatchConfig, Watcher
+
+    host = load_snapshot("example:docker-vllm-leak")
+    whole = Watcher(lambda: host, OPTS, WatchConfig(), lambda _e: None).run_once()
+    opts = HygieneOptions(container="vllm-rmf")
+    watcher = Watcher(lambda: host, opts, WatchConfig(), lambda _e: None)
+    rnd = watcher.run_once()
+    shm = rnd.report.get("posix_shm")
+    assert shm is not None and shm.status == "WARN"
+    assert {e["path"].rsplit("/", 1)[-1] for e in shm.evidence} == {
+        "psm_c0ffee11",
+        "psm_c0ffee22",
+        "sem.mp-r2m4f6zz",
+    }
+    assert whole.shm_files == 9 and rnd.shm_files == 3  # the gauges count its files only
+    init = rnd.report.get("container_init")
+    assert init is not None and init.status == "OK"  # the risky ones are others
+    text = generate_latest(watcher.registry).decode()
+    assert 'accelhost_check_status{check="container_init",state="WARN"} 0.0' in text
+    # a container that runs nothing risky and left nothing: nothing to say
+    safe = Watcher(
+        lambda: host, HygieneOptions(container="vllm-safe"), WatchConfig(), lambda _e: None
+    ).run_once()
+    assert safe.shm_files == 0 and safe.orphans == 0
+
+
+def test_watch_container_naming_none_exits_2_at_once(tmp_path: Path) -> None:
+    snap = tmp_path / "story.json"
+    snap.write_text(json.dumps(story_snapshot()))
+    common = ("watch", "--snapshot", str(snap), "--metrics-addr", "none", "--rounds", "2")
+    bad = _cli(*common, "--container", "nothing-like-it")
+    assert bad.returncode == 2 and "known: pause (docker" in bad.stderr, bad.stderr
+    assert "round_failed" not in bad.stdout
+    good = _cli(*common, "--container", "vllm-rmf")
+    assert good.returncode == 0, good.stderr
+    status = [json.loads(line) for line in good.stdout.splitlines() if "check_status" in line]
+    posix = next(e for e in status if e["check"] == "posix_shm")
+    assert posix["containers"] == ["vllm-rmf (docker b2b2b2b2b2b2)"]
+
+
 def test_watch_names_a_leftover_by_the_container_it_saw_holding_it() -> None:
     """Round 1: a container (no runtime answers) maps /dev/shm/psm_a. Round 2: it is gone
     with no record and no event, and psm_a is left: watch names the container it saw."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 
-def add_container_options(p: argparse.ArgumentParser, scope: bool = True) -> None:
+def add_container_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--docker-socket",
         action="append",
@@ -16,10 +16,10 @@ def add_container_options(p: argparse.ArgumentParser, scope: bool = True) -> Non
         "(repeatable; then DOCKER_HOST=unix://..., /var/run/docker.sock, "
         "/run/podman/podman.sock; one second each at most)",
     )
-    if scope:
-        p.add_argument(
-            "--container",
-            metavar="NAME|ID",
-            help="only what this container runs or left behind (a name, a pod "
-            "`namespace/name`, or an id prefix); naming none is exit 2 with the known ones",
-        )
+    p.add_argument(
+        "--container",
+        metavar="NAME|ID",
+        help="only what this container runs or left behind (a name, a pod "
+        "`namespace/name`, or an id prefix); naming none is exit 2 with the known ones "
+        "(watch: in its first round; a container that goes later stays its scope)",
+    )

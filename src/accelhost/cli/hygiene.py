@@ -136,7 +136,7 @@ def register(subparsers: Any) -> None:
         epilog=help_epilog("watch"),
     )
     add_common(watch)
-    add_container_options(watch, scope=False)
+    add_container_options(watch)
     add_preflight(watch)
     watch.add_argument(
         "--interval",

@@ -231,13 +231,42 @@ def action_container(facts: HostFacts, a: Action) -> dict[str, Any] | None:
     return None
 
 
+def _names_any(who: dict[str, Any] | None, ids: set[str]) -> bool:
+    return who is not None and any(
+        isinstance(x, dict) and x.get("id") in ids for x in who["containers"]
+    )
+
+
 def scope_actions(
     actions: Sequence[Action], facts: HostFacts, chosen: Sequence[Container]
 ) -> list[Action]:
     ids = {c.id for c in chosen}
-    return [
-        a
-        for a in actions
-        if (who := action_container(facts, a)) is not None
-        and any(isinstance(x, dict) and x.get("id") in ids for x in who["containers"])
-    ]
+    return [a for a in actions if _names_any(action_container(facts, a), ids)]
+
+
+class ContainerScope:
+    """`watch --container NAME|ID`: the containers it names, resolved each round. Once
+    resolved, a container that went (`docker rm -f`) keeps the containers it last named, so
+    what it left is still its own; a name that never named one is a UsageError."""
+
+    def __init__(self, wanted: str) -> None:
+        self.wanted = wanted
+        self.chosen: list[Container] | None = None
+
+    def resolve(self, facts: HostFacts) -> list[Container]:
+        try:
+            self.chosen = resolve_container(facts, self.wanted)
+        except UsageError:
+            if self.chosen is None:
+                raise
+        return self.chosen
+
+    def runs(self, facts: HostFacts, pid: int) -> bool:
+        c = container_of(facts, pid)
+        return c is not None and c.id in {x.id for x in self.chosen or ()}
+
+    def left_file(self, facts: HostFacts, path: str) -> bool:
+        return _names_any(left_by_file(facts, path), {c.id for c in self.chosen or ()})
+
+    def left_segment(self, facts: HostFacts, ctime: int) -> bool:
+        return _names_any(left_by_birth(facts, float(ctime)), {c.id for c in self.chosen or ()})

@@ -22,6 +22,7 @@ from typing import Any
 
 from prometheus_client.registry import CollectorRegistry
 
+from accelhost.errors import UsageError
 from accelhost.host.base import Host
 from accelhost.hygiene.checks import run_checks
 from accelhost.hygiene.cleaner import (
@@ -32,7 +33,14 @@ from accelhost.hygiene.cleaner import (
     execute,
     plan_clean,
 )
-from accelhost.hygiene.container_evidence import HolderMemory, annotate_report, containers_named
+from accelhost.hygiene.container_evidence import (
+    ContainerScope,
+    HolderMemory,
+    annotate_report,
+    containers_named,
+    scope_actions,
+    scope_report,
+)
 from accelhost.hygiene.evidence import unknown
 from accelhost.hygiene.facts import HostFacts, read_facts
 from accelhost.hygiene.incremental import DEFAULT_FULL_EVERY, IncrementalState, InodeLister
@@ -111,6 +119,8 @@ class Watcher:
         self._clock_offset = 0.0
         self._orphan_rounds: dict[tuple[int, int], int] = {}
         self._holders = HolderMemory()  # which container held each /dev/shm file
+        # --container: only what it runs or left (its checks, metrics and auto-clean)
+        self._scope = None if options.container is None else ContainerScope(options.container)
 
     def run_once(self) -> Round:
         cpu0, wall0 = time.thread_time(), time.perf_counter()
@@ -152,6 +162,12 @@ class Watcher:
             else None
         )
         shm: list[ShmJudgement] | None = None if judged is None else [j for j in judged if j.leaked]
+        if self._scope is not None:
+            scope = self._scope
+            report = scope_report(report, scope.resolve(facts))
+            orphans = orphans and [o for o in orphans if scope.runs(facts, o.proc.pid)]
+            leaks = leaks and [(s, v) for s, v in leaks if scope.left_segment(facts, s.ctime)]
+            shm = shm and [j for j in shm if scope.left_file(facts, j.file.path)]
         rnd = Round(
             facts=facts,
             report=report,
@@ -257,6 +273,8 @@ class Watcher:
             or isinstance(a, StopProcesses)
             or (isinstance(a, RemoveSegment) and a.after_stop)
         ]
+        if self._scope is not None and self._scope.chosen is not None:
+            actions = scope_actions(actions, rnd.facts, self._scope.chosen)
         if not actions:
             return
         self.log({"event": "auto_clean", "actions": [a.to_dict() for a in actions]})
@@ -304,7 +322,8 @@ class Watcher:
         """Rounds every --interval until `stop`; on a live host also at once when an
         engine process or a holder of an engine file exits (`react.Reactor`), and when a
         new unheld engine file reaches --shm-min-age. A failed round is counted and logged,
-        and the next one reads the whole host; it never ends the watch."""
+        and the next one reads the whole host; it never ends the watch, but a first round
+        that finds the user's words wrong (`--container` naming none) does: UsageError."""
         done = 0
         reactor: Reactor | None = None
         try:
@@ -317,6 +336,8 @@ class Watcher:
                 try:
                     self.run_once()
                 except Exception as exc:  # a bad round is logged; the watch goes on
+                    if done == 0 and isinstance(exc, UsageError):
+                        raise
                     self.collector.fail()
                     self._state.force_full()
                     self.log({"event": "round_failed", "error": f"{type(exc).__name__}: {exc}"})
