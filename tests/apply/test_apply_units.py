@@ -8,7 +8,6 @@ import os
 
 from apply_helpers import thread_cpus
 
-from accelhost.apply import memory
 from accelhost.apply.irq import parse_interrupts
 from accelhost.apply.irqbalance import banned_config
 from accelhost.apply.steps import (
@@ -52,15 +51,6 @@ def test_banned_config_adds_cpus_and_irqs_once():
     )
     again = banned_config(text, [8, 40], [200, 201])
     assert again.count("IRQBALANCE_BANNED_CPULIST") == 1 and again.count("--banirq=200") == 1
-
-
-def test_numa_maps_pages_per_node():
-    text = (
-        "7f00 default anon=3 dirty=3 N0=2 N1=1 kernelpagesize_kB=4\n"
-        "7f10 bind:1 file=/x mapped=4 N1=4 kernelpagesize_kB=4\n"
-    )
-    usage = memory.parse_numa_maps(text)
-    assert usage.pages == {0: 2, 1: 5} and usage.policies == ("default", "bind:1")
 
 
 def test_exit_status_partial_versus_full():

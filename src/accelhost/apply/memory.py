@@ -97,36 +97,7 @@ def node_of_cpu(cpu: int, root: str = "/") -> int | None:
     return None
 
 
-@dataclass(frozen=True)
-class NumaUsage:
-    """Pages per node as /proc/<pid>/numa_maps counts them, and the policies it shows."""
-
-    pages: dict[int, int]
-    policies: tuple[str, ...]
-
-    @property
-    def total(self) -> int:
-        return sum(self.pages.values())
-
-    def summary(self) -> str:
-        if not self.pages:
-            return "no pages resident"
-        return ", ".join(f"N{n}={p}" for n, p in sorted(self.pages.items()))
-
-
 _NODE_FIELD = re.compile(r"\bN(\d+)=(\d+)")
-
-
-def parse_numa_maps(text: str) -> NumaUsage:
-    pages: dict[int, int] = {}
-    policies: list[str] = []
-    for line in text.splitlines():
-        parts = line.split(None, 2)
-        if len(parts) >= 2 and parts[1] not in policies:
-            policies.append(parts[1])
-        for node, count in _NODE_FIELD.findall(line):
-            pages[int(node)] = pages.get(int(node), 0) + int(count)
-    return NumaUsage(pages, tuple(policies))
 
 
 @dataclass(frozen=True)
@@ -215,8 +186,3 @@ def kb_per_node(regions: dict[int, NumaRegion]) -> dict[int, int]:
 def read_proc(pid: int, name: str, root: str = "/") -> str | None:
     """/proc/PID/NAME under `root` (a node agent sees the host's /proc at /host/proc)."""
     return live_host().read_file(os.path.join(root, f"proc/{pid}/{name}"))
-
-
-def numa_usage(pid: int, root: str = "/") -> NumaUsage | None:
-    text = read_proc(pid, "numa_maps", root)
-    return None if text is None else parse_numa_maps(text)

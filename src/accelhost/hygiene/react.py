@@ -154,7 +154,6 @@ class Reactor:
     named: Callable[[str], bool] = field(default=lambda _n: False, repr=False)
     watched: frozenset[int] = frozenset()
     lost_said: bool = False
-    exits_seen: int = 0
     _filtered: frozenset[int] | None = field(default=None, repr=False)
 
     @classmethod
@@ -233,7 +232,6 @@ class Reactor:
         for what, ints in self.events.read():
             if what == PROC_EVENT_EXIT and ints[0] == ints[1] and ints[1] in self.watched:
                 out.append(ints[1])
-        self.exits_seen += len(out)
         return out
 
     def close(self) -> None:
