@@ -28,7 +28,7 @@ from accelhost.hygiene.cleaner import CleanFilters
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.react import Reactor
 from accelhost.hygiene.watch import WatchConfig, Watcher
-from accelhost.supervisor.procevents import PROC_EVENT_EXIT
+from accelhost.supervisor.eventfilter import PROC_EVENT_EXIT
 
 WAIT_S = 30.0  # well below the 60 s interval: a round seen within it was not the timer's
 

@@ -26,7 +26,8 @@ from run_support import (
 from tree_helper import shmget
 
 from accelhost.host.live import LiveHost
-from accelhost.supervisor.procevents import PROC_EVENT_EXIT, PROC_EVENT_FORK, ForkTracker
+from accelhost.supervisor.eventfilter import PROC_EVENT_EXIT, PROC_EVENT_FORK
+from accelhost.supervisor.procevents import ForkTracker, ProcEvents
 from accelhost.supervisor.shmfiles import CreationWatch, ShmFileLedger
 
 MARGIN_S = 20.0
@@ -218,6 +219,96 @@ def test_a_pid_the_tree_shared_with_an_outsider_is_ambiguous() -> None:
         assert tracker.members == {2000, 3000, 5000, 7000}
         assert tracker.ambiguous == {2000, 5000, 7000}
         assert tracker.live == {3000, 5000, 7000}
+    finally:
+        a.close()
+        b.close()
+
+
+def _neighbour_reads(tracker: ForkTracker) -> tuple[int, int]:
+    """(events read, wraps of the pid counter) while a neighbour forks 400 times; it is
+    started before a drain, so the filter's floor is above its pid."""
+    loop = "read go; i=0; while [ $i -lt 400 ]; do /bin/true; i=$((i+1)); done"
+    neighbour = subprocess.Popen(["sh", "-c", loop], stdin=subprocess.PIPE, text=True)
+    try:
+        tracker.drain()
+        before, wraps = tracker.read_count, tracker.wraps
+        neighbour.communicate("go\n", timeout=MARGIN_S)
+        tracker.drain()
+        return tracker.read_count - before, tracker.wraps - wraps
+    finally:
+        if neighbour.poll() is None:
+            neighbour.kill()
+        neighbour.wait(10)
+
+
+@needs_events
+def test_the_kernel_drops_a_neighbours_forks_and_the_tree_is_still_followed(
+    tmp_path: Path,
+) -> None:
+    """A neighbour forks 400 times: the tracker reads next to none of its 800 events (a
+    BPF filter drops them before they are queued), and a new member that forks at once
+    is followed (its grandchild is a member, seen gone)."""
+    grandchild = tmp_path / "grandchild"
+    root = subprocess.Popen(
+        [PY, "-c", "import subprocess, sys; sys.stdin.readline(); "
+         f"subprocess.run(['sh', '-c', \"sh -c 'echo $$ > {grandchild}' & wait\"])"],
+        stdin=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    tracker = ForkTracker.open(root.pid)
+    try:
+        assert tracker is not None and tracker.floor is not None
+        read, wrapped = _neighbour_reads(tracker)
+        if wrapped:  # the pid counter wrapped round meanwhile (pid_max 32768): once more
+            read, wrapped = _neighbour_reads(tracker)
+        assert not wrapped and read < 40, (read, wrapped)
+        root.communicate("go\n", timeout=MARGIN_S)
+        tracker.drain()
+        (gc,) = ints(grandchild)
+        assert gc in tracker.members and gc not in tracker.live
+        assert not tracker.lost
+        assert not tracker.outside & tracker.members
+    finally:
+        if tracker is not None:
+            tracker.close()
+        if root.poll() is None:
+            root.kill()
+        root.wait(10)
+
+
+def test_a_wrapped_pid_counter_or_a_late_members_event_is_said() -> None:
+    """What the filter passes below its floor: a child below the start is the pid counter
+    wrapping round (every event is read from then on; a member whose pid was handed out
+    since the start, maybe to a hidden outsider then, is ambiguous); a member between the
+    start and the floor came too late for the filter (its forks may be hidden: lost)."""
+    a, b = socket.socketpair()
+    try:
+        late = ForkTracker(ProcEvents(a), root=1000, floor=20001, start=20000, _since=20000)
+        late._apply(PROC_EVENT_FORK, (1000, 1000, 20500, 20500))  # born since: fine
+        assert not late.lost
+        late._apply(PROC_EVENT_FORK, (1000, 1000, 20000, 20000))  # listed too late
+        assert late.lost and late.wraps == 0
+        t = ForkTracker(ProcEvents(a), root=1000, floor=20001, start=20000, _since=20000)
+        t._apply(PROC_EVENT_FORK, (1000, 1000, 20600, 20600))  # ours, before the wrap
+        t._apply(PROC_EVENT_FORK, (555, 555, 400, 400))  # an outsider, after the wrap
+        assert t.wraps == 1 and t._rearm and not t.lost
+        t._apply(PROC_EVENT_FORK, (1000, 1000, 20700, 20700))  # handed out since the start
+        t._apply(PROC_EVENT_FORK, (1000, 1000, 20600, 20600))  # ours then, ours again
+        t._apply(PROC_EVENT_FORK, (1000, 1000, 900, 900))  # below the start: not since
+        assert t.ambiguous == {20700} and not t.lost
+        assert {20600, 20700, 900} <= t.members
+        t.floor, t._since = 1001, 1000  # armed afresh after the wrap (the counter at 1000)
+        t._apply(PROC_EVENT_FORK, (555, 555, 350, 350))  # ... and it wrapped again
+        t._apply(PROC_EVENT_FORK, (1000, 1000, 500, 500))  # every new member now
+        assert t.wraps == 2 and 500 in t.ambiguous
+        # an old outsider at or above the floor that forks (after a wrap: the floor is
+        # low): dropped by pid at the next update; the tree getting its pid is said
+        me = os.getpid()
+        o = ForkTracker(ProcEvents(a), root=1, floor=2, start=2, _since=2)
+        o._apply(PROC_EVENT_FORK, (me, me, me + 1, me + 1))
+        o._refilter(1)
+        assert o._outsiders == {me} and not o.lost
+        o._apply(PROC_EVENT_FORK, (1, 1, me, me))
+        assert o.lost
     finally:
         a.close()
         b.close()

@@ -20,7 +20,6 @@ import contextlib
 import ctypes
 import os
 import select
-import socket
 import struct
 import threading
 import time
@@ -29,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accelhost.host.libc import libc
-from accelhost.supervisor.procevents import PROC_EVENT_EXIT, ProcEvents
+from accelhost.supervisor.eventfilter import PROC_EVENT_EXIT, attach, exit_filter
+from accelhost.supervisor.procevents import ProcEvents
 
 # How long to let an exit settle (its children re-parented, its siblings killed) before
 # the round that judges what it left.
@@ -39,55 +39,6 @@ POLL_S = 0.5
 # More pids than this: the filter passes every exit and user space picks (a BPF program
 # has at most 4096 instructions).
 MAX_FILTER_PIDS = 1000
-
-SO_ATTACH_FILTER = 26
-_BPF_LD_W_ABS = 0x20
-_BPF_LDX_MEM = 0x61
-_BPF_ST = 0x02
-_BPF_JEQ_K = 0x15
-_BPF_JEQ_X = 0x1D
-_BPF_RET_K = 0x06
-_WHAT_AT = 36  # nlmsghdr (16) + cn_msg (20): proc_event.what
-_PID_AT = 52  # ... + what, cpu, timestamp (16): exit.process_pid, then process_tgid
-
-
-def _net(value: int) -> int:
-    """`value` as classic BPF's absolute loads see a host-order u32 (they read big-endian)."""
-    return int.from_bytes(struct.pack("=I", value & 0xFFFFFFFF), "big")
-
-
-def exit_filter(pids: Iterable[int] | None) -> bytes:
-    """A classic BPF program (struct sock_filter array) that passes exits of whole
-    processes (pid == tgid) whose pid is in `pids` (every process exit when None).
-    Jumps are short (classic BPF's offsets are one byte): each test is followed by its
-    own return."""
-    accept, drop = (_BPF_RET_K, 0, 0, 0xFFFFFFFF), (_BPF_RET_K, 0, 0, 0)
-    prog: list[tuple[int, int, int, int]] = [
-        (_BPF_LD_W_ABS, 0, 0, _WHAT_AT),
-        (_BPF_JEQ_K, 1, 0, _net(PROC_EVENT_EXIT)),
-        drop,
-        (_BPF_LD_W_ABS, 0, 0, _PID_AT + 4),  # tgid
-        (_BPF_ST, 0, 0, 0),
-        (_BPF_LDX_MEM, 0, 0, 0),
-        (_BPF_LD_W_ABS, 0, 0, _PID_AT),  # pid
-        (_BPF_JEQ_X, 1, 0, 0),
-        drop,  # a thread's exit
-    ]
-    if pids is None:
-        prog.append(accept)
-    else:
-        for pid in sorted(set(pids)):
-            prog += [(_BPF_JEQ_K, 0, 1, _net(pid)), accept]
-        prog.append(drop)
-    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
-
-
-def _attach(sock: socket.socket, program: bytes) -> None:
-    """SO_ATTACH_FILTER with a struct sock_fprog pointing at `program`."""
-    buf = ctypes.create_string_buffer(program, len(program))
-    fprog = struct.pack("HL", len(program) // 8, ctypes.addressof(buf))
-    sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
-
 
 IN_NONBLOCK = 0o4000
 IN_CLOEXEC = 0o2000000
@@ -194,7 +145,7 @@ class Reactor:
             return
         program = exit_filter(self.watched if len(self.watched) <= MAX_FILTER_PIDS else None)
         with contextlib.suppress(OSError):  # no filter: user space picks the exits it wants
-            _attach(self.events.sock, program)
+            attach(self.events.sock, program)
         self._filtered = self.watched
 
     def wait(self, stop: threading.Event, until: float) -> WakeUp | None:

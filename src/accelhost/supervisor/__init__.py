@@ -3,7 +3,8 @@
 What lives where: `supervise` (the loop: start, forward signals, reap, tear down),
 `options` (what it is asked and what it reports), `spawn` (own session, optional
 `cgroup`), `wakeup` (its one `poll()`), `tree` and `procevents` (the tree now, and every
-process it ever had), `teardown` (SIGTERM, grace, SIGKILL), `leftovers`, `segments` and
+process it ever had), `eventfilter` (the kernel-side filters of those events, `watch`'s
+too), `teardown` (SIGTERM, grace, SIGKILL), `leftovers`, `segments` and
 `shmfiles` (what the tree left: SysV segments, /dev/shm files, found here and removed
 through `accelhost.remove`), `kernel` (subreaper, private namespaces), `integrations` (the
 preflight and `--bind`, loaded when asked).

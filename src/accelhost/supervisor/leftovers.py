@@ -89,8 +89,9 @@ class Leftovers:
             if self.tracker.lost:
                 # A lost exit and fork could hide a reused pid: trust only what was seen.
                 log(
-                    "process events were lost (a fork storm): only segments of processes "
-                    "seen in the tree are removed"
+                    "process events were lost (a fork storm, or a fork that raced the "
+                    "kernel's event filter): only segments of processes seen in the tree "
+                    "are removed"
                 )
             else:
                 self.segments.absorb(self.tracker.members, self.tracker.ambiguous)
