@@ -8,8 +8,9 @@ queued on a socket before the child runs, so the set of pids forked from the tre
 exact without any polling: the supervisor wakes when the socket has data (at most
 `BATCH_S` apart). A BPF filter drops in the kernel the forks and exits of processes
 outside the tree (`ForkTracker` says which pass and why that is enough), so a neighbour
-that forks without pause costs next to nothing; where it cannot be proven enough (the pid
-counter wrapped round) every event is read.
+that forks without pause costs next to nothing; where no filter can be had (no
+`ns_last_pid`, a tree too large for one program, the kernel refuses it) every event is
+read.
 
 It needs root (CAP_NET_ADMIN) and the initial PID namespace (the kernel reports no events
 inside a container's own PID namespace). `ForkTracker.open` proves it works with one
