@@ -287,17 +287,11 @@ class IncrementalState:
         if not self._confirmed:
             return
         for entries in self._files.values():
-            for name, (_ino, f) in list((entries or {}).items()):
-                key = None if f is None else (f.path, f.inode)
-                if f is None or key not in self._confirmed:
+            for name, (ino, f) in list((entries or {}).items()):
+                if f is None or (f.path, f.inode) not in self._confirmed:
                     continue
-                fresh = stat_shm_file(f.path, host)
-                assert entries is not None
-                if fresh is None:
-                    del entries[name]
-                    continue
-                entries[name] = (fresh.inode, fresh)
-                if (fresh.inode, fresh.mtime) != (f.inode, f.mtime):
+                fresh = _restat(host, entries, name, ino, f)
+                if fresh is None or (fresh.inode, fresh.mtime) != (f.inode, f.mtime):
                     self._confirmed.discard((f.path, f.inode))
 
     def _candidates(self, host: Host, now_epoch: float) -> bool:
@@ -314,13 +308,8 @@ class IncrementalState:
                 age = f.age_s(now_epoch)
                 if age is None or age < min_age or naming_of(name) is None:
                     continue
-                fresh = stat_shm_file(f.path, host)
-                assert entries is not None
-                if fresh is None:
-                    del entries[name]
-                    continue
-                entries[name] = (ino, fresh)
-                if (fresh.age_s(now_epoch) or 0.0) >= min_age:
+                fresh = _restat(host, entries, name, ino, f)
+                if fresh is not None and (fresh.age_s(now_epoch) or 0.0) >= min_age:
                     found = True
         return found
 
@@ -390,6 +379,24 @@ def read_host_facts(host: Host, options: HygieneOptions) -> HostFacts:
         return read_facts(host, options)
     known = IncrementalState(options).read(host, host, time.time())
     return read_facts(host, options, known)
+
+
+def _restat(
+    host: Host,
+    entries: dict[str, tuple[int, ShmFile | None]] | None,
+    name: str,
+    ino: int,
+    f: ShmFile,
+) -> ShmFile | None:
+    """`f` stat'ed afresh, its listing entry brought up to date (dropped when it is gone;
+    kept under its listed inode, so the next listing compares with what it listed)."""
+    assert entries is not None
+    fresh = stat_shm_file(f.path, host)
+    if fresh is None:
+        del entries[name]
+    else:
+        entries[name] = (ino, fresh)
+    return fresh
 
 
 def _path(f: ShmFile) -> str:
