@@ -252,21 +252,27 @@ class ContainerScope:
     def __init__(self, wanted: str) -> None:
         self.wanted = wanted
         self.chosen: list[Container] | None = None
+        self._ids: set[str] = set()
+        self._listed: dict[str, ShmFile] = {}  # this round's files by path (`left_file`)
 
     def resolve(self, facts: HostFacts) -> list[Container]:
+        """The chosen containers for this round's `facts`, which the other questions
+        are then asked of."""
         try:
             self.chosen = resolve_container(facts, self.wanted)
         except UsageError:
             if self.chosen is None:
                 raise
+        self._ids = {c.id for c in self.chosen}
+        self._listed = listed_by_path(facts)
         return self.chosen
 
     def runs(self, facts: HostFacts, pid: int) -> bool:
         c = container_of(facts, pid)
-        return c is not None and c.id in {x.id for x in self.chosen or ()}
+        return c is not None and c.id in self._ids
 
     def left_file(self, facts: HostFacts, path: str) -> bool:
-        return _names_any(left_by_file(facts, path), {c.id for c in self.chosen or ()})
+        return _names_any(left_by_file(facts, path, self._listed), self._ids)
 
     def left_segment(self, facts: HostFacts, ctime: int) -> bool:
-        return _names_any(left_by_birth(facts, float(ctime)), {c.id for c in self.chosen or ()})
+        return _names_any(left_by_birth(facts, float(ctime)), self._ids)
