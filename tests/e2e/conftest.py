@@ -41,18 +41,15 @@ class ServerSpec:
     env: EnvSpec = field(default_factory=dict)
     run_args: tuple[str, ...] = ()
     vllm_args: tuple[str, ...] = ()
-    # Start it before the others, alone, so that every /dev/shm file it makes (semaphores
-    # no process holds included) is known as its own: `Server.own_files`.
-    alone: bool = False
 
 
 SERVER_SPECS: dict[str, ServerSpec] = {
     # Started by a deployment script that exits: healthy, and must never be touched.
-    "healthy": ServerSpec(launcher="script", alone=True),
+    "healthy": ServerSpec(launcher="script"),
     # Its API server is SIGKILLed: EngineCore and Worker are left as orphans.
     "victim_api": ServerSpec(),
     # Every process of it is SIGKILLed: its /dev/shm files are left.
-    "victim_tree": ServerSpec(alone=True),
+    "victim_tree": ServerSpec(),
     # Under `accelhost run`, its engine is killed.
     "run_fail_on_exit": ServerSpec(
         launcher="run", run_args=("--fail-on-exit", "VLLM::EngineCore", "--grace", "10")
@@ -94,9 +91,6 @@ class ServerPool:
         self.started: dict[str, Server] = {}
 
     def start_all(self) -> None:
-        for name in self.names:  # first those that must start alone, one by one
-            if SERVER_SPECS[name].alone and name not in self.started:
-                self.start(name).wait_ready().find_own_files()
         for name in self.names:
             if name not in self.started:
                 self.start(name)

@@ -41,7 +41,6 @@ from docker_vllm import (
     start_vllm,
     stop_and_measure,
 )
-from engine import READY_TIMEOUT_S
 from procs import wait_for
 
 DEVICE_NODE = "/dev/davinci0"  # an Ascend device's node, here a stand-in: /dev/null's numbers
@@ -132,11 +131,10 @@ def seed_beside_run(
         holder, rec["holder_pid"] = _device_holder(daemon)
         rec["holder"] = holder
         seed = start_vllm(daemon, "ah-seed-bash", "bash", model)
-        wait_for(f"{seed.name}'s queues before the next start", seed.settled, READY_TIMEOUT_S)
         run = start_vllm(daemon, "ah-run", "run", model)
         rec["seed"], rec["run"] = seed.wait_ready(), run.wait_ready()
-        timings.notes["two servers (staggered) until both answer"] = time.monotonic() - started
-        seed.find_own(), run.find_own(claimed=seed.own)
+        timings.notes["two servers until both answer"] = time.monotonic() - started
+        seed.find_own(), run.find_own()
         rec["seed_pid1_cmd"] = _cmd(seed.container.pid1())
         rec["run_pid1_cmd"] = _cmd(run.container.pid1())
         rec["serving"] = doctor(daemon)
@@ -176,10 +174,9 @@ def engine_and_tini(daemon: Daemon, model: Path, timings: Timings) -> Iterator[d
     started = time.monotonic()
     try:
         engine = start_vllm(daemon, "ah-engine-pid1", "engine", model)
-        wait_for(f"{engine.name}'s queues before the next start", engine.settled, READY_TIMEOUT_S)
         tini = start_vllm(daemon, "ah-tini", "tini", model)
         rec["engine"], rec["tini"] = engine.wait_ready(), tini.wait_ready()
-        engine.find_own(), tini.find_own(claimed=engine.own)
+        engine.find_own(), tini.find_own()
         rec["engine_pid1_cmd"] = _cmd(engine.container.pid1())
         rec["tini_pid1_cmd"] = _cmd(tini.container.pid1())
         rec["serving"] = doctor(daemon)

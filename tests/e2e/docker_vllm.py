@@ -7,13 +7,10 @@ until it answers, `own_files` says which /dev/shm files are its, and `stop_and_m
 of its files are still there.
 
 Which files are a container's: those its processes hold open or mapped while it serves
-(/proc/PID/fd and maps of every process in its cgroup), plus the one `sem.mp-*` semaphore
-no process holds (a fact of vLLM 0.32: see docs/e2e.md), known by its birth time (which
-never changes): of the semaphores born while the container warmed up and not claimed by
-another container, the one born nearest to its message queues, within 10 s (vLLM makes it
-just before its second queue: 0.8 s apart on an idle machine, more on a busy one). Two
-containers sharing a /dev/shm start one after the other (`settled`), so their files are
-not born together; the one computed second passes the first's files as `claimed`.
+(/proc/PID/fd and maps of every process in its cgroup), by name or by inode (its
+`sem.mp-*` semaphore is mapped only under the temporary name its Worker made it with:
+`procs.shm_files_held`). Containers may start side by side: each one's files are those its
+own processes hold.
 """
 
 from __future__ import annotations
@@ -33,7 +30,7 @@ from pathlib import Path
 
 from docker_daemon import REPO_SRC, Container, Daemon, host_mounts
 from engine import BASE_ENV, READY_TIMEOUT_S, accelhost_argv, free_port, vllm_argv
-from procs import SHM_DIR, birth_times, shm_files_held, wait_for
+from procs import SHM_DIR, shm_files_held, wait_for
 
 HOST_SHM = SHM_DIR  # "/dev/shm/": what --ipc=host containers see as their /dev/shm
 
@@ -110,7 +107,7 @@ class VllmContainer:
     started_wall: float  # time.time(): birth times are wall-clock times
     ready_wall: float | None = None
     held: set[str] = field(default_factory=set)  # host paths its processes held
-    own: set[str] = field(default_factory=set)  # held, and its semaphore nobody holds
+    own: set[str] = field(default_factory=set)  # what it made and held (find_own)
 
     @property
     def name(self) -> str:
@@ -119,17 +116,12 @@ class VllmContainer:
     def refresh(self) -> set[int]:
         """Record its processes and the files they hold now (as the host reaches them)."""
         pids = self.container.pids()
-        self.held |= {self.shm_dir + os.path.basename(f) for f in shm_files_held(pids)}
+        held = shm_files_held(pids, self.shm_dir)
+        self.held |= {self.shm_dir + os.path.basename(f) for f in held}
         return pids
 
     def queues(self) -> set[str]:
         return {f for f in self.held if os.path.basename(f).startswith("psm_")}
-
-    def settled(self) -> bool:
-        """Its message queues (and with them its semaphore) exist: another server may start
-        beside it in the same /dev/shm without their files being born together."""
-        self.refresh()
-        return len(self.queues()) >= 2 or self.answers_models()
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -169,25 +161,12 @@ class VllmContainer:
         self.ready_wall = self.ready_wall or time.time()
         return self
 
-    def find_own(self, claimed: frozenset[str] | set[str] = frozenset()) -> set[str]:
-        """Its files: the held ones, and its semaphore (see above); call it while it serves."""
+    def find_own(self) -> set[str]:
+        """Its files: those new since its start that its processes hold; call it while it
+        serves (they are remembered)."""
         self.refresh()
         new = {self.shm_dir + n for n in set(os.listdir(self.shm_dir)) - self.shm_before}
         self.own |= self.held & new
-        if not any("/sem.mp-" in f for f in self.own):
-            born = birth_times(
-                f for f in new - claimed if os.path.basename(f).startswith(("psm_", "sem.mp-"))
-            )
-            queue_births = [born[q] for q in self.queues() if q in born]
-            window = (self.started_wall - 1.0, (self.ready_wall or time.time()) + 1.0)
-            gaps = {
-                f: min(abs(t - q) for q in queue_births)
-                for f, t in born.items()
-                if "/sem.mp-" in f and queue_births and window[0] <= t <= window[1]
-            }
-            nearest = min(gaps, key=gaps.__getitem__, default=None)
-            if nearest is not None and gaps[nearest] <= 10.0:
-                self.own.add(nearest)
         return self.own
 
     def present(self) -> set[str]:

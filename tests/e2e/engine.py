@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from procs import SHM_DIR, Tracked, birth_times, cmdline, descendants, shm_files_held, wait_for
+from procs import SHM_DIR, Tracked, cmdline, descendants, shm_files_held, wait_for
 
 READY_TIMEOUT_S = float(os.environ.get("E2E_READY_TIMEOUT", "900"))
 
@@ -85,10 +85,8 @@ class Server:
     popen: subprocess.Popen[bytes]
     tracked: Tracked = field(default_factory=Tracked)
     api_pid: int | None = None
-    shm_files: set[str] = field(default_factory=set)
-    # /dev/shm names before the start, and (for a server started alone) the files it made.
-    shm_before: set[str] = field(default_factory=set)
-    own_files: set[str] = field(default_factory=set)
+    shm_files: set[str] = field(default_factory=set)  # every file its tree was seen holding
+    shm_before: set[str] = field(default_factory=set)  # /dev/shm names before its start
 
     # -- the tree ---------------------------------------------------------------------
     def roots(self) -> list[int]:
@@ -122,26 +120,11 @@ class Server:
         """The live processes of this server (the supervisor of "run" excluded)."""
         return self.refresh() - ({self.popen.pid} if self.launcher == "run" else set())
 
-    def find_own_files(self) -> set[str]:
-        """The /dev/shm files this server made, semaphores no process holds included.
-
-        Valid for a server started while no other server started: the vLLM-named files that
-        appeared since its start and are either held by its tree (its message queues) or
-        semaphores born within 2 s of those queues (vLLM makes both at the same moment;
-        birth times never change). What other software made meanwhile is left out.
-        """
-        new = set(os.listdir(SHM_DIR)) - self.shm_before
-        queues = {SHM_DIR + n for n in new if n.startswith("psm_")} & self.shm_files
-        born = birth_times(SHM_DIR + n for n in new if n.startswith(("psm_", "sem.mp-")))
-        queue_births = [born[q] for q in queues if q in born]
-        semaphores = {
-            f
-            for f, t in born.items()
-            if os.path.basename(f).startswith("sem.mp-")
-            and any(abs(t - q) <= 2.0 for q in queue_births)
-        }
-        self.own_files = queues | semaphores
-        return self.own_files
+    @property
+    def own_files(self) -> set[str]:
+        """The /dev/shm files this server made: new since its start and held by its tree
+        (by name or by inode: its semaphore, see `procs.shm_files_held`) when it was seen."""
+        return {f for f in self.shm_files if os.path.basename(f) not in self.shm_before}
 
     def pid_of(self, title: str) -> int:
         """The one live process of the tree whose command line starts with `title`."""
@@ -207,9 +190,8 @@ class Server:
     def terminate(self) -> None:
         """Ask a server that still serves to stop as users do: SIGTERM to its API server.
 
-        vLLM's own shutdown then unlinks the semaphores no process holds (its resource
-        tracker's), which the suite cannot tell apart from other software's unless the server
-        started alone; SIGKILL alone would leave them in /dev/shm.
+        vLLM's own shutdown then unlinks its files (its resource tracker does); SIGKILL
+        alone would leave them in /dev/shm (`stop` removes those it saw held).
         """
         with contextlib.suppress(Exception):
             self.refresh()
@@ -232,7 +214,7 @@ class Server:
         with contextlib.suppress(AssertionError):
             wait_for(f"{self.name} to die", lambda: not self.tracked.alive(), 30)
         held_by_anyone = shm_files_held(int(p) for p in os.listdir("/proc") if p.isdigit())
-        for path in sorted((self.shm_files | self.own_files) - held_by_anyone):
+        for path in sorted(self.own_files - held_by_anyone):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 

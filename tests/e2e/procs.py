@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -76,22 +75,34 @@ def descendants(roots: Iterable[int]) -> set[int]:
     return seen
 
 
-def shm_files_held(pids: Iterable[int]) -> set[str]:
-    """/dev/shm files that `pids` hold open or mapped (unlinked `(deleted)` ones are no files)."""
+def shm_files_held(pids: Iterable[int], directory: str = SHM_DIR) -> set[str]:
+    """/dev/shm files that `pids` hold open or mapped, by name or by inode: glibc's
+    sem_open makes a semaphore under a temporary name and links it to its own, so its
+    creator maps `sem.XXXXXX (deleted)`, the file `sem.mp-*` is (each vLLM Worker holds its
+    semaphore only so). `directory` is where this process reaches that /dev/shm (a
+    container's private one: /proc/PID/root/dev/shm/); paths come back as /dev/shm/NAME."""
     found: set[str] = set()
+    inodes: set[tuple[int, int]] = set()
     for pid in pids:
         with contextlib.suppress(OSError):
             for fd in os.listdir(f"/proc/{pid}/fd"):
                 with contextlib.suppress(OSError):
                     target = os.readlink(f"/proc/{pid}/fd/{fd}")
-                    if target.startswith(SHM_DIR) and not target.endswith(" (deleted)"):
-                        found.add(target)
+                    if target.startswith(SHM_DIR):
+                        st = os.stat(f"/proc/{pid}/fd/{fd}")
+                        inodes.add((st.st_dev, st.st_ino))
         with contextlib.suppress(OSError):
             for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
                 fields = line.split(None, 5)
-                path = fields[5] if len(fields) == 6 else ""
-                if path.startswith(SHM_DIR) and not path.endswith(" (deleted)"):
-                    found.add(path)
+                if len(fields) == 6 and fields[5].startswith(SHM_DIR):
+                    major, minor = (int(x, 16) for x in fields[3].split(":"))
+                    inodes.add((os.makedev(major, minor), int(fields[4])))
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(directory):
+            with contextlib.suppress(OSError):
+                st = entry.stat(follow_symlinks=False)
+                if (st.st_dev, st.st_ino) in inodes:
+                    found.add(SHM_DIR + entry.name)
     return found
 
 
@@ -137,20 +148,3 @@ class Tracked:
     def kill_all(self) -> None:
         """SIGKILL whatever is still alive of it (the finally of every server)."""
         self.signal(self.alive(), signal.SIGKILL)
-
-
-def birth_times(paths: Iterable[str]) -> dict[str, float]:
-    """Creation (birth) times of files, which writes never change (tmpfs keeps them)."""
-    paths = sorted(paths)
-    if not paths:
-        return {}
-    done = subprocess.run(
-        ["stat", "-c", "%n|%.9W", *paths], capture_output=True, text=True, check=False
-    )
-    times = {}
-    for line in done.stdout.splitlines():
-        name, _, born = line.rpartition("|")
-        with contextlib.suppress(ValueError):
-            if float(born) > 0:
-                times[name] = float(born)
-    return times

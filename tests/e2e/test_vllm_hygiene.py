@@ -7,6 +7,7 @@ it shows what a user's plain `clean --yes` would do, and is checked too.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -39,15 +40,22 @@ def _held_own(server: Server) -> set[str]:
 
 
 @pytest.mark.servers("healthy")
-def test_healthy_servers_own_semaphore_is_not_called_leaked(server_pool) -> None:
-    # A fact of vLLM 0.32 (CPU build) found by this suite: while it serves, a healthy server
-    # keeps a `sem.mp-*` file that no process holds open or mapped (a multiprocessing
-    # semaphore its resource tracker unlinks at shutdown). It is the live server's, not a
-    # leak: doctor must not report it, clean must not plan to remove it.
+def test_healthy_servers_semaphore_is_held_by_its_worker(server_pool) -> None:
+    # A fact of vLLM 0.32 (CPU build): while it serves, a healthy server keeps a `sem.mp-*`
+    # file that no process maps by that name. Its Worker made it with glibc's sem_open,
+    # which creates a temporary `sem.XXXXXX`, maps it, links it to `sem.mp-*` and unlinks
+    # the temporary name: the Worker maps the same inode as `sem.XXXXXX (deleted)`. It is
+    # held: doctor must not report it, clean must not plan to remove it.
     healthy = server_pool.get("healthy")
-    everyone = shm_files_held(int(p) for p in os.listdir("/proc") if p.isdigit())
     sems = {f for f in healthy.own_files if "/sem.mp-" in f and os.path.exists(f)}
-    assert sems and not sems & everyone, (sems, everyone)
+    assert sems, healthy.own_files
+    by_name: set[str] = set()
+    for pid in healthy.pids():
+        with contextlib.suppress(OSError):
+            maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+            by_name |= {ln.split(None, 5)[-1] for ln in maps}
+    assert not sems & by_name, f"mapped by name now: {sems & by_name}"
+    assert sems <= shm_files_held(healthy.pids()), "not held by inode either"
 
     doctor = accelhost("doctor", "--json", "--shm-min-age", "0")
     assert doctor.data is not None, doctor.explain()
@@ -69,7 +77,7 @@ def test_script_launched_healthy_server_is_never_touched(server_pool, tmp_path: 
     assert len(pids) >= 3
     assert any("/psm_" in f for f in files), files  # its message queues
 
-    held = shm_files_held(pids)  # its semaphores come and go; held files are never leaks
+    held = shm_files_held(pids)  # held files are never leaks
     doctor = accelhost("doctor", "--json", "--shm-min-age", "0")
     assert doctor.data is not None, doctor.explain()
     named = pids_named(check(doctor.data, "orphan_engines")["evidence"])

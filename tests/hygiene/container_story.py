@@ -113,16 +113,19 @@ def container_story(answering: bool = True) -> FakeHost:
         )
         on_host(fake, shim)
     # vllm-safe: accelhost run as PID 1, --ipc=host
-    rows: list[tuple[str, int, str, int, int, int]] = [
-        (SAFE, 2000, "accelhost run -- vllm serve /models/tiny --port 8001", 1900, 1, 0),
-        (SAFE, 2001, "vllm serve /models/tiny --port 8001", 2000, 7, 0),
-        (SAFE, 2002, "VLLM::EngineCore", 2001, 9, 107),
-        (TINI, 2100, "/sbin/docker-init -- vllm serve /models/tiny --port 8002", 1901, 1, 0),
-        (TINI, 2101, "vllm serve /models/tiny --port 8002", 2100, 7, 0),
-        (TINI, 2102, "VLLM::EngineCore", 2101, 8, 109),
-        (PAUSE, 3000, "/pause", 1902, 1, 0),
-        (POD, 3100, "vllm serve /models/tiny --port 8003", 1903, 1, 0),
-        (POD, 3102, "VLLM::EngineCore", 3100, 12, 204),
+    # (container, pid, cmdline, ppid, pid inside, (its queue's inode, its semaphore's)):
+    # a live engine maps its queue by name and its semaphore, as vLLM's Worker does, only
+    # under the temporary name sem_open made it with (`sem.XXXXXX (deleted)`)
+    rows: list[tuple[str, int, str, int, int, tuple[int, ...]]] = [
+        (SAFE, 2000, "accelhost run -- vllm serve /models/tiny --port 8001", 1900, 1, ()),
+        (SAFE, 2001, "vllm serve /models/tiny --port 8001", 2000, 7, ()),
+        (SAFE, 2002, "VLLM::EngineCore", 2001, 9, (107, 108)),
+        (TINI, 2100, "/sbin/docker-init -- vllm serve /models/tiny --port 8002", 1901, 1, ()),
+        (TINI, 2101, "vllm serve /models/tiny --port 8002", 2100, 7, ()),
+        (TINI, 2102, "VLLM::EngineCore", 2101, 8, (109, 110)),
+        (PAUSE, 3000, "/pause", 1902, 1, ()),
+        (POD, 3100, "vllm serve /models/tiny --port 8003", 1903, 1, ()),
+        (POD, 3102, "VLLM::EngineCore", 3100, 12, (204, 205)),
     ]
     leaders: dict[str, int] = {}
     for container_id, pid, cmd, ppid, inner, mapped in rows:
@@ -139,10 +142,13 @@ def container_story(answering: bool = True) -> FakeHost:
             nspid=(pid, inner),
         )
         if mapped:
+            queue, sem = mapped
             inside = POD_FILES if ipc == POD_IPC else HOST_FILES
-            name = next(f[0] for f in inside if f[4] == mapped)
+            name = next(f[0] for f in inside if f[4] == queue)
             dev = "01:2c" if ipc == POD_IPC else "00:1a"
-            fake.files[f"/proc/{pid}/maps"] = _map(dev, mapped, f"/dev/shm/{name}")
+            fake.files[f"/proc/{pid}/maps"] = _map(dev, queue, f"/dev/shm/{name}") + _map(
+                dev, sem, "/dev/shm/sem.Tq3xZ1 (deleted)"
+            )
     for pid in fake.pids:
         fake.files.setdefault(f"/proc/{pid}/maps", "")
         fake.dirs.setdefault(f"/proc/{pid}/fd", [])

@@ -4,8 +4,7 @@
   holds a /dev/shm file and a device node) says so: UNKNOWN, the unreadable pids in the
   evidence, and `clean` leaves the file it could not verify.
 - A recording is judged like the live host it was made of; a fact a recording lacks
-  (the whole process table, a birth time) is SKIP "not in this recording" or "cannot
-  tell", never a leak.
+  (the whole process table) is SKIP "not in this recording", never a leak.
 """
 
 from __future__ import annotations
@@ -33,11 +32,20 @@ from accelhost.hygiene.cleaner import plan_clean
 from accelhost.hygiene.facts import HostFacts
 
 SHM = Path("/dev/shm")
+# Maps its queue (argv 1) and makes its semaphore (argv 2) as glibc's sem_open does: a
+# temporary file, mapped, linked to the semaphore's name, the temporary name unlinked.
 HOLDER_PY = r"""
 import mmap, os, sys, time
 fd = os.open(sys.argv[1], os.O_RDWR)
 m = mmap.mmap(fd, 4096)
 os.close(fd)
+tmp = os.path.join(os.path.dirname(sys.argv[2]), "sem.tmpXYZ")
+fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+os.write(fd, bytes(32))
+sem = mmap.mmap(fd, 32)
+os.close(fd)
+os.link(tmp, sys.argv[2])
+os.unlink(tmp)
 print("ready", flush=True)
 time.sleep(1000)
 """
@@ -173,18 +181,18 @@ def test_a_plan_only_recording_skips_what_it_does_not_hold() -> None:
     assert checks["unattributed_memory"]["status"] == "OK"
 
 
-def test_the_bundled_vllm_recording_calls_no_semaphore_leaked() -> None:
-    """The real-vLLM recording predates birth times: which unheld semaphore is a live
-    server's cannot be told, so none is called leaked (live, four are the healthy servers')
-    and `clean` plans no removal of them."""
+def test_the_bundled_vllm_recording_sees_each_semaphore_held_by_its_worker() -> None:
+    """The real-vLLM recording: each Worker maps its `sem.mp-*` only under the temporary
+    name sem_open made it with (`sem.XXXXXX (deleted)`, same inode); every semaphore is
+    held, four by the healthy servers and one by the orphan Worker, so none is called
+    leaked and `clean` plans no removal of them."""
     res = run_cli(
         "doctor", "--snapshot", "example:vllm-cpu-orphaned-engine", "--json", "--check", "posix_shm"
     )
     (check,) = json.loads(res.stdout)["checks"]
-    assert check["status"] == "UNKNOWN", check
-    sems = [e for e in check["evidence"] if e.get("path", "").startswith("/dev/shm/sem.mp-")]
-    assert len(sems) == 5
-    assert all(e["reason"].startswith("cannot tell: no birth time") for e in sems)
+    assert check["status"] == "OK", check
+    assert check["summary"].startswith("15 file(s) in /dev/shm, none leaked"), check
+    assert not [e for e in check["evidence"] if "path" in e]
     plan = run_cli("clean", "--snapshot", "example:vllm-cpu-orphaned-engine", "--json")
     kinds = [a["kind"] for a in json.loads(plan.stdout)["actions"]]
     assert kinds == ["stop"]  # the orphans, and no file
@@ -197,18 +205,21 @@ def _report(facts: HostFacts, opts: HygieneOptions) -> dict[str, Any]:
 def _server_and_leftovers(
     dirs: list[Path], popens: list[subprocess.Popen[str]]
 ) -> tuple[Path, Path, list[Path]]:
-    """dirs[0]: a live engine maps its queue; its semaphore, born with it, no one holds.
-    dirs[1]: a dead tree's queue and semaphore, two hours unchanged."""
+    """dirs[0]: a live engine maps its queue, and its semaphore only under the temporary
+    name it made it with. dirs[1]: a dead tree's queue and semaphore, two hours unchanged."""
     queue = _file(dirs[0], f"psm_{uuid.uuid4().hex[:8]}")
-    sem = _file(dirs[0], f"sem.mp-{uuid.uuid4().hex[:8]}", age_s=7200)
+    sem = dirs[0] / f"sem.mp-{uuid.uuid4().hex[:8]}"
+    argv = ["python3", HOLDER_PY, str(queue), str(sem)]
     engine = subprocess.Popen(
-        ["bash", "-c", 'exec -a VLLM::EngineCore "$0" -c "$1" "$2"', "python3", HOLDER_PY, queue],
+        ["bash", "-c", 'exec -a VLLM::EngineCore "$0" -c "$1" "$2" "$3"', *argv],
         stdout=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         text=True,
     )
     popens.append(engine)
     assert engine.stdout is not None and engine.stdout.readline().strip() == "ready"
+    past = time.time() - 7200
+    os.utime(sem, (past, past))  # old: only its holder keeps it
     dead = [
         _file(dirs[1], f"psm_{uuid.uuid4().hex[:8]}", age_s=7200),
         _file(dirs[1], f"sem.mp-{uuid.uuid4().hex[:8]}", age_s=7200),
@@ -217,8 +228,8 @@ def _server_and_leftovers(
 
 
 def test_a_recording_is_judged_as_the_live_host(shm_dirs: list[Path]) -> None:
-    """Every check, evidence included, is the same on the live host and on its recording;
-    with birth times the live server's semaphore is kept and the dead tree's files leaked."""
+    """Every check, evidence included, is the same on the live host and on its recording:
+    the live server's semaphore is kept (held by inode) and the dead tree's files leaked."""
     popens: list[subprocess.Popen[str]] = []
     try:
         queue, sem, dead = _server_and_leftovers(shm_dirs, popens)
@@ -235,15 +246,11 @@ def test_a_recording_is_judged_as_the_live_host(shm_dirs: list[Path]) -> None:
         assert all(named[str(p)]["reason"].startswith("held by no process") for p in dead)
 
         # the same recording without birth times (a kernel that keeps none, an older
-        # recorder): the unheld semaphore beside a held queue cannot be told from a leak
+        # recorder): the same verdicts, which never needed them
         for entry in snap["stat_dirs"][str(shm_dirs[0])]:
             entry.pop("birth", None)
         blind = read_facts(SnapshotHost(snap), opts)
-        report = {c["name"]: c for c in _report(blind, opts)["checks"]}["posix_shm"]
-        assert report["status"] == "WARN"  # the dead tree's files are still leaked
-        by = {e["path"]: e for e in report["evidence"] if "path" in e}
-        assert by[str(sem)]["reason"].startswith("cannot tell: no birth time")
-        assert {str(p) for p in dead} <= set(by)
+        assert _report(blind, opts) == live
         paths = {getattr(a, "path", None) for a in plan_clean(blind, opts)}
         assert str(sem) not in paths and {str(p) for p in dead} <= paths
     finally:

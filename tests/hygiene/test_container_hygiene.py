@@ -111,7 +111,7 @@ def test_every_leftover_is_named_by_the_container_that_left_it() -> None:
         "sem.mp-01dold00": ["vllm-pod"],
     }
     paths = {e["path"] for e in check.evidence}
-    # the live incarnations' files stay: held, or born with a held one
+    # the live incarnations' files stay: held (their semaphores by inode)
     assert not {p for p in paths if "5afe" in p or "71a1" in p or "0e77" in p}
     assert f"{POD_SHM}/psm_01d0a1a1" in paths
     gone = next(e for e in check.evidence if e["path"].endswith("psm_c0ffee11"))

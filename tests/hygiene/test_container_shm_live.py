@@ -61,7 +61,6 @@ def container(tmp_path: Path) -> Iterator[FakeContainer]:
         "mount -t tmpfs -o size=16m tmpfs /dev/shm || exit 1\n"
         "head -c 8192 /dev/zero > /dev/shm/psm_crashed\n"
         f"touch -d @{old} /dev/shm/psm_crashed\n"
-        "sleep 3\n"  # born apart from the live one (not its sibling)
         "head -c 8192 /dev/zero > /dev/shm/psm_live\n"
         f"echo $$ > {ready}\n"
         "exec sleep 600 3</dev/shm/psm_live\n"

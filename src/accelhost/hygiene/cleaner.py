@@ -225,7 +225,7 @@ def figures(facts: HostFacts, options: HygieneOptions) -> dict[str, Any]:
     segs = facts.segments
     judged = judge_shm_files(facts, options) if shm_known(facts) else None
     shm = None if judged is None else [j for j in judged if j.leaked]
-    # never acted on: files whose holders (or birth) could not all be checked
+    # never acted on: files whose holders could not all be checked
     unjudged = [j for j in judged or () if j.blocked]
     leaks = (
         len(leaked_segments(segs, facts.alive, facts.now_epoch, options.shm_min_age_s))

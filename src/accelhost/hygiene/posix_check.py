@@ -5,12 +5,13 @@ A file counts as leaked when no live process holds it open or maps it, it has no
 for `--shm-min-age`, and its name matches an engine's naming in the catalog (or a
 `--shm-name` glob). Files held by nobody that match no naming are listed but never
 removed: /dev/shm is shared by every program on the host, and we only clean what we can
-name. `judge_shm_file` is the rule for one file (held by no live process, no semaphore
-born with a held file, unchanged for `--shm-min-age`); `judge_shm_files` applies it for the
-doctor and the cleaner alike, `leaked_posix_shm` for a library caller. The files and who
-holds them are read by `accelhost.readers.shmfiles`. A fact the rule needs and does not
-have (a process's open files, a birth time) makes the file "cannot tell" (UNKNOWN, never
-removed), on a live host and on its recording alike: the same facts, the same verdict.
+name. `judge_shm_file` is the rule for one file (held by no live process, unchanged for
+`--shm-min-age`); `judge_shm_files` applies it for the doctor and the cleaner alike,
+`leaked_posix_shm` for a library caller. The files and who holds them (by path or by
+inode: a live vLLM's semaphore is mapped only under the temporary name its creator made
+it with) are read by `accelhost.readers.shmfiles`. A fact the rule needs and does not have
+(some process's open files) makes the file "cannot tell" (UNKNOWN, never removed), on a
+live host and on its recording alike: the same facts, the same verdict.
 """
 
 from __future__ import annotations
@@ -41,54 +42,18 @@ class ShmVerdict:
     blocked: bool = False  # could not tell: some live process's open files were unreadable
 
 
-# vLLM makes its message queues (psm_*) and their semaphores (sem.mp-*) at the same
-# moment; while it serves, its resource tracker keeps such a semaphore's name, which no
-# process holds open or mapped. A semaphore born this close to a file a live process holds
-# is that live process's sibling, not a leak (a false "sibling" only ever keeps a file).
-SIBLING_WINDOW_S = 2.0
-SEMAPHORE_PREFIX = "sem."  # glibc's sem_open("/x") is /dev/shm/sem.x
-
-
-def held_births(files: Sequence[ShmFile], scan: HeldScan) -> list[float | None]:
-    """Birth times of the files some live process holds (siblings are judged by them);
-    None for a held file whose birth is not known (the kernel keeps none, or a recording
-    made without it)."""
-    return [f.birth for f in files if scan.holds(f)]
-
-
-def _sibling(f: ShmFile, sibling_births: Sequence[float | None]) -> bool | None:
-    """A semaphore born within SIBLING_WINDOW_S of a held file: True, False, or None when
-    a birth time it would take is unknown (then only "cannot tell" is true). Only a named
-    semaphore (`sem.*`, sem_open's files) is kept by a live process without being open or
-    mapped; a queue or an mmap file of a live process is always mapped by it."""
-    if not f.name.startswith(SEMAPHORE_PREFIX):
-        return False
-    if f.birth is not None and any(
-        b is not None and abs(f.birth - b) <= SIBLING_WINDOW_S for b in sibling_births
-    ):
-        return True
-    if sibling_births and (f.birth is None or None in sibling_births):
-        return None
-    return False
-
-
 def judge_shm_file(
     f: ShmFile,
     scan: HeldScan,
     now_epoch: float | None,
     min_age_s: float,
     naming: str | None,
-    sibling_births: Sequence[float | None] = (),
 ) -> ShmVerdict:
-    """The POSIX leak rule: held by no live process, no semaphore born within
-    SIBLING_WINDOW_S of a held file, and unchanged for `min_age_s`. Where a fact the rule needs is
-    missing (some process's open files, a birth time) the file is `blocked`: not leaked,
-    not kept as fine, "cannot tell", whether the host is live or a recording."""
+    """The POSIX leak rule: held by no live process and unchanged for `min_age_s`. Where a
+    fact the rule needs is missing (some process's open files) the file is `blocked`: not
+    leaked, not kept as fine, "cannot tell", whether the host is live or a recording."""
     if scan.holds(f):
         return ShmVerdict(f, False, "held open or mapped by a live process", naming)
-    sibling = _sibling(f, sibling_births)
-    if sibling:
-        return ShmVerdict(f, False, "born with a file a live process holds: that process's", naming)
     age = f.age_s(now_epoch)
     if age is None:
         return ShmVerdict(f, False, "age unknown (no clock)", naming)
@@ -101,15 +66,6 @@ def judge_shm_file(
             f,
             False,
             f"cannot tell: open files of pid(s) {shown}{more} unreadable, any may hold it",
-            naming,
-            True,
-        )
-    if sibling is None:
-        return ShmVerdict(
-            f,
-            False,
-            "cannot tell: no birth time to tell whether it was born with a file a live "
-            "process holds in this directory (a live server's semaphore is)",
             naming,
             True,
         )
@@ -139,11 +95,8 @@ def leaked_posix_shm(
     scan = scan_held(host)
     out = []
     for files in list_shm_files(host, dirs).values():
-        siblings = held_births(files or [], scan)
         for f in files or []:
-            verdict = judge_shm_file(
-                f, scan, now, min_age_s, match_naming(f.name, namings), siblings
-            )
+            verdict = judge_shm_file(f, scan, now, min_age_s, match_naming(f.name, namings))
             if verdict.leaked:
                 out.append(verdict)
     return out
@@ -188,12 +141,9 @@ def judge_shm_files(facts: HostFacts, options: HygieneOptions) -> list[ShmJudgem
         ShmListing(tuple((f, f) for f in files or ()), held) for files in facts.shm_files.values()
     ] + container_listings(facts)
     for listing in listings:
-        siblings = held_births([seen for _, seen in listing.files], listing.held)
         for f, seen in sorted(listing.files, key=lambda pair: pair[0].path):
             naming = naming_of(f.name)
-            v = judge_shm_file(
-                seen, listing.held, facts.now_epoch, options.shm_min_age_s, naming, siblings
-            )
+            v = judge_shm_file(seen, listing.held, facts.now_epoch, options.shm_min_age_s, naming)
             out.append(judgement(f, naming, v, listing.note))
     return out
 
@@ -259,7 +209,7 @@ def check_posix_shm(
     tail = f"; {len(unclaimed)} unnamed file(s) held by nobody" if unclaimed else ""
     tail += privileged_note(scan)
     if blocked:
-        tail += f"; {len(blocked)} file(s) cannot be judged ({_blocked_why(blocked, scan)})"
+        tail += f"; {len(blocked)} file(s) cannot be judged ({_blocked_why(scan)})"
     if unread:
         tail += f"; cannot list {', '.join(unread)}"
     if leaked:
@@ -288,12 +238,8 @@ def check_posix_shm(
     return CheckResult(NAME, OK, f"{total} file(s) in {where}, none leaked{tail}", evidence)
 
 
-def _blocked_why(blocked: Sequence[ShmJudgement], scan: HeldScan) -> str:
-    whys = []
-    if not scan.complete:
-        pids = " ".join(str(p) for p in scan.unreadable[:5])
-        more = " ..." if len(scan.unreadable) > 5 else ""
-        whys.append(f"open files of pid(s) {pids}{more} unreadable: run as root")
-    if any("birth" in j.reason for j in blocked):
-        whys.append("no birth times: a live server's semaphore cannot be told from a leak")
-    return "; ".join(whys)
+def _blocked_why(scan: HeldScan) -> str:
+    """Why files could not be judged: the processes whose open files could not be read."""
+    pids = " ".join(str(p) for p in scan.unreadable[:5])
+    more = " ..." if len(scan.unreadable) > 5 else ""
+    return f"open files of pid(s) {pids}{more} unreadable: run as root"

@@ -16,9 +16,15 @@ through the host door (live, snapshot or recording alike).
 
 Which file leaked is a rule, not a reading: `accelhost.hygiene.posix_check`.
 
-Why by path and inode: a process maps `/dev/shm/psm_x` by name; an unlinked one shows
-`(deleted)`. A process in another mount namespace shows its own /dev/shm under the same
-name: that can only make a file look held (kept), never look free (removed).
+Why by path and inode: a process maps `/dev/shm/psm_x` by name, but a file created under
+one name and linked to another is held under the first: glibc's sem_open makes a
+semaphore as `sem.XXXXXX`, maps it, links it to `sem.NAME` and unlinks the temporary name,
+so its creator maps `/dev/shm/sem.XXXXXX (deleted)` for as long as it lives (a vLLM
+Worker's `sem.mp-*` is held only that way). A `(deleted)` mapping or fd therefore names no
+file, but its (device, inode) is kept: it is a listed file's exactly when that file is
+this one under its other name (a mapped inode is never reused while mapped). A process in
+another mount namespace shows its own /dev/shm under the same name: that can only make a
+file look held (kept), never look free (removed).
 """
 
 from __future__ import annotations
@@ -122,7 +128,8 @@ def _may_hold(status: str | None, pid: int) -> bool:
 
 
 def parse_maps(text: str) -> tuple[set[str], set[tuple[int, int]]]:
-    """Paths and (dev, inode) of file mappings in a /proc/PID/maps text; no deleted ones."""
+    """Paths and (dev, inode) of file mappings in a /proc/PID/maps text; a `(deleted)`
+    mapping gives its (dev, inode) only (see the module docstring)."""
     paths: set[str] = set()
     inodes: set[tuple[int, int]] = set()
     for line in text.splitlines():
@@ -130,9 +137,8 @@ def parse_maps(text: str) -> tuple[set[str], set[tuple[int, int]]]:
         if len(parts) < 6 or not parts[5].startswith("/"):
             continue
         path = parts[5]
-        if path.endswith(_DELETED):
-            continue
-        paths.add(path)
+        if not path.endswith(_DELETED):
+            paths.add(path)
         major, _, minor = parts[3].partition(":")
         try:
             inode = int(parts[4])
@@ -157,21 +163,25 @@ def _fd_paths(
     its own path a file we list under the host's path. With `is_device`, the device nodes
     among them (deleted ones too) go into `devices`: one walk of the fds serves both.
     A target that is one of the `listed` paths is held by that path already (`holds`):
-    its identity is not looked up."""
+    its identity is not looked up; a `(deleted)` one gives its identity only (a file made
+    under a temporary name and linked to its own: see the module docstring)."""
     fds = open_fds(host, pid)
     if fds is None:
         return None
     out = set()
     for fd, target in fds.items():
-        if devices is not None and is_device is not None and target.startswith("/"):
-            node = target.removesuffix(_DELETED)
-            if is_device(node):
-                devices.add(node)
-        if not target.startswith("/") or target.endswith(_DELETED):
-            continue
-        out.add(target)
-        if target.startswith(("/proc/", "/sys/", "/dev/")) and not target.startswith("/dev/shm/"):
-            continue  # pseudo files and device nodes: never a shm file
+        if not target.startswith("/"):
+            continue  # sockets, pipes, anon_inode:...
+        deleted = target.endswith(_DELETED)
+        path = target.removesuffix(_DELETED)
+        if devices is not None and is_device is not None and is_device(path):
+            devices.add(path)
+        if not deleted:
+            out.add(target)
+        if path.startswith(("/proc/", "/sys/", "/dev/", "/memfd:")) and not path.startswith(
+            "/dev/shm/"
+        ):
+            continue  # pseudo files, device nodes and memfds: never a shm file
         if target in listed:
             continue
         st = open_file_stat(host, pid, fd)
