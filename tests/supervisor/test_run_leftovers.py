@@ -370,6 +370,21 @@ def test_dev_shm_file_of_a_tree_that_died_before_the_teardown_is_removed(tmp_pat
         assert f"removed {mapped} (" in err
 
 
+def test_a_semaphore_the_tree_made_with_sem_open_is_removed(tmp_path: Path) -> None:
+    # sem_open links the semaphore to its name after mapping it: the tree maps it only as
+    # `sem.XXXXXX (deleted)`, and holds it by inode (as each vLLM Worker holds its sem.mp-*).
+    name = f"accelhost-test-{os.getpid()}-{tmp_path.name}"
+    sem = Path(f"/dev/shm/sem.{name}")
+    script = " ".join(helper("sem-die", tmp_path, f"/{name}", "3")) + "; exit 3"
+    with removed_after(sem), janitor(tmp_path) as j:
+        proc = j.start(run_cmd("--grace", "0.5", "--", "sh", "-c", script))
+        wait_for(sem.exists)
+        code, _, err = finish(proc)
+        assert code == 3, err
+        assert not sem.exists(), err
+        assert f"removed {sem} (" in err
+
+
 def test_creation_watch_names_new_files_and_the_ledger_skips_gone_or_known(
     tmp_path: Path,
 ) -> None:

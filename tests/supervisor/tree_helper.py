@@ -209,6 +209,17 @@ def main() -> None:
         note(out)
         time.sleep(float(sys.argv[4]))
         os.kill(os.getpid(), signal.SIGKILL)
+    elif mode == "sem-die":
+        # A named semaphore as Python's multiprocessing makes one (glibc's sem_open: a
+        # temporary file, mapped, linked to /dev/shm/sem.NAME, the temporary name unlinked),
+        # held under the temporary name only; then SIGKILL: nothing unlinks the name.
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.sem_open.restype = ctypes.c_void_p
+        sem = libc.sem_open(sys.argv[3].encode(), os.O_CREAT | os.O_EXCL, 0o600, 1)
+        assert sem not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        note(out)
+        time.sleep(float(sys.argv[4]))
+        os.kill(os.getpid(), signal.SIGKILL)
     elif mode == "private":
         # Under --private-ipc: report the namespace and leave a segment and a /dev/shm file.
         name = sys.argv[3]
