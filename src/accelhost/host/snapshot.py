@@ -12,13 +12,15 @@ import json
 import os
 import stat
 from collections.abc import Iterable, Mapping, Sequence
-from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelhost import formats
 from accelhost.errors import SnapshotError
 from accelhost.host.base import CommandResult, FileStat, command_key, http_key
+
+if TYPE_CHECKING:
+    from importlib.abc import Traversable
 
 SNAPSHOT_FORMAT = formats.SNAPSHOT
 EXAMPLE_PREFIX = "example:"
@@ -144,9 +146,17 @@ def _stat_problem(entry: Any) -> str | None:
     return None
 
 
+def _examples() -> Traversable:
+    """The bundled recordings' folder (importlib.resources is imported only when asked:
+    a live `doctor --brief` never loads a snapshot, and it costs a tenth of its start)."""
+    from importlib import resources
+
+    return resources.files("accelhost") / "data" / "examples"
+
+
 def example_names() -> list[str]:
     """Names of the recorded hosts bundled with the package (`example:NAME`)."""
-    root = resources.files("accelhost") / "data" / "examples"
+    root = _examples()
     return sorted(p.name[:-5] for p in root.iterdir() if p.name.endswith(".json"))
 
 
@@ -155,7 +165,7 @@ def load_snapshot(path: str | Path) -> SnapshotHost:
     text_path = str(path)
     if text_path.startswith(EXAMPLE_PREFIX):
         name = text_path[len(EXAMPLE_PREFIX) :]
-        resource = resources.files("accelhost") / "data" / "examples" / f"{name}.json"
+        resource = _examples() / f"{name}.json"
         if not resource.is_file():
             raise SnapshotError(
                 f"snapshot {text_path}: no such bundled example "
