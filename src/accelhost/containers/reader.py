@@ -135,11 +135,14 @@ def read_containers(
     seen: dict[int, CgroupContainer] = {}
     memo = {} if cgroups is None else cgroups
     now: dict[tuple[int, int], CgroupContainer | None] = {}
+    # most processes share a few cgroups (every host service's is one line): each text is
+    # parsed once
+    parsed: dict[str, CgroupContainer | None | Literal[False]] = {}
     for pid, proc in procs.items():
         if proc.is_kernel_thread:
             continue
         key = (pid, proc.start_ticks)
-        read = memo[key] if key in memo else _cgroup_of(host, pid)
+        read = memo[key] if key in memo else _cgroup_of(host, pid, parsed)
         if read is False:
             continue
         now[key] = read
@@ -193,16 +196,20 @@ def read_containers(
     )
 
 
-def _cgroup_of(host: Host, pid: int) -> CgroupContainer | None | Literal[False]:
+def _cgroup_of(
+    host: Host, pid: int, parsed: dict[str, CgroupContainer | None | Literal[False]]
+) -> CgroupContainer | None | Literal[False]:
     """The container of `pid` by its cgroup (None: the host's); False when it could not
-    be read (gone, or no cgroup file): not remembered."""
+    be read (gone, or no cgroup file): not remembered. `parsed`: text -> its answer."""
     text = host.read_file(f"/proc/{pid}/cgroup")
     if not text:
         return False
-    try:
-        return parse_cgroup(text, f"/proc/{pid}/cgroup")
-    except AccelhostError:
-        return False
+    if text not in parsed:
+        try:
+            parsed[text] = parse_cgroup(text, f"/proc/{pid}/cgroup")
+        except AccelhostError:
+            parsed[text] = False
+    return parsed[text]
 
 
 def _host_ipc(
