@@ -152,6 +152,58 @@ def test_a_file_is_judged_on_its_stat_of_this_round(shm_dir: Path, full_round: b
         _stop(holder)
 
 
+# Waits for a line on stdin, then makes the semaphore argv[1] as glibc's sem_open does (a
+# temporary file, mapped, linked to its name, the temporary name unlinked): it holds the
+# semaphore only under the deleted temporary name, as a vLLM Worker holds its sem.mp-*.
+SEM_MAKER = r"""
+import mmap, os, sys, time
+sys.stdin.readline()
+tmp = os.path.join(os.path.dirname(sys.argv[1]), "sem.tmpAbC")
+fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+os.write(fd, bytes(32))
+m = mmap.mmap(fd, 32)
+os.close(fd)
+os.link(tmp, sys.argv[1])
+os.unlink(tmp)
+print("ready", flush=True)
+time.sleep(1000)
+"""
+
+
+def test_a_semaphore_a_known_process_makes_later_is_held(shm_dir: Path) -> None:
+    """A process the state has read already makes a semaphore (a Worker does, seconds
+    after it starts): the state's record of its maps is older than the file, yet the file
+    is never confirmed as leaked while the process lives, and is once it is gone."""
+    sem = shm_dir / "sem.mp-later"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SEM_MAKER, str(sem)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        host = LiveHost()
+        state = IncrementalState(_options(shm_dir, shm_min_age_s=60), full_every=1000)
+        state.read(host, host, time.time())
+        state.read(host, host, time.time())  # the process is known, and read
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "ready"
+        later = time.time() + 120  # old enough to be judged
+        for _ in range(3):
+            known = state.read(host, host, later)
+            assert not state.last.full
+            f = next(f for f in known.shm_files[str(shm_dir)] or () if f.path == str(sem))
+            assert known.held.holds(f) or state.last.holder_scan
+            assert not state._confirmed, "a live process's semaphore confirmed as leaked"
+        _stop(proc)
+        state.read(host, host, later)
+        assert state._confirmed == {(str(sem), os.stat(sem).st_ino)}
+    finally:
+        _stop(proc)
+
+
 def test_incremental_verdicts_match_a_full_look(shm_dir: Path) -> None:
     _old_file(shm_dir / "psm_leaked")
     kept = _old_file(shm_dir / "psm_kept")
