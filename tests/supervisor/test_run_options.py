@@ -158,6 +158,8 @@ def test_only_new_unattached_segments_of_the_tree_are_removed() -> None:
     assert [r.shmid for r in out] == [2, 6]
     assert any("kept shared memory shmid 3" in x for x in lines)
     assert any("kept shared memory shmid 8" in x and "pid 600" in x for x in lines)
+    unsure = [x for x in lines if "kept shared memory shmid 7" in x]
+    assert len(unsure) == 1 and "pid 500" in unsure[0] and "cannot be told" in unsure[0]
 
 
 def test_cheap_rescans_see_what_a_full_scan_sees() -> None:

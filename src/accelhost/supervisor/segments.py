@@ -46,6 +46,18 @@ class SegmentLedger:
             and seg.cpid not in self.ambiguous
         )
 
+    def unsure(self, host: Host) -> list[ShmSegment]:
+        """New segments nobody attaches whose creator pid the tree and an outsider both
+        had: kept, and said (they may be a leak of the tree's)."""
+        return [
+            s
+            for s in read_segments(host) or []
+            if s.shmid not in self.before
+            and s.cpid in self.ambiguous
+            and s.nattch == 0
+            and not s.marked_for_destruction
+        ]
+
     def now(self, host: Host, attached: bool) -> list[ShmSegment]:
         """Our live segments, as the table shows them now: those nobody attaches (leaked),
         or those someone outside the tree still attaches (kept, reported)."""
@@ -89,5 +101,11 @@ def remove_leaked(
         log(
             f"kept shared memory shmid {seg.shmid} key {seg.key_hex} made by pid {seg.cpid}: "
             f"still attached by {seg.nattch} process(es) outside the tree"
+        )
+    for seg in ledger.unsure(host):
+        log(
+            f"kept shared memory shmid {seg.shmid} key {seg.key_hex} made by pid {seg.cpid}: "
+            "that pid was also a process outside the tree during the run (the pid counter "
+            "wrapped): whose it is cannot be told (`accelhost doctor` judges it)"
         )
     return removed
