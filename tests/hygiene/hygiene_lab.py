@@ -25,6 +25,23 @@ import pytest
 
 PY = sys.executable
 
+# glibc's sem_open(O_CREAT) step by step, in any directory (sem_open itself only makes
+# them in /dev/shm): a temporary file, mapped, linked to the semaphore's name, the
+# temporary name unlinked. Its maker then maps the semaphore only as the deleted
+# temporary name, as each vLLM Worker maps its sem.mp-*. Prepended to a `python -c` script.
+MAKE_SEM_PY = r"""
+import mmap, os
+def make_sem(path):
+    tmp = os.path.join(os.path.dirname(path), "sem.tmpXYZ")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, bytes(32))
+    sem = mmap.mmap(fd, 32)
+    os.close(fd)
+    os.link(tmp, path)
+    os.unlink(tmp)
+    return sem
+"""
+
 # A helper process: create (and optionally attach) a segment, print its shmid, then
 # either exit or sleep. Run with `python -c`.
 SHM_HELPER = r"""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hygiene_lab import Lab, nobody_python, run_cli, stop_popen
+from hygiene_lab import MAKE_SEM_PY, Lab, nobody_python, run_cli, stop_popen
 
 from accelhost.host.live import LiveHost
 from accelhost.host.redact import recorder
@@ -32,23 +32,19 @@ from accelhost.hygiene.cleaner import plan_clean
 from accelhost.hygiene.facts import HostFacts
 
 SHM = Path("/dev/shm")
-# Maps its queue (argv 1) and makes its semaphore (argv 2) as glibc's sem_open does: a
-# temporary file, mapped, linked to the semaphore's name, the temporary name unlinked.
-HOLDER_PY = r"""
-import mmap, os, sys, time
+# Maps its queue (argv 1) and makes its semaphore (argv 2) as glibc's sem_open does.
+HOLDER_PY = (
+    MAKE_SEM_PY
+    + r"""
+import sys, time
 fd = os.open(sys.argv[1], os.O_RDWR)
 m = mmap.mmap(fd, 4096)
 os.close(fd)
-tmp = os.path.join(os.path.dirname(sys.argv[2]), "sem.tmpXYZ")
-fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-os.write(fd, bytes(32))
-sem = mmap.mmap(fd, 32)
-os.close(fd)
-os.link(tmp, sys.argv[2])
-os.unlink(tmp)
+sem = make_sem(sys.argv[2])
 print("ready", flush=True)
 time.sleep(1000)
 """
+)
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hygiene_lab import Lab, run_cli, wait_gone
+from hygiene_lab import MAKE_SEM_PY, Lab, run_cli, wait_gone
 from prometheus_client import generate_latest
 
 from accelhost.host.live import LiveHost
@@ -152,22 +152,18 @@ def test_a_file_is_judged_on_its_stat_of_this_round(shm_dir: Path, full_round: b
         _stop(holder)
 
 
-# Waits for a line on stdin, then makes the semaphore argv[1] as glibc's sem_open does (a
-# temporary file, mapped, linked to its name, the temporary name unlinked): it holds the
-# semaphore only under the deleted temporary name, as a vLLM Worker holds its sem.mp-*.
-SEM_MAKER = r"""
-import mmap, os, sys, time
+# Waits for a line on stdin, then makes the semaphore argv[1] as glibc's sem_open does:
+# it holds it only under the deleted temporary name, as a vLLM Worker holds its sem.mp-*.
+SEM_MAKER = (
+    MAKE_SEM_PY
+    + r"""
+import sys, time
 sys.stdin.readline()
-tmp = os.path.join(os.path.dirname(sys.argv[1]), "sem.tmpAbC")
-fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-os.write(fd, bytes(32))
-m = mmap.mmap(fd, 32)
-os.close(fd)
-os.link(tmp, sys.argv[1])
-os.unlink(tmp)
+sem = make_sem(sys.argv[1])
 print("ready", flush=True)
 time.sleep(1000)
 """
+)
 
 
 def test_a_semaphore_a_known_process_makes_later_is_held(shm_dir: Path) -> None:
