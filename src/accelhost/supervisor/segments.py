@@ -46,25 +46,13 @@ class SegmentLedger:
             and seg.cpid not in self.ambiguous
         )
 
-    def unsure(self, host: Host) -> list[ShmSegment]:
-        """New segments nobody attaches whose creator pid the tree and an outsider both
-        had: kept, and said (they may be a leak of the tree's)."""
+    def now(self, host: Host) -> list[ShmSegment]:
+        """The segments made since the start that are still there and not being destroyed,
+        as the table shows them now."""
         return [
             s
             for s in read_segments(host) or []
-            if s.shmid not in self.before
-            and s.cpid in self.ambiguous
-            and s.nattch == 0
-            and not s.marked_for_destruction
-        ]
-
-    def now(self, host: Host, attached: bool) -> list[ShmSegment]:
-        """Our live segments, as the table shows them now: those nobody attaches (leaked),
-        or those someone outside the tree still attaches (kept, reported)."""
-        return [
-            s
-            for s in read_segments(host) or []
-            if self.ours(s) and (s.nattch > 0) == attached and not s.marked_for_destruction
+            if s.shmid not in self.before and not s.marked_for_destruction
         ]
 
 
@@ -87,7 +75,7 @@ def remove_leaked(
         return True, ""
 
     removed: list[RemovedSegment] = []
-    for seg in ledger.now(host, attached=False):
+    for seg in [s for s in ledger.now(host) if ledger.ours(s) and s.nattch == 0]:
         what = f"shared memory shmid {seg.shmid} key {seg.key_hex}"
         done = remove_segment(host, seg.shmid, rule, rmid=remove)
         if done.status == "kept" and done.why:
@@ -97,15 +85,13 @@ def remove_leaked(
         elif done.status == "removed":
             removed.append(RemovedSegment(seg.shmid, seg.key_hex, seg.size, seg.cpid))
             log(f"removed {what} ({seg.size} bytes) left by pid {seg.cpid}")
-    for seg in ledger.now(host, attached=True):
-        log(
-            f"kept shared memory shmid {seg.shmid} key {seg.key_hex} made by pid {seg.cpid}: "
-            f"still attached by {seg.nattch} process(es) outside the tree"
-        )
-    for seg in ledger.unsure(host):
-        log(
-            f"kept shared memory shmid {seg.shmid} key {seg.key_hex} made by pid {seg.cpid}: "
-            "that pid was also a process outside the tree during the run (the pid counter "
-            "wrapped): whose it is cannot be told (`accelhost doctor` judges it)"
-        )
+    for seg in ledger.now(host):  # what is left, kept: why
+        made = f"kept shared memory shmid {seg.shmid} key {seg.key_hex} made by pid {seg.cpid}"
+        if ledger.ours(seg) and seg.nattch > 0:
+            log(f"{made}: still attached by {seg.nattch} process(es) outside the tree")
+        elif seg.cpid in ledger.ambiguous and seg.nattch == 0:
+            log(
+                f"{made}: that pid was also a process outside the tree during the run (the "
+                "pid counter wrapped): whose it is cannot be told (`accelhost doctor` judges it)"
+            )
     return removed
