@@ -22,6 +22,7 @@ from accelhost.parsers.nvidia_smi_memory import (
     parse_compute_apps,
     parse_gpu_memory,
 )
+from accelhost.readers.ascend import NPU_INFO
 from accelhost.readers.procs import list_pids, open_fds
 
 
@@ -61,14 +62,11 @@ class DeviceMemory:
 
 
 def read_ascend(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | None:
-    # imported here: a host without npu-smi never needs Ascend's parsers
-    from accelhost.readers.ascend import NPU_INFO
+    from accelhost.parsers.npusmi_info import parse_npu_smi_info
 
     result = host.run(NPU_INFO)
     if result is None:
         return None
-    from accelhost.parsers.npusmi_info import parse_npu_smi_info
-
     if not result.ok:
         errors["devices"] = f"`npu-smi info` failed with status {result.rc}"
         return []
