@@ -113,6 +113,25 @@ def test_holder_scan_runs_only_when_a_file_becomes_a_candidate(shm_dir: Path) ->
         _stop(holder)
 
 
+def test_a_files_birth_is_read_once_nobody_holds_it(shm_dir: Path) -> None:
+    """Only an unheld file's birth is ever asked (it names the container that left it),
+    so a round reads no birth of a held file; once its holder goes, its birth is read:
+    the creation time, not its mtime (set an hour back)."""
+    made = time.time()
+    path = _old_file(shm_dir / "psm_a")
+    holder = _holder(path)
+    try:
+        host = LiveHost()
+        state = IncrementalState(_options(shm_dir), full_every=1000)
+        (f,) = state.read(host, host, time.time()).shm_files[str(shm_dir)] or ()
+        assert f.birth is None
+        _stop(holder)
+        (f,) = state.read(host, host, time.time()).shm_files[str(shm_dir)] or ()
+        assert f.birth is not None and abs(f.birth - made) < 60 and f.mtime < made - 3000
+    finally:
+        _stop(holder)
+
+
 def _stat_in(known: object, path: Path) -> float:
     listing = known.shm_files[str(path.parent)]  # type: ignore[attr-defined]
     return next(f.mtime for f in listing or () if f.path == str(path))

@@ -136,12 +136,16 @@ class LiveHost:
             return None
 
     def stat(self, path: str) -> FileStat | None:
+        # What one file is asked is its identity, size and times; its birth (a statx, as
+        # dear as the stat itself) only where it names who left a file: `birth_time`.
         name = path.rstrip("/").rsplit("/", 1)[-1]
-        # Through /proc (a process's fd followed) what is asked is the open file's identity:
-        # no birth time (a statx each), and user names remembered for this host's lifetime.
-        return _file_stat(
-            path, name, follow=True, owners=self._owners, birth=not path.startswith("/proc/")
-        )
+        return _file_stat(path, name, follow=True, owners=self._owners, birth=False)
+
+    def birth_time(self, path: str) -> float | None:
+        """When a file was created (statx, links not followed); None where the kernel, the
+        filesystem or the architecture keeps none. Not part of `Host`: a snapshot's
+        listing holds the births it read (`stat_dir`)."""
+        return _statx_birth(path, follow=False)
 
     def getenv(self, name: str) -> str | None:
         return self._env.get(name)
@@ -180,7 +184,7 @@ def _file_stat(
         ctime=st.st_ctime,
         dev=st.st_dev,
         inode=st.st_ino,
-        birth=birth_time(path, follow=follow) if birth else None,
+        birth=_statx_birth(path, follow=follow) if birth else None,
     )
 
 
@@ -191,9 +195,7 @@ _STATX_BTIME = 0x800
 _STATX_SIZE = 256  # struct statx; stx_btime {s64 sec; u32 nsec} sits at offset 80
 
 
-def birth_time(path: str, *, follow: bool = False) -> float | None:
-    """When a file was created (statx); None where the kernel, the filesystem or the
-    architecture keeps none."""
+def _statx_birth(path: str, *, follow: bool) -> float | None:
     buf = ctypes.create_string_buffer(_STATX_SIZE)
     try:
         syscall(

@@ -61,9 +61,12 @@ DEFAULT_FULL_EVERY = 10
 
 @runtime_checkable
 class InodeLister(Protocol):
-    """A live host that lists a directory's names with their inode numbers."""
+    """A live host that lists a directory's names with their inode numbers, and tells a
+    file's birth apart from its stat (`accelhost.host.live.LiveHost`)."""
 
     def list_dir_inodes(self, path: str) -> dict[str, int] | None: ...
+
+    def birth_time(self, path: str) -> float | None: ...
 
 
 @dataclass
@@ -175,6 +178,7 @@ class IncrementalState:
             cost.holder_scan = True
             self.full_scans += 1
             self._confirm(now_epoch)
+        self._read_births(lister)
         self.last = cost
         return self._known()
 
@@ -251,6 +255,17 @@ class IncrementalState:
             self._files[directory] = new
         self._listed = frozenset(f.path for f in self._all_files())
         self._confirmed &= {(f.path, f.inode) for f in self._all_files()}
+
+    def _read_births(self, lister: InodeLister) -> None:
+        """The birth of each file no process holds, once: only such a file's birth is ever
+        asked (it names the container that left it: `container_evidence.left_by_birth`),
+        and a statx is as dear as the stat itself, so the thousands held go without."""
+        held = self._held()
+        for entries in self._files.values():
+            for name, (ino, f) in (entries or {}).items():
+                if f is not None and f.birth is None and not held.holds(f):
+                    assert entries is not None
+                    entries[name] = (ino, replace(f, birth=lister.birth_time(f.path)))
 
     def _all_files(self) -> list[ShmFile]:
         return [f for d in self._files.values() for _, f in (d or {}).values() if f is not None]
@@ -392,6 +407,8 @@ def _restat(
     kept under its listed inode, so the next listing compares with what it listed)."""
     assert entries is not None
     fresh = stat_shm_file(f.path, host)
+    if fresh is not None and fresh.inode == f.inode:
+        fresh = replace(fresh, birth=f.birth)  # the same file: born when it was
     if fresh is None:
         del entries[name]
     else:
