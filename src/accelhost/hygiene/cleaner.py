@@ -71,14 +71,10 @@ def plan_clean(
     stopping: set[int] = set()
     if f.orphans and facts.processes is not None:
         protected = protected_pids(procs, facts.self_pid)
-        orphans = [
-            o
-            for o in find_orphans(procs, facts.self_pid, options)
-            if not f.pids or o.proc.pid in f.pids
-        ]
         by_group: dict[int, list[Any]] = {}
-        for o in orphans:
-            by_group.setdefault(o.proc.pgid, []).append(o)
+        for o in find_orphans(procs, facts.self_pid, options):
+            if not f.pids or o.proc.pid in f.pids:
+                by_group.setdefault(o.proc.pgid, []).append(o)
         for pgid, members in sorted(by_group.items()):
             pids: list[int] = []
             for o in members:
@@ -184,10 +180,9 @@ def _remove(
         def file_intent(_fresh: ShmFile, why: str) -> None:
             journal.write("intent", action=act.kind, **act.intent(why))
 
-        file_rule = _file_rule(act, min_age_s)
-        planned = act.file
+        f = act.file
         removal = unlink_shm_file(
-            host, planned.path, planned.dev, planned.inode, file_rule, file_intent
+            host, f.path, f.dev, f.inode, _file_rule(act, min_age_s), file_intent
         )
     if removal.tried:
         journal.write("outcome", action=act.kind, **act.ident(), result=removal.result)

@@ -14,7 +14,8 @@ from typing import Any
 
 from accelhost.containers.model import RUNNING, Container
 from accelhost.errors import UsageError
-from accelhost.hygiene.actions import Action, RemoveSegment, RemoveShmFile, StopProcesses
+from accelhost.hygiene.actions import Action, RemoveShmFile, StopProcesses
+from accelhost.hygiene.engines import build_catalog
 from accelhost.hygiene.facts import HostFacts
 from accelhost.hygiene.report import OK, CheckResult, DoctorReport
 from accelhost.readers.shmfiles import ShmFile
@@ -77,11 +78,8 @@ def left_by_dir(facts: HostFacts, path: str) -> dict[str, Any] | None:
     if d is None:
         return None
     found = [cf.view.containers[i] for i in d.container_ids if i in cf.view.containers]
-    from accelhost.hygiene.engines import build_catalog
-
     is_engine = build_catalog().is_engine
-    engines = [c for c in found if runs_engine(facts, c, is_engine)]
-    chosen = engines or found
+    chosen = [c for c in found if runs_engine(facts, c, is_engine)] or found
     why = "in the /dev/shm of " + " and ".join(c.label for c in chosen)
     return _named(chosen, why, "containers share it")
 
@@ -226,15 +224,11 @@ def action_container(facts: HostFacts, a: Action) -> dict[str, Any] | None:
         return None
     if isinstance(a, RemoveShmFile):
         return left_by_file(facts, a.path)
-    if isinstance(a, RemoveSegment):
-        return left_by_birth(facts, float(a.seg.ctime))
-    return None
+    return left_by_birth(facts, float(a.seg.ctime))
 
 
 def _names_any(who: dict[str, Any] | None, ids: set[str]) -> bool:
-    return who is not None and any(
-        isinstance(x, dict) and x.get("id") in ids for x in who["containers"]
-    )
+    return who is not None and any(x["id"] in ids for x in who["containers"])
 
 
 def scope_actions(

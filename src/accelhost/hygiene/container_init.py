@@ -15,13 +15,11 @@ from accelhost.containers.model import RUNNING, Container
 from accelhost.hygiene.container_evidence import container_json, runs_engine
 from accelhost.hygiene.evidence import unknown
 from accelhost.hygiene.facts import HostFacts
-from accelhost.hygiene.options import HygieneOptions
+from accelhost.hygiene.options import ONE_CHILD_INITS, SHELLS, HygieneOptions
 from accelhost.hygiene.posix_check import not_in_recording
 from accelhost.hygiene.report import OK, SKIP, WARN, CheckResult
 
 NAME = "container_init"
-SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "busybox"})
-ONE_CHILD_INITS = frozenset({"tini", "tini-static", "dumb-init", "docker-init", "catatonit"})
 # Each leaking kind of PID 1: how it is said, and what it cost on this project's machines
 # (vLLM 0.32, --ipc=host, Docker 20.10; the table in docs/containers.md).
 LEAKS = {
@@ -51,16 +49,11 @@ FIX = (
 )
 
 
-def _base(word: str) -> str:
-    return word.rsplit("/", 1)[-1]
-
-
 def pid1_kind(command: str | None, options: HygieneOptions) -> str:
     """accelhost run, shell, init, engine or other (unknown: no command seen)."""
     if not command:
         return "unknown"
-    words = command.split()
-    bases = [_base(w) for w in words]
+    bases = [w.rsplit("/", 1)[-1] for w in command.split()]
     for n, b in enumerate(bases):
         if b == "accelhost" and "run" in bases[n + 1 : n + 3]:
             return "accelhost run"
@@ -92,11 +85,10 @@ def check_container_init(facts: HostFacts, options: HygieneOptions) -> CheckResu
         return not_in_recording(facts, NAME)
     if cf is None:
         return unknown(NAME, "containers not read")
-    is_engine = options.catalog.is_engine
     engines = [
         c
         for c in cf.view.containers.values()
-        if c.state == RUNNING and runs_engine(facts, c, is_engine)
+        if c.state == RUNNING and runs_engine(facts, c, options.catalog.is_engine)
     ]
     note = f" ({'; '.join(cf.view.notes)})" if cf.view.notes else ""
     if not engines:

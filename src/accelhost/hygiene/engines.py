@@ -209,19 +209,28 @@ class Catalog:
                     self._rx.setdefault(kind, []).append((e.name, rx))
                     self._literals[p] = required_literal(p)
 
-    def _first(self, kind: str, command: str) -> str | None:
-        key = (kind, command)
+    def _first(self, kind: str, text: str) -> str | None:
+        key = (kind, text)
         if key in self._memo:
             return self._memo[key]
-        lit = self._literals
-        found = next(
-            (
-                n
-                for n, rx in self._rx.get(kind, ())
-                if ((need := lit[rx.pattern]) is None or need in command) and rx.search(command)
-            ),
-            None,
-        )
+        if kind == "shm":  # a file name, matched by the shm globs (compiled on first use)
+            if "shm" not in self._rx:
+                self._rx["shm"] = [
+                    (e.name, re.compile(fnmatch.translate(g)))
+                    for e in self.engines
+                    for g in e.shm_names
+                ]
+            found = next((n for n, rx in self._rx["shm"] if rx.match(text)), None)
+        else:
+            lit = self._literals
+            found = next(
+                (
+                    n
+                    for n, rx in self._rx.get(kind, ())
+                    if ((need := lit[rx.pattern]) is None or need in text) and rx.search(text)
+                ),
+                None,
+            )
         if len(self._memo) >= _MEMO_MAX:
             self._memo.clear()
         self._memo[key] = found
@@ -246,20 +255,7 @@ class Catalog:
     def shm_naming(self, name: str) -> str | None:
         """The engine whose shm glob matches the file name first (catalog order), as
         `posix_check.match_naming` tells it, compiled once and remembered per name."""
-        key = ("shm", name)
-        if key in self._memo:
-            return self._memo[key]
-        if "shm" not in self._rx:
-            self._rx["shm"] = [
-                (e.name, re.compile(fnmatch.translate(g)))
-                for e in self.engines
-                for g in e.shm_names
-            ]
-        found = next((n for n, rx in self._rx["shm"] if rx.match(name)), None)
-        if len(self._memo) >= _MEMO_MAX:
-            self._memo.clear()
-        self._memo[key] = found
-        return found
+        return self._first("shm", name)
 
     def shm_namings(self) -> list[tuple[str, str]]:
         """(engine, glob) for every shared-memory naming, in catalog order."""

@@ -20,7 +20,7 @@ from accelhost.readers.shmfiles import ShmFile
 
 
 def unknown(name: str, why: str) -> CheckResult:
-    return CheckResult(name, UNKNOWN, f"could not run: {why}", (), "")
+    return CheckResult(name, UNKNOWN, f"could not run: {why}")
 
 
 def device_memory_of_pid(facts: HostFacts, pid: int) -> int | None:

@@ -28,9 +28,9 @@ def rfc3339_now() -> str:
 class Journal:
     """Append-only JSON lines, flushed and synced before the action it announces."""
 
-    def __init__(self, path: str | Path, run_id: str | None = None) -> None:
+    def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.run_id = uuid.uuid4().hex[:12]
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh: TextIO = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
@@ -41,14 +41,9 @@ class Journal:
             ) from None
 
     def write(self, event: str, **fields: Any) -> None:
-        record = {
-            "ts": rfc3339_now(),
-            "run": self.run_id,
-            "event": event,
-            **fields,
-        }
+        record = {"ts": rfc3339_now(), "run": self.run_id, "event": event, **fields}
         try:
-            self._fh.write(json.dumps(record, sort_keys=False) + "\n")
+            self._fh.write(json.dumps(record) + "\n")
             self._fh.flush()
             os.fsync(self._fh.fileno())
         except OSError as exc:

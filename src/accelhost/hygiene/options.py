@@ -27,39 +27,18 @@ BUILTIN_DEVICE_GLOBS: tuple[str, ...] = (
     "/dev/kfd",
     "/dev/dri/renderD*",
 )
+# Shells, and the inits that exit with their one child (`container_init` tells them apart).
+SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "busybox"})
+ONE_CHILD_INITS = frozenset({"tini", "tini-static", "dumb-init", "docker-init", "catatonit"})
 # Shells, inits and subreapers: an engine child under one of them was re-parented there
 # (or launched by a shell, which a real frontend never is). Their command lines may name
 # the engine they started (`bash -lc "vllm serve ..."`): they are still not the engine.
-SHELLS_AND_INITS = frozenset(
-    {
-        "sh",
-        "bash",
-        "dash",
-        "ash",
-        "zsh",
-        "ksh",
-        "mksh",
-        "busybox",
-        "init",
-        "systemd",
-        "tini",
-        "tini-static",
-        "dumb-init",
-        "catatonit",
-        "docker-init",
-        "s6-svscan",
-        "runsvdir",
-        "supervisord",
-        "accelhost",
-        "containerd-shim",
-        "containerd-shim-runc-v2",
-        "conmon",
-        "nohup",
-        "setsid",
-        "timeout",
-        "sudo",
-        "su",
-    }
+SHELLS_AND_INITS = (
+    SHELLS
+    | ONE_CHILD_INITS
+    | {"init", "systemd", "s6-svscan", "runsvdir", "supervisord", "accelhost"}
+    | {"containerd-shim", "containerd-shim-runc-v2", "conmon"}
+    | {"nohup", "setsid", "timeout", "sudo", "su"}
 )
 
 # Nodes every process of a driver opens: they say "uses the driver", not "uses device N".
@@ -94,7 +73,6 @@ class HygieneOptions:
     idle_baseline_mib: int | None = None
     hugepages_threshold: float = 0.90
     cpus_per_device: int = 5
-    idle_baselines: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_IDLE_BASELINE_MIB))
     # Containers: runtime sockets to ask first (`--docker-socket`), the one container
     # doctor and clean look at (`--container NAME|ID`), and what an engine needs in
     # /dev/shm at start (the preflight; vLLM's two message queues measured 400 MiB).
@@ -120,23 +98,20 @@ class HygieneOptions:
         if not 0.0 < self.hugepages_threshold <= 1.0:
             raise UsageError("--hugepages-threshold must be a fraction in (0, 1]")
 
-    @property
-    def all_device_globs(self) -> tuple[str, ...]:
-        return BUILTIN_DEVICE_GLOBS + tuple(self.device_globs)
-
     def is_device_path(self, path: str) -> bool:
         # one regex of every glob, compiled on first use: asked of each open /dev file of
         # every process on the host
         rx = self.__dict__.get("_device_rx")
         if rx is None:
-            rx = re.compile("|".join(fnmatch.translate(g) for g in self.all_device_globs))
+            globs = BUILTIN_DEVICE_GLOBS + self.device_globs
+            rx = re.compile("|".join(fnmatch.translate(g) for g in globs))
             object.__setattr__(self, "_device_rx", rx)
         return rx.match(path) is not None
 
     def baseline_mib(self, vendor: str) -> int:
         if self.idle_baseline_mib is not None:
             return self.idle_baseline_mib
-        return self.idle_baselines.get(vendor, 1024)
+        return DEFAULT_IDLE_BASELINE_MIB.get(vendor, 1024)
 
 
 def is_control_node(path: str) -> bool:

@@ -147,9 +147,8 @@ def preflight_from_facts(
         known = [d for d in known if d.index in wanted]
         if missing:
             have = ", ".join(str(d.index) for d in facts.devices) or "none"
-            err = facts.errors.get("devices")
             gone = ",".join(map(str, missing))
-            why = err if err else f"device {gone} not found (have: {have})"
+            why = facts.errors.get("devices") or f"device {gone} not found (have: {have})"
             return PreflightReport("UNKNOWN", util, (), why)
     if not known:
         return PreflightReport(

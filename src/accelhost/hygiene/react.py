@@ -115,28 +115,29 @@ class Reactor:
         shm_dirs: Iterable[str] = (),
         named: Callable[[str], bool] = lambda _n: False,
     ) -> Reactor:
-        events = ProcEvents.open(PROC_EVENT_EXIT)
+        reactor = cls(log, degraded, ProcEvents.open(PROC_EVENT_EXIT), named=named)
         try:
-            files: ShmDirWatch | None = ShmDirWatch(shm_dirs)
+            reactor.files = ShmDirWatch(shm_dirs)
         except OSError as exc:  # no inotify, or its limits reached
-            files = None
-            why = (
+            reactor._fall_back(
+                "inotify",
                 f"no inotify on the shm dirs ({exc.strerror or exc}): a new engine file is "
-                "judged at the round after it reaches --shm-min-age"
+                "judged at the round after it reaches --shm-min-age",
             )
-            log({"event": "fallback", "source": "inotify", "reason": why})
-            degraded("inotify", why)
-        reactor = cls(log, degraded, events, files, named)
-        if events is None:
-            why = (
+        if reactor.events is None:
+            reactor._fall_back(
+                "process_events",
                 "no process events (needs root with CAP_NET_ADMIN in the host's PID "
-                "namespace): an engine's death is judged at the next --interval"
+                "namespace): an engine's death is judged at the next --interval",
             )
-            log({"event": "fallback", "source": "process_events", "reason": why})
-            degraded("process_events", why)
         else:
             reactor.watch(())
         return reactor
+
+    def _fall_back(self, source: str, why: str) -> None:
+        """A source of changes is lost: said in the log and in the metrics."""
+        self.log({"event": "fallback", "source": source, "reason": why})
+        self.degraded(source, why)
 
     def watch(self, pids: Iterable[int]) -> None:
         """Exits of these pids wake the watch (the filter is rebuilt when they change)."""
@@ -167,8 +168,7 @@ class Reactor:
                 if not self.lost_said:
                     self.lost_said = True
                     why = "process events lost (socket overflow): the next round reads all"
-                    self.log({"event": "fallback", "source": "process_events", "reason": why})
-                    self.degraded("process_events", why)
+                    self._fall_back("process_events", why)
                 return WakeUp(lost=True)
             if exited:
                 time.sleep(SETTLE_S)

@@ -62,14 +62,15 @@ def evidence_lines(check: CheckResult) -> list[str]:
         for e in check.evidence:
             if e.get("kind") == "unreadable_processes":
                 continue
+            mem, state = e.get("device_memory_bytes"), e.get("state")
+            text = (
+                f"pid {e['pid']}"
+                + (f" [{state}]" if state and state not in "SRI" else "")
+                + f" {one_line(str(e.get('cmdline', '?')), 40)}"
+                + (f" {_mib(mem)}" if mem is not None else "")
+                + _in_container(e)
+            )
             for node in _nodes(e.get("devices") or ["?"]):
-                mem = e.get("device_memory_bytes")
-                state = e.get("state")
-                text = f"pid {e['pid']}" + (f" [{state}]" if state and state not in "SRI" else "")
-                text += f" {one_line(str(e.get('cmdline', '?')), 40)}" + (
-                    f" {_mib(mem)}" if mem is not None else ""
-                )
-                text += _in_container(e)
                 by_node.setdefault(node, []).append(text)
         return [f"{node}: {'; '.join(v)}" for node, v in sorted(by_node.items())] + lines
     for e in check.evidence:

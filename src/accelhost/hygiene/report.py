@@ -55,10 +55,8 @@ class DoctorReport:
     @property
     def verdict(self) -> str:
         """FAIL, UNKNOWN, WARN or OK; UNKNOWN when nothing was checked at all."""
-        ran = [c for c in self.checks if c.status != SKIP]
-        if not ran:
-            return UNKNOWN
-        return max((c.status for c in ran), key=SEVERITY.__getitem__)
+        worst = self.worst()
+        return UNKNOWN if worst is None else worst.status
 
     @property
     def exit_code(self) -> int:

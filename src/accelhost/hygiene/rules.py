@@ -168,11 +168,10 @@ def find_orphans(
     protected = protected_pids(processes, self_pid)
     frontends, children = engine_roles(processes, options.catalog)
     out = []
-    for pid in sorted(children):
-        proc = processes[pid]
+    for pid, engine in sorted(children.items()):
         if pid in protected:
             continue
-        engine = children[pid]
+        proc = processes[pid]
         reason, top, _healthy = _walk_up(processes, frontends, children, proc)
         if reason is None:
             continue
@@ -200,8 +199,7 @@ def segment_idle_s(seg: ShmSegment, now_epoch: float | None) -> float | None:
     """Seconds since the segment was created, attached or detached, whichever is latest."""
     if now_epoch is None:
         return None
-    last = max(seg.ctime, seg.atime, seg.dtime)
-    return max(0.0, now_epoch - last)
+    return max(0.0, now_epoch - max(seg.ctime, seg.atime, seg.dtime))
 
 
 def is_hugetlb(seg: ShmSegment) -> bool:
@@ -249,9 +247,5 @@ def leaked_segments(
     now_epoch: float | None,
     min_age_s: float,
 ) -> list[tuple[ShmSegment, LeakVerdict]]:
-    out = []
-    for seg in segments:
-        verdict = judge_segment(seg, alive, now_epoch, min_age_s)
-        if verdict.leaked:
-            out.append((seg, verdict))
-    return out
+    verdicts = ((seg, judge_segment(seg, alive, now_epoch, min_age_s)) for seg in segments)
+    return [(seg, verdict) for seg, verdict in verdicts if verdict.leaked]

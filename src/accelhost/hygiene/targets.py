@@ -43,6 +43,9 @@ class Unmatched:
         return {"kind": self.kind, "target": self.target, "reason": self.reason}
 
 
+_Why = Callable[[HostFacts, HygieneOptions, CleanFilters, Any], str]
+
+
 def _left_out(kind: str, filters: CleanFilters) -> str | None:
     """The --only that leaves a kind of target out, if one does."""
     wanted = {"pid": filters.orphans, "shmid": filters.segments, "path": filters.shm_files}
@@ -95,25 +98,18 @@ def unmatched_targets(
     facts: HostFacts, options: HygieneOptions, filters: CleanFilters, actions: Sequence[Action]
 ) -> list[Unmatched]:
     """Each named pid, shmid and path the plan leaves alone, with the reason."""
-    planned: dict[str, set[Any]] = {
-        "pid": {t.pid for a in actions if isinstance(a, StopProcesses) for t in a.targets},
-        "shmid": {a.shmid for a in actions if isinstance(a, RemoveSegment)},
-        "path": {a.path for a in actions if isinstance(a, RemoveShmFile)},
-    }
-    named: dict[str, frozenset[Any]] = {
-        "pid": filters.pids,
-        "shmid": filters.shmids,
-        "path": filters.paths,
-    }
-    why: dict[str, Callable[[HostFacts, HygieneOptions, CleanFilters, Any], str]] = {
-        "pid": _why_pid,
-        "shmid": _why_shmid,
-        "path": _why_path,
-    }
+    stopped = {t.pid for a in actions if isinstance(a, StopProcesses) for t in a.targets}
+    segments = {a.shmid for a in actions if isinstance(a, RemoveSegment)}
+    files = {a.path for a in actions if isinstance(a, RemoveShmFile)}
+    kinds: tuple[tuple[str, frozenset[Any], set[Any], _Why], ...] = (
+        ("pid", filters.pids, stopped, _why_pid),
+        ("shmid", filters.shmids, segments, _why_shmid),
+        ("path", filters.paths, files, _why_path),
+    )
     return [
-        Unmatched(kind, t, _left_out(kind, filters) or why[kind](facts, options, filters, t))
-        for kind in ("pid", "shmid", "path")
-        for t in sorted(named[kind] - planned[kind])
+        Unmatched(kind, t, _left_out(kind, filters) or why(facts, options, filters, t))
+        for kind, named, planned, why in kinds
+        for t in sorted(named - planned)
     ]
 
 

@@ -13,49 +13,32 @@ from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.report import OK, WARN, CheckResult
 
 
+def _hint(item: str, detail: str, **fields: Any) -> dict[str, Any]:
+    return {"kind": "tuning", "item": item, **fields, "detail": detail}
+
+
 def check_host_tuning(facts: HostFacts, options: HygieneOptions) -> CheckResult:
     name = "host_tuning"
     t = facts.tuning
     evidence: list[dict[str, Any]] = []
     if t.irqbalance_pids:
-        pinned = [i for i in t.device_irqs if t.online_cpus and i.affinity != t.online_cpus]
+        pinned = [i.irq for i in t.device_irqs if t.online_cpus and i.affinity != t.online_cpus]
         if pinned:
+            detail = "irqbalance runs while device IRQs are pinned: it will move them"
             evidence.append(
-                {
-                    "kind": "tuning",
-                    "item": "irqbalance",
-                    "pids": list(t.irqbalance_pids),
-                    "pinned_irqs": [i.irq for i in pinned],
-                    "detail": "irqbalance runs while device IRQs are pinned: it will move them",
-                }
+                _hint("irqbalance", detail, pids=list(t.irqbalance_pids), pinned_irqs=pinned)
             )
     if t.thp_enabled == "always" and t.thp_defrag == "always":
+        detail = "defrag=always compacts memory on page faults: latency stalls"
         evidence.append(
-            {
-                "kind": "tuning",
-                "item": "transparent_hugepage",
-                "enabled": t.thp_enabled,
-                "defrag": t.thp_defrag,
-                "detail": "defrag=always compacts memory on page faults: latency stalls",
-            }
+            _hint("transparent_hugepage", detail, enabled=t.thp_enabled, defrag=t.thp_defrag)
         )
     if t.proc_irq_readonly:
-        evidence.append(
-            {
-                "kind": "tuning",
-                "item": "proc_irq",
-                "detail": "/proc/irq is read-only here: "
-                "device IRQs cannot be pinned from this container",
-            }
-        )
+        detail = "/proc/irq is read-only here: device IRQs cannot be pinned from this container"
+        evidence.append(_hint("proc_irq", detail))
     for var, value in sorted(t.affinity_env.items()):
         evidence.append(
-            {
-                "kind": "tuning",
-                "item": var,
-                "value": value,
-                "detail": f"{var} binds OpenMP threads and fights the CPU plan",
-            }
+            _hint(var, f"{var} binds OpenMP threads and fights the CPU plan", value=value)
         )
     n_devices = len(facts.devices)
     if (
@@ -63,19 +46,14 @@ def check_host_tuning(facts: HostFacts, options: HygieneOptions) -> CheckResult:
         and n_devices
         and t.allowed_cpus < n_devices * options.cpus_per_device
     ):
-        evidence.append(
-            {
-                "kind": "tuning",
-                "item": "cpuset",
-                "allowed_cpus": t.allowed_cpus,
-                "devices": n_devices,
-                "detail": f"{t.allowed_cpus} CPUs for {n_devices} devices "
-                f"(under {options.cpus_per_device} per device)",
-            }
+        detail = (
+            f"{t.allowed_cpus} CPUs for {n_devices} devices "
+            f"(under {options.cpus_per_device} per device)"
         )
+        evidence.append(_hint("cpuset", detail, allowed_cpus=t.allowed_cpus, devices=n_devices))
     procs = facts.processes or {}
     for pid, env in sorted(facts.engine_env.items()):
-        if any("expandable_segments:True" in env.get(v, "") for v in env) or pid not in procs:
+        if any("expandable_segments:True" in v for v in env.values()) or pid not in procs:
             continue
         evidence.append(
             process_evidence(

@@ -19,6 +19,31 @@ from accelhost.hygiene.report import CHECK_NAMES, STATUSES, UNKNOWN, DoctorRepor
 
 MIB = 2**20
 STATUS_HELP = "Check status: 1 for the check's current state, 0 for the others"
+# The help text of each metric that is one sample without labels.
+HELP = {
+    "accelhost_watch_runs": "Rounds of checks run",
+    "accelhost_watch_round_failures": "Rounds that could not run at all",
+    "accelhost_watch_cpu_seconds": "CPU time the watch's rounds took",
+    "accelhost_watch_round_seconds": "Wall time the watch's rounds took",
+    "accelhost_watch_full_scans": "Rounds that read every process's open files and mappings",
+    "accelhost_watch_last_round_cpu_seconds": "CPU time of the last round",
+    "accelhost_watch_last_round_duration_seconds": "Wall time of the last round",
+    "accelhost_watch_last_run_timestamp_seconds": "When the last round finished",
+    "accelhost_shm_leaked_bytes": "Bytes in leaked System V segments",
+    "accelhost_shm_leaked_segments": "Leaked System V segments",
+    "accelhost_posix_shm_leaked_files": "Leaked POSIX shared-memory files (/dev/shm)",
+    "accelhost_posix_shm_leaked_bytes": "Bytes used by leaked POSIX shared-memory files "
+    "(allocated blocks)",
+    "accelhost_orphan_processes": "Orphan engine processes",
+}
+
+
+def _single(
+    family: type[CounterMetricFamily] | type[GaugeMetricFamily], name: str, value: float
+) -> Metric:
+    fam = family(name, HELP[name])
+    fam.add_metric([], value)
+    return fam
 
 
 def _status_family(states: dict[str, str]) -> GaugeMetricFamily:
@@ -118,14 +143,9 @@ class HygieneCollector(Collector):
         with self._lock:
             rnd, runs, cleaned = self._round, self._runs, dict(self._clean_actions)
             failures, failed = self._failures, self._failed
-        runs_total = CounterMetricFamily("accelhost_watch_runs", "Rounds of checks run")
-        runs_total.add_metric([], runs)
-        yield runs_total
-        failed_total = CounterMetricFamily(
-            "accelhost_watch_round_failures", "Rounds that could not run at all"
-        )
-        failed_total.add_metric([], failures)
-        yield failed_total
+        counter, gauge = CounterMetricFamily, GaugeMetricFamily
+        yield _single(counter, "accelhost_watch_runs", runs)
+        yield _single(counter, "accelhost_watch_round_failures", failures)
         actions = CounterMetricFamily(
             "accelhost_clean_actions", "Actions taken by --auto-clean", labels=["kind", "result"]
         )
@@ -137,11 +157,7 @@ class HygieneCollector(Collector):
             if failed:
                 yield _status_family({name: UNKNOWN for name in CHECK_NAMES})
             return
-        last = GaugeMetricFamily(
-            "accelhost_watch_last_run_timestamp_seconds", "When the last round finished"
-        )
-        last.add_metric([], rnd.finished)
-        yield last
+        yield _single(gauge, "accelhost_watch_last_run_timestamp_seconds", rnd.finished)
         yield _status_family({c.name: c.status for c in rnd.report.checks})
         facts = rnd.facts
         if facts.hugepage_pools is not None:
@@ -163,28 +179,13 @@ class HygieneCollector(Collector):
                         pages.add_metric([size, state], n)
             yield pages
         if rnd.leaked_bytes is not None and rnd.leaked_count is not None:
-            g = GaugeMetricFamily("accelhost_shm_leaked_bytes", "Bytes in leaked System V segments")
-            g.add_metric([], rnd.leaked_bytes)
-            yield g
-            g = GaugeMetricFamily("accelhost_shm_leaked_segments", "Leaked System V segments")
-            g.add_metric([], rnd.leaked_count)
-            yield g
+            yield _single(gauge, "accelhost_shm_leaked_bytes", rnd.leaked_bytes)
+            yield _single(gauge, "accelhost_shm_leaked_segments", rnd.leaked_count)
         if rnd.shm_files is not None and rnd.shm_bytes is not None:
-            g = GaugeMetricFamily(
-                "accelhost_posix_shm_leaked_files", "Leaked POSIX shared-memory files (/dev/shm)"
-            )
-            g.add_metric([], rnd.shm_files)
-            yield g
-            g = GaugeMetricFamily(
-                "accelhost_posix_shm_leaked_bytes",
-                "Bytes used by leaked POSIX shared-memory files (allocated blocks)",
-            )
-            g.add_metric([], rnd.shm_bytes)
-            yield g
+            yield _single(gauge, "accelhost_posix_shm_leaked_files", rnd.shm_files)
+            yield _single(gauge, "accelhost_posix_shm_leaked_bytes", rnd.shm_bytes)
         if rnd.orphans is not None:
-            g = GaugeMetricFamily("accelhost_orphan_processes", "Orphan engine processes")
-            g.add_metric([], rnd.orphans)
-            yield g
+            yield _single(gauge, "accelhost_orphan_processes", rnd.orphans)
         known = [d for d in facts.devices if d.used_mib is not None and d.total_mib is not None]
         if "devices" not in facts.errors and known:
             used = GaugeMetricFamily(
@@ -218,36 +219,11 @@ class HygieneCollector(Collector):
             c = RoundCostTotals(**vars(self._cost))
             degraded = dict(self._degraded)
         counter, gauge = CounterMetricFamily, GaugeMetricFamily
-        for kind, name, help_text, value in (
-            (counter, "accelhost_watch_cpu_seconds", "CPU time the watch's rounds took", c.cpu_s),
-            (
-                counter,
-                "accelhost_watch_round_seconds",
-                "Wall time the watch's rounds took",
-                c.wall_s,
-            ),
-            (
-                counter,
-                "accelhost_watch_full_scans",
-                "Rounds that read every process's open files and mappings",
-                c.full_scans,
-            ),
-            (
-                gauge,
-                "accelhost_watch_last_round_cpu_seconds",
-                "CPU time of the last round",
-                c.last_cpu_s,
-            ),
-            (
-                gauge,
-                "accelhost_watch_last_round_duration_seconds",
-                "Wall time of the last round",
-                c.last_wall_s,
-            ),
-        ):
-            fam = kind(name, help_text)
-            fam.add_metric([], value)
-            yield fam
+        yield _single(counter, "accelhost_watch_cpu_seconds", c.cpu_s)
+        yield _single(counter, "accelhost_watch_round_seconds", c.wall_s)
+        yield _single(counter, "accelhost_watch_full_scans", c.full_scans)
+        yield _single(gauge, "accelhost_watch_last_round_cpu_seconds", c.last_cpu_s)
+        yield _single(gauge, "accelhost_watch_last_round_duration_seconds", c.last_wall_s)
         fallback = GaugeMetricFamily(
             "accelhost_watch_fallback",
             "1 when a source of changes (process events, shm listing) was lost and rounds "
