@@ -7,8 +7,9 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR, traps
+from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR, irqbalance, traps
 from accelhost.apply import irq as irqmod
+from accelhost.apply.memory import memory_nodes, node_of_cpu
 from accelhost.apply.migrate import build_move
 from accelhost.apply.steps import (
     ExecCommand,
@@ -82,8 +83,6 @@ def target_node(dev: DevicePlan, root: str) -> int | None:
     """The node of pool[0]: the plan's `numa_node`, else sysfs."""
     if dev.numa_node is not None:
         return dev.numa_node
-    from accelhost.apply.memory import node_of_cpu
-
     return node_of_cpu(dev.pool[0], root) if dev.pool else None
 
 
@@ -131,8 +130,6 @@ def _host_thread_steps(live: Host, plan: Plan, pid: int | None) -> tuple[list[St
 
 
 def _memory_steps(dev: DevicePlan, pid: int, root: str, budget_ms: int) -> list[Step]:
-    from accelhost.apply.memory import memory_nodes
-
     nodes = memory_nodes(root)
     node = target_node(dev, root)
     if node is None:
@@ -200,8 +197,6 @@ def build_irq(
     warnings = traps.irq_writable_warning(irqmod.irq_writable(root))
     state = irqmod.state_path(options.state_dir)
     mode = options.irqbalance
-    from accelhost.apply import irqbalance
-
     if mode != "keep" and irqbalance.is_active(host or live_host()):
         if mode == "stop":
             warnings.append(

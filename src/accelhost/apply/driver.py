@@ -47,9 +47,7 @@ def arch_skip(plan: Plan, any_arch: bool, machine: str | None = None) -> str | N
 
 def with_roles(plan: Plan, device: int, roles: Sequence[RoleSpec] = ()) -> Plan:
     """The plan with extra thread roles added to `device` (PlanError for an unknown one)."""
-    plan.device(device)
-    if not roles:
-        return plan
+    plan.device(device)  # add_roles checks the device only when it adds a role
     return add_roles(plan, thread_roles=roles, device=device)
 
 

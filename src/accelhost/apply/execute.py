@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from accelhost.apply import irq as irqmod
+from accelhost.apply.memory import set_mempolicy
 from accelhost.apply.migrate import MoveRegions, run_move
 from accelhost.apply.steps import (
     FAILED,
@@ -30,6 +31,8 @@ from accelhost.apply.steps import (
 )
 from accelhost.cpulist import format_cpulist, parse_cpu_mask
 from accelhost.errors import AccelhostError
+from accelhost.host.libc import SyscallUnavailable
+from accelhost.host.live import live_host
 
 if TYPE_CHECKING:
     from accelhost.host.base import Host
@@ -156,9 +159,6 @@ def _run(step: Step, host: Host | None) -> tuple[str, str]:
         got = os.sched_getaffinity(0)
         return (OK, "") if got == set(step.cpus) else (FAILED, _kernel_set(got))
     if isinstance(step, MemPolicy):
-        from accelhost.apply.memory import set_mempolicy
-        from accelhost.host.libc import SyscallUnavailable
-
         try:
             set_mempolicy(step.mode, [step.node])
         except SyscallUnavailable as exc:
@@ -190,8 +190,6 @@ def _kernel_set(got: set[int]) -> str:
 
 
 def _irq(step: IrqAffinity) -> tuple[str, str]:
-    from accelhost.host.live import live_host
-
     irqmod.write_mask(step.path, step.mask)
     now = live_host().read_file(step.path)
     if now is not None and set(parse_cpu_mask(now)) != set(step.cpus):
@@ -202,8 +200,6 @@ def _irq(step: IrqAffinity) -> tuple[str, str]:
 def _irqbalance(step: IrqBalance, host: Host | None) -> tuple[str, str]:
     """Stop or start irqbalance, or ban the IRQ CPUs in its configuration and restore it;
     what a bind changes is saved first, and forgotten once `unbind --irq` has put it back."""
-    from accelhost.host.live import live_host
-
     if step.action == "stop" and step.state_path:
         irqmod.remember_irqbalance(step.state_path, {"action": "stop"})
     elif step.action == "ban":

@@ -249,27 +249,21 @@ def remember_masks(
 ) -> list[int]:
     """Save masks not saved yet (a second bind must not overwrite the true originals)."""
     with locked(path):
-        return _remember_masks(path, root, device, masks)
-
-
-def _remember_masks(
-    path: str, root: str, device: int, masks: Iterable[tuple[int, str]]
-) -> list[int]:
-    data = load_state(path)
-    added = []
-    for irq, mask in masks:
-        key = state_key(root, irq)
-        if key not in data["irqs"]:
-            data["irqs"][key] = {
-                "irq": irq,
-                "root": os.path.abspath(root or "/"),
-                "device": device,
-                "mask": mask,
-                "saved_at": int(time.time()),
-            }
-            added.append(irq)
-    store_state(path, data)
-    return added
+        data = load_state(path)
+        added = []
+        for irq, mask in masks:
+            key = state_key(root, irq)
+            if key not in data["irqs"]:
+                data["irqs"][key] = {
+                    "irq": irq,
+                    "root": os.path.abspath(root or "/"),
+                    "device": device,
+                    "mask": mask,
+                    "saved_at": int(time.time()),
+                }
+                added.append(irq)
+        store_state(path, data)
+        return added
 
 
 def remember_irqbalance(path: str, record: dict[str, Any]) -> None:

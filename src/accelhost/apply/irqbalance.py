@@ -34,12 +34,10 @@ def is_active(host: Host) -> bool:
 
 def config_path(root: str) -> str:
     """The distribution's irqbalance environment file (Debian, then Red Hat)."""
-    from accelhost.apply.irq import rooted
+    from accelhost.apply.irq import rooted  # not at the top: the CLI imports this for --help
 
-    for path in CONFIG_PATHS:
-        if os.path.exists(rooted(root, path)):
-            return rooted(root, path)
-    return rooted(root, CONFIG_PATHS[0])
+    paths = [rooted(root, path) for path in CONFIG_PATHS]
+    return next((path for path in paths if os.path.exists(path)), paths[0])
 
 
 def banned_config(original: str, cpus: Iterable[int], irqs: Iterable[int] = ()) -> str:

@@ -89,11 +89,8 @@ def select_regions(
             counts[1] += area.rss_kb
             continue
         info = numa.get(area.start)
-        if info is None:
-            in_place += 1
-            continue
-        off = sum(n for node, n in info.pages.items() if node != to_node)
-        if not off:
+        off = 0 if info is None else sum(n for node, n in info.pages.items() if node != to_node)
+        if info is None or not off:
             in_place += 1
             continue
         chosen.append(Region(area.start, area.end, info.page_kb, off, area.path))
@@ -150,11 +147,9 @@ class MoveRegions(Step):
         }
 
 
-def _per_node(pairs: Sequence[tuple[int, int]] | dict[int, int]) -> str:
-    items = pairs.items() if isinstance(pairs, dict) else pairs
-    return ", ".join(f"N{n} {human_bytes(kb * formats.KIB)}" for n, kb in items) or (
-        "nothing resident"
-    )
+def _per_node(pairs: Sequence[tuple[int, int]]) -> str:
+    per_node = ", ".join(f"N{n} {human_bytes(kb * formats.KIB)}" for n, kb in pairs)
+    return per_node or "nothing resident"
 
 
 def build_move(
@@ -268,13 +263,8 @@ def run_move(step: MoveRegions, mover: Mover = memory.move_pages) -> MoveResult:
     the step with a reason."""
     if not step.regions:
         one = " (no-op on a one-node host)" if len(step.nodes) == 1 else ""
-        return MoveResult(
-            step,
-            NOOP,
-            f"nothing to move: every movable page is on node {step.to_node}{one}",
-            None,
-            step.before_kb,
-        )
+        why = f"nothing to move: every movable page is on node {step.to_node}{one}"
+        return MoveResult(step, NOOP, why, after_kb=step.before_kb)
     try:
         outcome = move_within_budget(step, mover=mover)
     except ProcessLookupError:

@@ -296,12 +296,9 @@ class ApplyReport:
         return self.exit_status == EXIT_OK
 
     def lines(self) -> list[str]:
-        out = [r.line for r in self.results]
-        out.extend(self.notes)
-        return out
+        return [*(r.line for r in self.results), *self.notes]
 
     def to_dict(self) -> dict[str, Any]:
-        found = self.device_found
         return {
             "format": formats.BIND,
             "dry_run": self.dry_run,
@@ -312,5 +309,5 @@ class ApplyReport:
             "notes": list(self.notes),
             "steps": [r.to_dict() for r in self.results],
             "exit_code": self.exit_status,
-            "device_found": found.to_dict() if found is not None else None,
+            "device_found": None if self.device_found is None else self.device_found.to_dict(),
         }

@@ -59,10 +59,10 @@ class RoleMatcher:
         return self._regex.search(name) is not None
 
 
-def _task_dir(pid: int, proc: str) -> int:
+def _task_dir(pid: int) -> int:
     """An fd of /proc/<pid>/task; ApplyError when the process is gone."""
     try:
-        return os.open(f"{proc}/{pid}/task", os.O_RDONLY | os.O_DIRECTORY)
+        return os.open(f"/proc/{pid}/task", os.O_RDONLY | os.O_DIRECTORY)
     except FileNotFoundError:
         raise ApplyError(f"process {pid} does not exist") from None
     except OSError as exc:
@@ -73,9 +73,9 @@ def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", "replace").rstrip("\n")
 
 
-def list_threads(pid: int, proc: str = "/proc") -> list[ThreadInfo]:
+def list_threads(pid: int) -> list[ThreadInfo]:
     """Every thread of `pid` with its name, ascending; ApplyError when the process is gone."""
-    dfd = _task_dir(pid, proc)
+    dfd = _task_dir(pid)
     try:
         return [ThreadInfo(tid, _decode(raw)) for tid, raw in _raw_names(dfd)]
     finally:
@@ -106,13 +106,12 @@ def thread_steps(
     pid: int,
     main: Sequence[int],
     roles: Sequence[ThreadRole],
-    proc: str = "/proc",
     skip: AbstractSet[int] = frozenset(),
 ) -> list[ThreadAffinity]:
     """`assign(list_threads(pid), main, roles)` as ThreadAffinity steps, in one pass: the
     hot path of a bind, with no ThreadInfo or Assignment in between. Threads in `skip` are
     left out (the driver's retry rounds)."""
-    dfd = _task_dir(pid, proc)  # first: a gone process is the error to give
+    dfd = _task_dir(pid)  # first: a gone process is the error to give
     out = []
     make = thread_step
     try:
@@ -153,8 +152,7 @@ def assign(
     for t in threads:
         role, cpus = "main", main_cpus
         for m, role_cpus in matchers:
-            lit = m.literal
-            if (lit in t.name) if lit is not None else m.matches(t.name):
+            if m.matches(t.name):
                 role, cpus = m.role.name, role_cpus
         if cpus:
             out.append(Assignment(t.tid, t.name, role, cpus))
@@ -168,21 +166,15 @@ def get_affinity(tid: int) -> tuple[int, ...] | None:
         return None
 
 
-def scan_named_threads(
-    matcher: RoleMatcher, host: Host | None = None, proc: str = "/proc"
-) -> list[tuple[int, int, str]]:
+def scan_named_threads(matcher: RoleMatcher, host: Host) -> list[tuple[int, int, str]]:
     """(pid, tid, name) of every thread on the host whose name matches (950 UVB threads),
     through the host door: unlike a bind's own threads, this walk is not on the hot path."""
-    if host is None:
-        from accelhost.host.live import live_host
-
-        host = live_host()
     out: list[tuple[int, int, str]] = []
-    pids = [int(n) for n in host.list_dir(proc) or () if n.isdigit()]
+    pids = [int(n) for n in host.list_dir("/proc") or () if n.isdigit()]
     for pid in sorted(pids):
-        tids = [int(n) for n in host.list_dir(f"{proc}/{pid}/task") or () if n.isdigit()]
+        tids = [int(n) for n in host.list_dir(f"/proc/{pid}/task") or () if n.isdigit()]
         for tid in sorted(tids):
-            text = host.read_file(f"{proc}/{pid}/task/{tid}/comm")
+            text = host.read_file(f"/proc/{pid}/task/{tid}/comm")
             name = None if text is None else text.rstrip("\n")
             if name is not None and matcher.matches(name):
                 out.append((pid, tid, name))

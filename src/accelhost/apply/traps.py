@@ -19,12 +19,7 @@ def process_environ(pid: int | str, host: Host | None = None) -> dict[str, str] 
     text = (host or live_host()).read_file(f"/proc/{pid}/environ")
     if text is None:
         return None
-    out = {}
-    for item in text.split("\0"):
-        key, sep, value = item.partition("=")
-        if sep:
-            out[key] = value
-    return out
+    return dict(item.split("=", 1) for item in text.split("\0") if "=" in item)
 
 
 def _cpuset(pid: int | str, host: Host) -> tuple[int, ...] | None:

@@ -11,16 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 from accelhost import formats
 from accelhost.apply import traps
-from accelhost.apply.build import (
-    BindOptions,
-    device_irqs,
-    host_role,
-    roles_of,
-    target_node,
-)
+from accelhost.apply.build import BindOptions, device_irqs, host_role, roles_of, target_node
 from accelhost.apply.driver import role_warnings
 from accelhost.apply.irq import read_mask
-from accelhost.apply.threads import RoleMatcher, assign, get_affinity, list_threads
+from accelhost.apply.memory import kb_per_node, parse_numa_regions, read_proc
+from accelhost.apply.threads import (
+    RoleMatcher,
+    assign,
+    get_affinity,
+    list_threads,
+    scan_named_threads,
+)
 from accelhost.cpulist import cpu_mask, format_cpulist, parse_cpu_mask
 from accelhost.formats import human_bytes
 from accelhost.host.live import live_host
@@ -135,50 +136,31 @@ def verify(plan: Plan, device: int, options: BindOptions, host: Host | None = No
     dev = plan.device(device)
     drifts: list[Drift] = []
     info: list[str] = []
-    threads = 0
     pid = options.pid
     live = live_host()  # the process's and the IRQ tree's files; `host` answers commands
+    checks: list[tuple[int, str, str, tuple[int, ...]]] = []  # (tid, name, role, plan CPUs)
     if pid is not None and options.threads:
         roles = roles_of(plan, dev)
         assigned = assign(list_threads(pid), dev.main, roles)
         info.extend(f"warning: {w}" for w in role_warnings(roles, {a.role for a in assigned}, pid))
         planned = [*dev.main, *(c for r in roles for c in r.cpus)]
         info.extend(f"warning: {w}" for w in traps.clobber_warnings(pid, planned, live))
-        for a in assigned:
-            actual = get_affinity(a.tid)
-            if actual is None:  # exited meanwhile
-                continue
-            threads += 1
-            if set(actual) != set(a.cpus):
-                drifts.append(
-                    Drift(
-                        "thread",
-                        a.tid,
-                        a.name,
-                        f"{format_cpulist(a.cpus)} [{a.role}]",
-                        format_cpulist(actual),
-                    )
-                )
+        checks += [(a.tid, a.name, a.role, a.cpus) for a in assigned]
     ht = plan.host_threads
     if options.threads and options.host_threads and ht is not None and ht.cpus:
-        from accelhost.apply.threads import scan_named_threads
-
         want = tuple(sorted(set(ht.cpus)))
-        for owner, tid, name in scan_named_threads(RoleMatcher(host_role(plan)), live):
-            actual = get_affinity(tid) if owner != pid else None
-            if actual is None:  # exited, or already checked with the process's threads
-                continue
-            threads += 1
-            if set(actual) != set(want):
-                drifts.append(
-                    Drift(
-                        "thread",
-                        tid,
-                        name,
-                        f"{format_cpulist(want)} [host]",
-                        format_cpulist(actual),
-                    )
-                )
+        named = scan_named_threads(RoleMatcher(host_role(plan)), live)
+        # The process's own host threads are among its threads above: checked once.
+        checks += [(tid, name, "host", want) for owner, tid, name in named if owner != pid]
+    threads = 0
+    for tid, name, role, cpus in checks:
+        actual = get_affinity(tid)
+        if actual is None:  # exited meanwhile
+            continue
+        threads += 1
+        if set(actual) != set(cpus):
+            expected = f"{format_cpulist(cpus)} [{role}]"
+            drifts.append(Drift("thread", tid, name, expected, format_cpulist(actual)))
     irqs = 0
     if options.irq and dev.irq and plan.device_type != "950":
         found, problem = device_irqs(plan, dev, options.host_root, host, live)
@@ -190,16 +172,11 @@ def verify(plan: Plan, device: int, options: BindOptions, host: Host | None = No
                 info.append(f"IRQ {i.irq} ({i.purpose}): mask not readable")
                 continue
             irqs += 1
-            if set(parse_cpu_mask(now)) != set(i.cpus):
-                drifts.append(
-                    Drift(
-                        "irq",
-                        i.irq,
-                        i.purpose,
-                        f"{cpu_mask(i.cpus)} (CPUs {format_cpulist(i.cpus)})",
-                        f"{now} (CPUs {format_cpulist(parse_cpu_mask(now))})",
-                    )
-                )
+            got = parse_cpu_mask(now)
+            if set(got) != set(i.cpus):
+                expected = f"{cpu_mask(i.cpus)} (CPUs {format_cpulist(i.cpus)})"
+                seen = f"{now} (CPUs {format_cpulist(got)})"
+                drifts.append(Drift("irq", i.irq, i.purpose, expected, seen))
     placement = None
     if pid is not None and options.memory:
         placement = _placement(pid, target_node(dev, options.host_root), options.host_root)
@@ -209,8 +186,6 @@ def verify(plan: Plan, device: int, options: BindOptions, host: Host | None = No
 
 
 def _placement(pid: int, node: int | None, root: str) -> Placement | None:
-    from accelhost.apply.memory import kb_per_node, parse_numa_regions, read_proc
-
     text = read_proc(pid, "numa_maps", root)
     if not text:
         return None

@@ -35,11 +35,9 @@ NUMA_SOURCES: tuple[str, ...] = ("numa_node", "local_cpulist")
 
 @dataclass(frozen=True)
 class _Placed:
-    """A visible GPU with its resolved node and its rank among the node's GPUs."""
+    """A visible GPU with its resolved node."""
 
     gpu: Accelerator
-    local_cpus: tuple[int, ...] | None
-    ordinal: int
     node: int
 
 
@@ -81,13 +79,12 @@ def plan_gpus(
         raise PlanError("no allowed CPU (Cpus_allowed_list is empty)")
     # a host without NUMA information is one node 0 of its allowed CPUs
     node_cpus = dict(topo.node_cpus) if topo.node_cpus else {0: tuple(topo.allowed_cpus)}
-    placed: list[_Placed] = []
-    for ordinal, index in enumerate(visible):
+    placed: list[_Placed] = []  # in CUDA ordinal order
+    for index in visible:
         gpu = topo.accelerator(index)
         assert gpu is not None  # resolve_visible returns known indices only
-        local = topo.affinity.get(index)
-        node = _gpu_node(gpu, local, numa_from, node_cpus, messages)
-        placed.append(_Placed(gpu, local, ordinal, node))
+        node = _gpu_node(gpu, topo.affinity.get(index), numa_from, node_cpus, messages)
+        placed.append(_Placed(gpu, node))
     for item in placed:
         _check_node(item, node_cpus, allowed, numa_from)
 
@@ -200,7 +197,7 @@ class _Cut:
     topo: Topology
     node_cpus: Mapping[int, Sequence[int]]
     allowed: set[int]
-    placed: Sequence[_Placed]
+    placed: Sequence[_Placed]  # in CUDA ordinal order
 
     def node_allowed(self, node: int) -> list[int]:
         return sorted(self.allowed.intersection(self.node_cpus.get(node, ())))
@@ -217,7 +214,7 @@ class _Cut:
 
     def node_gpus(self, item: _Placed) -> list[_Placed]:
         """The visible GPUs on the item's node, by CUDA ordinal (torchrun's local rank)."""
-        return sorted((p for p in self.placed if p.node == item.node), key=lambda p: p.ordinal)
+        return [p for p in self.placed if p.node == item.node]
 
 
 def _pool_node(item: _Placed, cut: _Cut) -> tuple[int, ...]:
