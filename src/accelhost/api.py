@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from accelhost.errors import PlanError
 from accelhost.host.base import Host
 from accelhost.plans import HOSTNAME, Plan, PlannedHost
 
@@ -53,7 +54,6 @@ def planned_host(host: Host, topo: Topology) -> PlannedHost:
 def plan_for_device(host: Host, device: int, **kwargs: Any) -> Plan:
     """The host's plan when it holds `device`, else a plan for that device alone (no engine
     runs on it yet), as `plan --device N` does; `host` is read once for both attempts."""
-    from accelhost.errors import PlanError
     from accelhost.host.once import read_once
 
     host = read_once(host)

@@ -54,21 +54,3 @@ PRINTED = {
     "bench bind": BENCH_BIND,
     "bench pipeline": BENCH_PIPELINE,
 }
-
-__all__ = [
-    "BENCH_BIND",
-    "BENCH_PIPELINE",
-    "BIND",
-    "CLEAN",
-    "DOCTOR",
-    "IRQ_STATE",
-    "KIB",
-    "MIB",
-    "PLAN",
-    "PRINTED",
-    "SNAPSHOT",
-    "TOPO",
-    "VERIFY",
-    "human_bytes",
-    "mib_bytes",
-]

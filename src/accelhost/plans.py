@@ -262,9 +262,7 @@ class _Reader:
 
 def numa_node_of(pool: Iterable[int], cpu_node: Mapping[int, int]) -> int | None:
     """The NUMA node of a pool is the node of its first CPU."""
-    for cpu in pool:
-        return cpu_node.get(cpu)
-    return None
+    return next((cpu_node.get(cpu) for cpu in pool), None)
 
 
 def load_plan(plan: Plan | dict[str, Any] | str | os.PathLike[str]) -> Plan:

@@ -16,7 +16,7 @@ from typing import Any
 
 from accelhost.cli import options
 from accelhost.cli.common import add_command, command_after_dashes, one_device, print_json
-from accelhost.errors import AccelhostError, ParseError, UsageError
+from accelhost.errors import AccelhostError, ApplyError, ParseError, UsageError
 from accelhost.render import render_table
 
 # the stages whose cost `bench pipeline` takes, each as --STAGE-time
@@ -229,7 +229,6 @@ def _measure(
         schedule,
     )
     from accelhost.bench.bind_stats import compare
-    from accelhost.errors import ApplyError
 
     few = report.repeats_warning(args.repeats)
     for line in [*bound.warnings, *([few] if few else [])]:

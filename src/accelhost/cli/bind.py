@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from accelhost.cli import options
@@ -161,9 +162,7 @@ def _print_report(args: argparse.Namespace, rep: ApplyReport, out: Any = None) -
         for part in fit(line, columns):
             print(part, file=stream)
     if not rep.dry_run and rep.skipped is None:
-        counts: dict[str, int] = {}
-        for r in rep.results:
-            counts[r.status] = counts.get(r.status, 0) + 1
+        counts = Counter(r.status for r in rep.results)
         summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "nothing to do"
         print(f"{len(rep.results)} steps: {summary}", file=stream)
     for r in rep.failed:
@@ -235,7 +234,6 @@ def cmd_exec(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"accelhost: cannot run {argv[0]!r}: {exc.strerror}", file=sys.stderr)
         return 126
-    return 0  # not reached
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -78,9 +77,7 @@ def dumps_json(data: Any, indent: int = 2) -> str:
 
 
 def print_json(data: Any, out: TextIO | None = None) -> None:
-    stream = out or sys.stdout
-    stream.write(dumps_json(data))
-    stream.write("\n")
+    print(dumps_json(data), file=out)
 
 
 def thread_roles(args: argparse.Namespace) -> list[RoleSpec]:

@@ -85,7 +85,7 @@ def device_ids(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(exc.problem) from None
 
 
-def device(p: Parser, context: str, *, required: bool = False) -> None:
+def device(p: Parser, context: str) -> None:
     """`--device LIST` (alias `--devices`): device ids in the CPU-list grammar (`0-3,5`).
 
     The value is always a list; a command that takes one device checks with
@@ -98,7 +98,6 @@ def device(p: Parser, context: str, *, required: bool = False) -> None:
         dest="device",
         type=device_ids,
         metavar="LIST",
-        required=required,
         help=f"{context} (host ids, as npu-smi / nvidia-smi number them and plan keys "
         "are; e.g. 0-3,5)",
     )
@@ -150,7 +149,6 @@ def grace(p: Parser, what: str) -> None:
 
 
 def pid(p: Parser, context: str, *, repeatable: bool = False) -> None:
-    """`--pid PID`: a process by its id; `repeatable` where a command takes several."""
     more: dict[str, Any] = {"action": "append", "default": []} if repeatable else {}
     text = f"{context} (repeatable)" if repeatable else context
     p.add_argument("--pid", type=int, metavar="PID", help=text, **more)

@@ -38,8 +38,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
 def render_plan(plan: Plan) -> str:
     """The table people read: one row per device, CPU lists as ranges."""
     extra_roles = sorted({r.name for d in plan.devices for r in d.thread_roles})
-    headers = ["device", "numa", "pool", "irq", "main", "acl", "release"]
-    headers += extra_roles
+    headers = ["device", "numa", "pool", "irq", "main", "acl", "release", *extra_roles]
     show_pci = any(d.pci for d in plan.devices)
     if show_pci:
         headers.append("pci")
@@ -65,10 +64,8 @@ def render_plan(plan: Plan) -> str:
     if plan.host_threads is not None:
         ht = plan.host_threads
         tids = ", ".join(map(str, ht.tids)) or "none found"
-        lines.append("")
-        lines.append(
-            f"host threads {ht.pattern}: CPUs {format_cpulist(ht.cpus) or '-'} (tids: {tids})"
-        )
+        cpus = format_cpulist(ht.cpus) or "-"
+        lines += ["", f"host threads {ht.pattern}: CPUs {cpus} (tids: {tids})"]
     return "\n".join(lines)
 
 

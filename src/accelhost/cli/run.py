@@ -13,8 +13,8 @@ import sys
 from typing import Any
 
 from accelhost.cli import options
-from accelhost.cli.common import add_command, command_after_dashes, one_device
-from accelhost.errors import UsageError
+from accelhost.cli.common import add_command, command_after_dashes, host_from_args, one_device
+from accelhost.errors import SnapshotError, UsageError
 
 HELP = "supervise an engine so that nothing of it outlives it"
 DESCRIPTION = (
@@ -110,12 +110,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("cmd_argv", nargs=argparse.REMAINDER, metavar="-- CMD ...")
 
 
-def _command(args: argparse.Namespace) -> list[str]:
-    return command_after_dashes(
-        args.cmd_argv, "no command given (accelhost run [options] -- CMD ...)"
-    )
-
-
 def _check(args: argparse.Namespace) -> int | None:
     """Usage errors (exit 2) before anything starts; returns the preflight's device."""
     import math
@@ -156,7 +150,9 @@ def _printer(quiet: bool) -> Any:
 
 
 def handler(args: argparse.Namespace) -> int:
-    argv = _command(args)
+    argv = command_after_dashes(
+        args.cmd_argv, "no command given (accelhost run [options] -- CMD ...)"
+    )
     device = _check(args)
     from accelhost.host.live import live_host
     from accelhost.supervisor import SupervisorOptions, supervise
@@ -167,9 +163,6 @@ def handler(args: argparse.Namespace) -> int:
     warn = _printer(False)
     facts_host: Any = host
     if args.snapshot:
-        from accelhost.cli.common import host_from_args
-        from accelhost.errors import SnapshotError
-
         try:
             facts_host = host_from_args(args)
         except SnapshotError as exc:  # the user named something that is no recording

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -35,7 +34,6 @@ def record_snapshot(
     rec = recorder(
         inner,
         {command_key(PS_THREADS): keep_thread_lines},
-        # of a runtime's answers only the fields the doctor reads (no environments)
         http_filter=lambda path, body: trim_answer(path, body, redact_argv),
     )
     once = read_once(rec)  # what the planner and the doctor both read is read once
@@ -71,7 +69,7 @@ def run_snapshot(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise AccelhostError(f"cannot write {args.output}: {exc.strerror}") from None
     size = len(text.encode())
-    commands = len(json.loads(text).get("commands", {}))
+    commands = len(data.get("commands", {}))
     print(
         f"recorded {args.output} ({size / 1024:.1f} KiB, {commands} commands); "
         f"replay with --snapshot {args.output}",

@@ -106,8 +106,7 @@ def render_topology(topo: Topology) -> str:
         lines.append(render_table(["device", "pci", "numa", "affinity", "uuid"], rows))
     else:
         lines.extend(_ascend_rows(topo))
-    for note in topo.notes:
-        lines.append(f"note: {note}")
+    lines.extend(f"note: {note}" for note in topo.notes)
     return "\n".join(lines)
 
 

@@ -13,9 +13,10 @@ migration budget; 0 skips migration), ACCELHOST_BIND_IRQ=1 (also bind the device
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 ENV_PLAN = "ACCELHOST_PLAN"
@@ -43,8 +44,6 @@ def register() -> None:
     if not path:
         return
     try:
-        import importlib
-
         wrapper = importlib.import_module("vllm.v1.worker.worker_base").WorkerWrapperBase
     except Exception as exc:  # an incompatible vLLM must still start
         log.warning("accelhost: %s is set but vLLM's worker cannot be hooked (%r)", ENV_PLAN, exc)
@@ -75,7 +74,6 @@ def install(wrapper_cls: type, plan_path: str) -> bool:
 
 def before_warm_up(worker: Any) -> None:
     """On vllm-ascend, turn its own CPU binding off (it would run inside the warm-up)."""
-    import importlib
     import importlib.util
 
     try:
@@ -118,7 +116,7 @@ class _ToVllm(logging.Handler):
         log.handle(record)
 
 
-def bind_worker(worker: Any, plan_path: str, env: Mapping[str, str] | None = None) -> Any:
+def bind_worker(worker: Any, plan_path: str) -> Any:
     """Bind this worker process; one log line either way (and the applier's warnings,
     through vLLM's logger when nothing else shows them). Never raises."""
     applier = logging.getLogger("accelhost.apply")
@@ -126,20 +124,20 @@ def bind_worker(worker: Any, plan_path: str, env: Mapping[str, str] | None = Non
     if forward is not None:
         applier.addHandler(forward)
     try:
-        return _bind(worker, plan_path, os.environ if env is None else env)
+        return _bind(worker, plan_path)
     finally:
         if forward is not None:
             applier.removeHandler(forward)
 
 
-def _bind(worker: Any, plan_path: str, environ: Mapping[str, str]) -> Any:
+def _bind(worker: Any, plan_path: str) -> Any:
     try:
         from accelhost.apply.worker import bind_current_process
 
         device, local_rank, backend = worker_device(worker)
-        budget = int(environ.get(ENV_BUDGET, "") or -1)
+        budget = int(os.environ.get(ENV_BUDGET, "") or -1)
         kwargs: dict[str, Any] = {
-            "irq": environ.get(ENV_IRQ, "") == "1",
+            "irq": os.environ.get(ENV_IRQ, "") == "1",
             "migrate_memory": budget != 0,
         }
         if budget > 0:

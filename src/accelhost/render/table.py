@@ -39,6 +39,4 @@ def colour_status(cell: str) -> str:
     """FAIL in bold red, WARN in yellow; anything else as it is (padding kept outside)."""
     word = cell.strip()
     code = ANSI.get(word)
-    if code is None:
-        return cell
-    return cell.replace(word, f"{code}{word}{RESET}", 1)
+    return cell if code is None else cell.replace(word, f"{code}{word}{RESET}", 1)
