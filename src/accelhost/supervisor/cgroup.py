@@ -64,11 +64,8 @@ def read_own_cgroups(text: str) -> dict[str, str]:
         parts = line.split(":", 2)
         if len(parts) != 3:
             continue
-        if parts[1] == "":
-            out[""] = parts[2]
-        for name in parts[1].split(","):
-            if name:
-                out[name] = parts[2]
+        for name in parts[1].split(","):  # v2's line lists none: its name is ""
+            out[name] = parts[2]
     return out
 
 

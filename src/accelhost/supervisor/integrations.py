@@ -87,10 +87,8 @@ def holders_of_device(host: Host, tree: dict[int, ProcessInfo], device: int) -> 
         nodes = [k for k in map(node_kind, (open_fds(host, pid) or {}).values()) if k is not None]
         if not nodes:
             continue
-        if any(kind in ("davinci", "nvidia") and n == device for kind, n in nodes):
-            exact.append(pid)
-        else:
-            other.append(pid)
+        exact_node = any(kind in ("davinci", "nvidia") and n == device for kind, n in nodes)
+        (exact if exact_node else other).append(pid)
     return exact or other
 
 

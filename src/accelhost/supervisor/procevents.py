@@ -143,8 +143,7 @@ class ProcEvents:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.sock], [], [], left)[0]:
                 return False
-            data = self.sock.recv(65536)
-            for what, ints in _events(data):
+            for what, ints in _events(self.sock.recv(65536)):
                 if (what == PROC_EVENT_FORK and ints[3] == pid) or (
                     what == PROC_EVENT_EXIT and ints[1] == pid
                 ):
@@ -243,16 +242,8 @@ class ForkTracker:
         return tracker
 
     @property
-    def sock(self) -> socket.socket:
-        return self.events.sock
-
-    @property
     def lost(self) -> bool:
         return self.events.lost or self.raced
-
-    @property
-    def listens(self) -> list[int | None]:
-        return self.events.listens
 
     def fileno(self) -> int:
         return self.events.fileno()
@@ -286,7 +277,7 @@ class ForkTracker:
         if (tree, outsiders, counter + 1) == (self._listed, self._outsiders, self.floor):
             return
         try:
-            attach(self.sock, program)
+            attach(self.events.sock, program)
         except OSError:
             self._read_everything()
             return
@@ -299,7 +290,7 @@ class ForkTracker:
     def _read_everything(self) -> None:
         if self.floor is not None:
             with contextlib.suppress(OSError):
-                self.sock.setsockopt(socket.SOL_SOCKET, SO_DETACH_FILTER, 0)
+                self.events.sock.setsockopt(socket.SOL_SOCKET, SO_DETACH_FILTER, 0)
         self.floor = None
 
     def _apply(self, what: int, ints: tuple[int, ...]) -> None:
@@ -356,8 +347,7 @@ def _alive(host: Host, pid: int) -> bool:
 
 def _last_pid() -> int | None:
     """The pid the kernel handed out last (in this PID namespace), or None."""
-    text = live_host().read_file("/proc/sys/kernel/ns_last_pid")
-    value = (text or "").strip()
+    value = (live_host().read_file("/proc/sys/kernel/ns_last_pid") or "").strip()
     return int(value) if value.isdigit() else None
 
 

@@ -47,8 +47,6 @@ class SegmentLedger:
         )
 
     def now(self, host: Host) -> list[ShmSegment]:
-        """The segments made since the start that are still there and not being destroyed,
-        as the table shows them now."""
         return [
             s
             for s in read_segments(host) or []

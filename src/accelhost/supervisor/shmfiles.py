@@ -61,22 +61,17 @@ class CreationWatch:
         (some names are unknown)."""
         paths: list[str] = []
         overflow = False
-        while True:
-            try:
-                data = os.read(self.fd, 65536)
-            except OSError:
-                break
-            if not data:
-                break
-            at = 0
-            while at + _EVENT.size <= len(data):
-                wd, mask, _cookie, length = _EVENT.unpack_from(data, at)
-                name = data[at + _EVENT.size : at + _EVENT.size + length].rstrip(b"\0")
-                at += _EVENT.size + length
-                if mask & IN_Q_OVERFLOW:
-                    overflow = True
-                elif wd in self.dirs and name:
-                    paths.append(f"{self.dirs[wd]}/{os.fsdecode(name)}")
+        with contextlib.suppress(OSError):  # EAGAIN: nothing more queued
+            while data := os.read(self.fd, 65536):
+                at = 0
+                while at + _EVENT.size <= len(data):
+                    wd, mask, _cookie, length = _EVENT.unpack_from(data, at)
+                    name = data[at + _EVENT.size : at + _EVENT.size + length].rstrip(b"\0")
+                    at += _EVENT.size + length
+                    if mask & IN_Q_OVERFLOW:
+                        overflow = True
+                    elif wd in self.dirs and name:
+                        paths.append(f"{self.dirs[wd]}/{os.fsdecode(name)}")
         return None if overflow else paths
 
     def close(self) -> None:
@@ -99,19 +94,14 @@ class ShmFileLedger:
 
     @classmethod
     def start(cls, host: Host, dirs: Sequence[str]) -> ShmFileLedger:
-        listing = list_shm_files(host, dirs)
-        files = [f for found in listing.values() for f in found or []]
-        return cls(dirs, frozenset((f.dev, f.inode) for f in files))
+        listing = list_shm_files(host, dirs).values()
+        return cls(dirs, frozenset((f.dev, f.inode) for found in listing for f in found or []))
 
     def unknown(self, paths: Iterable[str]) -> bool:
         """Some of these files exist, are new, and are not known to be the tree's yet."""
-        for path in paths:
-            f = stat_shm_file(path)
-            if f is not None:
-                key = (f.dev, f.inode)
-                if key not in self.before and key not in self.held_by_tree:
-                    return True
-        return False
+        found = (stat_shm_file(path) for path in paths)
+        keys = ((f.dev, f.inode) for f in found if f is not None)
+        return any(k not in self.before and k not in self.held_by_tree for k in keys)
 
     def observe(self, host: Host, pids: Iterable[int]) -> None:
         """Note the files these live members of the tree hold now (of a member in another
@@ -125,11 +115,8 @@ class ShmFileLedger:
         if same:
             scan = scan_held(host, same)
             self.held_by_tree |= scan.inodes
-            for path in scan.paths:
-                if path.startswith(prefixes):
-                    f = stat_shm_file(path)
-                    if f is not None:
-                        self.held_by_tree.add((f.dev, f.inode))
+            named = (stat_shm_file(path) for path in scan.paths if path.startswith(prefixes))
+            self.held_by_tree.update((f.dev, f.inode) for f in named if f is not None)
         if other:
             self.held_by_tree |= scan_held(host, other).inodes
 

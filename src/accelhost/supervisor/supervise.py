@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
+from accelhost.host.live import live_host
 from accelhost.readers.procs import ProcessInfo
 from accelhost.remove.signals import signal_group
 from accelhost.supervisor.cgroup import Cgroup, create_cgroup
@@ -41,10 +42,6 @@ from accelhost.supervisor.wakeup import Waker
 # Extra signals whose dispositions the command gets back as default (Python ignores SIGPIPE
 # and SIGXFSZ; a shell started by us must not inherit that).
 _RESET_FOR_CHILD = ("SIGPIPE", "SIGXFSZ")
-
-
-def _sig(name: str) -> int:
-    return int(getattr(signal, name))
 
 
 def _signame(sig: int) -> str:
@@ -74,8 +71,8 @@ class Supervisor:
         self.me = os.getpid()
         self.st = _State()
         self.patterns = [re.compile(p) for p in options.fail_on_exit]
-        self.forwarded = [_sig(n) for n in FORWARDED_SIGNAL_NAMES]
-        self.stopping = {_sig(n) for n in STOPPING_SIGNAL_NAMES}
+        self.forwarded = [signal.Signals[n] for n in FORWARDED_SIGNAL_NAMES]
+        self.stopping = {signal.Signals[n] for n in STOPPING_SIGNAL_NAMES}
         self.cgroup: Cgroup | None = None
         self.left = Leftovers(host)
         self.waker = Waker()
@@ -95,14 +92,10 @@ class Supervisor:
             if pid == self.st.cmd_pid:
                 self.st.cmd_status = os.waitstatus_to_exitcode(status)
 
-    def _cmd_running(self) -> bool:
-        return self.st.cmd_pid is not None and self.st.cmd_status is None
-
     def _forward(self, sig: int) -> None:
         """Pass `sig` on to the command's group (its leader is our unreaped child, so the
         group id is still its own)."""
-        if self._cmd_running():
-            assert self.st.cmd_pid is not None
+        if self.st.cmd_pid is not None and self.st.cmd_status is None:
             signal_group(self.st.cmd_pid, sig)
 
     def _scan(self, cheap: bool = False) -> dict[int, ProcessInfo]:
@@ -136,7 +129,7 @@ class Supervisor:
             self.waker.add_events(fd, drain, BATCH_S)
         if self.opts.cgroup:
             self.cgroup = create_cgroup(self.opts.cgroup, f"accelhost-run-{self.me}")
-        reset = [*self.forwarded, signal.SIGCHLD, *(_sig(n) for n in _RESET_FOR_CHILD)]
+        reset = [*self.forwarded, signal.SIGCHLD, *(signal.Signals[n] for n in _RESET_FOR_CHILD)]
         try:
             self.st.cmd_pid = spawn(self.opts.argv, self.cgroup, reset, self.opts.private_ipc)
         except SpawnError as exc:
@@ -180,9 +173,8 @@ class Supervisor:
         interval = FIRST_SCAN_S
         now = time.monotonic()
         next_scan: float | None = now + interval if tracking else None
-        bind_at: float | None = None
-        if self.opts.bind is not None and self.opts.bind.delay_s is not None:
-            bind_at = now + self.opts.bind.delay_s
+        delay_s = None if self.opts.bind is None else self.opts.bind.delay_s
+        bind_at = None if delay_s is None else now + delay_s
         while True:
             deadlines = [d for d in (next_scan, bind_at) if d is not None]
             timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
@@ -220,15 +212,19 @@ class Supervisor:
                 interval = min(interval * 2, self.opts.scan_interval_s)
                 next_scan = now + interval
             if bind_at is not None and now >= bind_at and not self.st.bound:
-                self._bind(reason=f"after {self.opts.bind.delay_s:g} s")  # type: ignore[union-attr]
+                self._bind(reason=f"after {delay_s:g} s")
                 bind_at = None
             if not self.patterns and self.st.bound:
                 next_scan = None
 
     def _track(self, tree: dict[int, ProcessInfo]) -> None:
         """Start watching newly seen members that match --fail-on-exit; bind when due."""
-        if self.opts.bind is not None and not self.st.bound:
-            self._maybe_bind(tree)
+        bind = self.opts.bind
+        if bind is not None and not self.st.bound:
+            from accelhost.supervisor.integrations import holders_of_device
+
+            if holders := holders_of_device(self.host, tree, bind.device):
+                self._bind(reason=f"pid {holders[0]} opened device {bind.device}")
         if not self.patterns:
             return
         known = {i.pid for i in self.st.tracked.values()} | set(self.st.tracked_nofd)
@@ -254,14 +250,6 @@ class Supervisor:
             if not still_same(self.host, info) or tree.get(pid, info).state == "Z":
                 self.st.died = info
                 return
-
-    def _maybe_bind(self, tree: dict[int, ProcessInfo]) -> None:
-        from accelhost.supervisor.integrations import holders_of_device
-
-        assert self.opts.bind is not None
-        holders = holders_of_device(self.host, tree, self.opts.bind.device)
-        if holders:
-            self._bind(reason=f"pid {holders[0]} opened device {self.opts.bind.device}")
 
     def _bind(self, reason: str) -> None:
         from accelhost.supervisor.integrations import bind_tree
@@ -316,8 +304,4 @@ def supervise(options: SupervisorOptions, host: Host | None = None) -> RunOutcom
     """Run `options.argv` under supervision until it and everything it started are gone."""
     if not options.argv:
         raise ValueError("no command to run")
-    if host is None:
-        from accelhost.host.live import live_host
-
-        host = live_host()
-    return Supervisor(options, host).run()
+    return Supervisor(options, live_host() if host is None else host).run()

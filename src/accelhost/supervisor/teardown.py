@@ -80,8 +80,7 @@ class _Teardown:
                         f"sent SIGKILL to {len(outcome.killed)} process(es) still alive "
                         f"after {tree.grace_s:g} s"
                     )
-                kill_end = time.monotonic() + tree.kill_wait_s
-                self._settle(kill_end, signal.SIGKILL, outcome.killed)
+                self._settle(time.monotonic() + tree.kill_wait_s, signal.SIGKILL, outcome.killed)
             for pid, info in sorted(tree.live().items()):
                 outcome.survivors.append(pid)
                 hint = (
@@ -137,12 +136,12 @@ class _Teardown:
         members = self.members
         last_scan = time.monotonic()
         while True:
-            pending = [m for m in members.values() if not m.gone]
             now = time.monotonic()
             if now >= until:
                 return
             rescan_due = last_scan + TEARDOWN_RESCAN_S
-            if not pending or all(m.pin.fd is None for m in pending) or now >= rescan_due:
+            # nothing pending, or no pidfd that would wake us: look now
+            if now >= rescan_due or all(m.pin.fd is None for m in members.values() if not m.gone):
                 self._sweep(sig, sent)
                 last_scan = time.monotonic()
                 if all(m.gone for m in members.values()):

@@ -8,6 +8,7 @@ second, not one a fork.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -81,11 +82,7 @@ class Waker:
 
     def _signals(self) -> list[int]:
         out: list[int] = []
-        while True:
-            try:
-                data = os.read(self._wake_r, 512)
-            except BlockingIOError:
-                return out
-            if not data:
-                return out
-            out.extend(data)
+        with contextlib.suppress(BlockingIOError):  # the pipe is drained
+            while data := os.read(self._wake_r, 512):
+                out.extend(data)
+        return out
