@@ -36,9 +36,6 @@ class Binding:
     device: int | None
     warnings: tuple[str, ...] = ()
 
-    def describe(self) -> list[str]:
-        return [s.describe() for s in self.steps]
-
     def label(self) -> str:
         where = "--cpus" if self.device is None else f"plan {self.source}, device {self.device}"
         return f"{where}, as `accelhost exec` binds (no IRQ steps): " + "; ".join(
@@ -50,7 +47,7 @@ class Binding:
             "source": self.source,
             "device": self.device,
             "cpus": list(self.cpus),
-            "steps": self.describe(),
+            "steps": [s.describe() for s in self.steps],
         }
 
 

@@ -7,6 +7,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import median
 from typing import Any, TextIO
 
 from accelhost import formats
@@ -70,7 +71,10 @@ def text(setup: Setup, outcome: Outcome, comparison: Comparison) -> str:
         "",
         render_table(
             ("arm", "runs", "failed", "mean", "median", "min", "max", "p90", "spread"),
-            [_row(arm, s, _failed(outcome.runs, arm)) for arm, s in _arms(c)],
+            [
+                _row(arm, s, _failed(outcome.runs, arm))
+                for arm, s in ((UNBOUND, c.unbound), (BOUND, c.bound))
+            ],
         ),
         "",
     ]
@@ -89,10 +93,11 @@ def text(setup: Setup, outcome: Outcome, comparison: Comparison) -> str:
     if bad:
         lines.append("")
         lines.append("runs without a figure (not counted):")
-        lines += [f"  {_run_name(r)}: {r.status}: {r.detail}" for r in bad]
+        lines += [f"  run {r.slot.index} {_where(r)}: {r.status}: {r.detail}" for r in bad]
     if outcome.interrupted:
         lines.append("")
-        lines.append(f"interrupted: {_done(outcome.runs)} of the planned runs finished")
+        done = sum(1 for r in outcome.runs if r.status != "interrupted")
+        lines.append(f"interrupted: {done} of the planned runs finished")
     if outcome.gave_up is not None:
         lines.append("")
         planned = 2 * (setup.warmup + setup.repeats)
@@ -111,10 +116,6 @@ def repeats_warning(repeats: int) -> str | None:
     )
 
 
-def _arms(c: Comparison) -> list[tuple[str, ArmStats]]:
-    return [(UNBOUND, c.unbound), (BOUND, c.bound)]
-
-
 def _row(arm: str, s: ArmStats, failed: int) -> list[Any]:
     spread = None if s.spread is None else f"{s.spread * 100:.1f}%"
     nums = (s.mean, s.median, s.min, s.max, s.p90)
@@ -123,14 +124,6 @@ def _row(arm: str, s: ArmStats, failed: int) -> list[Any]:
 
 def _failed(runs: Sequence[Run], arm: str) -> int:
     return sum(1 for r in runs if r.slot.arm == arm and not r.slot.warmup and r.status == FAILED)
-
-
-def _done(runs: Sequence[Run]) -> int:
-    return sum(1 for r in runs if r.status != "interrupted")
-
-
-def _run_name(r: Run) -> str:
-    return f"run {r.slot.index} {_where(r)}"
 
 
 def _where(r: Run) -> str:
@@ -161,7 +154,7 @@ class Progress:
             self.values[run.slot.arm].append(run.value)
         what = f"{run.value:.4g}" if run.value is not None else f"{run.status}: {run.detail}"
         medians = ", ".join(
-            f"{arm} median {_num(_median(vals))}" for arm, vals in self.values.items() if vals
+            f"{arm} median {_num(median(vals))}" for arm, vals in self.values.items() if vals
         )
         line = f"bench bind: run {run.slot.index}/{self.total} {_where(run)} -> {what}" + (
             f" | {medians}" if medians else ""
@@ -178,12 +171,6 @@ class Progress:
         if self.tty and self.drawn:
             self.out.write("\r\x1b[K")
             self.out.flush()
-
-
-def _median(vals: list[float]) -> float:
-    import statistics
-
-    return statistics.median(vals)
 
 
 def _isatty(out: TextIO) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import re
 import sys
 import time
@@ -258,8 +259,6 @@ def run_accelhost(
 
 def check_writable(path: str) -> None:
     """Refuse an unwritable `path` now, not after minutes of benchmark."""
-    import os
-
     if not path:
         raise AccelhostError("--trace: needs a file name")
     if os.path.isdir(path):
@@ -348,10 +347,8 @@ def real_workload(n: int) -> Workload:
     from accelhost.bench.realwork import build
 
     pre, device, post, items = build(n)
-    wl = Workload(
-        pre, device, post, items, None, "real: tokenizers + torch model, 16 sentences per item"
-    )
-    wl.measure_bound = True
+    label = "real: tokenizers + torch model, 16 sentences per item"
+    wl = Workload(pre, device, post, items, None, label, measure_bound=True)
     for item in items[:8]:  # warm-up: first calls allocate and compile
         post(device(pre(item)))
     return wl

@@ -23,10 +23,9 @@ class Aborted(Exception):
 
 
 def collect_batch(
-    inq: Channel[T], first: list[T], max_size: int, wait_s: float
+    inq: Channel[T], items: list[T], max_size: int, wait_s: float
 ) -> tuple[list[T], bool]:
     """Top up a batch until it is full or its first item waited wait_s; (batch, eof)."""
-    items = first
     if len(items) >= max_size or wait_s <= 0:
         return items, False
     deadline = perf_counter() + wait_s
