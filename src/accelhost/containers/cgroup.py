@@ -93,9 +93,7 @@ def parse_cgroup_path(path: str) -> CgroupContainer | None:
                     found = CgroupContainer("podman", part)
                 elif pod_uid is not None:
                     found = CgroupContainer("kubernetes", part)
-    if found is None:
-        return None
-    if pod_uid is not None:
+    if found is not None and pod_uid is not None:
         return CgroupContainer(found.runtime, found.container_id, pod_uid, qos)
     return found
 

@@ -4,11 +4,8 @@ CRI runtime (containerd, CRI-O) runs for Kubernetes. Malformed input is skipped.
 
 from __future__ import annotations
 
-from accelhost.containers.docker_api import as_object as _obj
-from accelhost.containers.docker_api import load_json as _loads
-from accelhost.containers.docker_api import parse_time
-from accelhost.containers.docker_api import text_of as _s
-from accelhost.containers.model import EXITED, RUNNING, Container, Pod
+from accelhost.containers.docker_api import as_object, load_json, parse_time, pod_of, text_of
+from accelhost.containers.model import EXITED, RUNNING, Container
 
 PS_ARGV = ("crictl", "ps", "-a", "-o", "json")
 
@@ -18,7 +15,7 @@ def inspect_argv(container_id: str) -> list[str]:
 
 
 def parse_crictl_ps(text: str | None, runtime: str = "kubernetes") -> list[Container] | None:
-    data = _loads(text)
+    data = load_json(text)
     items = data.get("containers") if isinstance(data, dict) else None
     if not isinstance(items, list):
         return None
@@ -29,22 +26,17 @@ def parse_crictl_ps(text: str | None, runtime: str = "kubernetes") -> list[Conta
         cid = item["id"]
         if len(cid) != 64 or any(c not in "0123456789abcdef" for c in cid):
             continue
-        meta = _obj(item.get("metadata"))
-        image = _obj(item.get("image"))
-        labels = _obj(item.get("labels"))
+        labels = as_object(item.get("labels"))
+        name = text_of(as_object(item.get("metadata")).get("name"))
         state = item.get("state")
-        pod_name = _s(labels.get("io.kubernetes.pod.name"))
-        pod_uid = _s(labels.get("io.kubernetes.pod.uid"))
         out.append(
             Container(
                 runtime=runtime,
                 id=cid,
-                name=_s(meta.get("name")) or _s(labels.get("io.kubernetes.container.name")),
-                image=_s(image.get("image")),
+                name=name or text_of(labels.get("io.kubernetes.container.name")),
+                image=text_of(as_object(item.get("image")).get("image")),
                 state=RUNNING if state == "CONTAINER_RUNNING" else EXITED if state else None,
-                pod=Pod(_s(labels.get("io.kubernetes.pod.namespace")), pod_name, pod_uid)
-                if pod_name or pod_uid
-                else None,
+                pod=pod_of(labels),
             )
         )
     return out
@@ -52,7 +44,7 @@ def parse_crictl_ps(text: str | None, runtime: str = "kubernetes") -> list[Conta
 
 def parse_crictl_inspect(text: str | None) -> tuple[float | None, float | None]:
     """(started, finished) epoch seconds from `crictl inspect -o json`."""
-    data = _loads(text)
+    data = load_json(text)
     status = data.get("status") if isinstance(data, dict) else None
     if not isinstance(status, dict):
         return None, None

@@ -94,7 +94,8 @@ def _state(word: Any) -> str | None:
     return None
 
 
-def _pod(labels: Any) -> Pod | None:
+def pod_of(labels: Any) -> Pod | None:
+    """The Kubernetes pod a container's labels name, if any (Docker's and CRI's alike)."""
     if not isinstance(labels, dict):
         return None
     name, ns, uid = (text_of(labels.get(k)) for k in (POD_NAME, POD_NAMESPACE, POD_UID))
@@ -121,7 +122,7 @@ def parse_container_list(text: str | None, runtime: str = "docker") -> list[Cont
                 name=name or None,
                 image=text_of(item.get("Image")),
                 state=_state(item.get("State")),
-                pod=_pod(item.get("Labels")),
+                pod=pod_of(item.get("Labels")),
             )
         )
     return out
@@ -154,7 +155,7 @@ def parse_inspect(text: str | None, runtime: str = "docker") -> Inspected | None
             name=(text_of(data.get("Name")) or "").lstrip("/") or None,
             image=text_of(config.get("Image")) or text_of(data.get("Image")),
             state=_state(state.get("Status")),
-            pod=_pod(config.get("Labels")),
+            pod=pod_of(config.get("Labels")),
             started=parse_time(state.get("StartedAt")),
             finished=parse_time(state.get("FinishedAt")),
             ipc_mode=text_of(host_config.get("IpcMode")),
@@ -232,7 +233,6 @@ def trim_answer(path: str, body: str, redact: Any = None) -> str:
     """What a snapshot keeps of a runtime's answer: the fields read above, nothing else
     (an inspect answer holds the container's environment: tokens, keys). `redact` maps
     an argv to the same argv with secret option values hidden."""
-    data: Any
     if path.startswith("/events"):
         kept = []
         for ev in parse_events(body):

@@ -18,34 +18,14 @@ import platform
 
 # Syscall numbers by architecture. The generic table (asm-generic/unistd.h) serves arm64,
 # riscv64 and loongarch64.
-_GENERIC = {
-    "set_mempolicy": 237,
-    "get_mempolicy": 236,
-    "move_pages": 239,
-    "statx": 291,
-}
+_GENERIC = {"set_mempolicy": 237, "get_mempolicy": 236, "move_pages": 239, "statx": 291}
 _NUMBERS: dict[str, dict[str, int]] = {
-    "x86_64": {
-        "set_mempolicy": 238,
-        "get_mempolicy": 239,
-        "move_pages": 279,
-        "statx": 332,
-    },
+    "x86_64": {"set_mempolicy": 238, "get_mempolicy": 239, "move_pages": 279, "statx": 332},
     "aarch64": _GENERIC,
     "riscv64": _GENERIC,
     "loongarch64": _GENERIC,
-    "ppc64le": {
-        "set_mempolicy": 261,
-        "get_mempolicy": 260,
-        "move_pages": 301,
-        "statx": 383,
-    },
-    "s390x": {
-        "set_mempolicy": 270,
-        "get_mempolicy": 269,
-        "move_pages": 310,
-        "statx": 379,
-    },
+    "ppc64le": {"set_mempolicy": 261, "get_mempolicy": 260, "move_pages": 301, "statx": 383},
+    "s390x": {"set_mempolicy": 270, "get_mempolicy": 269, "move_pages": 310, "statx": 379},
 }
 _ALIASES = {"amd64": "x86_64", "arm64": "aarch64", "ppc64": "ppc64le"}
 

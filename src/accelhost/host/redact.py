@@ -43,10 +43,9 @@ def redact_cmdline(raw: str) -> str:
 
     Engine names and titles (what the doctor matches) stay; `--api-key sk-...` does not.
     """
-    args = raw.split("\0")
     out: list[str] = []
     hide_next = False
-    for arg in args:
+    for arg in raw.split("\0"):
         if hide_next and arg:
             out.append(REDACTED)
             hide_next = False

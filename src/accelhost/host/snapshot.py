@@ -257,13 +257,10 @@ def _validate(data: Any, source: str) -> None:
     if not isinstance(commands, dict):
         fail("'commands' must be an object")
     for key, value in commands.items():
-        if isinstance(value, str):
-            continue
-        if (
+        if not isinstance(value, str) and not (
             isinstance(value, dict)
             and isinstance(value.get("stdout", ""), str)
             and isinstance(value.get("rc", 0), int)
             and not isinstance(value.get("rc", 0), bool)
         ):
-            continue
-        fail(f"command {key!r} must be its output text or {{'stdout': str, 'rc': int}}")
+            fail(f"command {key!r} must be its output text or {{'stdout': str, 'rc': int}}")

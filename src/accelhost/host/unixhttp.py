@@ -47,9 +47,7 @@ def unix_http_get(
         return None
     finally:
         sock.close()
-    if raw is None:
-        return None
-    body = parse_http_answer(raw)
+    body = None if raw is None else parse_http_answer(raw)
     if body is None or len(body) > max_bytes:
         return None
     return body.decode("utf-8", "replace")

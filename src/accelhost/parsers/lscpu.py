@@ -58,16 +58,11 @@ class CpuNodes(Mapping[int, int]):
             return self._nodes == other._nodes
         return Mapping.__eq__(self, other)
 
-    def __hash__(self) -> int:  # a Mapping is not hashable; equality above is by value
-        raise TypeError("unhashable type: 'CpuNodes'")
-
     def __repr__(self) -> str:
         return f"CpuNodes({dict(enumerate(self._nodes))!r})"
 
 
-def parse_cpu_nodes(
-    text: str | None,
-) -> tuple[Mapping[int, int], dict[int, tuple[int, ...]]]:
+def parse_cpu_nodes(text: str | None) -> tuple[Mapping[int, int], dict[int, tuple[int, ...]]]:
     """(cpu -> node, node -> CPUs in file order). Empty output gives two empty maps.
 
     Lines whose first non-blank character is a digit are rows `cpu node`; a row whose

@@ -23,8 +23,6 @@ class Meminfo:
     hugepages_surp: int | None = None
     hugepagesize_kb: int | None = None
     hugetlb_kb: int | None = None
-    mem_total_kb: int | None = None
-    mem_available_kb: int | None = None
     fields: dict[str, int] = field(default_factory=dict)
 
 
@@ -35,8 +33,6 @@ _TYPED = {
     "HugePages_Surp": "hugepages_surp",
     "Hugepagesize": "hugepagesize_kb",
     "Hugetlb": "hugetlb_kb",
-    "MemTotal": "mem_total_kb",
-    "MemAvailable": "mem_available_kb",
 }
 
 

@@ -9,8 +9,7 @@ def parse_board_pci(text: str | None) -> str | None:
         return None
     for line in text.splitlines():
         if "PCIe Bus Info" in line:
-            tokens = line.split()
-            return tokens[-1].lower() if tokens else None
+            return line.split()[-1].lower()  # the line holds at least those three words
     return None
 
 

@@ -69,8 +69,7 @@ def normalize_bus_id(bus_id: str) -> str:
     text = bus_id.strip().lower()
     domain, sep, rest = text.partition(":")
     if sep and len(domain) > 4:
-        domain = domain[-4:]
-        return f"{domain}:{rest}"
+        return f"{domain[-4:]}:{rest}"
     return text
 
 

@@ -107,8 +107,5 @@ def cgroup_cpuset_candidates(proc_cgroup: str) -> list[str]:
             v2.extend(f"{CGROUP_ROOT}{anc}/cpuset.cpus.effective" for anc in ancestors[1:])
         elif "cpuset" in controllers.split(","):
             v1.extend(f"{CGROUP_ROOT}/cpuset{anc}/cpuset.effective_cpus" for anc in ancestors)
-    roots = [
-        f"{CGROUP_ROOT}/cpuset.cpus.effective",
-        f"{CGROUP_ROOT}/cpuset/cpuset.effective_cpus",
-    ]
+    roots = [f"{CGROUP_ROOT}/cpuset.cpus.effective", f"{CGROUP_ROOT}/cpuset/cpuset.effective_cpus"]
     return list(dict.fromkeys(v2 + v1 + roots))

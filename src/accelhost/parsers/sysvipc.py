@@ -47,18 +47,17 @@ class ShmSegment:
 def parse_sysvipc_shm(text: str) -> list[ShmSegment]:
     """Every segment row; the header line is skipped."""
     segments = []
-    lines = text.splitlines()
-    for n, line in enumerate(lines):
+    for n, line in enumerate(text.splitlines(), 1):
         parts = line.split()
         if not parts or parts[0] == "key":
             continue
         if len(parts) < 14:
-            raise ParseError(SOURCE, f"line {n + 1} has {len(parts)} columns, expected 14+")
+            raise ParseError(SOURCE, f"line {n} has {len(parts)} columns, expected 14+")
         try:
-            nums = [int(p) for p in parts[:16] if p]
+            nums = [int(p) for p in parts[:16]]
             perms = int(parts[2], 8)
         except ValueError:
-            raise ParseError(SOURCE, f"line {n + 1} is not numeric: {line.strip()!r}") from None
+            raise ParseError(SOURCE, f"line {n} is not numeric: {line.strip()!r}") from None
         # the columns in field order; rss and swap only where the kernel prints them
         segments.append(ShmSegment(nums[0], nums[1], perms, *nums[3:16]))
     return segments

@@ -50,15 +50,8 @@ def read_ascend_topology(host: Host, family: str | None) -> Topology:
     bus = {(c.npu_id, c.chip_id): c.bus_id for c in info.chips}
     # positional and keyed by a C getter: this runs for every chip on every plan
     accelerators = tuple(
-        sorted(
-            (
-                Accelerator(
-                    e.logical_id, e.name, e.npu_id, e.chip_id, bus.get((e.npu_id, e.chip_id))
-                )
-                for e in entries
-            ),
-            key=itemgetter(0),
-        )
+        Accelerator(e.logical_id, e.name, e.npu_id, e.chip_id, bus.get((e.npu_id, e.chip_id)))
+        for e in sorted(entries, key=itemgetter(2))  # by logical id
     )
     tids: tuple[int, ...] = ()
     if family == "950":

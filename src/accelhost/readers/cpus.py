@@ -52,9 +52,7 @@ def read_cgroup_cpuset(host: Host, pid: int | str = "self") -> tuple[tuple[int, 
     return None
 
 
-def read_lscpu_nodes(
-    host: Host,
-) -> tuple[Mapping[int, int], dict[int, tuple[int, ...]]]:
+def read_lscpu_nodes(host: Host) -> tuple[Mapping[int, int], dict[int, tuple[int, ...]]]:
     """(cpu -> node, node -> CPUs in file order) from `lscpu -e=CPU,NODE`; empty maps when
     lscpu is not installed."""
     result = host.run(LSCPU_NODES)
@@ -128,9 +126,8 @@ def allowed_or_fallback(
         notes.append("no Cpus_allowed_list in /proc/self/status; using the cgroup cpuset")
         result = cpuset[0], "cgroup cpuset"
     else:
-        every = sorted({c for cpus in node_cpus.values() for c in cpus})
         notes.append("no Cpus_allowed_list in /proc/self/status; assuming every CPU of every node")
-        result = tuple(every), "NUMA nodes"
+        result = tuple(sorted({c for cpus in node_cpus.values() for c in cpus})), "NUMA nodes"
     if cpuset is not None and set(cpuset[0]) != set(result[0]):
         notes.append(
             f"allowed CPUs {format_cpulist(result[0])} differ from the cgroup cpuset "

@@ -185,12 +185,10 @@ def _nvml_fill(
     from accelhost.readers.nvml import nvml_affinity
 
     found = nvml_affinity(missing)
-    if not found:
-        return gpus
     out = []
     for acc, cpus in gpus:
         hit = found.get(acc.index)
-        if hit is None or acc.index not in missing:
+        if hit is None:  # NVML was asked only about the missing ones
             out.append((acc, cpus))
             continue
         node, nvml_cpus = hit

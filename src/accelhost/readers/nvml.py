@@ -18,9 +18,7 @@ _WORD_BITS = 64
 _MAX_CPUS = 8192
 
 
-def nvml_affinity(
-    indices: Sequence[int],
-) -> dict[int, tuple[int | None, tuple[int, ...] | None]]:
+def nvml_affinity(indices: Sequence[int]) -> dict[int, tuple[int | None, tuple[int, ...] | None]]:
     """GPU index -> (NUMA node or None, CPUs near it or None), for the GPUs NVML knows."""
     try:
         nvml: Any = importlib.import_module("pynvml")

@@ -90,19 +90,14 @@ def children_map(procs: Mapping[int, ProcessInfo]) -> dict[int, list[int]]:
 def descendants(procs: Mapping[int, ProcessInfo], root: int) -> list[int]:
     """Every descendant of `root` through parent links, breadth first (root excluded)."""
     kids = children_map(procs)
-    out: list[int] = []
     seen = {root}
-    frontier = [root]
-    while frontier:
-        nxt = []
-        for pid in frontier:
-            for child in kids.get(pid, ()):
-                if child not in seen:
-                    seen.add(child)
-                    out.append(child)
-                    nxt.append(child)
-        frontier = nxt
-    return out
+    queue = [root]
+    for pid in queue:  # the queue grows while it is walked: one level after another
+        for child in kids.get(pid, ()):
+            if child not in seen:
+                seen.add(child)
+                queue.append(child)
+    return queue[1:]
 
 
 def ancestors(procs: Mapping[int, ProcessInfo], pid: int) -> list[int]:

@@ -14,6 +14,4 @@ SHM_PATH = "/proc/sysvipc/shm"
 def read_segments(host: Host) -> list[ShmSegment] | None:
     """Every segment on the host; None when the table cannot be read (not Linux, no /proc)."""
     text = host.read_file(SHM_PATH)
-    if text is None:
-        return None
-    return parse_sysvipc_shm(text)
+    return None if text is None else parse_sysvipc_shm(text)

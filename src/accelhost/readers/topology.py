@@ -12,12 +12,7 @@ from dataclasses import replace
 from accelhost.family import normalize_family
 from accelhost.host.base import Host
 from accelhost.host.once import read_once
-from accelhost.readers.ascend import (
-    NPU_INFO,
-    NPU_MAP,
-    NPU_TOPO,
-    read_ascend_topology,
-)
+from accelhost.readers.ascend import NPU_INFO, NPU_MAP, NPU_TOPO, read_ascend_topology
 from accelhost.readers.cpus import (
     LSCPU,
     LSCPU_NODES,
