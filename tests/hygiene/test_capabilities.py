@@ -60,6 +60,13 @@ def test_daemonset_grants_exactly_the_read_capabilities() -> None:
     assert re.search(r"^\s*privileged:\s*false\s*$", DAEMONSET, re.MULTILINE)
 
 
+def test_daemonset_may_read_the_hosts_processes_under_apparmor() -> None:
+    """The runtime's default AppArmor profile denies reading other profiles' /proc/PID/fd
+    and maps whatever the capabilities: without `Unconfined` every shm check on an AppArmor
+    node would say "cannot tell"."""
+    assert re.search(r"^\s*appArmorProfile:\s*\{type: Unconfined\}\s*$", DAEMONSET, re.M)
+
+
 def test_daemonset_mounts_the_hosts_dev_shm() -> None:
     """hostIPC shares the IPC namespace (SysV); /dev/shm is a mount: only a hostPath makes
     it the host's on every runtime."""

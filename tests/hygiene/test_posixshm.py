@@ -437,3 +437,38 @@ def test_a_process_gone_during_the_look_is_not_unreadable() -> None:
     assert facts.processes is not None and 77 in facts.processes
     check = run_checks(facts, opts, ("posix_shm",)).checks[0]
     assert check.status == "WARN" and [e["path"] for e in check.evidence] == ["/dev/shm/psm_left"]
+
+
+def test_only_pid_1_unreadable_with_more_capabilities_is_assumed_to_hold_nothing() -> None:
+    """A sandbox's init (PID 1, capabilities beyond root's) hides its files even from root:
+    assumed to hold none. Any other unreadable process may hold anything, however strong:
+    under a runtime's default AppArmor profile a DaemonSet with CAP_SYS_PTRACE cannot read
+    any host process's fds or maps, and each holds capabilities beyond its two; calling
+    them holders of nothing made every live engine's files look leaked. A process whose
+    very status is closed to the reader (hidepid) while /proc lists it is unreadable too."""
+    from accelhost.host.base import FileStat
+    from accelhost.readers.shmfiles import ReaderRights, held_by
+    from fakehost import FakeMachine
+
+    full = "CapPrm:\t000001ffffffffff\n"
+    machine = FakeMachine(
+        files={
+            "/proc/1/status": f"Name:\tinit\nState:\tS\nPPid:\t0\n{full}",
+            "/proc/50/status": f"Name:\tvllm\nState:\tS\nPPid:\t1\n{full}",
+            "/proc/self/status": "CapPrm:\t0000000000080004\nCapEff:\t0000000000080004\n",
+        },
+        dirs={"/proc": ["1", "50", "60", "70"]},
+        stats={"/proc/60": FileStat("60", "dir", 0, 0, 0, "root", 0.0, 0.0, 1, 60)},
+    )
+    host = machine.host()
+    rights = ReaderRights.of(host)  # CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH only
+    assert rights.sees_all and rights.mine == 0x80004
+    init, engine, hidden, gone = (held_by(host, pid, rights) for pid in (1, 50, 60, 70))
+    assert (init.privileged, init.unreadable) == (True, False)
+    assert (engine.privileged, engine.unreadable) == (False, True)
+    assert hidden.unreadable and not (gone.unreadable or gone.privileged)
+    scan = scan_held(host)
+    assert (scan.unreadable, scan.privileged, scan.complete) == ((50, 60), (1,), False)
+    old = ShmFile("/dev/shm/psm_x", 4096, 4096, 0, "root", 0.0, 0.0, 1, 7)
+    verdict = judge_shm_file(old, scan, 7200.0, 60.0, "vLLM")
+    assert verdict.blocked and not verdict.leaked

@@ -365,3 +365,34 @@ def test_incremental_state_is_bounded_by_what_exists(shm_dir: Path) -> None:
     assert len(set(known.processes) - now) < 20  # only what exited since that round
     assert not any(f.name.startswith("psm_churn") for f in known.shm_files[str(shm_dir)] or ())
     assert grown < 256 * 1024, grown
+
+
+def test_a_process_hidden_from_the_reader_may_hold_any_file() -> None:
+    """/proc lists pid 60 but will not describe it (hidepid, a non-root reader): a round
+    cannot tell who holds an old engine file then, so it is never judged leaked."""
+    from accelhost.host.base import FileStat
+    from accelhost.hygiene.posix_check import judge_shm_file
+    from fakehost import FakeMachine
+
+    old = FileStat("psm_x", "file", 4096, 8, 0, "root", 1000.0, 1000.0, 1, 7)
+    host = FakeMachine(
+        files={"/proc/self/status": "CapPrm:\t0\nCapEff:\t0\n"},
+        stats={
+            "/proc/60": FileStat("60", "dir", 0, 0, 0, "root", 0.0, 0.0, 1, 60),
+            "/shm/psm_x": old,
+        },
+    ).host()
+
+    class Lister:
+        def list_dir_inodes(self, path: str) -> dict[str, int]:
+            return {"/proc": {"60": 60}, "/shm": {"psm_x": 7}}[path]
+
+        def birth_time(self, path: str) -> float | None:
+            return None
+
+    state = IncrementalState(_options(Path("/shm")), full_every=1000)
+    known = state.read(host, Lister(), 5000.0)
+    assert 60 in known.hidden and known.held.unreadable == (60,)
+    (f,) = known.shm_files["/shm"] or ()
+    verdict = judge_shm_file(f, known.held, 5000.0, 60.0, "vLLM")
+    assert verdict.blocked and not verdict.leaked

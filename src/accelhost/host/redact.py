@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
-from accelhost.host.base import Host
-from accelhost.host.record import CommandFilter, RecordingHost
+if TYPE_CHECKING:  # a doctor reads ALLOC_CONF_VARS and records nothing
+    from accelhost.host.base import Host
+    from accelhost.host.record import CommandFilter, RecordingHost
 
 # The allocator settings the doctor reports; nothing else of an environment is kept.
 ALLOC_CONF_VARS = ("PYTORCH_NPU_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
@@ -93,6 +95,8 @@ def recorder(
 ) -> RecordingHost:
     """A recording host with the snapshot's trims (and `command_filters`: key -> trim;
     `http_filter`: what to keep of a container runtime's answer to a path)."""
+    from accelhost.host.record import RecordingHost
+
     return RecordingHost(
         inner,
         command_filters,

@@ -280,7 +280,8 @@ class IncrementalState:
     def _held(self) -> HeldScan:
         paths: set[str] = set()
         inodes: set[tuple[int, int]] = set()
-        unreadable, privileged = [], []
+        # a process /proc shows but will not describe (hidepid) may hold anything
+        unreadable, privileged = list(self._hidden), []
         for pid, rec in self._procs.items():
             paths |= rec.holds.paths
             inodes |= rec.holds.inodes

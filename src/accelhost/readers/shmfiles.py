@@ -104,10 +104,10 @@ class HeldScan:
     paths: frozenset[str]
     inodes: frozenset[tuple[int, int]]  # (st_dev, st_ino) of open or mapped files
     unreadable: tuple[int, ...]  # live pids whose fd/maps could not be read: may hold anything
-    # Unreadable although the reader holds CAP_SYS_PTRACE, because they hold capabilities
-    # the reader's namespace lacks (a sandbox's or VM's init): the kernel hides them even
-    # from root. Named in evidence, assumed to hold none. A reader without CAP_SYS_PTRACE
-    # (a user, `nobody`) finds every other user's process unreadable: all in `unreadable`.
+    # PID 1 when it is unreadable although the reader holds CAP_SYS_PTRACE, because it
+    # holds capabilities the reader's namespace lacks (a sandbox's or VM's init): the kernel
+    # hides it even from root. Named in evidence, assumed to hold none. Every other
+    # unreadable process is in `unreadable` (see `held_by`).
     privileged: tuple[int, ...] = ()
 
     @property
@@ -119,10 +119,8 @@ class HeldScan:
         return f.path in self.paths or bool(f.inode and (f.dev, f.inode) in self.inodes)
 
 
-def _may_hold(status: str | None, pid: int) -> bool:
-    """False for a process that holds nothing: gone (no status), a zombie, a kernel thread."""
-    if status is None:
-        return False
+def _may_hold(status: str, pid: int) -> bool:
+    """False for a process that holds nothing: a zombie, a kernel thread."""
     state = parse_status_field(status, "State") or ""
     return not state.startswith("Z") and parse_status_field(status, "PPid") != "2" and pid != 2
 
@@ -253,13 +251,21 @@ def held_by(
         # status is read now, not the /proc/PID/stat a doctor read earlier, so that a
         # process that exited in between is gone, not unreadable.
         status = host.read_file(f"/proc/{pid}/status")
-        if _may_hold(status, pid):
+        if status is None:
+            # even its status closed to us (hidepid) while it is there: it may hold anything
+            unreadable = host.stat(f"/proc/{pid}") is not None
+        elif _may_hold(status, pid):
             theirs = caps(status)
-            # Only a reader that may ptrace anything can tell "hidden by a stronger
-            # namespace" from "not ours to read"; for any other reader an unreadable
-            # process is simply unknown.
+            # Only PID 1, the init of a sandbox or VM that holds capabilities beyond a
+            # reader that may ptrace anything (the kernel hides it even from root), is
+            # assumed to hold none. Any other process may hold anything: a runtime's
+            # default AppArmor profile closes every host process's fds and maps to a
+            # DaemonSet holding CAP_SYS_PTRACE, and each of those has capabilities beyond
+            # the DaemonSet's two; calling them holders of nothing would remove the files
+            # of every live engine on the node.
             stronger = (
-                rights.sees_all
+                pid == 1
+                and rights.sees_all
                 and rights.mine is not None
                 and theirs is not None
                 and bool(theirs & ~rights.mine)
