@@ -246,9 +246,16 @@ def test_incremental_verdicts_match_a_full_look(shm_dir: Path) -> None:
         _stop(holder)
 
 
+def _orphan_pids(rnd: object) -> list[int]:
+    check = next(c for c in rnd.report.checks if c.name == "orphan_engines")  # type: ignore[attr-defined]
+    return [e["pid"] for e in check.evidence if "pid" in e]
+
+
 def test_an_orphan_is_seen_by_an_incremental_round(lab: Lab) -> None:
-    """A frontend dies between rounds: its engine child, re-parented, is an orphan at the
-    next round although that round reads no process in full."""
+    """A frontend dies between rounds: the next round, reading no process in full, sees its
+    engine child re-parented, and believes it an orphan on a full look read at once (a
+    parent's command line it holds may be from before an exec). The round after is
+    incremental again: that orphan was confirmed."""
     node = lab.device_node()
     fe, engine, _worker = lab.server(node)
     opts = HygieneOptions(device_globs=(lab.glob(),))
@@ -258,9 +265,45 @@ def test_an_orphan_is_seen_by_an_incremental_round(lab: Lab) -> None:
     os.kill(fe, signal.SIGKILL)
     assert wait_gone(fe)
     rnd = watcher.run_once()
-    assert not watcher._state.last.full
-    orphans = next(c for c in rnd.report.checks if c.name == "orphan_engines")
-    assert engine in [e.get("pid") for e in orphans.evidence]
+    assert watcher._state.last.full and engine in _orphan_pids(rnd)
+    rnd = watcher.run_once()
+    assert not watcher._state.last.full and engine in _orphan_pids(rnd)
+
+
+def test_a_parent_that_exec_d_into_a_frontend_is_not_judged_on_its_old_command(
+    lab: Lab,
+) -> None:
+    """A container's `bash start.sh` sets up, then `exec vllm serve`: the same pid, a new
+    command line, which an incremental round does not read again. Its engine child, new,
+    is under what the round still holds as a shell: an orphan by its stale parent. A
+    watch with --auto-clean would have stopped a healthy server after two rounds."""
+    node = lab.device_node()
+    fifo = lab.tmp / "go.fifo"
+    os.mkfifo(fifo)
+    ready = lab.tmp / "engine.pid"
+    front = (
+        f"exec 3<'{node}'; (exec -a VLLM::EngineCore sleep 1000 >/dev/null 2>&1 </dev/null) & "
+        f"echo $! > '{ready}'; wait"
+    )
+    script = f"read -r _ < '{fifo}'; exec -a 'vllm serve tiny-model' bash -c \"$FRONT\""
+    start = subprocess.Popen(
+        ["bash", "-c", script], env={**os.environ, "FRONT": front}, start_new_session=True
+    )
+    lab.popens.append(start)  # type: ignore[arg-type]
+    lab.adopt(start.pid)
+    opts = HygieneOptions(device_globs=(lab.glob(),))
+    watcher = Watcher(LiveHost, opts, WatchConfig(full_every=1000), lambda _e: None)
+    for _ in range(3):  # seen as `bash -c ...`, read again once, then left alone
+        watcher.run_once()
+    with open(fifo, "w") as go:
+        go.write("go\n")
+    deadline = time.monotonic() + 30
+    while not (ready.exists() and ready.read_text().endswith("\n")):
+        assert time.monotonic() < deadline, "the engine child never started"
+        time.sleep(0.02)
+    engine = lab.adopt(int(ready.read_text()))
+    rnd = watcher.run_once()
+    assert engine not in _orphan_pids(rnd)
 
 
 class _CountingHost(LiveHost):

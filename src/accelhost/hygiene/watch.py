@@ -118,6 +118,7 @@ class Watcher:
         # a file is due at its --shm-min-age by the clock it is judged by
         self._clock_offset = 0.0
         self._orphan_rounds: dict[tuple[int, int], int] = {}
+        self._orphans_looked: set[tuple[int, int]] = set()  # orphans a full look confirmed
         self._holders = HolderMemory()  # which container held each /dev/shm file
         # --container: only what it runs or left (its checks, metrics and auto-clean)
         self._scope = None if options.container is None else ContainerScope(options.container)
@@ -141,9 +142,30 @@ class Watcher:
         known = self._state.read(host, host, time.time())
         return read_facts(host, self.options, known)
 
+    def _orphans(self, facts: HostFacts) -> list[Orphan] | None:
+        if facts.processes is None:
+            return None
+        return find_orphans(facts.processes, facts.self_pid, self.options)
+
     def _round(self) -> Round:
         host = self.host_factory()
-        facts = self._holders.inject(self._read(host))
+        facts = self._read(host)
+        orphans = self._orphans(facts)
+        if orphans and self._incremental and not self._state.last.full:
+            seen = {(o.proc.pid, o.proc.start_ticks) for o in orphans}
+            stoppable = self.config.auto_clean and any(o.group_frontend is None for o in orphans)
+            if stoppable or not seen <= self._orphans_looked:
+                # An incremental round may hold a parent's command line from before an
+                # exec (`bash start.sh` that became `vllm serve`): its healthy engine child
+                # would look like an orphan under a shell. A new orphan is believed only
+                # on a full look (rare: an engine died), and a round that may stop one is
+                # a full look, as `clean`'s is.
+                self._state.force_full()
+                facts = self._read(host)
+                orphans = self._orphans(facts)
+        if not self._incremental or self._state.last.full:
+            self._orphans_looked = {(o.proc.pid, o.proc.start_ticks) for o in orphans or ()}
+        facts = self._holders.inject(facts)
         if facts.now_epoch is not None:
             self._clock_offset = facts.now_epoch - time.time()
         judged = judge_shm_files(facts, self.options) if shm_known(facts) else None
@@ -154,11 +176,6 @@ class Watcher:
                 facts.segments, facts.alive, facts.now_epoch, self.options.shm_min_age_s
             )
             if facts.segments is not None and facts.processes is not None
-            else None
-        )
-        orphans = (
-            find_orphans(facts.processes, facts.self_pid, self.options)
-            if facts.processes is not None
             else None
         )
         shm: list[ShmJudgement] | None = None if judged is None else [j for j in judged if j.leaked]
