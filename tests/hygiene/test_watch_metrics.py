@@ -153,6 +153,68 @@ def test_auto_clean_removes_leaks_at_once_and_orphans_after_two_rounds(lab: Lab)
     assert journal.read_text().count('"event": "intent"') == 2
 
 
+# Makes a 4 KiB segment, hands it to `nobody` (IPC_SET of ipc_perm's uid and gid, which
+# sit after its int key on every Linux ABI), prints its shmid and sleeps until killed.
+NOBODYS_SEGMENT = r"""
+import ctypes, ctypes.util, struct, time
+libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]
+libc.shmctl.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+shmid = libc.shmget(0, 4096, 0o1000 | 0o600)
+ds = ctypes.create_string_buffer(512)
+assert shmid >= 0 and libc.shmctl(shmid, 2, ds) == 0  # IPC_STAT
+struct.pack_into("=II", ds, 4, 65534, 65534)
+assert libc.shmctl(shmid, 1, ds) == 0  # IPC_SET
+print(shmid, flush=True)
+time.sleep(1000)
+"""
+
+
+def test_unasked_auto_clean_removes_only_the_segments_an_engine_made(lab: Lab) -> None:
+    """A SysV segment is also how other software keeps state between its processes (one
+    makes it and exits, others attach later): unless its scope names it by shmid or key,
+    --auto-clean removes only a segment it saw an engine process make; the other stays leaked in the
+    report, for a person to `clean`. Both belong to `nobody`, whose segments alone the
+    watch's owner scope lets it touch on this shared machine."""
+    from hygiene_lab import shmids_now, wait_gone
+
+    from accelhost.host.live import LiveHost
+    from accelhost.hygiene.cleaner import CleanFilters
+
+    made: dict[str, tuple[int, int]] = {}
+    for title in ("VLLM::Worker_TP0", "myapp-setup"):
+        proc = subprocess.Popen(
+            ["bash", "-c", 'exec -a "$T" "$PY" -c "$H"'],
+            env={**os.environ, "T": title, "PY": PY, "H": NOBODYS_SEGMENT},
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        lab.popens.append(proc)
+        assert proc.stdout is not None
+        shmid = int(proc.stdout.readline())
+        lab.shmids.append(shmid)
+        made[title] = (shmid, lab.adopt(proc.pid))
+    watcher = Watcher(
+        LiveHost,
+        HygieneOptions(shm_min_age_s=0),
+        WatchConfig(
+            auto_clean=True,
+            journal=str(lab.tmp / "auto.jsonl"),
+            scope=CleanFilters(owners=frozenset({65534})),  # nobody's segments alone
+        ),
+        lambda _e: None,
+    )
+    watcher.run_once()  # both makers seen alive
+    for _shmid, pid in made.values():
+        os.kill(pid, signal.SIGKILL)
+        assert wait_gone(pid)
+    rnd = watcher.run_once()
+    engine_made, other = made["VLLM::Worker_TP0"][0], made["myapp-setup"][0]
+    assert engine_made not in shmids_now() and other in shmids_now()
+    check = next(c for c in rnd.report.checks if c.name == "shared_memory")
+    assert other in [e.get("shmid") for e in check.evidence]
+
+
 def test_a_scope_of_files_never_stops_an_orphan(lab: Lab, tmp_path) -> None:
     """A watch scoped to some files (or segments) leaves out the kinds its scope does not
     name: an orphan seen in every round is never stopped (it could be anyone's)."""

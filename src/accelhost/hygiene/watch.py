@@ -57,6 +57,7 @@ from accelhost.hygiene.react import Reactor
 from accelhost.hygiene.report import CHECK_NAMES, DoctorReport
 from accelhost.hygiene.rules import Orphan, find_orphans, leaked_segments
 from accelhost.hygiene.watch_metrics import HygieneCollector, Round
+from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.supervisor.options import DEFAULT_GRACE_S
 
 # A file due to reach --shm-min-age is judged this long after it does (its mtime is whole
@@ -119,6 +120,7 @@ class Watcher:
         self._clock_offset = 0.0
         self._orphan_rounds: dict[tuple[int, int], int] = {}
         self._orphans_looked: set[tuple[int, int]] = set()  # orphans a full look confirmed
+        self._engine_segments: set[tuple[int, int]] = set()  # (shmid, ctime) an engine made
         self._holders = HolderMemory()  # which container held each /dev/shm file
         # --container: only what it runs or left (its checks, metrics and auto-clean)
         self._scope = None if options.container is None else ContainerScope(options.container)
@@ -166,6 +168,7 @@ class Watcher:
         if not self._incremental or self._state.last.full:
             self._orphans_looked = {(o.proc.pid, o.proc.start_ticks) for o in orphans or ()}
         facts = self._holders.inject(facts)
+        self._note_engine_segments(facts)
         if facts.now_epoch is not None:
             self._clock_offset = facts.now_epoch - time.time()
         judged = judge_shm_files(facts, self.options) if shm_known(facts) else None
@@ -200,6 +203,27 @@ class Watcher:
         if self.config.auto_clean and host.is_live:
             self._auto_clean(rnd, orphans or [], leaks or [], shm or [])
         return rnd
+
+    def _note_engine_segments(self, facts: HostFacts) -> None:
+        """Remember each SysV segment made by an engine process while it is there to be
+        seen (its creator, started before the segment was): the only segments --auto-clean
+        removes unasked. A segment is also how other software keeps state between its
+        processes (one makes it and exits, the others attach later): one nobody named,
+        made by no engine we saw, stays in the report for a person (`clean`)."""
+        segments = facts.segments or ()
+        self._engine_segments &= {(s.shmid, s.ctime) for s in segments}
+        procs, now = facts.processes or {}, facts.now_epoch
+        for s in segments:
+            p = procs.get(s.cpid)
+            age = None if p is None else facts.process_age_s(p)
+            if (
+                p is not None
+                and age is not None
+                and now is not None
+                and now - age <= s.ctime + 1  # the creator, not a process that reused its pid
+                and self.options.catalog.is_engine(p.command)
+            ):
+                self._engine_segments.add((s.shmid, s.ctime))
 
     def _checks(self, facts: HostFacts, judged: list[ShmJudgement] | None) -> DoctorReport:
         """The doctor's checks, the shm files judged once for the check and the metrics."""
@@ -262,6 +286,13 @@ class Watcher:
             and (not scope.owners or s.uid in scope.owners)
             and (not scope.keys or (s.key & 0xFFFFFFFF) in scope.keys)
         ]
+        asked = bool(scope.shmids or scope.keys)
+
+        def may_go(seg: ShmSegment) -> bool:
+            """Named by id or key, or seen made by an engine (`_note_engine_segments`)."""
+            return asked or (seg.shmid, seg.ctime) in self._engine_segments
+
+        leaks = [(s, v) for s, v in leaks if may_go(s)]
         shm = [
             j
             for j in shm
@@ -286,9 +317,12 @@ class Watcher:
             a
             for a in plan_clean(rnd.facts, self.options, filters)
             # below the threshold, only the segments of the orphans being stopped go
-            if do_segments
-            or isinstance(a, StopProcesses)
-            or (isinstance(a, RemoveSegment) and a.after_stop)
+            if (
+                do_segments
+                or isinstance(a, StopProcesses)
+                or (isinstance(a, RemoveSegment) and a.after_stop)
+            )
+            and (not isinstance(a, RemoveSegment) or may_go(a.seg))
         ]
         if self._scope is not None and self._scope.chosen is not None:
             actions = scope_actions(actions, rnd.facts, self._scope.chosen)
