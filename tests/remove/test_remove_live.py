@@ -221,6 +221,23 @@ def test_a_name_given_to_another_file_or_kept_by_the_rule_stays(shm_dir: Path) -
     assert (kept.status, kept.result) == ("kept", "kept: too young") and path.exists()
 
 
+def test_a_name_made_again_while_it_was_judged_stays(shm_dir: Path) -> None:
+    """Between the judgement and the unlink lies the whole holder scan: an engine that
+    restarts under a fixed name may unlink the old file and make a new one meanwhile. The
+    new one (not held yet) is not removed on the old one's judgement."""
+    path = shm_dir / "psm_fixed"
+    dev, ino = _made(path)
+
+    def restart(fresh: ShmFile, why: str) -> None:  # runs after the holder scan
+        new = shm_dir / "psm_fixed.new"
+        new.write_bytes(b"y" * 4096)  # made while the old file lives: another inode
+        os.replace(new, path)
+
+    done = unlink_shm_file(HOST, str(path), dev, ino, lambda f: (True, "leaked"), restart)
+    assert (done.status, done.tried) == ("replaced", True)
+    assert path.read_bytes() == b"y" * 4096
+
+
 def _never(*_args: object) -> None:
     raise AssertionError("announced a removal that must not happen")
 

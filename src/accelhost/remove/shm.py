@@ -37,7 +37,7 @@ class Removal:
     target: str  # "shmid 32768" or the file's path
     status: Status
     why: str = ""  # why it was kept, or why the call failed
-    tried: bool = False  # announced, and the system call made
+    tried: bool = False  # announced (its outcome is journaled too)
     freed_bytes: int = 0
 
     @property
@@ -112,6 +112,13 @@ def unlink_shm_file(
     if held:
         return Removal(path, "held", "a live process holds it open or mapped")
     announce(fresh, why)
+    # The holder scan above takes a while: a name unlinked and made again meanwhile (an
+    # engine restarting under a fixed name) names a new file, judged on its own another time.
+    again = stat_shm_file(path)
+    if again is None:
+        return Removal(path, "gone", tried=True)
+    if (again.dev, again.inode) != (dev, inode):
+        return Removal(path, "replaced", "the name now belongs to another file", tried=True)
     try:
         os.unlink(path)
     except FileNotFoundError:
