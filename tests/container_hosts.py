@@ -37,6 +37,8 @@ SHAPES: dict[str, str] = {
         "/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{c}.scope/container"
     ),
     "podman-machine": "/machine.slice/libpod-{c}.scope",
+    # Quadlet (podman --cgroups=split): the container inside its systemd unit's cgroup
+    "podman-quadlet": "/system.slice/vllm.service/libpod-payload-{c}",
 }
 
 

@@ -21,6 +21,7 @@ EXPECTED = {
     "crio-systemd": ("cri-o", UID, "guaranteed"),
     "podman-user": ("podman", None, None),
     "podman-machine": ("podman", None, None),
+    "podman-quadlet": ("podman", None, None),
 }
 
 
@@ -47,6 +48,7 @@ def test_each_runtime_shape_names_runtime_id_and_pod(shape: str, v1: bool) -> No
         "/system.slice/docker.service",  # the daemon itself
         f"/system.slice/crio-conmon-{cid(3)}.scope",  # CRI-O's monitor, on the host
         f"/machine.slice/libpod-conmon-{cid(3)}.scope",  # Podman's monitor
+        f"/libpod_parent/{cid(3)}/conmon",  # Podman's monitor of a pod (cgroupfs), pod id
         "/kubepods.slice/kubepods-burstable.slice",  # a pod slice holds no process itself
         f"/docker/{cid(3)[:63]}",  # 63 hex: no id
         f"/system.slice/docker-{cid(0xAB).upper()}.scope",  # ids are lower-case hex

@@ -122,6 +122,18 @@ def test_a_runtime_that_answers_names_every_container() -> None:
     assert as_json["name"] == "vllm-bash" and as_json["pod"] is None
 
 
+def test_a_running_container_whose_processes_are_not_seen_stays_running() -> None:
+    """The runtime says running; no process of it is seen (a cgroup shape the parser does
+    not know, such as Quadlet's `libpod-payload-<id>`, or a reader outside the host's PID
+    namespace). Called exited, it would take the blame for files born while it ran."""
+    m, procs = two_containers()
+    unseen = {"id": cid(5), "name": "vllm-quadlet", "pid": 3000, "ipc": "host"}
+    docker_answers(m.http, [*CONTAINERS, unseen], [], events_path(*events_window(NOW)))
+    view = read_containers(m.host(), procs, NOW)
+    c = view.containers[cid(5)]
+    assert (c.name, c.state) == ("vllm-quadlet", "running") and view.pids_of(cid(5)) == []
+
+
 def test_without_a_runtime_the_cgroup_id_is_the_answer_said_once() -> None:
     m, procs = two_containers()
     view = read_containers(m.host(), procs, NOW)
@@ -174,6 +186,31 @@ def test_a_podman_socket_names_podman_containers() -> None:
     c = view.of_pid(3000)
     assert c is not None and (c.runtime, c.name) == ("podman", "pm")
     assert view.runtimes == ("/run/podman/podman.sock",)
+
+
+def test_a_container_podman_removed_is_named_from_podmans_own_events() -> None:
+    """Podman's compatible API says `died` and `remove` where Docker says `die` and
+    `destroy`, and filters by its own names: read as Docker's, its removal names it."""
+    m = FakeMachine()
+    on_host(m, 1)
+    sock, gone = "/run/podman/podman.sock", cid(7)
+    path = events_path(*events_window(NOW), "podman")
+    assert "remove" in path and "died" in path and path != events_path(*events_window(NOW))
+    events = [
+        event("start", gone, "pm-old", NOW - 3000),
+        event("died", gone, "pm-old", NOW - 2000),
+        event("remove", gone, "pm-old", NOW - 1999),
+    ]
+    docker_answers(m.http, [], events, path, sock=sock)
+    view = read_containers(m.host(), {1: proc(1, "init")}, NOW)
+    c = view.containers[gone]
+    assert (c.runtime, c.name, c.state, c.started, c.finished) == (
+        "podman",
+        "pm-old",
+        "gone",
+        NOW - 3000,
+        NOW - 2000,
+    )
 
 
 def test_kubernetes_pods_from_the_cgroup_and_crictl() -> None:

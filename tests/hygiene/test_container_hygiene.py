@@ -210,6 +210,37 @@ def test_doctor_container_scope_and_unknown_names() -> None:
         resolve_container(facts, "nope")
 
 
+def test_a_container_name_or_prefix_that_names_several_is_refused() -> None:
+    """`--container` must name exactly what it removes: one container, or one pod's
+    containers (its attempts). An id prefix two ids share, a name a removed container and
+    a new one share, or one container name in two pods is exit 2, naming them all."""
+    from dataclasses import replace
+
+    from accelhost.containers.model import Pod
+
+    facts, _ = _report(story_snapshot())
+    cf = facts.containers
+    assert cf is not None
+
+    def with_containers(*extra: Any) -> Any:
+        containers = {**cf.view.containers, **{c.id: c for c in extra}}
+        return replace(facts, containers=replace(cf, view=replace(cf.view, containers=containers)))
+
+    bash = cf.view.containers[BASH]
+    twin = replace(bash, id=BASH[:6] + "0" * 58, state="running")  # same name, same prefix
+    two = with_containers(twin)
+    for wanted in (BASH[:6], "vllm-bash"):
+        with pytest.raises(UsageError, match=r"names 2 containers: .*vllm-bash.*; name one by"):
+            resolve_container(two, wanted)
+    assert [c.id for c in resolve_container(two, BASH[:20])] == [BASH]
+    pod = Pod("team-a", "vllm-0", "8d3c6a2e-1b4f-4e5a-9c7d-0a1b2c3d4e5f")
+    attempts = [replace(bash, id=f"{n:x}" * 64, name="engine", pod=pod) for n in (0xC, 0xD)]
+    assert len(resolve_container(with_containers(*attempts), "team-a/vllm-0")) == 2
+    other = replace(attempts[1], pod=replace(pod, namespace="team-b", uid="0" * 32))
+    with pytest.raises(UsageError, match="names 2 containers"):
+        resolve_container(with_containers(attempts[0], other), "engine")
+
+
 def test_clean_container_scope_plans_exactly_what_it_left() -> None:
     facts, _ = _report(story_snapshot())
     actions = plan_clean(facts, OPTS)

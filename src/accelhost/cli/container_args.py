@@ -20,6 +20,7 @@ def add_container_options(p: argparse.ArgumentParser) -> None:
         "--container",
         metavar="NAME|ID",
         help="only what this container runs or left behind (a name, a pod "
-        "`namespace/name`, or an id prefix); naming none is exit 2 with the known ones "
+        "`namespace/name`, or an id prefix); naming none, or several of no one pod, is "
+        "exit 2 with those it could mean "
         "(watch: in its first round; a container that goes later stays its scope)",
     )

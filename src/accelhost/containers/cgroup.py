@@ -6,8 +6,9 @@ Every runtime puts a container's processes in a cgroup whose path names the cont
 - Docker: `/docker/<id>` (cgroupfs driver), `.../docker-<id>.scope` (systemd driver);
 - containerd under Kubernetes: `.../cri-containerd-<id>.scope`; nerdctl `nerdctl-<id>.scope`;
 - CRI-O: `.../crio-<id>.scope` (`crio-conmon-<id>.scope` is its monitor, on the host);
-- Podman: `.../libpod-<id>.scope` or `/machine.slice/libpod-<id>.scope`
-  (`libpod-conmon-<id>.scope` is its monitor);
+- Podman: `.../libpod-<id>.scope` or `/machine.slice/libpod-<id>.scope`, under Quadlet
+  (`--cgroups=split`) `.../<unit>.service/libpod-payload-<id>` (`libpod-conmon-<id>.scope`
+  and, for a pod on cgroupfs, `/libpod_parent/<pod id>/conmon` are its monitor);
 - a Kubernetes pod: `kubepods[-<qos>].slice/kubepods-<qos>-pod<uid with _>.slice/...`
   (systemd) or `/kubepods/<qos>/pod<uid>/<id>` (cgroupfs), Guaranteed pods without the
   QoS level; the runtime's own scope (above) inside it says which runtime, a bare id does
@@ -34,6 +35,7 @@ _SCOPES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(rf"^nerdctl-({_HEX64})\.scope$"), "containerd"),
     (re.compile(rf"^crio-({_HEX64})(?:\.scope)?$"), "cri-o"),
     (re.compile(rf"^libpod-({_HEX64})(?:\.scope)?$"), "podman"),
+    (re.compile(rf"^libpod-payload-({_HEX64})$"), "podman"),
 )
 _BARE_ID = re.compile(rf"^{_HEX64}$")
 # kubepods-burstable-pod1234_abcd.slice / kubepods-pod1234_abcd.slice (Guaranteed)
@@ -74,6 +76,9 @@ def parse_cgroup_path(path: str) -> CgroupContainer | None:
             continue
         if in_kubepods and part in ("besteffort", "burstable") and pod_uid is None:
             qos = part
+            continue
+        if part == "conmon":  # Podman's monitor, beside a pod's containers: on the host
+            found = None
             continue
         pod = _POD_DIR.match(part) if in_kubepods else None
         if pod:

@@ -24,15 +24,21 @@ POD_NAME, POD_NAMESPACE, POD_UID = (
     "io.kubernetes.pod.uid",
 )
 EVENT_ACTIONS = ("start", "die", "destroy")
+# Podman's compatible API names a container's end and removal its own way ("died" in
+# Action, "remove"), and filters by those names: each is read as Docker's.
+PODMAN_ACTIONS = ("start", "die", "died", "remove")
+_AS_DOCKER = {**{a: a for a in EVENT_ACTIONS}, "died": "die", "remove": "destroy"}
 
 
 def inspect_path(container_id: str) -> str:
     return f"/containers/{container_id}/json"
 
 
-def events_path(since: int, until: int) -> str:
-    """Container start/die/destroy events in [since, until] (both given: the answer ends)."""
-    filters = json.dumps({"type": ["container"], "event": list(EVENT_ACTIONS)}, sort_keys=True)
+def events_path(since: int, until: int, runtime: str = "docker") -> str:
+    """Container start/die/destroy events in [since, until] (both given: the answer ends),
+    by the names `runtime` gives them."""
+    names = PODMAN_ACTIONS if runtime == "podman" else EVENT_ACTIONS
+    filters = json.dumps({"type": ["container"], "event": list(names)}, sort_keys=True)
     query = urllib.parse.urlencode({"since": since, "until": until, "filters": filters})
     return f"/events?{query}"
 
@@ -183,7 +189,8 @@ def parse_events(text: str | None) -> list[RuntimeEvent]:
             continue
         actor = as_object(data.get("Actor"))
         attrs = as_object(actor.get("Attributes"))
-        action = data.get("Action") or data.get("status")
+        said = data.get("Action") or data.get("status")
+        action = _AS_DOCKER.get(said) if isinstance(said, str) else None
         cid = actor.get("ID") or data.get("id")
         nano, secs = data.get("timeNano"), data.get("time")
         if isinstance(nano, int) and not isinstance(nano, bool) and nano > 0:
@@ -192,7 +199,7 @@ def parse_events(text: str | None) -> list[RuntimeEvent]:
             when = float(secs)
         else:
             continue
-        if action not in EVENT_ACTIONS or not isinstance(cid, str) or not _HEX64.match(cid):
+        if action is None or not isinstance(cid, str) or not _HEX64.match(cid):
             continue
         name, image = text_of(attrs.get("name")), text_of(attrs.get("image"))
         out.append(RuntimeEvent(action, cid, name, image, when))

@@ -76,7 +76,7 @@ def _ask_socket(
     # inspect below must not cost them.
     removed: list[Container] = []
     if now_epoch is not None:
-        path = docker_api.events_path(*events_window(now_epoch))
+        path = docker_api.events_path(*events_window(now_epoch), runtime)
         events = docker_api.parse_events(host.http_get(socket_path, path))
         removed = [c for c in docker_api.removed_containers(events, runtime) if c.id not in found]
     order = sorted(found, key=lambda cid: (cid not in wanted, cid))[:MAX_INSPECT]
@@ -178,8 +178,10 @@ def read_containers(
             containers[cid] = _merge(where, records.get(cid, (None, None))[0])
     for cid, (record, _init) in records.items():
         if cid not in containers:
-            state = EXITED if record.state == RUNNING else record.state  # no process seen
-            containers[cid] = replace(record, state=state or EXITED)
+            # No process of it seen: a cgroup shape the parser does not know, or a reader
+            # without the host's PID namespace. What the runtime says stands: a running
+            # container called exited would take the blame for what others left.
+            containers[cid] = replace(record, state=record.state or EXITED)
     for c in removed:
         containers.setdefault(c.id, c)
     containers = {

@@ -142,10 +142,19 @@ def annotate_report(report: DoctorReport, facts: HostFacts) -> DoctorReport:
 
 
 def resolve_container(facts: HostFacts, wanted: str) -> list[Container]:
-    """The containers `--container wanted` names; a UsageError (exit 2) listing the known
-    ones when it names none."""
+    """The containers `--container wanted` names: one container, or the containers of one
+    pod (its attempts, its sandbox). A UsageError (exit 2) listing the known ones when it
+    names none, and those it names when they are several of no one pod (an id prefix two
+    ids share, a name a removed container and a new one share, one container name in two
+    pods): what it removes must be exactly what was meant."""
     cf = facts.containers
     found = cf.view.find(wanted) if cf else []
+    pods = {(c.pod.uid or c.pod.label) if c.pod else None for c in found}
+    if len(found) > 1 and (None in pods or len(pods) > 1):
+        named = "; ".join(sorted(f"{c.label} {c.state or '?'}" for c in found))
+        raise UsageError(
+            f"--container {wanted} names {len(found)} containers: {named}; name one by its id"
+        )
     if found:
         return found
     known = cf.view.known_labels() if cf else []
