@@ -58,6 +58,31 @@ def test_host_processes_and_monitors_are_in_no_container(path: str) -> None:
     assert parse_cgroup(f"0::{path}\n") is None
 
 
+@pytest.mark.parametrize(
+    "path, qos",
+    [
+        ("/../../besteffort/pod{u}/{c}", "besteffort"),  # cgroupfs driver, another QoS
+        ("/../pod{u}/{c}", None),  # the QoS level, if any, lies above: unknown
+        (
+            "/../../../kubepods-burstable.slice/kubepods-burstable-pod{u_}.slice/"
+            "cri-containerd-{c}.scope",
+            "burstable",
+        ),  # systemd driver
+    ],
+)
+def test_a_pod_seen_from_a_readers_own_cgroup_namespace(path: str, qos: str | None) -> None:
+    """A DaemonSet on cgroup v2 has a cgroup namespace of its own: other pods' paths are
+    relative to its root, the kubepods root above it."""
+    text = "0::" + path.format(c=cid(7), u=UID, u_=UID.replace("-", "_")) + "\n"
+    found = parse_cgroup(text)
+    assert found is not None and (found.container_id, found.pod_uid, found.qos) == (
+        cid(7),
+        UID,
+        qos,
+    )
+    assert parse_cgroup("0::/../../../init.scope\n") is None  # the host, seen from the pod
+
+
 def test_nested_docker_names_the_innermost_container() -> None:
     found = parse_cgroup_path(f"/docker/{cid(1)}/docker/{cid(2)}")
     assert found is not None and found.container_id == cid(2)

@@ -14,6 +14,8 @@ Every runtime puts a container's processes in a cgroup whose path names the cont
   QoS level; the runtime's own scope (above) inside it says which runtime, a bare id does
   not (then the runtime is `kubernetes`).
 
+A reader in a cgroup namespace of its own (a pod's, on cgroup v2) sees other paths
+relative to its root (`/../../besteffort/pod<uid>/<id>`): the same shapes, below `..`.
 A process on the host (`0::/init.scope`, `/user.slice/...`) is in no container: `None`.
 """
 
@@ -61,7 +63,9 @@ def parse_cgroup_path(path: str) -> CgroupContainer | None:
     found: CgroupContainer | None = None
     pod_uid: str | None = None
     qos: str | None = None
-    in_kubepods = False
+    # Relative to the reader's own cgroup namespace (a pod's, private by default on cgroup
+    # v2: a DaemonSet reads `/../../pod<uid>/<id>`), the kubepods root may lie above it.
+    in_kubepods = bool(parts) and parts[0] == ".."
     for n, part in enumerate(parts):
         if part.startswith("kubepods"):
             in_kubepods = True
