@@ -241,6 +241,32 @@ def test_a_container_name_or_prefix_that_names_several_is_refused() -> None:
         resolve_container(with_containers(attempts[0], other), "engine")
 
 
+def test_a_scope_removes_only_what_is_that_containers_alone() -> None:
+    """`clean --container X` acts on a leftover only where X alone left it, and stops a
+    group only where every process of it runs in X: a file two containers may have left
+    (shown under both) and a host tree with one process in X stay, for a plain `clean`."""
+    from dataclasses import replace
+
+    from accelhost.hygiene.actions import ProcessRef
+    from accelhost.hygiene.container_evidence import _names_any
+
+    facts, _ = _report(story_snapshot())
+    cf = facts.containers
+    assert cf is not None
+    one = {"containers": [{"id": RMF}], "ambiguous": False, "why": ""}
+    both = {"containers": [{"id": RMF}, {"id": BASH}], "ambiguous": True, "why": ""}
+    assert _names_any(one, {RMF}) and _names_any(both, {RMF, BASH})
+    assert not _names_any(both, {RMF}) and not _names_any(both, {BASH})
+    inside = cf.view.pids_of(TINI)
+    assert inside
+    host = next(p for p in sorted(facts.processes or {}) if cf.view.of_pid(p) is None)
+    ref = ProcessRef(0, 0, "S", "")
+    mixed = StopProcesses(1, False, (replace(ref, pid=inside[0]), replace(ref, pid=host)), "")
+    alone = StopProcesses(1, False, (replace(ref, pid=inside[0]),), "")
+    chosen = resolve_container(facts, "vllm-tini")
+    assert scope_actions([mixed, alone], facts, chosen) == [alone]
+
+
 def test_clean_container_scope_plans_exactly_what_it_left() -> None:
     facts, _ = _report(story_snapshot())
     actions = plan_clean(facts, OPTS)

@@ -226,18 +226,21 @@ def scope_report(report: DoctorReport, chosen: Sequence[Container]) -> DoctorRep
 def action_container(facts: HostFacts, a: Action) -> dict[str, Any] | None:
     """Whose this action is: the container of the processes it stops, or of the leftover."""
     if isinstance(a, StopProcesses):
-        for t in a.targets:
-            c = container_of(facts, t.pid)
-            if c is not None:
-                return _named([c], f"runs in {c.label}", "")
-        return None
+        # one container's only when every process it stops runs in that container
+        found = {container_of(facts, t.pid) for t in a.targets}
+        c = found.pop() if len(found) == 1 else None
+        return None if c is None else _named([c], f"runs in {c.label}", "")
     if isinstance(a, RemoveShmFile):
         return left_by_file(facts, a.path)
     return left_by_birth(facts, float(a.seg.ctime))
 
 
 def _names_any(who: dict[str, Any] | None, ids: set[str]) -> bool:
-    return who is not None and any(x["id"] in ids for x in who["containers"])
+    """`who` (a `left_by`) names one of `ids`, and no other container: a leftover two
+    containers may have left is shown under both, but removed for neither's scope."""
+    if who is None or (who["ambiguous"] and not {x["id"] for x in who["containers"]} <= ids):
+        return False
+    return any(x["id"] in ids for x in who["containers"])
 
 
 def scope_actions(
