@@ -31,6 +31,7 @@ class FakeHost:
     pids: list[int] = field(default_factory=list)
     segments: list[str] = field(default_factory=list)
     stat_dirs: dict[str, list[FileStat]] = field(default_factory=dict)
+    stats: dict[str, FileStat] = field(default_factory=dict)  # `stat` of one path
 
     def __post_init__(self) -> None:
         self.files["/proc/uptime"] = f"{UPTIME} 100.0\n"
@@ -141,6 +142,7 @@ class FakeHost:
             links=self.links,
             commands=self.commands,
             stat_dirs=self.stat_dirs,
+            stats=self.stats,
             http=self.http,
         )
         return machine.snapshot()

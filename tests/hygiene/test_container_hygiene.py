@@ -267,6 +267,43 @@ def test_a_scope_removes_only_what_is_that_containers_alone() -> None:
     assert scope_actions([mixed, alone], facts, chosen) == [alone]
 
 
+def test_a_containers_own_emptydir_at_dev_shm_is_judged_too() -> None:
+    """A pod's engine with an emptyDir (medium: Memory) at /dev/shm, as docs/containers.md
+    shows: another tmpfs than the sandbox's /dev/shm of the same IPC namespace. Its leaked
+    file is found there, and the sandbox's listed as before."""
+    from container_story import record_shm_dir
+
+    from accelhost.host.base import FileStat
+
+    fake = FakeHost()
+    on_host(fake, 1)
+    uid = "11111111-2222-3333-4444-555555555555"
+    shape = SHAPES["containerd-k8s-systemd"]
+    for pid, c, cmd in ((5000, cid(0x51), "/pause"), (5100, cid(0x53), "vllm serve /m")):
+        fake.proc(pid, cmd, ppid=1, pgid=pid, start_s=50 + pid / 100)
+        put_in_container(
+            fake,
+            pid,
+            shape.format(c=c, u_=uid.replace("-", "_")),
+            ipc=4026532700,
+            pid_ns=4026533000 + pid,
+            nspid=(pid, 1),
+        )
+        root = f"/proc/{pid}/root/dev/shm"
+        dev = 300 if pid == 5000 else 400  # the sandbox's tmpfs, the engine's emptyDir
+        fake.stats[root] = FileStat("shm", "dir", 0, 0, 0, "root", 0.0, 0.0, dev, 2)
+    record_shm_dir(fake, "/dev/shm", [], 26)
+    record_shm_dir(fake, "/proc/5000/root/dev/shm", [("psm_sandbox1", 4096, 1, NOW - 9000, 7)], 300)
+    record_shm_dir(fake, "/proc/5100/root/dev/shm", [("psm_emptydir", 4096, 1, NOW - 9000, 8)], 400)
+    facts, report = _report(fake.snapshot())
+    posix = report.get("posix_shm")
+    assert posix is not None
+    assert {e["path"] for e in posix.evidence} == {
+        "/proc/5000/root/dev/shm/psm_sandbox1",
+        "/proc/5100/root/dev/shm/psm_emptydir",
+    }
+
+
 def test_clean_container_scope_plans_exactly_what_it_left() -> None:
     facts, _ = _report(story_snapshot())
     actions = plan_clean(facts, OPTS)

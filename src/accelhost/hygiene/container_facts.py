@@ -132,15 +132,25 @@ def _shm_dirs(
     out: list[ContainerShmDir] = []
     seen_devs = set(host_devs)
     for ipc, pids in sorted(by_ipc.items()):
-        path = f"/proc/{pids[0]}/root{SHM}"
-        files = list_shm_files(host, [path])[path]
-        devs = {f.dev for f in files or () if f.dev}
-        if devs and devs <= seen_devs:
-            continue  # the host's /dev/shm, or one already listed through another process
-        seen_devs |= devs
-        ids = tuple(sorted({view.pid_container[p] for p in pids if p in view.pid_container}))
-        listed = None if files is None else tuple(files)
-        out.append(ContainerShmDir(path, ipc, tuple(pids), ids, listed, scan_held(host, pids)))
+        # One listing per tmpfs seen at /dev/shm: a pod's sandbox /dev/shm and a container's
+        # own emptyDir mounted there (another device) are both the pod's; the namespace's
+        # processes are the holders of either.
+        by_dev: dict[int | None, list[int]] = {}
+        for pid in pids:
+            st = host.stat(f"/proc/{pid}/root{SHM}")
+            by_dev.setdefault(None if st is None else st.dev, []).append(pid)
+        held: HeldScan | None = None
+        for group in by_dev.values():
+            path = f"/proc/{group[0]}/root{SHM}"
+            files = list_shm_files(host, [path])[path]
+            devs = {f.dev for f in files or () if f.dev}
+            if devs and devs <= seen_devs:
+                continue  # the host's /dev/shm, or one already listed through another process
+            seen_devs |= devs
+            ids = tuple(sorted({view.pid_container[p] for p in group if p in view.pid_container}))
+            listed = None if files is None else tuple(files)
+            held = held or scan_held(host, pids)
+            out.append(ContainerShmDir(path, ipc, tuple(pids), ids, listed, held))
     return tuple(out)
 
 
