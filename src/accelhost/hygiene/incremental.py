@@ -177,10 +177,12 @@ class IncrementalState:
                         )
             cost.holder_scan = True
             self.full_scans += 1
-            self._confirm(now_epoch)
-        self._read_births(lister)
+        held = self._held()  # the round's holders, final from here on
+        if cost.holder_scan:
+            self._confirm(now_epoch, held)
+        self._read_births(lister, held)
         self.last = cost
-        return self._known()
+        return self._known(held)
 
     # -------------------------------------------------------------- processes
 
@@ -256,15 +258,15 @@ class IncrementalState:
         self._listed = frozenset(f.path for f in self._all_files())
         self._confirmed &= {(f.path, f.inode) for f in self._all_files()}
 
-    def _read_births(self, lister: InodeLister) -> None:
+    def _read_births(self, lister: InodeLister, held: HeldScan) -> None:
         """The birth of each file no process holds, once: only such a file's birth is ever
         asked (it names the container that left it: `container_evidence.left_by_birth`),
         and a statx is as dear as the stat itself, so the thousands held go without."""
-        held = self._held()
         for entries in self._files.values():
-            for name, (ino, f) in (entries or {}).items():
+            if entries is None:
+                continue
+            for name, (ino, f) in entries.items():
                 if f is not None and f.birth is None and not held.holds(f):
-                    assert entries is not None
                     entries[name] = (ino, replace(f, birth=lister.birth_time(f.path)))
 
     def _all_files(self) -> list[ShmFile]:
@@ -329,10 +331,9 @@ class IncrementalState:
                     found = True
         return found
 
-    def _confirm(self, now_epoch: float) -> None:
+    def _confirm(self, now_epoch: float, held: HeldScan) -> None:
         """Remember the engine-named files held by nobody and old enough (only those can
         be removed; each is stat'ed afresh every round from now on)."""
-        held = self._held()
         naming_of = self.options.catalog.shm_naming
         self._confirmed = {
             (f.path, f.inode)
@@ -373,7 +374,7 @@ class IncrementalState:
         ]
         return max(0.0, min(waits)) if waits else None
 
-    def _known(self) -> KnownProcesses:
+    def _known(self, held: HeldScan) -> KnownProcesses:
         return KnownProcesses(
             processes={pid: rec.info for pid, rec in self._procs.items()},
             device_fds={pid: rec.devices for pid, rec in self._procs.items() if rec.devices},
@@ -382,7 +383,7 @@ class IncrementalState:
                 d: None if e is None else tuple(sorted((f for _, f in e.values() if f), key=_path))
                 for d, e in self._files.items()
             },
-            held=self._held(),
+            held=held,
             cgroups=self._cgroups,
         )
 
