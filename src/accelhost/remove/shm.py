@@ -88,6 +88,13 @@ def remove_segment(
     return Removal(target, "removed", tried=True, freed_bytes=seg.size)
 
 
+def _not_that_file(path: str, now: ShmFile | None, tried: bool = False) -> Removal:
+    """The name no longer names the file judged: gone, or another file's now."""
+    if now is None:
+        return Removal(path, "gone", tried=tried)
+    return Removal(path, "replaced", "the name now belongs to another file", tried=tried)
+
+
 def unlink_shm_file(
     host: Host,
     path: str,
@@ -99,10 +106,8 @@ def unlink_shm_file(
     """unlink(`path`), if it is still the file (`dev`, `inode`) it was judged as, `rule`
     lets it go, and no live process holds it open or mapped."""
     fresh = stat_shm_file(path)
-    if fresh is None:
-        return Removal(path, "gone")
-    if (fresh.dev, fresh.inode) != (dev, inode):
-        return Removal(path, "replaced", "the name now belongs to another file")
+    if fresh is None or (fresh.dev, fresh.inode) != (dev, inode):
+        return _not_that_file(path, fresh)
     go, why = rule(fresh)
     if not go:
         return Removal(path, "kept", why)
@@ -115,10 +120,8 @@ def unlink_shm_file(
     # The holder scan above takes a while: a name unlinked and made again meanwhile (an
     # engine restarting under a fixed name) names a new file, judged on its own another time.
     again = stat_shm_file(path)
-    if again is None:
-        return Removal(path, "gone", tried=True)
-    if (again.dev, again.inode) != (dev, inode):
-        return Removal(path, "replaced", "the name now belongs to another file", tried=True)
+    if again is None or (again.dev, again.inode) != (dev, inode):
+        return _not_that_file(path, again, tried=True)
     try:
         os.unlink(path)
     except FileNotFoundError:
