@@ -13,16 +13,22 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hygiene_fakes import NOW, FakeHost, npu_smi
 from hygiene_lab import MAKE_SEM_PY, Lab, run_cli, wait_gone
 from prometheus_client import generate_latest
 
 from accelhost.host.live import LiveHost
+from accelhost.hygiene.actions import CleanFilters
+from accelhost.hygiene.cleaner import plan_clean
+from accelhost.hygiene.facts import read_facts
 from accelhost.hygiene.incremental import IncrementalState
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.watch import WatchConfig, Watcher
+from fakehost import CountingHost, fake_tools
 
 # Holds the file named in argv[1] open and mapped, prints "ready", sleeps until killed.
 HOLDER = r"""
@@ -304,6 +310,93 @@ def test_a_parent_that_exec_d_into_a_frontend_is_not_judged_on_its_old_command(
     engine = lab.adopt(int(ready.read_text()))
     rnd = watcher.run_once()
     assert engine not in _orphan_pids(rnd)
+
+
+@pytest.mark.parametrize("auto_clean", [False, True])
+def test_a_round_forced_to_a_full_look_runs_the_device_tools_once(
+    lab: Lab, monkeypatch: pytest.MonkeyPatch, auto_clean: bool
+) -> None:
+    """npu-smi (seconds a call on an NPU host) logs each run: a round that finds a new
+    orphan (or, with --auto-clean, may stop one) reads every process again, but keeps the
+    tools' answer it got a moment before in that round; each other round runs them once,
+    the periodic full look too. The orphan still shows the NPU memory npu-smi gave it."""
+    node = lab.device_node()
+    fe, engine, _worker = lab.server(node)
+    log = fake_tools(
+        lab.tmp / "bin", {"npu-smi info": npu_smi([3000], 65536, [(0, engine, "VLLM", 2000)])}
+    )
+    monkeypatch.setenv("PATH", f"{lab.tmp / 'bin'}:/bin:/usr/bin")
+    opts = HygieneOptions(device_globs=(lab.glob(),), shm_dirs=(str(lab.tmp),))
+    # --auto-clean scoped to the engine, confirmed over more rounds than are run: nothing
+    # is stopped, but every round with the orphan may stop it (so is a full look)
+    config = WatchConfig(
+        full_every=3,
+        auto_clean=auto_clean,
+        clean_orphan_rounds=1000,
+        scope=CleanFilters(pids=frozenset({engine})),
+        journal=str(lab.tmp / "clean.jsonl"),
+    )
+    watcher = Watcher(LiveHost, opts, config, lambda _e: None)
+
+    def runs(full: bool) -> object:
+        log.path.unlink(missing_ok=True)
+        rnd = watcher.run_once()
+        assert watcher._state.last.full is full
+        assert log.calls() == {"npu-smi info": 1}
+        return rnd
+
+    runs(True)  # the first full look
+    runs(False)  # incremental
+    runs(True)  # the periodic full look (every 3rd read)
+    os.kill(fe, signal.SIGKILL)
+    assert wait_gone(fe)
+    rnd = runs(True)  # incremental, then forced to a full look by a new orphan
+    check = next(c for c in rnd.report.checks if c.name == "orphan_engines")  # type: ignore[attr-defined]
+    (orphan,) = [e for e in check.evidence if e["pid"] == engine]
+    assert orphan["device_memory_bytes"] == 2000 * 2**20
+    assert rnd.facts.device_sources == ("npu-smi",)  # type: ignore[attr-defined]
+    runs(True)  # the periodic full look (the forced one was the 5th read, this the 6th)
+    runs(auto_clean)  # a known orphan: a full look again only where it may be stopped
+
+
+def test_what_auto_clean_removes_does_not_rest_on_the_device_tools() -> None:
+    """Why a forced full look may keep its round's npu-smi answer: the clean plan (what
+    --auto-clean stops and removes) is the same whatever the tools said, or if they failed.
+    A plan that came to read them would make this fail, and the reuse need a second look."""
+    fake = FakeHost()
+    fake.proc(201, "VLLM::EngineCore", ppid=1, pgid=200, sid=200, fds={3: "/dev/davinci0"})
+    fake.proc(301, "vllm serve b", ppid=1, pgid=301, fds={3: "/dev/davinci1"})
+    fake.segment(7, 4096, cpid=201, nattch=1)
+    fake.segment(8, 4096, cpid=999)  # its creator gone: leaked
+    fake.shm_file("psm_deadbeef", 4096, 8, NOW - 3600, 11)
+    fake.commands["npu-smi info"] = npu_smi(
+        [3000, 3000], 65536, [(0, 201, "VLLM", 2000), (1, 301, "VLLM", 2000)]
+    )
+    opts = HygieneOptions()
+    facts = read_facts(fake.host(), opts)
+    assert facts.device_sources == ("npu-smi",) and facts.devices[0].processes
+    plan = plan_clean(facts, opts)
+    assert {a.kind for a in plan} == {"stop", "remove_segment", "remove_shm_file"}, plan
+    silent = replace(facts, devices=(), device_sources=(), errors={"devices": "hung"})
+    other = replace(facts, devices=facts.devices[1:])  # another moment's answer
+    assert plan_clean(silent, opts) == plan == plan_clean(other, opts)
+
+
+def test_a_look_given_its_rounds_tool_answer_runs_no_tool_and_keeps_what_it_said() -> None:
+    """The answer kept is the tools' whole answer: their devices, which tools answered,
+    and what went wrong (a failed npu-smi stays UNKNOWN, never an idle device); nothing
+    else of the look is taken from it."""
+    fake = FakeHost()
+    fake.proc(201, "VLLM::EngineCore", ppid=1, pgid=200, sid=200, fds={3: "/dev/davinci0"})
+    fake.commands["npu-smi info"] = {"stdout": "", "rc": 1}
+    first = read_facts(fake.host(), HygieneOptions())
+    assert first.errors["devices"] == "`npu-smi info` failed with status 1"
+    counting = CountingHost(FakeHost().host())  # no process, no segment, no tool answer
+    again = read_facts(counting, HygieneOptions(), tools_of=first)
+    assert not [c for c in counting.commands if c.startswith(("npu-smi", "nvidia-smi"))]
+    assert (again.devices, again.device_sources) == (first.devices, first.device_sources)
+    assert again.errors["devices"] == first.errors["devices"]
+    assert set(again.processes or ()) == {1, 900}  # read from the host, not kept
 
 
 class _CountingHost(LiveHost):

@@ -53,6 +53,8 @@ NOT_RECORDED = {
     "segments": "/proc/sysvipc/shm",
     "hugepages": "HugePages (sysfs, /proc/meminfo)",
 }
+# What the device tools' readers say went wrong (`devices.read_ascend`, `read_nvidia`).
+DEVICE_ERRORS = ("devices", "device_processes")
 # Every Linux since 2.6 on every architecture accelhost supports uses 100 ticks per second
 # for /proc/<pid>/stat; a snapshot does not record it.
 DEFAULT_CLK_TCK = 100
@@ -316,10 +318,14 @@ def _self_pid(host: Host) -> int | None:
 
 
 def read_facts(
-    host: Host, options: HygieneOptions | None = None, known: KnownProcesses | None = None
+    host: Host,
+    options: HygieneOptions | None = None,
+    known: KnownProcesses | None = None,
+    tools_of: HostFacts | None = None,
 ) -> HostFacts:
     """Read every input of the doctor's checks from `host` (live, snapshot or recording);
-    with `known` (a watch's incremental state), processes and shm holders come from it."""
+    with `known` (a watch's incremental state), processes and shm holders come from it;
+    with `tools_of`, the device tools' answer (npu-smi, nvidia-smi: seconds each) too."""
     host = read_once(host)  # a fresh wrapper per call: each watch round reads anew
     opts = options or HygieneOptions()
     errors: dict[str, str] = {}
@@ -361,15 +367,19 @@ def read_facts(
             absent.add("hugepages")
     devices: list[DeviceMemory] = []
     sources: list[str] = []
-    for name, reader in (("npu-smi", read_ascend), ("nvidia-smi", read_nvidia)):
-        try:
-            found = reader(host, errors)
-        except HostError as exc:  # a wedged driver: the tool hangs; say so, go on
-            errors["devices"] = str(exc)
-            found = []
-        if found is not None:
-            sources.append(name)
-            devices.extend(found)
+    if tools_of is not None:  # the tools' answer of this same round (`watch`: why it holds)
+        devices, sources = list(tools_of.devices), list(tools_of.device_sources)
+        errors.update((k, v) for k, v in tools_of.errors.items() if k in DEVICE_ERRORS)
+    else:
+        for name, reader in (("npu-smi", read_ascend), ("nvidia-smi", read_nvidia)):
+            try:
+                found = reader(host, errors)
+            except HostError as exc:  # a wedged driver: the tool hangs; say so, go on
+                errors["devices"] = str(exc)
+                found = []
+            if found is not None:
+                sources.append(name)
+                devices.extend(found)
     if known is None:
         listing = list_shm_files(host, opts.shm_dirs)
         shm_files = {d: None if f is None else tuple(f) for d, f in listing.items()}

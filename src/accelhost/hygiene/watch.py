@@ -135,14 +135,14 @@ class Watcher:
         finally:
             self.collector.cost(time.thread_time() - cpu0, time.perf_counter() - wall0, full)
 
-    def _read(self, host: Host) -> HostFacts:
+    def _read(self, host: Host, tools_of: HostFacts | None = None) -> HostFacts:
         """Facts of this round: on a live host, read incrementally (only what changed)."""
         self._incremental = self._live(host)
         if not self._incremental:
             return read_facts(host, self.options)
         assert isinstance(host, InodeLister)
         known = self._state.read(host, host, time.time())
-        return read_facts(host, self.options, known)
+        return read_facts(host, self.options, known, tools_of)
 
     def _orphans(self, facts: HostFacts) -> list[Orphan] | None:
         if facts.processes is None:
@@ -161,9 +161,12 @@ class Watcher:
                 # exec (`bash start.sh` that became `vllm serve`): its healthy engine child
                 # would look like an orphan under a shell. A new orphan is believed only
                 # on a full look (rare: an engine died), and a round that may stop one is
-                # a full look, as `clean`'s is.
+                # a full look, as `clean`'s is. The device tools (seconds each on an NPU
+                # host) are not run again: what is stale is a process's command line, not
+                # their answer of a moment ago, and no removal reads it (the stop and the
+                # unlinks are judged on processes, holders and segments, read afresh).
                 self._state.force_full()
-                facts = self._read(host)
+                facts = self._read(host, tools_of=facts)
                 orphans = self._orphans(facts)
         if not self._incremental or self._state.last.full:
             self._orphans_looked = {(o.proc.pid, o.proc.start_ticks) for o in orphans or ()}
