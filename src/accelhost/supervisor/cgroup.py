@@ -179,13 +179,16 @@ def create_cgroup(version: str, name: str) -> Cgroup:
         raise CgroupError(f"--cgroup: no cgroup {wanted} hierarchy is mounted here")
     problems = []
     for ver, parent in candidates:
-        path = os.path.join(parent, name)
-        try:
-            os.mkdir(path)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            problems.append(f"cannot create {path}: {exc.strerror}")
-            continue
-        return Cgroup(version=ver, path=path)
+        # Never one that exists: it is a killed run's (same pid) or anybody's, and its
+        # processes would be torn down, their memory removed and the cgroup rmdir-ed as ours.
+        for n in range(100):
+            path = os.path.join(parent, f"{name}.{n}" if n else name)
+            try:
+                os.mkdir(path)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                problems.append(f"cannot create {path}: {exc.strerror}")
+                break
+            return Cgroup(version=ver, path=path)
     raise CgroupError("--cgroup: " + "; ".join(problems))

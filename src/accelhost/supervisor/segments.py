@@ -4,8 +4,8 @@ Exiting processes do not remove their segments, and a leaked one keeps HugePages
 device memory. After the teardown we remove exactly the segments that are new since the
 start, were created by a pid of the tree (exact with process events, else the pids seen
 or reaped) that no process outside it got afterwards and no live process holds now, and
-that nobody attaches. Without process events a short-lived creator may go unseen; `clean`
-removes such a leak.
+that nobody attaches (nor used last and lives on). Without process events a short-lived
+creator may go unseen; `clean` removes such a leak.
 """
 
 from __future__ import annotations
@@ -70,6 +70,9 @@ def remove_leaked(
             # The tree is gone, yet a process has the creator's pid: reused, or one that
             # survived SIGKILL. Either way not provably a leftover of ours.
             return False, f"its creator pid {seg.cpid} belongs to a live process"
+        if seg.lpid > 0 and host.read_file(f"/proc/{seg.lpid}/stat") is not None:
+            # The tree is gone: a live last user is another program's (as the doctor's rule).
+            return False, f"its last user pid {seg.lpid} is alive"
         return True, ""
 
     removed: list[RemovedSegment] = []

@@ -118,6 +118,10 @@ class Supervisor:
             self.waker.restore()
 
     def _run(self) -> RunOutcome:
+        if self.host.read_link("/proc/self") != str(self.me):
+            # /proc of another PID namespace (`unshare -fp` without --mount-proc): its pids
+            # are not ours to scan, pin or signal; the whole host would look like the tree.
+            raise AccelhostError("run needs /proc of its own PID namespace (mount one)")
         if not become_subreaper():
             self.opts.warn(
                 "cannot become a child subreaper; orphans of the command will not be found"
@@ -184,7 +188,9 @@ class Supervisor:
                 if sig == signal.SIGCHLD:
                     continue
                 self._forward(sig)
-                if sig in self.stopping:
+                # Only a command still there got it: after its exit its group gets SIGTERM
+                # in the teardown (the stop is then no stop of it: its own status stays).
+                if sig in self.stopping and self.st.cmd_status is None:
                     self.st.stop_signal = sig
                     self.opts.log(f"received {_signame(sig)}; stopping the command")
                     return "signal"
