@@ -241,9 +241,18 @@ class _Reader:
         return ThreadRole(name, pattern, self.cpus(raw.get("cpus"), f"thread_roles.{name}.cpus"))
 
     def host_threads(self, raw: Any) -> HostThreads:
+        """Host threads are pinned whichever process owns them: a pattern that also matches
+        an ordinary name ("", ".", "a|") would pin every thread on the host."""
         raw = self.obj(raw, "'host_threads'")
+        pattern = str(raw.get("pattern", UVB_THREAD))
+        try:
+            broad = any(re.search(pattern, name) for name in ("", "systemd", "kthreadd"))
+        except re.error as exc:
+            raise self.fail(f"host_threads: bad pattern {pattern!r}: {exc}") from None
+        if broad:
+            raise self.fail(f"host_threads.pattern {pattern!r} would pin every process's threads")
         return HostThreads(
-            pattern=str(raw.get("pattern", UVB_THREAD)),
+            pattern=pattern,
             cpus=self.cpus(raw.get("cpus", []), "host_threads.cpus"),
             tids=self.cpus(raw.get("tids", []), "host_threads.tids", limit=None),
         )

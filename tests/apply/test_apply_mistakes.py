@@ -240,6 +240,7 @@ def test_unbind_keeps_the_saved_mask_it_could_not_write_back(fake_tree, plan_fil
     state = tmp_path / "state"
     assert cli(*irq_args(fake_tree, state, plan_file(A3))).rc == 0
     cq = fake_tree.root / "proc/irq/201/smp_affinity"
+    bound = cq.read_text()
     cq.unlink()
     cq.mkdir()  # the write back fails (EISDIR)
     res = cli("unbind", "--irq", "--state-dir", str(state))
@@ -249,7 +250,7 @@ def test_unbind_keeps_the_saved_mask_it_could_not_write_back(fake_tree, plan_fil
     saved = irqmod.load_state(str(state / "irq-state.json"))["irqs"]
     assert [r["irq"] for r in saved.values()] == [201]
     cq.rmdir()
-    cq.write_text("00000001\n")
+    cq.write_text(bound)  # as bind left it (a mask set since bind is not restored)
     again = cli("unbind", "--irq", "--state-dir", str(state))
     assert again.rc == 0, again.out
     assert fake_tree.mask(201) == FULL

@@ -143,7 +143,7 @@ def _memory_steps(dev: DevicePlan, pid: int, root: str, budget_ms: int) -> list[
                 )
             ]
     # Region by region within the budget (apply/migrate.py), never the whole process.
-    step = build_move(pid, node, budget_ms, nodes)
+    step = build_move(pid, node, budget_ms, nodes, root)
     if isinstance(step, str):
         return [Unresolved(f"move pages of process {pid} to node {node}", step)]
     return [step]
@@ -221,7 +221,8 @@ def build_irq(
     previous = {i.irq: irqmod.read_mask(live, root, i.irq) for i in irqs}
     saved = tuple((n, m) for n, m in previous.items() if m is not None)
     if saved:
-        steps.append(SaveIrqState(state, dev.device, os.path.abspath(root), saved))
+        bound = tuple((i.irq, cpu_mask(i.cpus)) for i in irqs)
+        steps.append(SaveIrqState(state, dev.device, os.path.abspath(root), saved, bound))
     for i in irqs:
         steps.append(
             IrqAffinity(
@@ -272,13 +273,15 @@ def build_unbind_irq(
 
     A saved mask whose host root or IRQ is gone cannot be put back: it becomes a failed
     step that says so (it stays saved: a missing mount may come back), or, with `forget`,
-    it is dropped from the state file."""
+    it is dropped from the state file. A mask set since bind by someone else (or by a reboot
+    that gave the IRQ number to another device) is left as it is and forgotten."""
     path = irqmod.state_path(state_dir)
     data = irqmod.load_state(path)
     live = live_host()
     steps: list[Step] = []
     keys = []
     lost: list[tuple[str, str]] = []  # (key, why) of the masks that cannot be restored
+    moved: list[tuple[str, str]] = []  # (key, its mask now) of those set since bind
     wanted_root = os.path.abspath(root) if root else None
     for key, rec in sorted(data["irqs"].items(), key=lambda kv: kv[1].get("irq", 0)):
         if device is not None and rec.get("device") != device:
@@ -294,20 +297,19 @@ def build_unbind_irq(
                 hint = "kept in the state file; `unbind --irq --forget` drops it"
                 steps.append(Unresolved(f"{what} (mask {mask})", f"{why}: {hint}"))
             continue
-        steps.append(
-            IrqAffinity(
-                irq,
-                tuple(parse_cpu_mask(mask)),
-                mask,
-                irqmod.affinity_path(rroot, irq),
-                f"{what}",
-                irqmod.read_mask(live, rroot, irq),
-                key,
-            )
-        )
+        now = irqmod.read_mask(live, rroot, irq)
+        if irqmod.set_since_bind(rec, now):
+            moved.append((key, f"IRQ {irq} is {now}"))
+            continue
+        path_of = irqmod.affinity_path(rroot, irq)
+        steps.append(IrqAffinity(irq, tuple(parse_cpu_mask(mask)), mask, path_of, what, now, key))
         keys.append(key)
     if keys:
         steps.append(ForgetIrqState(path, tuple(keys)))
+    if moved:
+        left = f"were set since bind ({', '.join(n for _, n in moved)}): left as they are"
+        steps.append(ForgetIrqState(path, tuple(k for k, _ in moved), left))
+        keys.extend(k for k, _ in moved)
     if forget and lost:
         whys = "; ".join(dict.fromkeys(why for _, why in lost))
         lost_keys = tuple(k for k, _ in lost)

@@ -165,7 +165,7 @@ def _run(step: Step, host: Host | None) -> tuple[str, str]:
             return FAILED, f"set_mempolicy(2) unavailable: {exc}"
         return OK, ""
     if isinstance(step, SaveIrqState):
-        added = irqmod.remember_masks(step.path, step.root, step.device, step.masks)
+        added = irqmod.remember_masks(step.path, step.root, step.device, step.masks, step.bound)
         kept = len(step.masks) - len(added)
         return OK, (f"{kept} kept from an earlier bind" if kept else "")
     if isinstance(step, IrqAffinity):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from accelhost import formats
+from accelhost.cpulist import parse_cpu_mask
 from accelhost.errors import ApplyError
 
 if TYPE_CHECKING:
@@ -85,6 +86,8 @@ def ascend_irqs(
     )
     if sq is None:
         raise IrqLookupError(f"no '{SQ_MARK}' IRQ of {pci} in /proc/interrupts")
+    if sq + 1 not in wanted:  # the next number is another device's (a NIC's, a disk's)
+        raise IrqLookupError(f"IRQ {sq + 1} (CQ = SQ {sq} + 1) is not an MSI IRQ of {pci}")
     cq_cpus = irq_cpus[1:2] or irq_cpus[:1]
     return [
         DeviceIrq(sq, f"SQ of NPU {device} ({pci})", irq_cpus[:1]),
@@ -192,6 +195,8 @@ def load_state(path: str) -> dict[str, Any]:
         and isinstance(r.get("irq"), int)
         and isinstance(r.get("mask"), str)
         and isinstance(r.get("root", "/"), str)
+        and isinstance(r.get("bound", []), list)
+        and all(isinstance(m, str) for m in r.get("bound", []))
         for r in irqs.values()
     ):
         raise bad("'irqs' must map keys to records with an integer 'irq' and a 'mask'")
@@ -245,9 +250,14 @@ def locked(path: str) -> Iterator[None]:
 
 
 def remember_masks(
-    path: str, root: str, device: int, masks: Iterable[tuple[int, str]]
+    path: str,
+    root: str,
+    device: int,
+    masks: Iterable[tuple[int, str]],
+    bound: Iterable[tuple[int, str]] = (),
 ) -> list[int]:
-    """Save masks not saved yet (a second bind must not overwrite the true originals)."""
+    """Save masks not saved yet (a second bind must not overwrite the true originals), and
+    add the masks about to be written to each IRQ's `bound` list (see `set_since_bind`)."""
     with locked(path):
         data = load_state(path)
         added = []
@@ -262,8 +272,22 @@ def remember_masks(
                     "saved_at": int(time.time()),
                 }
                 added.append(irq)
+        for irq, mask in bound:
+            rec = data["irqs"].get(state_key(root, irq))
+            if rec is not None and mask not in rec.setdefault("bound", []):
+                rec["bound"].append(mask)
         store_state(path, data)
         return added
+
+
+def set_since_bind(record: dict[str, Any], now: str | None) -> bool:
+    """Whether an IRQ's mask is now neither the saved one nor one a bind wrote: an operator,
+    irqbalance, or a reboot or driver reload that gave the number to another device set it
+    since, and writing the saved mask back would undo that. (No `bound`: cannot tell.)"""
+    if now is None or "bound" not in record:
+        return False
+    cpus = set(parse_cpu_mask(now))
+    return all(set(parse_cpu_mask(m)) != cpus for m in [record["mask"], *record["bound"]])
 
 
 def remember_irqbalance(path: str, record: dict[str, Any]) -> None:

@@ -78,6 +78,13 @@ def memory_nodes(root: str = "/") -> list[int]:
     return sorted(int(n[4:]) for n in names if re.fullmatch(r"node\d+", n))
 
 
+def node_free_kb(node: int, root: str = "/") -> int | None:
+    """MemFree of one node (its sysfs meminfo); None when unknown."""
+    text = live_host().read_file(os.path.join(root, f"sys/devices/system/node/node{node}/meminfo"))
+    m = re.search(rf"^Node {node} MemFree:\s+(\d+) kB", text or "", re.M)
+    return int(m.group(1)) if m else None
+
+
 def node_of_cpu(cpu: int, root: str = "/") -> int | None:
     """The node whose cpulist holds `cpu`, from sysfs; None when unknown."""
     host = live_host()

@@ -75,9 +75,14 @@ class Selection:
 
 
 def select_regions(
-    areas: Sequence[memory.VmArea], numa: dict[int, memory.NumaRegion], to_node: int
+    areas: Sequence[memory.VmArea],
+    numa: dict[int, memory.NumaRegion],
+    to_node: int,
+    room_kb: int | None = None,
 ) -> Selection:
-    """Pure: the process's own mappings with resident pages off `to_node`, most first."""
+    """Pure: the process's own mappings with resident pages off `to_node`, most first, and
+    no more than `room_kb` of them: move_pages(2) allocates on that node alone, reclaiming
+    there (the page cache and pages of the processes there) when it is short of memory."""
     chosen: list[Region] = []
     skipped: dict[str, list[int]] = {}
     in_place = 0
@@ -95,6 +100,18 @@ def select_regions(
             continue
         chosen.append(Region(area.start, area.end, info.page_kb, off, area.path))
     chosen.sort(key=lambda r: (-r.off_node, r.start))
+    if room_kb is not None:
+        fits = []
+        for region in chosen:
+            kb = region.off_node * region.page_kb
+            if kb > room_kb:
+                counts = skipped.setdefault(f"no room on node {to_node}", [0, 0])
+                counts[0] += 1
+                counts[1] += kb
+                continue
+            room_kb -= kb
+            fits.append(region)
+        chosen = fits
     return Selection(
         tuple(chosen), tuple((r, c[0], c[1]) for r, c in sorted(skipped.items())), in_place
     )
@@ -153,10 +170,11 @@ def _per_node(pairs: Sequence[tuple[int, int]]) -> str:
 
 
 def build_move(
-    pid: int, to_node: int, budget_ms: int, nodes: Sequence[int] = ()
+    pid: int, to_node: int, budget_ms: int, nodes: Sequence[int] = (), root: str = "/"
 ) -> MoveRegions | str:
     """The step for `pid`, or why there is none. The maps are read from this namespace's
-    /proc, never under --host-root: move_pages(2) acts on this namespace's pids."""
+    /proc, never under --host-root: move_pages(2) acts on this namespace's pids. At most
+    half the node's free memory moves, so that the node's own users keep theirs."""
     numa_text = memory.read_proc(pid, "numa_maps")
     if tuple(nodes) == (to_node,) and numa_text is not None:
         # One node: nothing can be off it. Reading smaps walks every page table of the
@@ -167,7 +185,9 @@ def build_move(
     if smaps is None or numa_text is None:
         return f"cannot read /proc/{pid}/smaps and /proc/{pid}/numa_maps"
     numa = memory.parse_numa_regions(numa_text)
-    sel = select_regions(memory.parse_smaps(smaps), numa, to_node)
+    free = memory.node_free_kb(to_node, root)
+    room = None if free is None else free // 2
+    sel = select_regions(memory.parse_smaps(smaps), numa, to_node, room)
     before = tuple(memory.kb_per_node(numa).items())
     return MoveRegions(pid, to_node, budget_ms, sel.regions, sel.skipped, before, tuple(nodes))
 

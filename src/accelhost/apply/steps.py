@@ -96,13 +96,15 @@ class MemPolicy(Step):
 
 @dataclass(frozen=True)
 class SaveIrqState(Step):
-    """Remember the masks found before binding so `unbind --irq` can put them back."""
+    """Remember the masks found before binding so `unbind --irq` can put them back, and
+    the masks this bind writes (`bound`), so that it puts back none set since by others."""
 
     kind: ClassVar[str] = "irq"
     path: str
     device: int
     root: str
     masks: tuple[tuple[int, str], ...]
+    bound: tuple[tuple[int, str], ...] = ()
 
     def describe(self) -> str:
         saved = ", ".join(f"{irq}={mask}" for irq, mask in self.masks)
