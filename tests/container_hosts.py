@@ -98,7 +98,7 @@ def docker_inspect(c: dict[str, Any]) -> str:
             "Name": "/" + c["name"],
             "Path": c.get("path", "bash"),
             "Args": c.get("args", ["-lc", "vllm serve /models/tiny"]),
-            "RestartCount": 0,
+            "RestartCount": c.get("restarts", 0),
             "State": {
                 "Status": c.get("state", "running"),
                 "Pid": c.get("pid", 0),

@@ -174,7 +174,7 @@ def containers_json() -> list[dict[str, Any]]:
          "args": [], "started": rfc3339(NOW - 2000)},
         {"id": POD, "name": "vllm-pod", "pid": 3100, "ipc": f"container:{PAUSE}",
          "path": "vllm", "args": ["serve", "/models/tiny", "--port", "8003"],
-         "started": rfc3339(NOW - 610)},
+         "started": rfc3339(NOW - 610), "restarts": 1},
     ]  # fmt: skip
 
 

@@ -153,7 +153,7 @@ def parse_inspect(text: str | None, runtime: str = "docker") -> Inspected | None
     path = text_of(data.get("Path"))
     args = _list(data.get("Args"))
     argv = ([path] if path else []) + [a for a in args if isinstance(a, str)]
-    pid = state.get("Pid")
+    pid, restarts = state.get("Pid"), data.get("RestartCount")
     return Inspected(
         Container(
             runtime=runtime,
@@ -164,6 +164,7 @@ def parse_inspect(text: str | None, runtime: str = "docker") -> Inspected | None
             pod=pod_of(config.get("Labels")),
             started=parse_time(state.get("StartedAt")),
             finished=parse_time(state.get("FinishedAt")),
+            restarts=restarts if type(restarts) is int else None,
             ipc_mode=text_of(host_config.get("IpcMode")),
             pid1_command=" ".join(argv) or None,
         ),

@@ -37,6 +37,7 @@ class Container:
     pod: Pod | None = None
     started: float | None = None  # epoch seconds
     finished: float | None = None
+    restarts: int | None = None  # in place (RestartCount); > 0: it ran before `started` too
     ipc_mode: str | None = None  # the runtime's word: host, private, shareable, container:ID
     pid1_command: str | None = None
     shares_host_ipc: bool | None = None  # from the namespaces of its processes (None: unseen)

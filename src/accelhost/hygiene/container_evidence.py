@@ -1,9 +1,10 @@
 """Every finding named by its container: evidence annotation and `--container` scoping.
 
-A process carries `container` (null on the host); a leftover carries `left_by`: the
-container whose own /dev/shm holds it, or the stopped one(s) whose lifetime covers its
-birth (`ambiguous` when more than one), never a guess beyond that. `scope_report` /
-`scope_actions` keep what one container left (`doctor`/`clean --container`).
+A process carries `container` (null on the host); a leftover carries `left_by`: of the
+containers whose own /dev/shm holds it, or of the stopped ones, those whose lifetime covers
+its birth (`ambiguous` when it cannot be told which; `others_possible` when someone not
+named may have left it), never a guess beyond that. `scope_report` / `scope_actions` keep
+what one container left (`doctor`/`clean --container`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from accelhost.containers.model import RUNNING, Container
+from accelhost.containers.model import RUNNING, Container, ContainerView
 from accelhost.errors import UsageError
 from accelhost.hygiene.actions import Action, RemoveShmFile, StopProcesses
 from accelhost.hygiene.engines import build_catalog
@@ -35,53 +36,119 @@ def container_of(facts: HostFacts, pid: int) -> Container | None:
     return None if cf is None else cf.view.of_pid(pid)
 
 
+def _alive_at(c: Container, born: float) -> bool:
+    """Whether `c` may have run at `born`: not known to have started after it (one restarted
+    in place ran before its last start too) nor to have finished before it."""
+    late = c.started is not None and not c.restarts and born < c.started - LIFETIME_SLACK_S
+    done = c.state != RUNNING and c.finished is not None and born > c.finished + LIFETIME_SLACK_S
+    return not (late or done)
+
+
+def _host_shm(view: ContainerView, c: Container) -> bool | None:
+    """Whether `c` used the host's /dev/shm, by its IPC mode (`container:ID`: that one's);
+    None when unknown (a removed container's: the runtime's events do not say)."""
+    mode = c.ipc_mode or ""
+    if mode.startswith("container:"):
+        them = view.find(mode.removeprefix("container:"))
+        mode = (them[0].ipc_mode or "") if len(them) == 1 else ""
+    if c.shares_host_ipc is not None or mode in _PRIVATE_IPC:
+        return bool(c.shares_host_ipc)
+    return True if mode == "host" else None
+
+
+def _host_engines(facts: HostFacts, born: float) -> list[int]:
+    """Engine processes in no container that ran at `born` (one gone since is not known)."""
+    return [pid for start, pid in facts.host_engines if start <= born + LIFETIME_SLACK_S]
+
+
 def left_by_birth(facts: HostFacts, born: float | None) -> dict[str, Any] | None:
-    """The stopped containers whose lifetime covers `born` (host /dev/shm, SysV)."""
+    """The stopped containers whose lifetime covers `born` (host /dev/shm, SysV): one whose
+    IPC mode is unknown only as a possible author, and a host engine that ran then makes
+    every one of them only possible."""
     cf = facts.containers
     if cf is None or born is None:
         return None
-    found = [
-        c
-        for c in cf.view.containers.values()
-        if c.state != RUNNING
-        and c.started is not None
-        and c.started - LIFETIME_SLACK_S <= born
-        and (c.finished is None or born <= c.finished + LIFETIME_SLACK_S)
-        and c.ipc_mode not in _PRIVATE_IPC  # it could write the host's /dev/shm
-        and c.shares_host_ipc is not False
-    ]
+    stopped = [c for c in cf.view.containers.values() if c.state != RUNNING and c.started]
+    alive = sorted((c for c in stopped if _alive_at(c, born)), key=lambda c: (c.started, c.id))
+    sure = [c for c in alive if _host_shm(cf.view, c)]
+    maybe = [c for c in alive if _host_shm(cf.view, c) is None]
+    found = sure + maybe
     if not found:
         return None
-    found.sort(key=lambda c: (c.started or 0.0, c.id))
-    names = " and ".join(c.label for c in found)
-    gone = "it no longer runs" if len(found) == 1 else "none of them runs now"
-    return _named(found, f"born while {names} ran; {gone}", "candidates")
+    hosts = _host_engines(facts, born)
+    why = []
+    if sure:
+        gone = "it no longer runs" if len(sure) == 1 else "none of them runs now"
+        why.append(f"born while {_labels(sure)} ran; {gone}")
+    if maybe:
+        each = "it" if len(maybe) == 1 else "each"
+        why.append(f"possibly {_labels(maybe, ' or ')} (IPC mode unknown), born while {each} ran")
+    if hosts:
+        why.append(f"engine pid(s) {' '.join(map(str, hosts))} on the host ran then too")
+    tail = ", cannot tell which" if hosts and len(found) == 1 else ""
+    return _named(found, "; ".join(why) + tail, "candidates", not sure or bool(hosts))
 
 
-def _named(found: list[Container], why: str, what: str) -> dict[str, Any]:
-    """`left_by`: the containers, whether there is more than one, and why they are named."""
+def _labels(found: Sequence[Container], sep: str = " and ") -> str:
+    return sep.join(c.label for c in found)
+
+
+def _named(found: Sequence[Container], why: str, what: str, others: bool = False) -> dict[str, Any]:
+    """`left_by`: the containers that may have left it; `ambiguous` when it cannot be told
+    which: several, or `others_possible` (someone not named may have: never in a scope)."""
     if len(found) > 1:
         why += f": {len(found)} {what}, cannot tell which"
     return {
         "containers": [container_json(c) for c in found],
-        "ambiguous": len(found) > 1,
+        "ambiguous": len(found) > 1 or others,
+        "others_possible": others,
         "why": why,
     }
 
 
-def left_by_dir(facts: HostFacts, path: str) -> dict[str, Any] | None:
-    """The containers whose own /dev/shm holds `path`."""
+def left_by_dir(facts: HostFacts, path: str, born: float | None = None) -> dict[str, Any] | None:
+    """The containers whose own /dev/shm holds `path`: of its engines (else all) and the
+    containers no longer seen that shared it (a pod's crashed attempts), those that ran
+    when it was born; where none did, or a pod's known lifetimes do not cover it, someone
+    else may have."""
     cf = facts.containers
     if cf is None:
         return None
     d = next((d for d in cf.shm_dirs if path.startswith(d.path + "/")), None)
     if d is None:
         return None
-    found = [cf.view.containers[i] for i in d.container_ids if i in cf.view.containers]
+    view = cf.view
+    found = [view.containers[i] for i in d.container_ids if i in view.containers]
     is_engine = build_catalog().is_engine
     chosen = [c for c in found if runs_engine(facts, c, is_engine)] or found
-    why = "in the /dev/shm of " + " and ".join(c.label for c in chosen)
-    return _named(chosen, why, "containers share it")
+    pool = chosen + [
+        c for c in view.containers.values() if c.id not in d.container_ids and _shared(c, found)
+    ]
+    alive = [c for c in pool if born is None or _alive_at(c, born)]
+    # each attempt of a pod is a new container: only a lifetime known at both ends rules out
+    # one the runtime no longer lists
+    told = bool(alive) and (
+        born is None
+        or not any(c.pod for c in found)
+        or any(c.started and (c.state == RUNNING or c.finished) for c in alive)
+    )
+    why = "in the /dev/shm of " + _labels(pool)
+    if alive and alive != pool:
+        why += f"; born while {_labels(alive)} {'ran' if told else 'may have run'}"
+    if not told:
+        why += "; no lifetime known covers its birth: cannot tell who"
+    return _named(alive or pool, why, "containers share it", not told)
+
+
+def _shared(c: Container, found: Sequence[Container]) -> bool:
+    """`c` wrote the /dev/shm of `found`: another attempt of their pod, or it joined one's
+    IPC namespace (`container:ID`)."""
+    uids = {f.pod.uid for f in found if f.pod and f.pod.uid}
+    mode = c.ipc_mode or ""
+    joined = mode.startswith("container:") and any(
+        f.matches(mode.removeprefix("container:")) for f in found
+    )
+    return joined or (c.pod is not None and c.pod.uid in uids)
 
 
 def runs_engine(facts: HostFacts, c: Container, is_engine: Callable[[str], bool]) -> bool:
@@ -106,7 +173,9 @@ def left_by_file(
     """`listed`: `listed_by_path(facts)`, when many files are asked about."""
     f = (listed if listed is not None else listed_by_path(facts)).get(path)
     born = None if f is None else (f.birth if f.birth is not None else f.mtime)
-    return left_by_dir(facts, path) or left_by_seen(facts, f) or left_by_birth(facts, born)
+    # what a watch saw holding it first: better than any lifetime
+    seen = left_by_seen(facts, f)
+    return seen or left_by_dir(facts, path, born) or left_by_birth(facts, born)
 
 
 def listed_by_path(facts: HostFacts) -> dict[str, ShmFile]:
@@ -238,7 +307,8 @@ def action_container(facts: HostFacts, a: Action) -> dict[str, Any] | None:
 def _names_any(who: dict[str, Any] | None, ids: set[str]) -> bool:
     """`who` (a `left_by`) names one of `ids`, and no other container: a leftover two
     containers may have left is shown under both, but removed for neither's scope."""
-    if who is None or (who["ambiguous"] and not {x["id"] for x in who["containers"]} <= ids):
+    named = {x["id"] for x in who["containers"]} if who else set()
+    if who is None or who.get("others_possible") or (who["ambiguous"] and not named <= ids):
         return False
     return any(x["id"] in ids for x in who["containers"])
 
@@ -246,14 +316,32 @@ def _names_any(who: dict[str, Any] | None, ids: set[str]) -> bool:
 def scope_actions(
     actions: Sequence[Action], facts: HostFacts, chosen: Sequence[Container]
 ) -> list[Action]:
-    ids = {c.id for c in chosen}
+    ids, facts = {c.id for c in chosen}, _knowing(facts, chosen)
     return [a for a in actions if _names_any(action_container(facts, a), ids)]
+
+
+def _knowing(facts: HostFacts, chosen: Sequence[Container]) -> HostFacts:
+    """`facts` with the IPC mode an earlier look read of a chosen container where this one
+    lacks it: a watch read it while the container ran; once removed, only the events name
+    it, and they do not say."""
+    cf = facts.containers
+    known = cf.view.containers if cf else {}
+    fill = {
+        c.id: replace(known[c.id], ipc_mode=c.ipc_mode)
+        for c in chosen
+        if c.ipc_mode and c.id in known and not known[c.id].ipc_mode
+    }
+    if cf is None or not fill:
+        return facts
+    view = replace(cf.view, containers={**known, **fill})
+    return replace(facts, containers=replace(cf, view=view))
 
 
 class ContainerScope:
     """`watch --container NAME|ID`: the containers it names, resolved each round. Once
-    resolved, a container that went (`docker rm -f`) keeps the containers it last named, so
-    what it left is still its own; a name that never named one is a UsageError."""
+    resolved, a container that went (`docker rm -f`) keeps the containers it last named, and
+    the IPC mode read of it, so what it left is still its own; a name that never named one
+    is a UsageError."""
 
     def __init__(self, wanted: str) -> None:
         self.wanted = wanted
@@ -264,11 +352,14 @@ class ContainerScope:
     def resolve(self, facts: HostFacts) -> list[Container]:
         """The chosen containers for this round's `facts`, which the other questions
         are then asked of."""
+        before = {c.id: c.ipc_mode for c in self.chosen or ()}
         try:
-            self.chosen = resolve_container(facts, self.wanted)
+            found = resolve_container(facts, self.wanted)
         except UsageError:
             if self.chosen is None:
                 raise
+            found = self.chosen
+        self.chosen = [c if c.ipc_mode else replace(c, ipc_mode=before.get(c.id)) for c in found]
         self._ids = {c.id for c in self.chosen}
         self._listed = listed_by_path(facts)
         return self.chosen
@@ -278,7 +369,9 @@ class ContainerScope:
         return c is not None and c.id in self._ids
 
     def left_file(self, facts: HostFacts, path: str) -> bool:
+        facts = _knowing(facts, self.chosen or ())
         return _names_any(left_by_file(facts, path, self._listed), self._ids)
 
     def left_segment(self, facts: HostFacts, ctime: int) -> bool:
+        facts = _knowing(facts, self.chosen or ())
         return _names_any(left_by_birth(facts, float(ctime)), self._ids)
