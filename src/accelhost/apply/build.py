@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR, irqbalance, traps
 from accelhost.apply import irq as irqmod
@@ -267,7 +267,11 @@ def build_exec(
 
 
 def build_unbind_irq(
-    state_dir: str, device: int | None = None, root: str | None = None, forget: bool = False
+    state_dir: str,
+    device: int | None = None,
+    root: str | None = None,
+    forget: bool = False,
+    host: Host | None = None,
 ) -> Prepared:
     """Put back the masks saved at bind time; restart/restore irqbalance once none remain.
 
@@ -316,20 +320,23 @@ def build_unbind_irq(
         steps.append(ForgetIrqState(path, lost_keys, f"cannot be restored ({whys})"))
         keys.extend(k for k, _ in lost)
     ib = data.get("irqbalance")
-    if ib and len(keys) == len(data["irqs"]):
-        if ib.get("action") == "stop":
-            steps.append(IrqBalance("start", state_path=path))
-        elif ib.get("action") == "ban":
-            steps.append(
-                IrqBalance(
-                    "restore",
-                    config_path=ib.get("config_path"),
-                    config_text=ib.get("original"),
-                    state_path=path,
-                )
-            )
+    if ib and len(keys) == len(data["irqs"]) and ib.get("action") in ("stop", "ban"):
+        steps.append(_undo_irqbalance(ib, path, host or live))
     notes = [] if steps else [f"no saved IRQ masks in {path}: nothing to restore"]
     return Prepared(tuple(steps), (), tuple(notes))
+
+
+def _undo_irqbalance(ib: dict[str, Any], path: str, host: Host) -> IrqBalance:
+    """Start irqbalance again (after `stop`) or put its file back (after `ban`), unless it
+    was disabled or masked, or the file edited, since: that is someone's will, left as is."""
+    if ib["action"] == "stop":
+        now = irqbalance.unit_state(host) if ib.get("enabled") else None
+        off = irqbalance.turned_off_since(ib, now)
+        return IrqBalance("leave-stopped" if off else "start", state_path=path)
+    cfg: str = ib["config_path"]  # load_state checked it after a ban
+    if "written" in ib and live_host().read_file(cfg) not in ib["written"]:
+        return IrqBalance("leave-config", config_path=cfg, state_path=path)
+    return IrqBalance("restore", config_path=cfg, config_text=ib.get("original"), state_path=path)
 
 
 def build_unbind_threads(pid: int) -> Prepared:

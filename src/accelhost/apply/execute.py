@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from accelhost.apply import irq as irqmod
+from accelhost.apply import irqbalance
 from accelhost.apply.memory import set_mempolicy
 from accelhost.apply.migrate import MoveRegions, run_move
 from accelhost.apply.steps import (
@@ -199,16 +200,24 @@ def _irq(step: IrqAffinity) -> tuple[str, str]:
 
 def _irqbalance(step: IrqBalance, host: Host | None) -> tuple[str, str]:
     """Stop or start irqbalance, or ban the IRQ CPUs in its configuration and restore it;
-    what a bind changes is saved first, and forgotten once `unbind --irq` has put it back."""
+    what a bind changes is saved first, and forgotten once `unbind --irq` has put it back
+    (or left it, as someone changed it since: the `leave-*` actions)."""
+    host = host or live_host()
     if step.action == "stop" and step.state_path:
-        irqmod.remember_irqbalance(step.state_path, {"action": "stop"})
+        record = {"action": "stop", "enabled": irqbalance.unit_state(host)}
+        irqmod.remember_irqbalance(step.state_path, record)
     elif step.action == "ban":
         assert step.config_path is not None
         if step.state_path:
             original = live_host().read_file(step.config_path)
             irqmod.remember_irqbalance(
                 step.state_path,
-                {"action": "ban", "config_path": step.config_path, "original": original},
+                {
+                    "action": "ban",
+                    "config_path": step.config_path,
+                    "original": original,
+                    "written": [step.config_text or ""],
+                },
             )
         irqmod.write_atomic(step.config_path, step.config_text or "")
     elif step.action == "restore":
@@ -217,12 +226,14 @@ def _irqbalance(step: IrqBalance, host: Host | None) -> tuple[str, str]:
             irqmod.write_atomic(step.config_path, step.config_text)
         elif os.path.exists(step.config_path):
             os.unlink(step.config_path)
-    verb = step.action if step.action in ("stop", "start") else "restart"
-    result = (host or live_host()).run(["systemctl", verb, step.service])
-    if result is None:
-        return FAILED, "systemctl is not available"
-    if not result.ok:
-        return FAILED, f"systemctl {verb} {step.service} exited with status {result.rc}"
-    if step.action in ("start", "restore") and step.state_path:
+    if not step.action.startswith("leave"):
+        # restore: try-restart, as irqbalance may have been stopped since on purpose
+        verb = {"ban": "restart", "restore": "try-restart"}.get(step.action, step.action)
+        result = host.run(["systemctl", verb, step.service])
+        if result is None:
+            return FAILED, "systemctl is not available"
+        if not result.ok:
+            return FAILED, f"systemctl {verb} {step.service} exited with status {result.rc}"
+    if step.action not in ("stop", "ban") and step.state_path:
         irqmod.forget(step.state_path, (), irqbalance=True)
     return OK, ""

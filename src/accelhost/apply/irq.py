@@ -203,6 +203,7 @@ def load_state(path: str) -> dict[str, Any]:
     if ib is not None and (
         not isinstance(ib, dict)
         or (ib.get("action") == "ban" and not isinstance(ib.get("config_path"), str))
+        or not isinstance(ib.get("written", []), list)
     ):
         raise bad("'irqbalance' must be null or an object (with 'config_path' after a ban)")
     return data
@@ -291,11 +292,18 @@ def set_since_bind(record: dict[str, Any], now: str | None) -> bool:
 
 
 def remember_irqbalance(path: str, record: dict[str, Any]) -> None:
+    """Keep the first (true) original; a later ban adds its text to the `written` ones, so
+    that `unbind --irq` restores the file only while it is one a bind left."""
     with locked(path):
         data = load_state(path)
-        if data.get("irqbalance") is None:  # keep the first (true) original
+        ib = data.get("irqbalance")
+        if ib is None:
             data["irqbalance"] = record
-            store_state(path, data)
+        elif "written" in ib and ib.get("config_path") == record.get("config_path"):
+            ib["written"] += [t for t in record.get("written", []) if t not in ib["written"]]
+        else:
+            return
+        store_state(path, data)
 
 
 def forget(path: str, keys: Iterable[str], irqbalance: bool = False) -> None:

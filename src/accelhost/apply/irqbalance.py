@@ -11,7 +11,7 @@ import contextlib
 import os
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from accelhost.cpulist import format_cpulist, parse_cpulist
 from accelhost.errors import ParseError
@@ -30,6 +30,20 @@ def is_active(host: Host) -> bool:
     """True when systemd says the service runs; no systemd (a container) means not active."""
     result = host.run(["systemctl", "is-active", SERVICE])
     return result is not None and result.ok and result.stdout.strip() == "active"
+
+
+def unit_state(host: Host) -> str | None:
+    """`systemctl is-enabled`'s answer (enabled, disabled, masked...); None: cannot tell.
+    Disabled exits 1, so the answer is read whatever the status."""
+    result = host.run(["systemctl", "is-enabled", SERVICE])
+    return (result.stdout.strip() or None) if result is not None else None
+
+
+def turned_off_since(record: dict[str, Any], now: str | None) -> bool:
+    """Whether irqbalance was disabled or masked after the bind that stopped it: `systemctl
+    start` ignores `disable` and would run it against that. (No state at bind: cannot tell.)"""
+    was = record.get("enabled")
+    return was is not None and now != was and now in ("disabled", "masked", "masked-runtime")
 
 
 def config_path(root: str) -> str:

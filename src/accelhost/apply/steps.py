@@ -169,7 +169,9 @@ _IRQBALANCE_DOES = {
     "stop": "stop {s} (it would move the IRQs back; restart with unbind --irq)",
     "ban": "ban CPUs {cpus} in {path} (IRQBALANCE_BANNED_CPULIST) and restart {s}",
     "start": "start {s} again (accelhost stopped it)",
-    "restore": "restore {path} as it was before binding and restart {s}",
+    "restore": "restore {path} as it was before binding and restart {s} if it runs",
+    "leave-stopped": "leave {s} stopped: disabled or masked since bind, so not started again",
+    "leave-config": "leave {path} as it is: edited since bind, so not restored (bans in it stay)",
 }
 
 

@@ -94,15 +94,19 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return not self.drifts
+        return self.exit_status == 0
 
     @property
     def exit_status(self) -> int:
-        return 0 if self.ok else 1
+        """1: drift; 2: nothing could be checked (an IRQ lookup that failed, threads gone),
+        which is "cannot tell", never a match; 0: all that was checked matches."""
+        if self.drifts:
+            return 1
+        return 2 if not (self.checked_threads or self.checked_irqs) else 0
 
     def lines(self) -> list[str]:
         out = [d.line for d in self.drifts]
-        verdict = "match" if self.ok else "DRIFT"
+        verdict = {0: "match", 1: "DRIFT", 2: "cannot tell"}[self.exit_status]
         out.append(
             f"{verdict}: {self.checked_threads} threads and {self.checked_irqs} IRQs checked, "
             f"{len(self.drifts)} drifted"

@@ -55,7 +55,8 @@ VERIFY_HELP = "check that a worker's threads and the device IRQs still match the
 VERIFY_DESCRIPTION = (
     "Compare every thread's affinity and the device's IRQ masks with the "
     "plan, and show where the process's memory lives. Exit 0 when all match, 1 with one "
-    "line per thread or IRQ that drifted."
+    "line per thread or IRQ that drifted, 2 when nothing could be checked (cannot tell) "
+    "or on a usage error."
 )
 UNBIND_HELP = "restore IRQ masks saved at bind time, or free a process's threads"
 UNBIND_DESCRIPTION = (

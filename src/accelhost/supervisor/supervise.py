@@ -137,9 +137,9 @@ class Supervisor:
         try:
             self.st.cmd_pid = spawn(self.opts.argv, self.cgroup, reset, self.opts.private_ipc)
         except SpawnError as exc:
-            if self.cgroup is not None:
-                self.cgroup.remove()
-            if exc.step == "private-ipc":
+            if self.cgroup is not None and not self.cgroup.remove():
+                self.opts.warn(f"could not remove cgroup {self.cgroup.path}")
+            if exc.step in ("cgroup", "private-ipc"):  # run could not do it: exit 1, not 126
                 raise AccelhostError(str(exc)) from None
             self.opts.warn(str(exc))
             missing = exc.step == "exec" and exc.errno == errno.ENOENT
