@@ -79,6 +79,9 @@ class Topology:
     host_thread_tids: tuple[int, ...] = ()
     notes: tuple[str, ...] = ()
     cpu: CpuDetail = NO_CPU_DETAIL
+    # Why a device tool told nothing (it failed): its devices or processes are then
+    # unknown, never "none".
+    unread: tuple[str, ...] = ()
 
     @property
     def indices(self) -> tuple[int, ...]:

@@ -80,7 +80,8 @@ def test_failing_nvidia_smi_is_reported_and_refuses_plans() -> None:
     )
     facts = read_gpu_topology(host.host())
     assert facts is not None and facts.accelerators == ()
-    assert "nvidia-smi failed (exit status 9): NVIDIA-SMI has failed" in facts.notes[0]
+    # unread, not a note: no GPU known is not no GPU (`topo` says "cannot tell", exit 1)
+    assert "nvidia-smi failed (exit status 9): NVIDIA-SMI has failed" in facts.unread[0]
     with pytest.raises(PlanError, match="no GPU to plan: nvidia-smi failed"):
         plan_gpus(facts)
     assert facts.node_cpus[1] == tuple([*range(56, 112), *range(168, 224)])

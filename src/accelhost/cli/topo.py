@@ -55,6 +55,7 @@ def topology_dict(topo: Topology) -> dict[str, Any]:
             for p in topo.processes
         ],
         "notes": list(topo.notes),
+        "unread": list(topo.unread),
     }
 
 
@@ -86,7 +87,9 @@ def render_topology(topo: Topology) -> str:
     else:
         lines.append("NUMA nodes: unknown (lscpu and sysfs give none)")
     lines.append("")
-    if not topo.accelerators:
+    if not topo.accelerators and topo.unread:
+        lines.append("accelerators: cannot tell")
+    elif not topo.accelerators:
         family = f" ({topo.family})" if topo.family else ""
         lines.append(
             f"accelerators: none found{family} (no npu-smi, no nvidia-smi, no --pci device)"
@@ -107,6 +110,7 @@ def render_topology(topo: Topology) -> str:
     else:
         lines.extend(_ascend_rows(topo))
     lines.extend(f"note: {note}" for note in topo.notes)
+    lines.extend(f"cannot tell: {why}" for why in topo.unread)
     return "\n".join(lines)
 
 
@@ -128,7 +132,7 @@ def _ascend_rows(topo: Topology) -> list[str]:
                 acc.pci or "-",
                 format_cpulist(aff) or "-",
                 ",".join(map(str, nodes)) or "-",
-                "yes" if busy else "no",
+                "?" if topo.unread and not busy else "yes" if busy else "no",
             )
         )
     family = topo.family or "unknown family"
@@ -147,7 +151,7 @@ def run_topo(args: argparse.Namespace) -> int:
         print_json(topology_dict(topo))
     else:
         print(render_topology(topo))
-    return 0
+    return 1 if topo.unread else 0  # a device tool that failed: no device known, not none
 
 
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -43,6 +43,7 @@ from accelhost.hygiene.rules import find_orphans, is_hugetlb, leaked_segments
 from accelhost.hygiene.shm_preflight import with_remove_ipc, with_shm_space
 from accelhost.hygiene.text import human_bytes
 from accelhost.hygiene.tuning import check_host_tuning
+from accelhost.parsers.devnodes import VENDOR_KIND, node_kind
 
 
 def _unreadable(facts: HostFacts) -> frozenset[int]:
@@ -55,6 +56,10 @@ def check_orphan_engines(facts: HostFacts, options: HygieneOptions) -> CheckResu
     if facts.processes is None:
         return not_in_recording(facts, name)
     orphans = find_orphans(facts.processes, facts.self_pid, options)
+    if not orphans and (facts.processes_partial or facts.hidden_pids):
+        # what /proc will not show this reader (hidepid) may be an orphan: cannot tell
+        why = facts.processes_partial or f"{len(facts.hidden_pids)} process(es) hidden"
+        return unknown(name, f"{why}; run as root (CAP_SYS_PTRACE) to see every process")
     if not orphans:
         return CheckResult(name, OK, "no engine process outlived its launcher")
     blind = _unreadable(facts)
@@ -195,14 +200,21 @@ def check_unattributed_memory(facts: HostFacts, options: HygieneOptions) -> Chec
         if source in facts.errors:
             return unknown(name, facts.errors[source])
     if not facts.device_sources:
-        return CheckResult(
-            name, OK, "no device memory source on this host (no npu-smi, nvidia-smi)"
-        )
+        # nothing was read: no device to check, or one whose tool is missing (an image
+        # without npu-smi while engines hold /dev/davinciN): never "accounted for"
+        held = sorted({n for ns in facts.device_fds.values() for n in ns if _tool_node(n)})
+        if held:
+            return unknown(
+                name, f"{held[0]} is open but no npu-smi or nvidia-smi is installed to read it"
+            )
+        return CheckResult(name, SKIP, "no device memory source (no npu-smi, nvidia-smi)")
     evidence = []
     unaccounted: list[str] = []
+    blind: list[str] = []
     for dev in facts.devices:
         # a process row without a memory figure ([N/A]) makes the rest unknowable
         if dev.used_mib is None or any(row.memory_mib is None for row in dev.processes):
+            blind.append(dev.label)
             continue
         attributed = sum(row.memory_mib or 0 for row in dev.processes)
         baseline = options.baseline_mib(dev.vendor)
@@ -222,17 +234,27 @@ def check_unattributed_memory(facts: HostFacts, options: HygieneOptions) -> Chec
                     "holders": [h.to_dict() for h in device_holders_of(dev, facts)],
                 }
             )
+    unread = f"{', '.join(blind)}: the device tool gives no memory figure ([N/A])"
     if not evidence:
+        if blind:
+            return unknown(name, unread)
         return CheckResult(name, OK, f"{len(facts.devices)} device(s): memory accounted for")
     text = ", ".join(unaccounted)
     return CheckResult(
         name,
         WARN,
-        f"memory in use by no listed process: {text}",
+        f"memory in use by no listed process: {text}" + (f"; {unread}" if blind else ""),
         tuple(evidence),
         "look for orphans and leaked segments (accelhost clean); if none, the driver holds "
         "it: restart the driver or reset the device when it is idle",
     )
+
+
+def _tool_node(path: str) -> bool:
+    """A per-device node of a vendor whose tool reports device memory (/dev/davinciN,
+    /dev/nvidiaN; not a render node, which no such tool covers)."""
+    kind = node_kind(path)
+    return kind is not None and kind[0] in VENDOR_KIND.values()
 
 
 def check_shared_memory(facts: HostFacts, options: HygieneOptions) -> CheckResult:

@@ -241,7 +241,9 @@ def figures(facts: HostFacts, options: HygieneOptions) -> dict[str, Any]:
         "orphans": None
         if facts.processes is None
         else len(find_orphans(facts.processes, facts.self_pid, options)),
-        "device_memory_free_bytes": {d.label: mib_bytes(d.free_mib) for d in facts.devices},
+        "device_memory_free_bytes": None  # a device tool that failed: not "no device"
+        if "devices" in facts.errors
+        else {d.label: mib_bytes(d.free_mib) for d in facts.devices},
         "leaked_shm_files": None if shm is None else len(shm),
         "leaked_shm_bytes": None if shm is None else sum(j.file.used_bytes for j in shm),
         "unjudged_shm_files": len(unjudged),

@@ -140,20 +140,21 @@ def preflight_from_facts(
     """The pure preflight over facts already read (every device, one, or a list)."""
     if not facts.device_sources:
         return PreflightReport("UNKNOWN", util, (), "no device memory source (npu-smi, nvidia-smi)")
-    known = [d for d in facts.devices if d.used_mib is not None and d.total_mib]
     wanted = [device] if isinstance(device, int) else list(device or [])
-    if wanted:
-        missing = [n for n in wanted if n not in {d.index for d in known}]
-        known = [d for d in known if d.index in wanted]
-        if missing:
-            have = ", ".join(str(d.index) for d in facts.devices) or "none"
-            gone = ",".join(map(str, missing))
-            why = facts.errors.get("devices") or f"device {gone} not found (have: {have})"
-            return PreflightReport("UNKNOWN", util, (), why)
+    listed = [d for d in facts.devices if not wanted or d.index in wanted]
+    missing = [n for n in wanted if n not in {d.index for d in listed}]
+    if missing:
+        have = ", ".join(str(d.index) for d in facts.devices) or "none"
+        gone = ",".join(map(str, missing))
+        why = facts.errors.get("devices") or f"device {gone} not found (have: {have})"
+        return PreflightReport("UNKNOWN", util, (), why)
+    known = [d for d in listed if d.used_mib is not None and d.total_mib]
+    # a device without a memory figure ([N/A]) is not one with room: never "OK"
+    blind = [d.label for d in listed if d not in known]
+    unread = f"{', '.join(blind)}: the device tool gives no memory figure ([N/A])"
     if not known:
-        return PreflightReport(
-            "UNKNOWN", util, (), facts.errors.get("devices", "no device reports its memory")
-        )
+        why = facts.errors.get("devices") or (unread if blind else "no device reports its memory")
+        return PreflightReport("UNKNOWN", util, (), why)
     results = []
     for d in known:
         assert d.used_mib is not None and d.total_mib is not None
@@ -174,6 +175,8 @@ def preflight_from_facts(
     if failed:
         first = failed[0]
         return PreflightReport("FAIL", util, tuple(results), f"{first.device}: {first.message}")
+    if blind:
+        return PreflightReport("UNKNOWN", util, tuple(results), unread)
     return PreflightReport(
         "OK",
         util,

@@ -188,7 +188,8 @@ def describe_figures(fig: dict[str, Any]) -> str:
         if pools is None
         else ", ".join(f"{s} {v['free']}/{v['total']}" for s, v in pools.items()) or "none"
     )
-    dev = ", ".join(f"{d} {_mib(v)}" for d, v in fig["device_memory_free_bytes"].items())
+    free = fig["device_memory_free_bytes"]
+    dev = "unknown" if free is None else ", ".join(f"{d} {_mib(v)}" for d, v in free.items())
     if fig["segments"] is None:
         segs = "unknown"
     else:

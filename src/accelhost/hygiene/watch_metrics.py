@@ -158,7 +158,8 @@ class HygieneCollector(Collector):
                 yield _status_family({name: UNKNOWN for name in CHECK_NAMES})
             return
         yield _single(gauge, "accelhost_watch_last_run_timestamp_seconds", rnd.finished)
-        yield _status_family({c.name: c.status for c in rnd.report.checks})
+        states = {c.name: c.status for c in rnd.report.checks}
+        yield _status_family(states)
         facts = rnd.facts
         if facts.hugepage_pools is not None:
             pages = GaugeMetricFamily(
@@ -184,7 +185,8 @@ class HygieneCollector(Collector):
         if rnd.shm_files is not None and rnd.shm_bytes is not None:
             yield _single(gauge, "accelhost_posix_shm_leaked_files", rnd.shm_files)
             yield _single(gauge, "accelhost_posix_shm_leaked_bytes", rnd.shm_bytes)
-        if rnd.orphans is not None:
+        if rnd.orphans is not None and states.get("orphan_engines") != UNKNOWN:
+            # processes hidden from the reader (hidepid) may be orphans: no sample, not 0
             yield _single(gauge, "accelhost_orphan_processes", rnd.orphans)
         known = [d for d in facts.devices if d.used_mib is not None and d.total_mib is not None]
         if "devices" not in facts.errors and known:

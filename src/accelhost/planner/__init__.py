@@ -47,6 +47,8 @@ def plan_topology(
         )
     if topo.accelerators:
         raise PlanError(NO_FAMILY)
+    if topo.unread:
+        raise PlanError(f"cannot tell which accelerators this host has: {'; '.join(topo.unread)}")
     raise PlanError(
         "no accelerator found on this host (npu-smi and nvidia-smi are not installed "
         "and no --pci device was given)"

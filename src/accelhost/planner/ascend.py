@@ -77,7 +77,9 @@ def running_npus(topo: Topology) -> list[int]:
     if topo.visible_env is not None and topo.visible_env.strip():
         running &= set(visible_ids(topo.visible_env))
     if not running:
-        raise PlanError(NO_RUNNING + NO_RUNNING_HINT)
+        # a failed `npu-smi info` is no process table, not "no process runs"
+        why = f" (cannot tell: {'; '.join(topo.unread)})" if topo.unread else NO_RUNNING_HINT
+        raise PlanError(NO_RUNNING + why)
     return sorted(running)
 
 

@@ -58,7 +58,7 @@ def plan_gpus(
     if numa_from not in NUMA_SOURCES:
         raise PlanError(f"unknown NUMA source {numa_from!r} (choose: {', '.join(NUMA_SOURCES)})")
     if not topo.accelerators:
-        why = "; ".join(topo.notes) or "the host lists no device"
+        why = "; ".join((*topo.unread, *topo.notes)) or "the host lists no device"
         raise PlanError(f"no GPU to plan: {why}")
     messages: list[str] = list(topo.notes)
     if topo.family == "nvidia":

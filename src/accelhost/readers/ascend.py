@@ -10,7 +10,7 @@ from operator import itemgetter
 
 from accelhost.errors import ParseError
 from accelhost.family import family_from_chip_names
-from accelhost.host.base import Host
+from accelhost.host.base import CommandResult, Host
 from accelhost.parsers.npusmi_info import parse_npu_smi_info
 from accelhost.parsers.npusmi_map import parse_npu_map
 from accelhost.parsers.npusmi_topo import parse_npu_topo
@@ -37,10 +37,22 @@ def _stdout(host: Host, argv: list[str]) -> str | None:
     return result.stdout if result else None
 
 
+def _failed(argv: list[str], result: CommandResult | None, told: bool) -> tuple[str, ...]:
+    """Why `argv` told nothing: a failed npu-smi (no driver, a wedged device) is no NPU
+    known, not no NPU."""
+    if told or result is None or result.ok:
+        return ()
+    return (f"`{' '.join(argv)}` failed with status {result.rc}",)
+
+
 def read_ascend_topology(host: Host, family: str | None) -> Topology:
     """The Ascend topology of `host`; `family` None is told from the chip names."""
-    entries = parse_npu_map(_stdout(host, NPU_MAP))
-    info = parse_npu_smi_info(_stdout(host, NPU_INFO))
+    map_res, info_res = host.run(NPU_MAP), host.run(NPU_INFO)
+    entries = parse_npu_map(map_res.stdout if map_res else None)
+    info = parse_npu_smi_info(info_res.stdout if info_res else None)
+    unread = _failed(NPU_MAP, map_res, bool(entries)) + _failed(
+        NPU_INFO, info_res, bool(info.chips)
+    )
     notes: list[str] = []
     if family is None:
         family = family_from_chip_names([e.name for e in entries] + list(info.names))
@@ -72,6 +84,7 @@ def read_ascend_topology(host: Host, family: str | None) -> Topology:
         visible_env=host.getenv(ASCEND_VISIBLE),
         host_thread_tids=tids,
         notes=tuple(notes),
+        unread=unread,
     )
 
 

@@ -38,6 +38,7 @@ def read_gpu_topology(host: Host, pci: Sequence[str] | None = None) -> Topology 
     """The GPUs (or `pci` devices, from sysfs only, indexed in the given order) and CPUs of
     `host`; None when it has no nvidia-smi and no `pci` was given."""
     notes: list[str] = []
+    unread: list[str] = []
     topo: dict[int, TopoAffinity] = {}
     rows: list[_Row]
     if pci is not None:
@@ -49,7 +50,7 @@ def read_gpu_topology(host: Host, pci: Sequence[str] | None = None) -> Topology 
         query, topo_result = host.run_many(NVIDIA_COMMANDS)
         if query is None:
             return None
-        rows = _nvidia_rows(query, notes)
+        rows = _nvidia_rows(query, notes, unread)
         topo = _topo(topo_result, notes)
         visible_env = host.getenv(CUDA_VISIBLE_DEVICES)
     base = read_sysfs_topology(host, notes)
@@ -63,6 +64,7 @@ def read_gpu_topology(host: Host, pci: Sequence[str] | None = None) -> Topology 
         affinity={acc.index: cpus for acc, cpus in gpus if cpus is not None},
         visible_env=visible_env,
         notes=tuple(notes),
+        unread=tuple(unread),
     )
 
 
@@ -113,11 +115,11 @@ def pci_addresses(pci: Sequence[str]) -> list[str]:
     return addresses
 
 
-def _nvidia_rows(query: CommandResult, notes: list[str]) -> list[_Row]:
+def _nvidia_rows(query: CommandResult, notes: list[str], unread: list[str]) -> list[_Row]:
     if not query.ok:
         first = next((ln.strip() for ln in query.stdout.splitlines() if ln.strip()), "")
         why = f": {first}" if first else ""
-        notes.append(f"nvidia-smi failed (exit status {query.rc}){why}")
+        unread.append(f"nvidia-smi failed (exit status {query.rc}){why}")
         return []
     rows = parse_query_gpu(query.stdout, " ".join(QUERY_GPU_ARGV))
     if not rows:
