@@ -165,6 +165,13 @@ def plan_file(tmp_path: Path) -> Callable[[dict[str, object]], str]:
 PCI = "0000:c1:00.0"
 OTHER_PCI = "0000:41:00.0"
 FULL = "ffffffff,ffffffff"
+# One A3 device whose SQ and CQ IRQs are 200 and 201 in the fake tree.
+ONE_DEVICE_PLAN = {
+    "device_type": "A3",
+    "devices": {
+        "0": {"pool": [8, 40, 41], "irq": [8, 40], "main": [41], "numa_node": 0, "pci": PCI},
+    },
+}
 
 
 @dataclass
@@ -251,3 +258,8 @@ def irq_args(tree, state, plan):
         "--irqbalance",
         "keep",
     )
+
+
+def saved_irqs(state: Path) -> dict[str, dict[str, object]]:
+    """The IRQ masks a bind saved in `state`'s state file, by key."""
+    return json.loads((state / "irq-state.json").read_text())["irqs"]

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from apply_helpers import FULL, PCI
+from apply_helpers import FULL, ONE_DEVICE_PLAN
 
 from accelhost.apply.build import BindOptions, build_irq, build_unbind_irq
 from accelhost.apply.execute import execute
@@ -19,12 +19,6 @@ from accelhost.plans import Plan
 from fakehost import fake_tools
 
 UNIT = "irqbalance.service"
-PLAN = {
-    "device_type": "A3",
-    "devices": {
-        "0": {"pool": [8, 40, 41], "irq": [8, 40], "main": [41], "numa_node": 0, "pci": PCI},
-    },
-}
 ORIGINAL = '#IRQBALANCE_ONESHOT=\nIRQBALANCE_BANNED_CPULIST="0"\n'
 
 
@@ -80,7 +74,7 @@ def test_irqbalance_disabled_or_masked_since_bind_is_not_started_again(
     against that (and, masked, failed with exit 2 on every later unbind)."""
     state = tmp_path / "state"
     systemd.answer("active", "enabled")
-    _bind(cli, fake_tree, state, plan_file(PLAN), "stop")
+    _bind(cli, fake_tree, state, plan_file(ONE_DEVICE_PLAN), "stop")
     assert systemd.changes() == [f"systemctl stop {UNIT}"]
 
     systemd.answer("inactive", now, fails=("start",) if now == "masked" else ())
@@ -96,7 +90,7 @@ def test_irqbalance_still_enabled_is_started_again(fake_tree, plan_file, cli, tm
     """The contract stands: what bind stopped, unbind starts (its unit state unchanged)."""
     state = tmp_path / "state"
     systemd.answer("active", "enabled")
-    _bind(cli, fake_tree, state, plan_file(PLAN), "stop")
+    _bind(cli, fake_tree, state, plan_file(ONE_DEVICE_PLAN), "stop")
     systemd.answer("inactive", "enabled")
     res = cli("unbind", "--irq", "--state-dir", str(state))
     assert res.rc == 0, res.out + res.err
@@ -117,7 +111,7 @@ def test_a_config_edited_since_ban_is_left_as_it_is(fake_tree, plan_file, cli, t
     cfg = _config(fake_tree)
     state = tmp_path / "state"
     systemd.answer("active", "enabled")
-    _bind(cli, fake_tree, state, plan_file(PLAN), "ban")
+    _bind(cli, fake_tree, state, plan_file(ONE_DEVICE_PLAN), "ban")
     assert "--banirq=200" in cfg.read_text()
     edited = cfg.read_text() + 'IRQBALANCE_ONESHOT="yes"\n'
     cfg.write_text(edited)
@@ -137,7 +131,7 @@ def test_a_config_deleted_since_ban_is_not_recreated(fake_tree, plan_file, cli, 
     cfg = _config(fake_tree)
     state = tmp_path / "state"
     systemd.answer("active", "enabled")
-    _bind(cli, fake_tree, state, plan_file(PLAN), "ban")
+    _bind(cli, fake_tree, state, plan_file(ONE_DEVICE_PLAN), "ban")
     cfg.unlink()
     res = cli("unbind", "--irq", "--state-dir", str(state))
     assert res.rc == 0, res.out + res.err
@@ -154,7 +148,7 @@ def test_restore_after_ban_does_not_start_an_irqbalance_stopped_since(
     cfg = _config(fake_tree)
     state = tmp_path / "state"
     systemd.answer("active", "enabled")
-    _bind(cli, fake_tree, state, plan_file(PLAN), "ban")
+    _bind(cli, fake_tree, state, plan_file(ONE_DEVICE_PLAN), "ban")
     systemd.answer("inactive", "disabled")
     res = cli("unbind", "--irq", "--state-dir", str(state))
     assert res.rc == 0, res.out + res.err
@@ -170,7 +164,7 @@ def test_a_second_ban_still_counts_as_what_bind_left(fake_tree, tmp_path, system
     systemd.answer("active", "enabled")
     opts = BindOptions(host_root=str(fake_tree.root), state_dir=str(tmp_path), irqbalance="ban")
     for irq_cpus in ([8, 40], [9, 41]):
-        data = json.loads(json.dumps(PLAN))
+        data = json.loads(json.dumps(ONE_DEVICE_PLAN))
         data["devices"]["0"]["irq"] = irq_cpus
         plan = Plan.from_dict(data)
         steps, _, _ = build_irq(plan, plan.device(0), opts, None)

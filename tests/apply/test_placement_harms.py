@@ -3,11 +3,10 @@ on the code before its fix."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
-from apply_helpers import FULL, OTHER_PCI, PCI, irq_args
+from apply_helpers import FULL, ONE_DEVICE_PLAN, OTHER_PCI, PCI, irq_args, saved_irqs
 
 from accelhost.apply import irq as irqmod
 from accelhost.apply.build import build_unbind_irq
@@ -16,24 +15,13 @@ from accelhost.apply.steps import IrqAffinity, IrqBalance
 from accelhost.errors import PlanError
 from accelhost.plans import Plan
 
-PLAN = {
-    "device_type": "A3",
-    "devices": {
-        "0": {"pool": [8, 40, 41], "irq": [8, 40], "main": [41], "numa_node": 0, "pci": PCI},
-    },
-}
-
-
-def _saved(state) -> dict[str, dict[str, object]]:
-    return json.loads((state / "irq-state.json").read_text())["irqs"]
-
 
 def test_unbind_leaves_an_irq_set_since_bind_as_it_is(fake_tree, plan_file, cli, tmp_path):
     """After bind, IRQ 201 was set by someone else (an operator; or a reboot gave the number
     to a NIC queue, whose mask its driver set): writing the saved mask back would undo that.
     IRQ 200, still as bind left it, is restored; both records are done with."""
     state = tmp_path / "state"
-    assert cli(*irq_args(fake_tree, state, plan_file(PLAN))).rc == 0
+    assert cli(*irq_args(fake_tree, state, plan_file(ONE_DEVICE_PLAN))).rc == 0
     assert fake_tree.mask(201) == "00000100,00000000"  # bind: CPU 40
     (fake_tree.root / "proc/irq/201/smp_affinity").write_text("00000004\n")
 
@@ -42,14 +30,14 @@ def test_unbind_leaves_an_irq_set_since_bind_as_it_is(fake_tree, plan_file, cli,
     assert fake_tree.mask(200) == FULL
     assert fake_tree.mask(201) == "00000004"
     assert "were set since bind (IRQ 201 is 00000004): left as they are" in res.out
-    assert _saved(state) == {}
+    assert saved_irqs(state) == {}
 
 
 def test_an_irq_set_since_bind_does_not_keep_irqbalance_stopped(
     fake_tree, plan_file, cli, tmp_path
 ):
     state = tmp_path / "state"
-    assert cli(*irq_args(fake_tree, state, plan_file(PLAN))).rc == 0
+    assert cli(*irq_args(fake_tree, state, plan_file(ONE_DEVICE_PLAN))).rc == 0
     path = irqmod.state_path(str(state))
     irqmod.remember_irqbalance(path, {"action": "stop"})
     (fake_tree.root / "proc/irq/200/smp_affinity").write_text("00000004\n")
@@ -66,7 +54,7 @@ def test_a_cq_number_that_is_another_devices_irq_is_not_touched(
     ours = fake_tree.root / f"sys/bus/pci/devices/{PCI}/msi_irqs"
     (ours / "201").rename(fake_tree.root / f"sys/bus/pci/devices/{OTHER_PCI}/msi_irqs/201")
     before = fake_tree.masks()
-    res = cli(*irq_args(fake_tree, tmp_path / "state", plan_file(PLAN)))
+    res = cli(*irq_args(fake_tree, tmp_path / "state", plan_file(ONE_DEVICE_PLAN)))
     assert res.rc == 1, res.out + res.err
     assert "IRQ 201 (CQ = SQ 200 + 1) is not an MSI IRQ of 0000:c1:00.0" in res.out
     assert fake_tree.masks() == before
