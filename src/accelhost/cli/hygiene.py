@@ -285,7 +285,7 @@ def clean_main(args: argparse.Namespace) -> int:
     facts = read_facts(host, options)
     actions = plan_clean(facts, options, filters)
     from accelhost.hygiene.container_evidence import (
-        action_container,
+        actions_containers,
         resolve_container,
         scope_actions,
     )
@@ -293,7 +293,7 @@ def clean_main(args: argparse.Namespace) -> int:
     if options.container is not None:
         actions = scope_actions(actions, facts, resolve_container(facts, options.container))
     unmatched = unmatched_targets(facts, options, filters, actions)
-    whose = [action_container(facts, a) for a in actions]
+    whose = actions_containers(facts, actions)
     before = figures(facts, options)
     out: dict[str, Any] = {
         "format": formats.CLEAN,

@@ -292,15 +292,23 @@ def scope_report(report: DoctorReport, chosen: Sequence[Container]) -> DoctorRep
     return DoctorReport(tuple(out))
 
 
-def action_container(facts: HostFacts, a: Action) -> dict[str, Any] | None:
-    """Whose this action is: the container of the processes it stops, or of the leftover."""
+def actions_containers(facts: HostFacts, actions: Sequence[Action]) -> list[dict[str, Any] | None]:
+    """Whose each action is: the container of the processes it stops, or of the leftover
+    (the files listed are indexed once: a clean after a pile-up plans thousands)."""
+    listed = listed_by_path(facts)
+    return [_action_container(facts, a, listed) for a in actions]
+
+
+def _action_container(
+    facts: HostFacts, a: Action, listed: Mapping[str, ShmFile]
+) -> dict[str, Any] | None:
     if isinstance(a, StopProcesses):
         # one container's only when every process it stops runs in that container
         found = {container_of(facts, t.pid) for t in a.targets}
         c = found.pop() if len(found) == 1 else None
         return None if c is None else _named([c], f"runs in {c.label}", "")
     if isinstance(a, RemoveShmFile):
-        return left_by_file(facts, a.path)
+        return left_by_file(facts, a.path, listed)
     return left_by_birth(facts, float(a.seg.ctime))
 
 
@@ -317,7 +325,8 @@ def scope_actions(
     actions: Sequence[Action], facts: HostFacts, chosen: Sequence[Container]
 ) -> list[Action]:
     ids, facts = {c.id for c in chosen}, _knowing(facts, chosen)
-    return [a for a in actions if _names_any(action_container(facts, a), ids)]
+    whose = actions_containers(facts, actions)
+    return [a for a, who in zip(actions, whose, strict=True) if _names_any(who, ids)]
 
 
 def _knowing(facts: HostFacts, chosen: Sequence[Container]) -> HostFacts:
