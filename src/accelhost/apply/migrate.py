@@ -282,8 +282,9 @@ def run_move(step: MoveRegions, mover: Mover = memory.move_pages) -> MoveResult:
     """Run the step; never raises: a process that exits or a kernel without the call fails
     the step with a reason."""
     if not step.regions:
-        one = " (no-op on a one-node host)" if len(step.nodes) == 1 else ""
-        why = f"nothing to move: every movable page is on node {step.to_node}{one}"
+        # a one-node host's step says why already (`describe`): not twice in one line
+        one = len(step.nodes) == 1
+        why = "one-node host" if one else f"every movable page is on node {step.to_node} already"
         return MoveResult(step, NOOP, why, after_kb=step.before_kb)
     try:
         outcome = move_within_budget(step, mover=mover)
