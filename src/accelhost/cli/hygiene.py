@@ -258,6 +258,7 @@ def _check_named(args: argparse.Namespace) -> None:
 
 
 def clean_main(args: argparse.Namespace) -> int:
+    from accelhost.host.redact import redact_text, redact_values
     from accelhost.hygiene.cleaner import CleanFilters, Journal, execute, figures, plan_clean
     from accelhost.hygiene.facts import read_facts
     from accelhost.hygiene.render import describe_figures
@@ -290,8 +291,17 @@ def clean_main(args: argparse.Namespace) -> int:
         scope_actions,
     )
 
+    doubtful = 0  # leftovers the container may have left, but not only it: never in scope
     if options.container is not None:
-        actions = scope_actions(actions, facts, resolve_container(facts, options.container))
+        chosen = resolve_container(facts, options.container)
+        scoped, ids = scope_actions(actions, facts, chosen), {c.id for c in chosen}
+        kept = {id(a) for a in scoped}
+        doubtful = sum(
+            any(x["id"] in ids for x in w["containers"])
+            for a, w in zip(actions, actions_containers(facts, actions), strict=True)
+            if w and id(a) not in kept
+        )
+        actions = scoped
     unmatched = unmatched_targets(facts, options, filters, actions)
     whose = actions_containers(facts, actions)
     before = figures(facts, options)
@@ -306,8 +316,8 @@ def clean_main(args: argparse.Namespace) -> int:
     columns = terminal_columns(sys.stdout)
 
     def say(line: str) -> None:
-        if not quiet:
-            print("\n".join(fit(line, columns)), flush=True)
+        if not quiet:  # redacted before it is cut to fit: a secret is never half shown
+            print("\n".join(fit(redact_text(line), columns)), flush=True)
 
     say(
         ("accelhost clean: " + ("doing" if args.yes else "dry run, nothing changes (--yes to act)"))
@@ -317,6 +327,13 @@ def clean_main(args: argparse.Namespace) -> int:
     say(f"before: {describe_figures(before)}")
     for u in unmatched:
         print(f"accelhost clean: cannot act on {u.line}", file=sys.stderr)
+    if doubtful:
+        print(
+            f"accelhost clean: kept {doubtful} leftover(s) that {options.container} may have "
+            "left, but not for sure alone (left by: possibly, or another container too); "
+            "without --container, `accelhost clean` judges them for the whole host",
+            file=sys.stderr,
+        )
     status = 1 if unmatched else 0
     if args.yes and actions:
         journal = Journal(args.journal)
@@ -335,7 +352,7 @@ def clean_main(args: argparse.Namespace) -> int:
         say(f"journal: {journal.path}")
         status = 0 if result.ok and not unmatched else 1
     if args.json:
-        print_json(out)
+        print_json(redact_values(out))
     return status
 
 

@@ -1,17 +1,20 @@
-"""What a recording keeps of what it reads: a snapshot travels in bug reports.
+"""What a recording keeps of what it reads (a snapshot travels in bug reports), and what
+output shows of a command line (doctor, clean, watch and run output leaves the host).
 
 `recorder(inner)` is a `RecordingHost` with the trims every snapshot gets: of each
 /proc/PID/environ only the allocator variables, of each /proc/PID/maps only the shared
 file mappings, and in command lines the values of secret-looking options
-(`--api-key X`, `--hf-token=X`) are replaced. A caller adds trims of its own commands
-(`accelhost snapshot` keeps only the UVB poll threads of `ps -Te`).
+(`--api-key X`, `--hf-token=X`), variables and URL passwords are replaced. A caller adds
+trims of its own commands (`accelhost snapshot` keeps only the UVB poll threads of `ps -Te`).
+`redact_text` / `redact_values` apply the same rules where output is made; matching
+(engine catalog, `--fail-on-exit`) reads the raw command line.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # a doctor reads ALLOC_CONF_VARS and records nothing
     from accelhost.host.base import Host
@@ -20,7 +23,8 @@ if TYPE_CHECKING:  # a doctor reads ALLOC_CONF_VARS and records nothing
 # The allocator settings the doctor reports; nothing else of an environment is kept.
 ALLOC_CONF_VARS = ("PYTORCH_NPU_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")
 
-_SECRET_WORD = r"(?:key|token|secret|password|passwd|credential)"
+_SECRET_WORDS = ("key", "token", "secret", "password", "passwd", "credential")
+_SECRET_WORD = rf"(?:{'|'.join(_SECRET_WORDS)})"
 _SECRET_OPTION = re.compile(rf"^--?[\w.-]*{_SECRET_WORD}[\w.-]*$", re.I)
 # Inside one argument (`bash -lc "vllm serve m --api-key K"`, `sh -c 'HF_TOKEN=abc python
 # ...'`, `env HF_TOKEN=abc`, a URL's `?token=abc`): an option and its value (after `=` or
@@ -29,13 +33,31 @@ _SECRET_OPTION = re.compile(rf"^--?[\w.-]*{_SECRET_WORD}[\w.-]*$", re.I)
 _VALUE = r"(\"[^\"]*\"|'[^']*'|(?!--)[^\s\"']+)"
 _INLINE_OPTION = re.compile(rf"(?<![\w.-])(--?[\w.-]*{_SECRET_WORD}[\w.-]*)(=|\s+){_VALUE}", re.I)
 _INLINE_ASSIGN = re.compile(rf"(?<![\w.-])((?=\w*{_SECRET_WORD})[A-Za-z_]\w*)={_VALUE}", re.I)
+# `scheme://user:password@host`: the password goes, the user stays.
+_URL_PASSWORD = re.compile(r"(\w[\w+.-]*://[^\s/@:\"']*):[^\s/@\"']*@")
 REDACTED = "<redacted>"
 
 
-def _redact_inside(arg: str) -> str:
-    """An argument with the values of the secret-looking options and variables in it replaced."""
-    arg = _INLINE_OPTION.sub(lambda m: f"{m[1]}{m[2]}{REDACTED}", arg)
-    return _INLINE_ASSIGN.sub(lambda m: f"{m[1]}={REDACTED}", arg)
+def redact_text(text: str) -> str:
+    """Text (one argument, or a whole command line joined by blanks) with the values of the
+    secret-looking options and variables in it, and URL passwords, replaced."""
+    low = text.lower()  # most output text holds none of the words: no regex work then
+    if "://" not in low and not any(w in low for w in _SECRET_WORDS):
+        return text
+    text = _INLINE_OPTION.sub(lambda m: f"{m[1]}{m[2]}{REDACTED}", text)
+    text = _INLINE_ASSIGN.sub(lambda m: f"{m[1]}={REDACTED}", text)
+    return _URL_PASSWORD.sub(lambda m: f"{m[1]}:{REDACTED}@", text)
+
+
+def redact_values(value: Any) -> Any:
+    """A JSON-like value with `redact_text` applied to every string in it (keys stay)."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        return {k: redact_values(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_values(v) for v in value]
+    return value
 
 
 def redact_cmdline(raw: str) -> str:
@@ -60,7 +82,7 @@ def redact_cmdline(raw: str) -> str:
             else:
                 hide_next = True
         else:
-            arg = _redact_inside(arg)
+            arg = redact_text(arg)
         out.append(arg)
     return "\0".join(out)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from accelhost.errors import AccelhostError
+from accelhost.host.redact import redact_values
 
 DEFAULT_JOURNAL = "/var/log/accelhost/clean.jsonl"
 
@@ -41,7 +42,8 @@ class Journal:
             ) from None
 
     def write(self, event: str, **fields: Any) -> None:
-        record = {"ts": rfc3339_now(), "run": self.run_id, "event": event, **fields}
+        # journals are shipped: a command line in them is redacted (accelhost.host.redact)
+        record = {"ts": rfc3339_now(), "run": self.run_id, "event": event, **redact_values(fields)}
         try:
             self._fh.write(json.dumps(record) + "\n")
             self._fh.flush()

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accelhost import formats
+from accelhost.host.redact import redact_text, redact_values
 
 OK, WARN, FAIL, UNKNOWN, SKIP = "OK", "WARN", "FAIL", "UNKNOWN", "SKIP"
 STATUSES = (OK, WARN, FAIL, UNKNOWN, SKIP)
@@ -37,6 +38,13 @@ class CheckResult:
     summary: str
     evidence: tuple[dict[str, Any], ...] = ()
     fix: str = ""
+
+    def __post_init__(self) -> None:
+        # A result exists to be shown (a node condition, log collectors): whatever a check
+        # put in it from the host (a command line, a container's PID 1) is shown redacted.
+        object.__setattr__(self, "summary", redact_text(self.summary))
+        object.__setattr__(self, "evidence", tuple(redact_values(list(self.evidence))))
+        object.__setattr__(self, "fix", redact_text(self.fix))
 
     def to_dict(self) -> dict[str, Any]:
         return {

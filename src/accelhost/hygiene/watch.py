@@ -24,6 +24,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from accelhost.errors import UsageError
 from accelhost.host.base import Host
+from accelhost.host.redact import redact_values
 from accelhost.hygiene.checks import run_checks
 from accelhost.hygiene.cleaner import (
     CleanFilters,
@@ -108,7 +109,8 @@ class Watcher:
         self.host_factory = host_factory
         self.options = options
         self.config = config
-        self.log = log
+        # whoever collects the log (journald, a cluster's aggregator) gets no secrets
+        self.log: Callable[[dict[str, Any]], None] = lambda event: log(redact_values(event))
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = HygieneCollector()
         self.registry.register(self.collector)

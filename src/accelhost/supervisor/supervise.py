@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
 from accelhost.host.live import live_host
+from accelhost.host.redact import redact_text
 from accelhost.readers.procs import ProcessInfo
 from accelhost.remove.signals import signal_group
 from accelhost.supervisor.cgroup import Cgroup, create_cgroup
@@ -202,8 +203,8 @@ class Supervisor:
                     self.st.died = info
             if (died := self.st.died) is not None:
                 self.opts.warn(
-                    f"{died.command} (pid {died.pid}) exited while the command was running "
-                    "(--fail-on-exit); stopping everything"
+                    f"{redact_text(died.command)} (pid {died.pid}) exited while the command was "
+                    "running (--fail-on-exit); stopping everything"
                 )
                 return "engine-died"
             if (code := self.st.cmd_status) is not None:
