@@ -77,7 +77,7 @@ def _option(parser: object, flag: str) -> object:
         ("--device", ["plan", "bind", "exec", "verify", "unbind", "doctor", "watch", "run"]),
         ("--thread-role", ["plan", "bind", "exec", "verify", "run"]),
         ("--device-glob", ["bind", "verify", "doctor", "clean", "watch"]),
-        ("--pci", ["topo", "plan", "bind", "exec", "verify"]),
+        ("--pci", ["topo", "plan", "bind", "exec", "verify", "snapshot"]),
         ("--grace", ["clean", "watch", "run"]),
     ],
 )

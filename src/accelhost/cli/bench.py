@@ -33,15 +33,18 @@ def register(subparsers: Any) -> None:
         "recipe, accelhost.pipeline) and compare items/s, device-busy fraction and "
         "efficiency = achieved / (1 / slowest stage).",
     )
-    p.add_argument(
-        "--pre-time", default="10ms", metavar="TIME", help="CPU time of preprocessing (GIL held)"
-    )
-    p.add_argument(
-        "--device-time", default="50ms", metavar="TIME", help="device time (GIL released)"
-    )
-    p.add_argument(
-        "--post-time", default="20ms", metavar="TIME", help="CPU time of postprocessing (GIL held)"
-    )
+    for stage, default, what in (
+        ("pre", "10ms", "CPU time of preprocessing (GIL held)"),
+        ("device", "50ms", "device time (GIL released)"),
+        ("post", "20ms", "CPU time of postprocessing (GIL held)"),
+    ):
+        p.add_argument(
+            f"--{stage}-time",
+            default=default,
+            metavar="TIME",
+            help=f"{what}, like 10ms, 0.5s, 250us; a bare number is milliseconds "
+            f"(default {default})",
+        )
     p.add_argument(
         "--items",
         default=None,
@@ -128,7 +131,8 @@ EPILOG = (
     "The bound arm is bound as `accelhost exec` binds (its CPU affinity and memory policy "
     "steps, run in the child before it execs; no IRQ steps). Progress: one line per run on "
     "standard error (redrawn in place on a terminal). Exit status: 0 measured (whatever the "
-    "verdict), 1 an arm has no figure or the binding failed, 2 bad usage, 130 Ctrl-C (143 "
+    "verdict), 1 an arm has no figure, the runs stopped early (no run can start, or no "
+    "figure from the first 2 rounds) or the binding failed, 2 bad usage, 130 Ctrl-C (143 "
     "SIGTERM): the running command is stopped and the runs so far are reported."
 )
 
@@ -136,7 +140,7 @@ EPILOG = (
 def register_bind(sub: Any) -> None:
     p = add_command(sub, "bind", cmd_bench_bind, BIND_HELP, BIND_DESCRIPTION, epilog=EPILOG)
     options.plan_file(p, "bind as this plan binds --device N")
-    options.device(p, "with --plan: the device whose CPUs and memory node to use")
+    options.device(p, "with --plan: the device whose CPUs and memory node to use", one=True)
     p.add_argument("--cpus", metavar="LIST", help="bind to these CPUs instead of a plan's")
     p.add_argument("--repeats", type=int, default=10, metavar="R", help="runs per arm (10)")
     p.add_argument("--warmup", type=int, default=1, metavar="K", help="uncounted rounds first (1)")

@@ -124,7 +124,7 @@ def register(sub: Any) -> None:
     )
     un.add_argument("--irq", action="store_true", help="restore the saved IRQ masks")
     options.pid(un, "give this process's threads all allowed CPUs")
-    options.device(un, "with --irq: only this device's IRQs")
+    options.device(un, "with --irq: only this device's IRQs", one=True)
     options.host_root(un, "with --irq, only IRQs saved under this root")
     options.state_dir(un)
     un.add_argument(

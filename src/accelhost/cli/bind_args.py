@@ -54,6 +54,7 @@ def plan_options(p: argparse.ArgumentParser) -> None:
         p,
         "the device; bind and verify with --pid and without --device: the device the "
         "process holds open",
+        one=True,
     )
     planning = p.add_argument_group(options.PLANNING_TITLE)
     options.device_type(planning)

@@ -85,21 +85,24 @@ def device_ids(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(exc.problem) from None
 
 
-def device(p: Parser, context: str) -> None:
+def device(p: Parser, context: str, one: bool = False) -> None:
     """`--device LIST` (alias `--devices`): device ids in the CPU-list grammar (`0-3,5`).
 
-    The value is always a list; a command that takes one device checks with
-    `common.one_device`. Ids are the host's (the `npu-smi info` / `nvidia-smi` index, the
-    N of /dev/davinciN or /dev/nvidiaN), which is also what plan keys are.
+    The value is always a list (one shape in every command); a command that takes one
+    device (`one`: its help offers no list) checks with `common.one_device`. Ids are the
+    host's (the `npu-smi info` / `nvidia-smi` index, the N of /dev/davinciN or
+    /dev/nvidiaN), which is also what plan keys are.
     """
+    ids = "host ids, as npu-smi / nvidia-smi number them and plan keys are; " + (
+        "one here, e.g. 3" if one else "e.g. 0-3,5"
+    )
     p.add_argument(
         "--device",
         "--devices",
         dest="device",
         type=device_ids,
         metavar="LIST",
-        help=f"{context} (host ids, as npu-smi / nvidia-smi number them and plan keys "
-        "are; e.g. 0-3,5)",
+        help=f"{context} ({ids})",
     )
 
 
@@ -208,8 +211,8 @@ def device_glob(p: Parser) -> None:
         default=[],
         metavar="GLOB",
         help="also treat open files matching GLOB as device nodes, the number their name "
-        "ends with being the device id (repeatable; adds to /dev/davinciN, /dev/nvidiaN, "
-        "/dev/accel/accelN, /dev/kfd, /dev/dri/renderD*, ...)",
+        "ends with being the device id (repeatable; adds to the built-in ones: /dev/davinciN, "
+        "/dev/nvidiaN, /dev/dri/renderD*, ...)",
     )
 
 

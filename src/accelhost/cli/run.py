@@ -69,7 +69,7 @@ def register(subparsers: Any) -> None:
         "CAP_SYS_ADMIN): the kernel frees every segment and shm file with its last process",
     )
     options.expect_util(p, "preflight before the start (refuse to start when it fails)")
-    options.device(p, "the one device --expect-util checks")
+    options.device(p, "the device --expect-util checks", one=True)
     p.add_argument(
         "--bind",
         metavar="DEVICE",

@@ -6,22 +6,27 @@ import argparse
 import os
 import sys
 import tempfile
+from collections.abc import Sequence
 from typing import Any
 
 from accelhost.cli import options
-from accelhost.cli.common import add_command, dumps_json
+from accelhost.cli.common import add_command, dumps_json, pci_from_args
 from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
 
 
 def record_snapshot(
-    inner: Host, device_type: str | None = None, doctor: bool = True
+    inner: Host,
+    device_type: str | None = None,
+    doctor: bool = True,
+    pci: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Read `inner` as `plan`/`topo` (and `doctor`) would, and return the snapshot dict.
 
     Trimmed like every recording (`accelhost.host.redact`); of `ps -Te` only the UVB poll
     threads the Ascend planner looks for are kept, of a container runtime's answers only
-    the fields the doctor reads."""
+    the fields the doctor reads. `pci` records those devices' sysfs, which only
+    `--pci` names: a replay then plans them with the same `--pci`."""
     from accelhost.containers.docker_api import trim_answer
     from accelhost.host.base import command_key
     from accelhost.host.once import read_once
@@ -37,7 +42,7 @@ def record_snapshot(
         http_filter=lambda path, body: trim_answer(path, body, redact_argv),
     )
     once = read_once(rec)  # what the planner and the doctor both read is read once
-    topo = read_topology(once, device_type=device_type)
+    topo = read_topology(once, device_type=device_type, pci=pci)
     if doctor:
         read_facts(once)
     return rec.to_snapshot(device_type=topo.family)
@@ -54,7 +59,8 @@ DESCRIPTION = (
 def run_snapshot(args: argparse.Namespace) -> int:
     from accelhost.host import live_host
 
-    data = record_snapshot(live_host(), args.device_type, doctor=not args.plan_only)
+    pci = pci_from_args(args)
+    data = record_snapshot(live_host(), args.device_type, not args.plan_only, pci)
     text = dumps_json(data) + "\n"
     if args.output in (None, "-"):
         sys.stdout.write(text)
@@ -82,6 +88,7 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = add_command(sub, "snapshot", run_snapshot, HELP, DESCRIPTION)
     parser.add_argument("-o", "--output", metavar="FILE", help="where to write (default: stdout)")
     options.device_type(parser)
+    options.pci(parser)
     parser.add_argument(
         "--plan-only", action="store_true", help="record only what the planner reads"
     )
