@@ -1,8 +1,9 @@
 """`nvidia-smi` CSV queries for device memory and the processes that hold it.
 
 Queried with `--format=csv,noheader,nounits`, so values are bare MiB numbers; a value the
-driver cannot give prints as `[N/A]` or `[Not Supported]` and becomes None here (unknown
-is never read as zero: an unknown device is not an idle device).
+driver cannot give prints as `[N/A]`, `[Not Supported]` or (some fields, some drivers) a
+bare `N/A` and becomes None here (unknown is never read as zero: an unknown device is not
+an idle device).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from accelhost.errors import ParseError
+from accelhost.parsers.sysfs import normalize_pci_address
 
 GPU_QUERY = (
     "nvidia-smi",
@@ -40,7 +42,7 @@ class GpuComputeApp:
 
 def _number(cell: str, source: str, line_no: int) -> int | None:
     cell = cell.strip()
-    if not cell or cell.startswith("["):
+    if not cell or cell.startswith("[") or cell == "N/A":
         return None
     try:
         return int(float(cell))
@@ -65,12 +67,10 @@ def _rows(text: str, query: tuple[str, ...]) -> Iterator[tuple[str, int, int | N
 
 
 def normalize_bus_id(bus_id: str) -> str:
-    """`00000000:3B:00.0` (nvidia-smi) and `0000:3b:00.0` (sysfs) compare equal."""
-    text = bus_id.strip().lower()
-    domain, sep, rest = text.partition(":")
-    if sep and len(domain) > 4:
-        return f"{domain[-4:]}:{rest}"
-    return text
+    """The sysfs form `--query-gpu` addresses get (`normalize_pci_address`): one GPU's id
+    must compare equal in both queries, also where the domain is wider than 16 bits
+    (Hyper-V GPUs print `03F8CFDD:00:00.0`)."""
+    return normalize_pci_address(bus_id, " ".join(APPS_QUERY))
 
 
 def parse_gpu_memory(text: str) -> list[GpuMemory]:
