@@ -392,9 +392,8 @@ def _parse_addr(text: str) -> tuple[str, int] | None:
 
 
 def watch_main(args: argparse.Namespace) -> int:
-    from prometheus_client.exposition import start_http_server
-
     from accelhost.hygiene.watch import WatchConfig, Watcher, json_logger
+    from accelhost.hygiene.watch_metrics import MetricsServer
 
     options = hygiene_options(args)
     if not args.interval >= 0.1:  # NaN too
@@ -423,7 +422,8 @@ def watch_main(args: argparse.Namespace) -> int:
     server = None
     if addr is not None:
         try:
-            server, _thread = start_http_server(addr[1], addr[0], registry=watcher.registry)
+            server = MetricsServer(addr[0], addr[1], watcher.registry)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
         except (OSError, OverflowError, UnicodeError) as exc:
             why = getattr(exc, "strerror", None) or str(exc)
             raise AccelhostError(f"--metrics-addr {args.metrics_addr}: {why}") from None
@@ -434,6 +434,10 @@ def watch_main(args: argparse.Namespace) -> int:
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda _s, _f: stop.set())
+        # nothing to reopen (the journal is opened for each clean): a HUP from logrotate
+        # must not end the watch and what it remembers (a handler, not SIG_IGN, which
+        # the tools it runs would inherit)
+        signal.signal(signal.SIGHUP, lambda _s, _f: None)
     try:
         watcher.run(stop, args.rounds)
     finally:

@@ -22,7 +22,7 @@ from typing import Any
 
 from prometheus_client.registry import CollectorRegistry
 
-from accelhost.errors import UsageError
+from accelhost.errors import AccelhostError, UsageError
 from accelhost.host.base import Host
 from accelhost.host.redact import redact_values
 from accelhost.hygiene.checks import run_checks
@@ -124,6 +124,7 @@ class Watcher:
         self._orphans_looked: set[tuple[int, int]] = set()  # orphans a full look confirmed
         self._engine_segments: set[tuple[int, int]] = set()  # (shmid, ctime) an engine made
         self._holders = HolderMemory()  # which container held each /dev/shm file
+        self._clean_error: str | None = None  # why the last --auto-clean could not act
         # --container: only what it runs or left (its checks, metrics and auto-clean)
         self._scope = None if options.container is None else ContainerScope(options.container)
 
@@ -333,12 +334,24 @@ class Watcher:
             actions = scope_actions(actions, rnd.facts, self._scope.chosen)
         if not actions:
             return
-        self.log({"event": "auto_clean", "actions": [a.to_dict() for a in actions]})
-        journal = Journal(self.config.journal)
+        if self._clean_error is None:  # a retry after a failure is not said again
+            self.log({"event": "auto_clean", "actions": [a.to_dict() for a in actions]})
         try:
-            result = execute(actions, self.options, journal, grace_s=self.config.grace_s)
-        finally:
-            journal.close()
+            journal = Journal(self.config.journal)
+            try:
+                result = execute(actions, self.options, journal, grace_s=self.config.grace_s)
+            finally:
+                journal.close()
+        except AccelhostError as exc:
+            # No record, no action (a full disk): the round's checks and metrics stand, the
+            # actions count as failed each round, and the cause is said once, not per round.
+            for a in actions:
+                self.collector.count_clean(a.kind, "failed")
+            if str(exc) != self._clean_error:
+                self.log({"event": "auto_clean_failed", "error": str(exc)})
+            self._clean_error = str(exc)
+            return
+        self._clean_error = None
         for out in result.outcomes:
             self.collector.count_clean(out.action, "ok" if out.ok else "failed")
         self.log({"event": "auto_clean_done", "outcomes": [o.to_dict() for o in result.outcomes]})

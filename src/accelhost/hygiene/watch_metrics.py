@@ -7,17 +7,28 @@ series; a source that cannot be read exports no sample. The watch's own cost per
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client.exposition import make_wsgi_app
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from accelhost.hygiene.facts import HostFacts
 from accelhost.hygiene.report import CHECK_NAMES, STATUSES, UNKNOWN, DoctorReport
 
 MIB = 2**20
+# A scrape takes milliseconds. A connection idle this long is closed, and at most
+# MAX_SCRAPES are served at once (more are closed at once): each holds a thread and a file
+# descriptor, and a client that opens and never asks must not take them all (at the
+# systemd default of 1,024 descriptors every round would fail with EMFILE).
+SCRAPE_TIMEOUT_S = 10.0
+MAX_SCRAPES = 16
 STATUS_HELP = "Check status: 1 for the check's current state, 0 for the others"
 # The help text of each metric that is one sample without labels.
 HELP = {
@@ -235,3 +246,40 @@ class HygieneCollector(Collector):
         for source in sorted(degraded):
             fallback.add_metric([source], 1.0)
         yield fallback
+
+
+class _ScrapeHandler(WSGIRequestHandler):
+    timeout = SCRAPE_TIMEOUT_S
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        """A scrape is no event of the watch's log."""
+
+
+class MetricsServer(ThreadingMixIn, WSGIServer):
+    """/metrics of `registry` on (host, port), a thread per scrape, bounded in number and
+    time (SCRAPE_TIMEOUT_S, MAX_SCRAPES); `serve_forever` in a thread of the caller's."""
+
+    daemon_threads = True
+
+    def __init__(self, host: str, port: int, registry: CollectorRegistry) -> None:
+        self.address_family = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0][0]
+        self._slots = threading.BoundedSemaphore(MAX_SCRAPES)
+        super().__init__((host, port), _ScrapeHandler)
+        self.set_app(make_wsgi_app(registry))
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went quiet or away is not the watch's error (no traceback)."""
