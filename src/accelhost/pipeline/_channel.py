@@ -36,6 +36,8 @@ def collect_batch(
         more = inq.get_many(max_size - len(items), timeout=left)
         if more is None:
             return items, True
+        if not more:  # timed out, or hurried
+            break
         items.extend(more)
     return items, False
 
@@ -71,6 +73,7 @@ class Channel(Generic[T]):
         self._putters = 0
         self._producers = producers
         self._aborted = False
+        self._hurry = False
         self._aget: list[Waiter] = []
         self._aput: list[Waiter] = []
         # time-weighted depth: the integral of depth over time, updated on every change
@@ -179,7 +182,7 @@ class Channel(Generic[T]):
                 wait_s = None
                 if deadline is not None:
                     wait_s = deadline - perf_counter()
-                    if wait_s <= 0:
+                    if wait_s <= 0 or self._hurry:
                         return []
                     # a Batch may wait "forever" (inf): wait() takes no more than this
                     wait_s = min(wait_s, threading.TIMEOUT_MAX)
@@ -195,7 +198,7 @@ class Channel(Generic[T]):
         while True:
             with self._lock:
                 got = self._poll(max_n)
-                if got is None or got:
+                if got is None or got or (deadline is not None and self._hurry):
                     return got
                 entry: Waiter = (loop, loop.create_future())
                 self._aget.append(entry)
@@ -212,6 +215,15 @@ class Channel(Generic[T]):
     def _forget(self, waiters: list[Waiter], entry: Waiter) -> None:
         with self._lock, contextlib.suppress(ValueError):
             waiters.remove(entry)
+
+    def hurry(self, on: bool) -> None:
+        """While on (the feeder waits for the ordered window to open), a wait with a
+        timeout, a batch filling up, returns at once: see `_ends._hurry`."""
+        with self._lock:
+            self._hurry = on
+            if on:
+                self._not_empty.notify_all()
+                _wake(self._aget)
 
     def abort(self) -> None:
         with self._lock:

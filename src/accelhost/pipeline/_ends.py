@@ -57,15 +57,26 @@ async def afeed(r: Run, aiterable: AsyncIterable[Any]) -> None:
         async for item in aiterable:
             if r.aborted:
                 break
-            while ordered and r.fed - r.released >= window:
-                if r.aborted:
-                    raise Aborted
-                await asyncio.sleep(0.001)
+            if ordered and r.fed - r.released >= window:
+                _hurry(r, True)
+                while r.fed - r.released >= window:
+                    if r.aborted:
+                        raise Aborted
+                    await asyncio.sleep(0.001)
+                _hurry(r, False)
             await first.aput_many([Env(r.fed, item)])
             r.fed += 1
 
 
+def _hurry(r: Run, on: bool) -> None:
+    """While the window is full no item comes in until one leaves, and the one awaited may
+    sit in a batch waiting to fill: batches go on as they are until the feeder goes on."""
+    for ch in r.channels:
+        ch.hurry(on)
+
+
 def _window_wait(r: Run, window: int) -> None:
+    _hurry(r, True)
     with r.window_cond:
         r.feeder_waiting = True
         try:
@@ -73,6 +84,7 @@ def _window_wait(r: Run, window: int) -> None:
                 r.window_cond.wait(0.1)
         finally:
             r.feeder_waiting = False
+    _hurry(r, False)
     if r.aborted:
         raise Aborted
 

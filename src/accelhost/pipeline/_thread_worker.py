@@ -103,6 +103,8 @@ async def _async_worker(r: Run, w: Worker) -> None:
                 if more is None:
                     eof = True
                     break
+                if not more:  # hurried (see Channel.hurry)
+                    break
                 envs.extend(more)
             good = [e for e in envs if e.error is None]
             if good:
