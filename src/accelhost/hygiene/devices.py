@@ -79,7 +79,11 @@ def read_ascend(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | None
         errors["devices"] = "`npu-smi info` printed no chip table"
         return []
     order = sorted(info.chips, key=lambda c: (c.npu_id, c.chip_id))
-    index_of = {(c.npu_id, c.chip_id): i for i, c in enumerate(order)}
+    # an A3 chip names its /dev/davinciN (Phy-ID), which a container keeps from its host;
+    # elsewhere the position is the number (a host lists every chip in that order)
+    phys = [c.phy_id for c in order]
+    numbers = phys if None not in phys and len(set(phys)) == len(phys) else range(len(order))
+    index_of = {(c.npu_id, c.chip_id): int(n or 0) for c, n in zip(order, numbers, strict=True)}
     first_chip: dict[int, int] = {}
     for c in order:
         first_chip.setdefault(c.npu_id, c.chip_id)
@@ -99,7 +103,8 @@ def read_ascend(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | None
             name=c.name,
             processes=tuple(procs.get(i, ())),
         )
-        for i, c in enumerate(order)
+        for c in order
+        for i in (index_of[(c.npu_id, c.chip_id)],)
     ]
 
 

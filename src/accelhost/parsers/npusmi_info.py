@@ -17,6 +17,8 @@ from accelhost.errors import ParseError
 from accelhost.topology import DeviceProcess
 
 SOURCE = "npu-smi info"
+# An NPU (card) id is a DCMI card id, not a count: 310P hosts print 32768, 32896, ...
+MAX_CARD_ID = 1 << 16
 
 
 class NpuChip(NamedTuple):
@@ -29,6 +31,8 @@ class NpuChip(NamedTuple):
     hbm_used_mb: int | None = None
     hbm_total_mb: int | None = None
     health: str | None = None
+    # A3 (`Chip  Phy-ID`): the N of /dev/davinciN, which a container keeps from its host
+    phy_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,7 @@ def _parse(text: str) -> NpuSmiInfo:
         mem_text = cells[i_mem].strip() if i_mem < n else ""
         pid = int(pid_text) if pid_text.isdecimal() else -1
         # comparisons, not calls: this loop runs for every process of a busy host
-        if npu >= MAX_DEVICES or (chip or 0) >= MAX_DEVICES or pid >= MAX_PID:
+        if npu >= MAX_CARD_ID or (chip or 0) >= MAX_DEVICES or pid >= MAX_PID:
             raise ParseError(SOURCE, f"an id beyond what a host can have in {line[:60]!r}")
         processes.append(
             DeviceProcess(
@@ -136,9 +140,10 @@ def _parse_chips(text: str) -> tuple[NpuChip, ...]:
     npu: int | None = None
     name = ""
     health: str | None = None
+    phy_column = "Phy-ID" in text  # 310P's second number (Device) is a logic id
     for first, rest, second, third in _UPPER_ROW.findall(text):
         label = rest.strip()
-        if label:  # an NPU row: id, name, health
+        if label and not label.isdecimal():  # an NPU row: id, name, health
             npu = int(first)
             name, health = " ".join(label.split()), second.strip() or None
             continue
@@ -153,11 +158,12 @@ def _parse_chips(text: str) -> tuple[NpuChip, ...]:
             if before and after and before[-1].isdecimal() and after[0].isdecimal():
                 used, total = int(before[-1]), int(after[0])
         bus_cell = second.split()
-        bus = bus_cell[0].lower() if bus_cell else None
+        bus = bus_cell[0].lower() if bus_cell and ":" in bus_cell[0] else None  # 310B: NA
         chip = int(first)
-        if npu >= MAX_DEVICES or chip >= MAX_DEVICES:
+        phy = int(label) if label and phy_column else None
+        if npu >= MAX_CARD_ID or chip >= MAX_DEVICES or (phy or 0) >= MAX_DEVICES:
             raise ParseError(SOURCE, f"a chip id beyond what a host can have: {first[:20]}")
-        chips.append(NpuChip(npu, chip, name, bus, used, total, health))
+        chips.append(NpuChip(npu, chip, name, bus, used, total, health, phy))
     if len(chips) > MAX_DEVICES:
         raise ParseError(SOURCE, f"more than {MAX_DEVICES} chips")
     return tuple(chips)

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from accelhost.cpulist import MAX_DEVICES
 from accelhost.errors import ParseError
+from accelhost.parsers.npusmi_info import MAX_CARD_ID
 
 SOURCE = "npu-smi info -m"
 _COLUMNS = re.compile(r"\s{2,}")
@@ -56,8 +57,8 @@ def parse_npu_map(text: str | None) -> list[MapEntry]:
         try:
             npu, chip, logic = int(npu_text), int(chip_text), int(logic_text)
         except ValueError:  # thousands of digits
-            npu = chip = logic = MAX_DEVICES
-        if npu >= MAX_DEVICES or chip >= MAX_DEVICES or logic >= MAX_DEVICES:
+            npu = chip = logic = MAX_CARD_ID
+        if npu >= MAX_CARD_ID or chip >= MAX_DEVICES or logic >= MAX_DEVICES:
             raise ParseError(SOURCE, f"an id beyond what a host can have: {line.strip()[:60]!r}")
         entries.append(MapEntry(npu, chip, logic, name))
     if len(entries) > MAX_DEVICES:

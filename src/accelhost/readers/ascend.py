@@ -48,7 +48,12 @@ def _failed(argv: list[str], result: CommandResult | None, told: bool) -> tuple[
 def read_ascend_topology(host: Host, family: str | None) -> Topology:
     """The Ascend topology of `host`; `family` None is told from the chip names."""
     map_res, info_res = host.run(NPU_MAP), host.run(NPU_INFO)
-    entries = parse_npu_map(map_res.stdout if map_res else None)
+    try:
+        entries = parse_npu_map(map_res.stdout if map_res else None)
+    except ParseError:
+        if map_res is None or map_res.ok:
+            raise
+        entries = []  # a failed tool's words (`dcmi module initialize failed`): in `unread`
     info = parse_npu_smi_info(info_res.stdout if info_res else None)
     unread = _failed(NPU_MAP, map_res, bool(entries)) + _failed(
         NPU_INFO, info_res, bool(info.chips)
