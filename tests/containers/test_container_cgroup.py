@@ -7,7 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accelhost.containers.cgroup import MAX_CGROUP_TEXT, parse_cgroup, parse_cgroup_path
+from accelhost.containers.cgroup import (
+    MAX_CGROUP_TEXT,
+    CgroupContainer,
+    parse_cgroup,
+    parse_cgroup_path,
+)
 from accelhost.errors import ParseError
 from container_hosts import SHAPES, cgroup_text, cid
 
@@ -105,6 +110,122 @@ def test_far_too_long_text_is_refused_unread() -> None:
         parse_cgroup("0::/\n" * (MAX_CGROUP_TEXT // 4))
 
 
+# Shapes as public reports paste them (ids and names as there), and what each names:
+# (runtime, id, pod uid, qos, name); runtime "": a bare id only a runtime's listing confirms.
+_FA3 = "fa3efb77682c417a737a22a72a51e5a48d45ad7b7b88b31519d00f44f4ef4176"
+_20B = "20b6d1b909f3098d128b75aeccc191bdc1ace5ea0a45878046db6dd282370d92"
+_D7D = "d7dfb4a21fe1703a8537e60d5af248af729315d187b24a538102d14874c8117d"
+_KIND_POD = "1e597579-417e-482f-bf65-5fe170c3aebd"
+REAL_SHAPES: list[tuple[str, tuple[str, str, str | None, str | None, str | None] | None]] = [
+    # Docker, cgroupfs, `--cgroup-parent=/user.slice` (docker/for-linux#671, the tree it
+    # expected, Ubuntu 16.04)
+    (f"0::/user.slice/{_FA3}\n", ("", _FA3, None, None, None)),
+    # Docker, cgroupfs, `--cgroup-parent=benchexec`, seen from the host's cgroup namespace
+    # (sosy-lab/benchexec#36)
+    (f"3:cpuacct:/benchexec/{_20B}\n", ("", _20B, None, None, None)),
+    # containerd's default `/<namespace>/<id>` (containerd oci/spec.go populateDefaultUnixSpec;
+    # nerdctl generateCgroupPath leaves it to containerd with cgroupfs), nerdctl's `default`
+    (f"0::/default/{_FA3}\n", ("containerd", _FA3, None, None, None)),
+    # kind: kubelet's custom cgroup root `kubelet.slice`, systemd driver (containerd/nri#227)
+    (
+        "0::/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/"
+        f"kubelet-kubepods-besteffort-pod{_KIND_POD.replace('-', '_')}.slice/"
+        f"cri-containerd-{_D7D}.scope\n",
+        ("containerd", _D7D, _KIND_POD, "besteffort", None),
+    ),
+    # LXD 4 (LXC 4.0) on Ubuntu 20.04, v1 with systemd in the container (htop#328)
+    (
+        "12:freezer:/lxc.payload.buster\n"
+        "11:memory:/lxc.payload.buster/system.slice/networking.service\n"
+        "3:cpuset:/lxc.payload.buster\n"
+        "1:name=systemd:/lxc.payload.buster/system.slice/networking.service\n"
+        "0::/lxc.payload.buster/system.slice/networking.service\n",
+        ("lxc", "buster", None, None, "buster"),
+    ),
+    # LXC 4.0's attach cgroup below the container's (lxc/lxc#3373)
+    ("0::/lxc.payload.test/.lxc\n", ("lxc", "test", None, None, "test")),
+    # LXC 3.1 to 3.2: `lxc` split into lxc.payload/ and lxc.monitor/ (draios/sysdig#1344)
+    ("4:cpuset:/lxc.payload/web\n", ("lxc", "web", None, None, "web")),
+    # older LXC: `lxc/<name>` (netdata/netdata#3199; lxc/lxc#1275 `8:cpuset:/lxc/c`)
+    (
+        "4:cpu,cpuacct:/lxc/deloittedigi/system.slice/php7.1-fpm.service\n",
+        ("lxc", "deloittedigi", None, None, "deloittedigi"),
+    ),
+    ("8:cpuset:/lxc/c\n", ("lxc", "c", None, None, "c")),
+    # LXC's monitor (lxc/lxc src/lxc/cgroups/cgfsng.c, DEFAULT_MONITOR_CGROUP_PREFIX): host
+    ("0::/lxc.monitor.buster\n", None),
+    ("0::/lxc.monitor/web\n", None),
+    # LXC retries `<name>-1` .. `-999` when the cgroup exists (cgfsng.c CGROUP_CREATE_RETRY):
+    # `web-1` may be container `web-1` or `web`: not named
+    ("0::/lxc.payload.web-1\n", None),
+    ("4:cpuset:/lxc/web-2/init.scope\n", None),
+    # systemd-nspawn started by machined: machine-<name>.scope/payload (systemd/systemd#18104)
+    (
+        "0::/machine.slice/machine-fedora.scope/payload/system.slice/sshd.service\n",
+        ("systemd-nspawn", "fedora", None, None, "fedora"),
+    ),
+    # its scope name escapes `-` (systemd/systemd#38440: machine-TEST\x2d13\x2dNSPAWN...)
+    (
+        "0::/machine.slice/machine-TEST\\x2d13\\x2dNSPAWN.machinectl\\x2dbind.7ye.scope/payload\n",
+        (
+            "systemd-nspawn",
+            "TEST-13-NSPAWN.machinectl-bind.7ye",
+            None,
+            None,
+            "TEST-13-NSPAWN.machinectl-bind.7ye",
+        ),
+    ),
+    # `machinectl start`: systemd-nspawn@.service (--keep-unit, Slice=machine.slice); the
+    # payload below it, nspawn itself in `supervisor` (systemd src/nspawn/nspawn-cgroup.c)
+    (
+        "0::/machine.slice/systemd-nspawn@debian.service/payload/init.scope\n",
+        ("systemd-nspawn", "debian", None, None, "debian"),
+    ),
+    ("0::/machine.slice/systemd-nspawn@debian.service/supervisor\n", None),
+    # a machine scope without `payload` may be a VM's (libvirt's qemu) or a v1 nspawn's own
+    ("0::/machine.slice/machine-qemu\\x2d1\\x2dvm1.scope/libvirt/emulator\n", None),
+    ("1:name=systemd:/machine.slice/machine-fedora.scope\n", None),
+    # nspawn --keep-unit in any unit: the unit's name is no machine's (systemd/systemd#16796)
+    ("0::/user.slice/user-1001.slice/user@1001.service/leaky.scope/payload/init.scope\n", None),
+    # already read before: Docker, systemd driver, `--cgroup-parent=my.slice` (runc's
+    # getUnitName `<prefix>-<id>.scope` in the parent slice, docker/runc 7695a0d)
+    (f"0::/my.slice/docker-{_FA3}.scope\n", ("docker", _FA3, None, None, None)),
+    # rootless Docker, systemd (docker/docs#14545)
+    (
+        f"0::/user.slice/user-1000.slice/user@1000.service/user.slice/docker-{_FA3}.scope\n",
+        ("docker", _FA3, None, None, None),
+    ),
+    # rootless Podman in a pod (containers/podman#6400)
+    (
+        "0::/user.slice/user-1000.slice/user@1000.service/user.slice/"
+        f"user-libpod_pod_{_20B}.slice/libpod-{_FA3}.scope/container\n",
+        ("podman", _FA3, None, None, None),
+    ),
+    # nerdctl, systemd: `system.slice:nerdctl:<id>` (nerdctl generateCgroupPath)
+    (f"0::/system.slice/nerdctl-{_FA3}.scope\n", ("containerd", _FA3, None, None, None)),
+    # Kubernetes, cgroupfs, kubelet `--cgroup-root=/custom`
+    (
+        f"0::/custom/kubepods/burstable/pod{UID}/{_FA3}\n",
+        ("kubernetes", _FA3, UID, "burstable", None),
+    ),
+]
+
+
+@pytest.mark.parametrize("text, expected", REAL_SHAPES)
+def test_real_shapes_name_their_container_or_none(
+    text: str, expected: tuple[str, str, str | None, str | None, str | None] | None
+) -> None:
+    found = parse_cgroup(text)
+    got = found and (found.runtime, found.container_id, found.pod_uid, found.qos, found.name)
+    assert got == expected
+
+
+def _well_formed(found: CgroupContainer) -> bool:
+    if found.runtime in ("lxc", "systemd-nspawn"):
+        return found.name == found.container_id and bool(found.name)
+    return len(found.container_id) == 64 and found.name is None
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=400))
 def test_any_text_parses_or_raises_parse_error(text: str) -> None:
@@ -112,12 +233,13 @@ def test_any_text_parses_or_raises_parse_error(text: str) -> None:
         found = parse_cgroup(text)
     except ParseError:
         return
-    assert found is None or len(found.container_id) == 64
+    assert found is None or _well_formed(found)
 
 
 _PART = st.sampled_from(
     ["kubepods", "kubepods.slice", "burstable", f"pod{UID}", "docker", cid(5), "x.scope"]
     + [f"{p}{cid(5)}.scope" for p in ("docker-", "crio-", "libpod-", "cri-containerd-")]
+    + ["lxc", "lxc.payload", "lxc.payload.web", "payload", "machine-web.scope", "default"]
 ) | st.text(alphabet="abcdef0123456789-_.", max_size=70)
 
 
@@ -128,6 +250,9 @@ def test_any_path_of_plausible_parts_names_a_well_formed_container_or_none(
 ) -> None:
     found = parse_cgroup_path("/" + "/".join(parts))
     if found is not None:
-        assert len(found.container_id) == 64
-        assert found.runtime in ("docker", "containerd", "cri-o", "podman", "kubernetes")
+        assert _well_formed(found)
+        assert found.runtime in (
+            *("docker", "containerd", "cri-o", "podman", "kubernetes", "lxc", "systemd-nspawn"),
+            "",  # a bare id: the runtime that lists it says which
+        )
         assert found.container_id in "/".join(parts)

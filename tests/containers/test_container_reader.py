@@ -342,3 +342,43 @@ def test_a_runtime_that_stops_answering_is_asked_nothing_more() -> None:
     ]
     c = view.of_pid(1001)
     assert c is not None and c.name == "vllm-bash" and c.ipc_mode is None
+
+
+def test_a_bare_id_under_a_custom_parent_is_the_container_its_runtime_lists() -> None:
+    """`docker run --cgroup-parent=/engines` (cgroupfs) leaves `/engines/<id>`: the same
+    shape as nerdctl's or a CRI's with a parent of their own. The runtime that lists the id
+    says which; where none does, it stays a host process (the runtime would be a guess),
+    and no namespace of it is read as a container's."""
+    m = FakeMachine()
+    on_host(m, 1)
+    for pid, n in ((5000, 0x44), (5001, 0x55)):
+        put_in_container(m, pid, f"/engines/{cid(n)}", ipc=4026532950 + n, nspid=(pid, 1))
+    procs = {1: proc(1, "init"), 5000: proc(5000, "vllm serve /m"), 5001: proc(5001, "vllm x")}
+    alone = read_containers(m.host(), procs, NOW)
+    assert alone.pid_container == {} and alone.containers == {} and alone.namespaces == {}
+    assert alone.notes == ()  # no container seen: nothing to say about names
+    docker_answers(m.http, [{"id": cid(0x44), "name": "vllm-parent", "pid": 5000}])
+    view = read_containers(m.host(), procs, NOW)
+    c = view.of_pid(5000)
+    assert c is not None and (c.runtime, c.id, c.name) == ("docker", cid(0x44), "vllm-parent")
+    assert view.of_pid(5001) is None and set(view.namespaces) == {5000}
+    # a CRI lists it: crictl's word (a kubelet with its own cgroup parent)
+    m.commands["crictl ps -a -o json"] = json.dumps(
+        {"containers": [{"id": cid(0x55), "metadata": {"name": "engine"}, "labels": {}}]}
+    )
+    c = read_containers(m.host(), procs, NOW).of_pid(5001)
+    assert c is not None and (c.runtime, c.name) == ("kubernetes", "engine")
+
+
+def test_lxc_and_nspawn_containers_are_named_by_their_cgroup_without_a_runtime() -> None:
+    m = FakeMachine()
+    on_host(m, 1)
+    put_in_container(m, 6000, "/lxc.payload.web/system.slice/vllm.service", nspid=(6000, 40))
+    put_in_container(m, 6001, "/machine.slice/machine-db.scope/payload/init.scope", nspid=(6001, 1))
+    procs = {1: proc(1, "init"), 6000: proc(6000, "vllm serve"), 6001: proc(6001, "/sbin/init")}
+    view = read_containers(m.host(), procs, NOW)
+    lxc, nspawn = view.of_pid(6000), view.of_pid(6001)
+    assert lxc is not None and (lxc.runtime, lxc.id, lxc.name) == ("lxc", "web", "web")
+    assert nspawn is not None and (nspawn.runtime, nspawn.name) == ("systemd-nspawn", "db")
+    assert lxc.label == "web (lxc web)" and view.notes == ()  # every name is known
+    assert [c.id for c in view.find("db")] == ["db"]

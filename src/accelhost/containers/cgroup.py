@@ -10,9 +10,17 @@ Every runtime puts a container's processes in a cgroup whose path names the cont
   (`--cgroups=split`) `.../<unit>.service/libpod-payload-<id>` (`libpod-conmon-<id>.scope`
   and, for a pod on cgroupfs, `/libpod_parent/<pod id>/conmon` are its monitor);
 - a Kubernetes pod: `kubepods[-<qos>].slice/kubepods-<qos>-pod<uid with _>.slice/...`
-  (systemd) or `/kubepods/<qos>/pod<uid>/<id>` (cgroupfs), Guaranteed pods without the
-  QoS level; the runtime's own scope (above) inside it says which runtime, a bare id does
-  not (then the runtime is `kubernetes`).
+  (systemd; under a custom cgroup root `<root>-kubepods-...`) or `/kubepods/<qos>/pod<uid>/<id>`
+  (cgroupfs), Guaranteed pods without the QoS level; the runtime's own scope (above) inside
+  it says which runtime, a bare id does not (then the runtime is `kubernetes`);
+- containerd's own default (nerdctl, cgroupfs): `/default/<id>`;
+- a bare id under any other parent (`--cgroup-parent` with cgroupfs: Docker, nerdctl) names
+  no runtime: runtime "" here, a container only where a runtime that answers lists the id;
+- LXC and LXD, by name: `lxc.payload.<name>` (4.0+), `/lxc.payload/<name>` (3.1), `/lxc/<name>`
+  (older); `<name>-<n>` is also LXC's retry of `<name>` when its cgroup existed: not named;
+- systemd-nspawn, by name: `machine-<name>.scope/payload` or
+  `systemd-nspawn@<name>.service/payload` (a unified hierarchy; `supervisor` is nspawn itself,
+  and a scope without `payload` may as well be a VM's: not named).
 
 A reader in a cgroup namespace of its own (a pod's, on cgroup v2) sees other paths
 relative to its root (`/../../besteffort/pod<uid>/<id>`): the same shapes, below `..`.
@@ -22,7 +30,8 @@ A process on the host (`0::/init.scope`, `/user.slice/...`) is in no container: 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal
 
 from accelhost.errors import ParseError
 
@@ -40,17 +49,25 @@ _SCOPES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(rf"^libpod-payload-({_HEX64})$"), "podman"),
 )
 _BARE_ID = re.compile(rf"^{_HEX64}$")
-# kubepods-burstable-pod1234_abcd.slice / kubepods-pod1234_abcd.slice (Guaranteed)
-_POD_SLICE = re.compile(r"^kubepods(?:-(besteffort|burstable))?-pod([0-9a-f_-]{1,64})\.slice$")
+# kubepods-burstable-pod1234_abcd.slice / kubepods-pod1234_abcd.slice (Guaranteed), with a
+# custom cgroup root's prefix (kind: kubelet-kubepods-besteffort-pod..._....slice)
+_POD_SLICE = re.compile(
+    r"^(?:[\w.-]+-)?kubepods(?:-(besteffort|burstable))?-pod([0-9a-f_-]{1,64})\.slice$"
+)
+_NAME = re.compile(r"[A-Za-z0-9][\w.+-]{0,252}")  # an LXC or machine name
+_NSPAWN = re.compile(r"^(?:machine-(.+)\.scope|systemd-nspawn@(.+)\.service)$")
+_ESCAPED = re.compile(r"\\x([0-9a-f]{2})")  # systemd's unit names: machine-web\x2d1.scope
+_RETRY = re.compile(r"-[0-9]+$")  # LXC's `-1`..`-999` when the cgroup existed: ambiguous
 _POD_DIR = re.compile(r"^pod([0-9a-f-]{1,64})$")
 
 
 @dataclass(frozen=True)
 class CgroupContainer:
-    runtime: str  # docker, containerd, cri-o, podman or kubernetes
-    container_id: str  # 64 hex
+    runtime: str  # docker, containerd, cri-o, podman, kubernetes, lxc, systemd-nspawn; "": unknown
+    container_id: str  # 64 hex; an LXC or nspawn container's name
     pod_uid: str | None = None  # Kubernetes pod UID (dashes), when under kubepods
     qos: str | None = None  # guaranteed, burstable, besteffort (Kubernetes only)
+    name: str | None = None  # LXC and nspawn: the cgroup names the container
 
     @property
     def short_id(self) -> str:
@@ -67,9 +84,10 @@ def parse_cgroup_path(path: str) -> CgroupContainer | None:
     # v2: a DaemonSet reads `/../../pod<uid>/<id>`), the kubepods root may lie above it.
     in_kubepods = bool(parts) and parts[0] == ".."
     for n, part in enumerate(parts):
-        if part.startswith("kubepods"):
+        before = parts[n - 1] if n else ""
+        m = _POD_SLICE.match(part)
+        if part.startswith("kubepods") or m:
             in_kubepods = True
-            m = _POD_SLICE.match(part)
             if m:
                 qos = m.group(1) or "guaranteed"
                 pod_uid = m.group(2).replace("_", "-")
@@ -88,6 +106,10 @@ def parse_cgroup_path(path: str) -> CgroupContainer | None:
         if pod:
             pod_uid = pod.group(1)
             continue
+        by_name = _by_name(before, part)
+        if by_name is not False:
+            found = by_name
+            continue
         for rx, runtime in _SCOPES:
             m = rx.match(part)
             if m:
@@ -95,16 +117,33 @@ def parse_cgroup_path(path: str) -> CgroupContainer | None:
                 break
         else:
             if _BARE_ID.match(part):
-                before = parts[n - 1] if n else ""
                 if before == "docker":
                     found = CgroupContainer("docker", part)
                 elif before.startswith("libpod"):
                     found = CgroupContainer("podman", part)
                 elif pod_uid is not None:
                     found = CgroupContainer("kubernetes", part)
+                else:  # containerd's `/<namespace>/<id>`, or any `--cgroup-parent`
+                    found = CgroupContainer("containerd" if parts[:n] == ["default"] else "", part)
     if found is not None and pod_uid is not None:
-        return CgroupContainer(found.runtime, found.container_id, pod_uid, qos)
+        return replace(found, pod_uid=pod_uid, qos=qos)
     return found
+
+
+def _by_name(before: str, part: str) -> CgroupContainer | None | Literal[False]:
+    """An LXC or nspawn container, which its cgroup names by name; None where the name is
+    ambiguous (or no name), False where `part` is no such cgroup."""
+    if part.startswith("lxc.payload."):
+        runtime, name = "lxc", part[len("lxc.payload.") :]
+    elif before in ("lxc", "lxc.payload"):
+        runtime, name = "lxc", part
+    elif part == "payload" and (m := _NSPAWN.match(before)):
+        runtime, name = "systemd-nspawn", _ESCAPED.sub(lambda e: chr(int(e[1], 16)), m[1] or m[2])
+    else:
+        return False
+    if not _NAME.fullmatch(name) or (runtime == "lxc" and _RETRY.search(name)):
+        return None
+    return CgroupContainer(runtime, name, name=name)
 
 
 def parse_cgroup(text: str, source: str = "/proc/PID/cgroup") -> CgroupContainer | None:

@@ -118,8 +118,8 @@ def _merge(seen: CgroupContainer, record: Container | None) -> Container:
     pod = record.pod if record else None
     if seen.pod_uid is not None:
         pod = Pod(pod.namespace if pod else None, pod.name if pod else None, seen.pod_uid)
-    base = record or Container(runtime=seen.runtime, id=seen.container_id)
-    return replace(base, runtime=seen.runtime, state=RUNNING, pod=pod)
+    base = record or Container(runtime=seen.runtime, id=seen.container_id, name=seen.name)
+    return replace(base, runtime=seen.runtime or base.runtime, state=RUNNING, pod=pod)
 
 
 def read_containers(
@@ -151,8 +151,6 @@ def read_containers(
     if cgroups is not None:
         cgroups.clear()
         cgroups.update(now)
-    host_ipc = _host_ipc(host, procs, seen)
-    namespaces: dict[int, Namespaces] = {pid: read_namespaces(host, pid) for pid in sorted(seen)}
     wanted = {c.container_id for c in seen.values()}
     records: dict[str, tuple[Container, int | None]] = {}
     removed: list[Container] = []
@@ -171,6 +169,11 @@ def read_containers(
             answered.append("crictl")
             for cid, c in cri.items():
                 records.setdefault(cid, (c, None))
+    # A bare id under a parent no runtime owns (`--cgroup-parent`) is a container only where
+    # a runtime lists it: that runtime is the one; without one, the runtime would be a guess.
+    seen = {pid: w for pid, w in seen.items() if w.runtime or w.container_id in records}
+    host_ipc = _host_ipc(host, procs, seen)
+    namespaces: dict[int, Namespaces] = {pid: read_namespaces(host, pid) for pid in sorted(seen)}
     containers: dict[str, Container] = {}
     for _pid, where in sorted(seen.items()):
         cid = where.container_id
@@ -194,7 +197,7 @@ def read_containers(
         namespaces=namespaces,
         host_ipc=host_ipc,
         runtimes=tuple(answered),
-        notes=(NO_RUNTIME_NOTE,) if seen and not answered else (),
+        notes=(NO_RUNTIME_NOTE,) if not answered and any(not w.name for w in seen.values()) else (),
     )
 
 
