@@ -237,3 +237,19 @@ def test_a_failure_printed_with_status_0_is_still_no_answer() -> None:
         read_ascend_topology(h, None)
     errors: dict[str, str] = {}
     assert read_ascend(h, errors) == [] and "no chip table" in errors["devices"]
+
+
+def test_chip_names_as_npu_smi_info_m_writes_them_tell_the_family() -> None:
+    """`npu-smi info -m` names a chip `Ascend 910B3` (a blank after Ascend), `npu-smi info`
+    `910B3`: both tell the family (the blank made the -m names tell none)."""
+    from accelhost.family import family_from_chip_names
+
+    for names, family in [
+        (["Ascend 910B3"], "A2"),
+        (["910B3"], "A2"),
+        (["Ascend 310P3"], "310P"),
+        (["Ascend910"], "A3"),
+        (["Ascend950DT"], "950"),
+        (["Ascend 910B3", "Ascend 310P3"], None),
+    ]:
+        assert family_from_chip_names(names) == family, names

@@ -20,9 +20,9 @@ def normalize_family(value: str) -> str:
 
 
 def family_from_chip_name(name: str) -> str | None:
-    """`910B3` -> A2, `Ascend910` / `910_93..` -> A3, `310P3` -> 310P, `..950..` -> 950."""
-    upper = name.strip().upper()
-    bare = upper[len("ASCEND") :] if upper.startswith("ASCEND") else upper
+    """`910B3` -> A2, `Ascend910` / `910_93..` -> A3, `310P3` -> 310P, `..950..` -> 950;
+    `npu-smi info -m` writes `Ascend 910B3`, with a blank."""
+    bare = name.strip().upper().removeprefix("ASCEND").strip()
     if "950" in bare:
         return "950"
     if bare.startswith("910B"):
