@@ -218,10 +218,10 @@ def test_a_watch_keeps_the_ipc_mode_it_read_of_a_container_removed_since() -> No
     watching.resolve(before)
     watching.resolve(after)
     assert watching.chosen is not None and watching.chosen[0].ipc_mode == "host"
-    assert watching.left_file(after, "/dev/shm/psm_x0000001")
+    assert watching.left_file("/dev/shm/psm_x0000001")
     actions = scope_actions(plan_clean(after, OPTS), after, watching.chosen)
     assert [a.path for a in actions if isinstance(a, RemoveShmFile)] == ["/dev/shm/psm_x0000001"]
     fresh = ContainerScope("vllm-x")
     fresh.resolve(after)
-    assert not fresh.left_file(after, "/dev/shm/psm_x0000001")
+    assert not fresh.left_file("/dev/shm/psm_x0000001")
     assert _scoped(after, "vllm-x") == set()

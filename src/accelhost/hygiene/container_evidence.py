@@ -70,8 +70,9 @@ def left_by_birth(facts: HostFacts, born: float | None) -> dict[str, Any] | None
         return None
     stopped = [c for c in cf.view.containers.values() if c.state != RUNNING and c.started]
     alive = sorted((c for c in stopped if _alive_at(c, born)), key=lambda c: (c.started, c.id))
-    sure = [c for c in alive if _host_shm(cf.view, c)]
-    maybe = [c for c in alive if _host_shm(cf.view, c) is None]
+    shm = [(c, _host_shm(cf.view, c)) for c in alive]
+    sure = [c for c, host in shm if host]
+    maybe = [c for c, host in shm if host is None]
     found = sure + maybe
     if not found:
         return None
@@ -357,10 +358,11 @@ class ContainerScope:
         self.chosen: list[Container] | None = None
         self._ids: set[str] = set()
         self._listed: dict[str, ShmFile] = {}  # this round's files by path (`left_file`)
+        self._facts: HostFacts | None = None  # this round's, knowing the chosen (`_knowing`)
 
     def resolve(self, facts: HostFacts) -> list[Container]:
         """The chosen containers for this round's `facts`, which the other questions
-        are then asked of."""
+        (`runs`, `left_file`, `left_segment`) are then asked of."""
         before = {c.id: c.ipc_mode for c in self.chosen or ()}
         try:
             found = resolve_container(facts, self.wanted)
@@ -371,16 +373,20 @@ class ContainerScope:
         self.chosen = [c if c.ipc_mode else replace(c, ipc_mode=before.get(c.id)) for c in found]
         self._ids = {c.id for c in self.chosen}
         self._listed = listed_by_path(facts)
+        # once per round, not per leftover: a new facts object finds its host engines anew
+        self._facts = _knowing(facts, self.chosen)
         return self.chosen
 
-    def runs(self, facts: HostFacts, pid: int) -> bool:
-        c = container_of(facts, pid)
+    def _round(self) -> HostFacts:
+        assert self._facts is not None, "resolve() first"
+        return self._facts
+
+    def runs(self, pid: int) -> bool:
+        c = container_of(self._round(), pid)
         return c is not None and c.id in self._ids
 
-    def left_file(self, facts: HostFacts, path: str) -> bool:
-        facts = _knowing(facts, self.chosen or ())
-        return _names_any(left_by_file(facts, path, self._listed), self._ids)
+    def left_file(self, path: str) -> bool:
+        return _names_any(left_by_file(self._round(), path, self._listed), self._ids)
 
-    def left_segment(self, facts: HostFacts, ctime: int) -> bool:
-        facts = _knowing(facts, self.chosen or ())
-        return _names_any(left_by_birth(facts, float(ctime)), self._ids)
+    def left_segment(self, ctime: int) -> bool:
+        return _names_any(left_by_birth(self._round(), float(ctime)), self._ids)

@@ -191,9 +191,9 @@ class Watcher:
         if self._scope is not None:
             scope = self._scope
             report = scope_report(report, scope.resolve(facts))
-            orphans = orphans and [o for o in orphans if scope.runs(facts, o.proc.pid)]
-            leaks = leaks and [(s, v) for s, v in leaks if scope.left_segment(facts, s.ctime)]
-            shm = shm and [j for j in shm if scope.left_file(facts, j.file.path)]
+            orphans = orphans and [o for o in orphans if scope.runs(o.proc.pid)]
+            leaks = leaks and [(s, v) for s, v in leaks if scope.left_segment(s.ctime)]
+            shm = shm and [j for j in shm if scope.left_file(j.file.path)]
         rnd = Round(
             facts=facts,
             report=report,
