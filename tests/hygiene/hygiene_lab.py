@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import json
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +98,41 @@ def stop_popen(proc: subprocess.Popen[str]) -> None:
             stream.close()
 
 
+def scrape(addr: str) -> str:
+    """One /metrics scrape of a watch listening on `addr` (host:port)."""
+    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=30) as resp:
+        return str(resp.read().decode())
+
+
+def metric(text: str, name: str) -> float | None:
+    """The value of the sample `name` (with its labels, if any) in a scrape's text."""
+    return next(
+        (float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")),
+        None,
+    )
+
+
+@contextlib.contextmanager
+def watch_cli(*args: str, nofile: int | None = None) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`accelhost watch --metrics-addr 127.0.0.1:0 ARGS` (under `ulimit -n NOFILE`), and
+    the address it says it listens on; killed and reaped at the end, whatever happened."""
+    limit = f"ulimit -n {nofile}; " if nofile else ""
+    proc = subprocess.Popen(
+        ["bash", "-c", f'{limit}exec "$0" -m accelhost.cli.main watch "$@"', PY]
+        + ["--metrics-addr", "127.0.0.1:0", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        first = json.loads(proc.stdout.readline())
+        assert first["event"] == "listening"
+        yield proc, str(first["addr"])
+    finally:
+        stop_popen(proc)  # never a bare kill(pid): it may have been reaped and reused
+
+
 def remove_shmid(shmid: int) -> None:
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     libc.shmctl.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
@@ -153,15 +190,24 @@ class Lab:
             f"exec 3<'{node}'; (exec -a '{title}' sleep 1000 >/dev/null 2>&1 </dev/null) & "
             "echo $!; exit 0"
         )
+        engine = self.setsid_script(script)
+        self._wait_title(engine, title)
+        return engine
+
+    def setsid_script(
+        self, script: str, env: dict[str, str] | None = None, wait: bool = True
+    ) -> int:
+        """The pid a `setsid bash -c SCRIPT` prints first (`(...) & echo $!`), adopted for
+        teardown; with `wait`, once the launcher has exited (the process is an orphan)."""
         launcher = subprocess.Popen(
-            ["setsid", "bash", "-c", script], stdout=subprocess.PIPE, text=True
+            ["setsid", "bash", "-c", script], stdout=subprocess.PIPE, text=True, env=env
         )
         self.popens.append(launcher)
         assert launcher.stdout is not None
-        engine = self.adopt(int(launcher.stdout.readline()))
-        launcher.wait(timeout=20)
-        self._wait_title(engine, title)
-        return engine
+        pid = self.adopt(int(launcher.stdout.readline()))
+        if wait:
+            launcher.wait(timeout=20)
+        return pid
 
     def server(
         self,
@@ -198,14 +244,7 @@ class Lab:
             f"echo $!; {tail}"
         )
         env = {**os.environ, "INNER": inner, "FRONT": front}
-        launcher = subprocess.Popen(
-            ["setsid", "bash", "-c", script], stdout=subprocess.PIPE, text=True, env=env
-        )
-        self.popens.append(launcher)
-        assert launcher.stdout is not None
-        fe = self.adopt(int(launcher.stdout.readline()))
-        if launcher_exits:
-            launcher.wait(timeout=20)
+        fe = self.setsid_script(script, env, wait=launcher_exits)
         # one file per writer: two processes appending to one file race for the order
         written = [Path(f"{pids}.engine"), Path(f"{pids}.worker")]
         deadline = time.monotonic() + 60
@@ -232,14 +271,7 @@ class Lab:
             f'exec 3<\'{node}\'; (exec -a VLLM::EngineCore "$PY" -c "$HELPER" create-attach 8192 '
             f">'{out}' 2>/dev/null </dev/null) & echo $!; exit 0"
         )
-        env = {**os.environ, "PY": PY, "HELPER": SHM_HELPER}
-        launcher = subprocess.Popen(
-            ["setsid", "bash", "-c", script], stdout=subprocess.PIPE, text=True, env=env
-        )
-        self.popens.append(launcher)
-        assert launcher.stdout is not None
-        pid = self.adopt(int(launcher.stdout.readline()))
-        launcher.wait(timeout=20)
+        pid = self.setsid_script(script, {**os.environ, "PY": PY, "HELPER": SHM_HELPER})
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             text = out.read_text() if out.exists() else ""

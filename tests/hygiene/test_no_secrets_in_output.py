@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -43,14 +42,7 @@ def planted_engine(lab: Lab, node: Path) -> int:
         f"exec 3<'{node}'; (exec -a VLLM::EngineCore \"$PY\" - {SECRET_ARGS} "
         "<<< 'import time; time.sleep(1000)' >/dev/null 2>&1) & echo $!; exit 0"
     )
-    env = {**os.environ, "PY": PY, "HF_TOKEN": "hf_TESTSECRET"}
-    launcher = subprocess.Popen(
-        ["setsid", "bash", "-c", script], stdout=subprocess.PIPE, text=True, env=env
-    )
-    lab.popens.append(launcher)
-    assert launcher.stdout is not None
-    pid = lab.adopt(int(launcher.stdout.readline()))
-    launcher.wait(timeout=20)
+    pid = lab.setsid_script(script, {**os.environ, "PY": PY, "HF_TOKEN": "hf_TESTSECRET"})
     argv = b"VLLM::EngineCore\0-\0--api-key\0sk-TESTSECRET\0"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # the subshell's own command line until its exec

@@ -10,14 +10,12 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from hygiene_lab import PY, Lab, shmids_now, stop_popen
+from hygiene_lab import Lab, metric, scrape, shmids_now, watch_cli
 from prometheus_client import generate_latest
 
 from accelhost.host.live import LiveHost
@@ -25,18 +23,6 @@ from accelhost.hygiene.cleaner import CleanFilters
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.watch import WatchConfig, Watcher
 from accelhost.hygiene.watch_metrics import MAX_SCRAPES, MetricsServer
-
-
-def _metric(text: str, name: str) -> float | None:
-    return next(
-        (float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")),
-        None,
-    )
-
-
-def _scrape(addr: str) -> str:
-    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=30) as resp:
-        return str(resp.read().decode())
 
 
 def test_a_journal_on_a_full_disk_fails_no_round_and_is_said_once(lab: Lab) -> None:
@@ -57,10 +43,10 @@ def test_a_journal_on_a_full_disk_fails_no_round_and_is_said_once(lab: Lab) -> N
     )
     watcher.run(threading.Event(), rounds=3)
     text = generate_latest(watcher.registry).decode()
-    assert _metric(text, "accelhost_watch_round_failures_total") == 0.0
+    assert metric(text, "accelhost_watch_round_failures_total") == 0.0
     assert 'accelhost_check_status{check="shared_memory",state="WARN"} 1.0' in text
     assert (
-        _metric(text, 'accelhost_clean_actions_total{kind="remove_segment",result="failed"}') == 3.0
+        metric(text, 'accelhost_clean_actions_total{kind="remove_segment",result="failed"}') == 3.0
     )
     assert leaked in shmids_now()
     events = [e["event"] for e in logs]
@@ -75,29 +61,8 @@ def test_a_journal_on_a_full_disk_fails_no_round_and_is_said_once(lab: Lab) -> N
     assert str(leaked) in journal.read_text()
 
 
-@contextlib.contextmanager
-def _watch_cli(
-    *extra: str, nofile: int | None = None
-) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    limit = f"ulimit -n {nofile}; " if nofile else ""
-    proc = subprocess.Popen(
-        ["bash", "-c", f'{limit}exec "$0" -m accelhost.cli.main watch "$@"', PY]
-        + ["--interval", "0.1", "--metrics-addr", "127.0.0.1:0", *extra],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        first = json.loads(proc.stdout.readline())
-        assert first["event"] == "listening"
-        yield proc, str(first["addr"])
-    finally:
-        stop_popen(proc)
-
-
 def _runs(addr: str) -> float:
-    runs = _metric(_scrape(addr), "accelhost_watch_runs_total")
+    runs = metric(scrape(addr), "accelhost_watch_runs_total")
     assert runs is not None
     return runs
 
@@ -114,7 +79,7 @@ def _after_rounds(addr: str, n: int) -> float:
 def test_sighup_does_not_end_the_watch() -> None:
     """logrotate's usual `postrotate kill -HUP`: the journal is opened for each clean, so
     there is nothing to reopen, and the watch goes on (it died of the default action)."""
-    with _watch_cli() as (proc, addr):
+    with watch_cli("--interval", "0.1") as (proc, addr):
         _after_rounds(addr, 1)
         proc.send_signal(signal.SIGHUP)
         _after_rounds(addr, 3)
@@ -127,7 +92,7 @@ def test_sighup_does_not_end_the_watch() -> None:
 def test_idle_metrics_clients_take_neither_the_rounds_fds_nor_the_watch() -> None:
     """Clients that connect and never ask: each held a thread and a descriptor for ever,
     and at the descriptor limit every round failed with EMFILE."""
-    with _watch_cli(nofile=64) as (proc, addr):
+    with watch_cli("--interval", "0.1", nofile=64) as (proc, addr):
         host, port = addr.rsplit(":", 1)
         before = _runs(addr)
         idle: list[socket.socket] = []
@@ -140,9 +105,9 @@ def test_idle_metrics_clients_take_neither_the_rounds_fds_nor_the_watch() -> Non
             for s in idle:
                 s.close()
         after = _after_rounds(addr, 3)
-        text = _scrape(addr)
+        text = scrape(addr)
         assert after > before
-        assert _metric(text, "accelhost_watch_round_failures_total") == 0.0
+        assert metric(text, "accelhost_watch_round_failures_total") == 0.0
 
 
 @pytest.fixture
@@ -169,7 +134,7 @@ def test_a_metrics_client_that_never_asks_is_closed(
     host, port = server.server_address[:2]
     with socket.create_connection((str(host), port), timeout=30) as quiet:
         assert quiet.recv(1) == b""  # closed by the server, not by our timeout
-    assert "accelhost_watch_runs_total 0.0" in _scrape(f"{host!s}:{port}")
+    assert "accelhost_watch_runs_total 0.0" in scrape(f"{host!s}:{port}")
 
 
 def test_metrics_answer_scrapes_beyond_the_limit_after_they_end(server: MetricsServer) -> None:
@@ -177,16 +142,16 @@ def test_metrics_answer_scrapes_beyond_the_limit_after_they_end(server: MetricsS
     host, port = server.server_address[:2]
     results: list[bool] = []
 
-    def scrape() -> None:
+    def one_scrape() -> None:
         try:
-            results.append("accelhost_watch_runs_total" in _scrape(f"{host!s}:{port}"))
+            results.append("accelhost_watch_runs_total" in scrape(f"{host!s}:{port}"))
         except OSError:
             results.append(False)
 
-    threads = [threading.Thread(target=scrape) for _ in range(4 * MAX_SCRAPES)]
+    threads = [threading.Thread(target=one_scrape) for _ in range(4 * MAX_SCRAPES)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert len(results) == 4 * MAX_SCRAPES and any(results)
-    assert "accelhost_watch_runs_total" in _scrape(f"{host!s}:{port}")
+    assert "accelhost_watch_runs_total" in scrape(f"{host!s}:{port}")

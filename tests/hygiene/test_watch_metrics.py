@@ -7,10 +7,9 @@ import os
 import signal
 import subprocess
 import time
-import urllib.request
 
 import pytest
-from hygiene_lab import PY, Lab, stop_popen
+from hygiene_lab import PY, Lab, metric, scrape, watch_cli
 from prometheus_client import REGISTRY, generate_latest
 
 from accelhost.host.snapshot import load_snapshot
@@ -18,40 +17,14 @@ from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.watch import WatchConfig, Watcher
 
 
-def _scrape(addr: str) -> str:
-    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as resp:
-        return str(resp.read().decode())
-
-
 def test_watch_serves_metrics_and_stops_on_sigterm(lab: Lab) -> None:
     leaked, _ = lab.segment("create-exit", 65536)
-    proc = subprocess.Popen(
-        [
-            PY,
-            "-m",
-            "accelhost.cli.main",
-            "watch",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--interval",
-            "0.5",
-            "--shm-min-age",
-            "0",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        first = json.loads(proc.stdout.readline())
-        assert first["event"] == "listening"
-        addr = first["addr"]
+    with watch_cli("--interval", "0.5", "--shm-min-age", "0") as (proc, addr):
         assert addr.startswith("127.0.0.1:")
         body = ""
         deadline = time.monotonic() + 60
         while "accelhost_check_status" not in body and time.monotonic() < deadline:
-            body = _scrape(addr)
+            body = scrape(addr)
             time.sleep(0.2)
         for name in (
             'accelhost_check_status{check="orphan_engines",state="OK"}',
@@ -65,12 +38,10 @@ def test_watch_serves_metrics_and_stops_on_sigterm(lab: Lab) -> None:
             "accelhost_watch_runs_total",
         ):
             assert name in body, name
-        leaked_bytes = next(
-            float(line.split()[-1])
-            for line in body.splitlines()
-            if line.startswith("accelhost_shm_leaked_bytes ")
-        )
-        assert leaked_bytes >= 65536  # our segment at least (others may exist)
+        leaked_bytes = metric(body, "accelhost_shm_leaked_bytes")
+        assert (
+            leaked_bytes is not None and leaked_bytes >= 65536
+        )  # our segment at least (others may exist)
         # no device source here: no device series at all, rather than zeros
         assert "accelhost_device_memory_used_bytes{" not in body
         os.kill(proc.pid, signal.SIGTERM)
@@ -78,8 +49,6 @@ def test_watch_serves_metrics_and_stops_on_sigterm(lab: Lab) -> None:
         assert proc.returncode == 0
         events = [json.loads(line)["event"] for line in out.splitlines()]
         assert "check_status" in events and events[-1] == "stopped"
-    finally:
-        stop_popen(proc)  # never a bare kill(pid): it may have been reaped and reused
 
 
 def test_registry_is_per_watch_and_devices_come_from_the_snapshot() -> None:
