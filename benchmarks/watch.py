@@ -36,7 +36,7 @@ from pathlib import Path
 
 from accelhost.host.live import live_host
 from accelhost.hygiene.checks import run_checks
-from accelhost.hygiene.incremental import read_host_facts
+from accelhost.hygiene.facts import read_facts
 from accelhost.hygiene.options import DEFAULT_SHM_DIRS, HygieneOptions
 from accelhost.hygiene.watch import WatchConfig, Watcher
 
@@ -294,8 +294,7 @@ def main() -> int:
         full_rounds = watcher.collector.full_scans()
         doc = [doctor_times(["--shm-dir", str(load.shm_dir), "--json"]) for _ in range(3)]
         look = statistics.median(
-            cpu_of(lambda: run_checks(read_host_facts(live_host(), options), options))
-            for _ in range(3)
+            cpu_of(lambda: run_checks(read_facts(live_host(), options), options)) for _ in range(3)
         )
         doc_wall = statistics.median(w for w, _ in doc)
         doc_cpu = statistics.median(c for _, c in doc)

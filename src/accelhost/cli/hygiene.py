@@ -190,12 +190,12 @@ def register(subparsers: Any) -> None:
 
 def doctor_main(args: argparse.Namespace) -> int:
     from accelhost.hygiene.checks import run_checks
-    from accelhost.hygiene.incremental import read_host_facts
+    from accelhost.hygiene.facts import read_facts
 
     options = hygiene_options(args)
     host = hygiene_host(args)
     try:
-        facts = read_host_facts(host, options)
+        facts = read_facts(host, options)
         report = run_checks(facts, options, tuple(args.check))
         if options.container is not None:
             from accelhost.hygiene.container_evidence import resolve_container, scope_report

@@ -51,6 +51,12 @@ class SnapshotHost:
         self._stats: dict[str, FileStat] = {
             path: stat_from_dict(e) for path, e in data.get("stats", {}).items()
         }
+        self._listed = {
+            f"{path.rstrip('/')}/{e.name}": e
+            for path, entries in self._stat_dirs.items()
+            for e in entries
+            if e.kind != "link"
+        }
         # what a container runtime answered on its unix socket: "SOCKET PATH" -> body
         self._http: dict[str, str] = dict(data.get("http", {}))
         self._commands: dict[str, CommandResult] = {}
@@ -92,7 +98,9 @@ class SnapshotHost:
         return None if entries is None else list(entries)
 
     def stat(self, path: str) -> FileStat | None:
-        return self._stats.get(path)
+        """The recorded stat, else the file's entry in its recorded directory listing (a
+        file listed is the same file asked again; a link's entry is not its target)."""
+        return self._stats.get(path) or self._listed.get(path)
 
     def getenv(self, name: str) -> str | None:
         return self._env.get(name)

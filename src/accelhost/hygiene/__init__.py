@@ -17,8 +17,8 @@ what leaked), `checks`, `posix_check` (the /dev/shm leak rule), `tuning`, `prefl
 verdicts), `evidence`, `report`, `render` and `text` (what is shown), `actions`,
 `cleaner`, `stopper` and `journal` (what `clean` does), `targets` (why a target named on
 `clean`'s command line is not acted on), `watch` (the loop), `watch_metrics` (what it
-exports, its own cost included), `incremental` (a round that reads only what changed;
-also the doctor's one-walk read of a live host) and `known` (what it hands `read_facts`),
+exports, its own cost included), `incremental` (the one reader of processes and shm
+files, under `read_facts`: a live host's round reads only what changed, others everything),
 `react` (process events and inotify that start a round at once),
 `capabilities` (which Linux capabilities each check and each clean action needs: the one
 table the docs, `--help` and contrib/ are checked against). Containers:

@@ -1,8 +1,10 @@
 """Everything the checks need, read once through the host door.
 
 `read_facts` is the only reader in the hygiene package: the checks are pure functions of
-the `HostFacts` it returns, so a doctor run on a snapshot and on a live host differ only in
-where the facts came from. Run on a `RecordingHost`, it records exactly the doctor's inputs.
+the `HostFacts` it returns, and a doctor run on a snapshot and on a live host run the same
+code (processes and shm files through one `IncrementalState`: a one-shot look is its first,
+full round; a `watch` keeps one from round to round). Run on a `RecordingHost`, it records
+exactly the doctor's inputs.
 It reads through `read_once(host)`: one doctor look (one `watch` round, one `clean` plan)
 runs each command and reads each file at most once, however many checks share a fact;
 CPU facts come from the one reader of each (`accelhost.readers.cpus`).
@@ -17,31 +19,29 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 from accelhost.errors import AccelhostError, HostError
 from accelhost.host.base import Host
 from accelhost.host.once import read_once
 from accelhost.host.redact import ALLOC_CONF_VARS
 from accelhost.hygiene.container_facts import ContainerFacts, read_container_facts
-from accelhost.hygiene.devices import DeviceMemory, device_paths_held, read_ascend, read_nvidia
+from accelhost.hygiene.devices import DeviceMemory, read_ascend, read_nvidia
 from accelhost.hygiene.engines import build_catalog
+from accelhost.hygiene.incremental import IncrementalState, InodeLister
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.parsers.hugepages import HugePagePool, parse_count, parse_size_dir
 from accelhost.parsers.meminfo import Meminfo, parse_meminfo
 from accelhost.parsers.procstat import parse_status_field
 from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.readers.cpus import read_allowed_cpus
-from accelhost.readers.procs import ProcessInfo, list_pids, read_process
-from accelhost.readers.shmfiles import HeldScan, ShmFile, list_shm_files, scan_held
+from accelhost.readers.procs import ProcessInfo
+from accelhost.readers.shmfiles import HeldScan, ShmFile
 from accelhost.readers.sysv import read_segments
 from accelhost.readers.visibility import proc_hides
-
-if TYPE_CHECKING:
-    from accelhost.hygiene.known import KnownProcesses
 
 HUGEPAGES_DIR = "/sys/kernel/mm/hugepages"
 NODES_DIR = "/sys/devices/system/node"
@@ -163,30 +163,6 @@ def _read_clock(host: Host) -> tuple[float | None, float | None]:
     if uptime is None or btime is None:
         return None, uptime
     return btime + uptime, uptime
-
-
-def _read_processes(
-    host: Host, options: HygieneOptions, errors: dict[str, str], hidden: set[int]
-) -> tuple[dict[int, ProcessInfo] | None, dict[int, tuple[str, ...]]]:
-    pids = list_pids(host)
-    if not pids:
-        errors["processes"] = "/proc lists no processes (not Linux, or /proc not mounted)"
-        return None, {}
-    procs: dict[int, ProcessInfo] = {}
-    fds: dict[int, tuple[str, ...]] = {}
-    for pid in pids:
-        info = read_process(host, pid)
-        if info is None:
-            if host.stat(f"/proc/{pid}") is not None:
-                hidden.add(pid)  # there, but its stat is closed to us (hidepid=1)
-            continue
-        procs[pid] = info
-        if info.is_kernel_thread or info.is_zombie:
-            continue
-        held = device_paths_held(host, pid, options)
-        if held:
-            fds[pid] = held
-    return procs, fds
 
 
 def _read_alloc_env(host: Host, pid: int) -> dict[str, str] | None:
@@ -337,29 +313,26 @@ def _self_pid(host: Host) -> int | None:
 def read_facts(
     host: Host,
     options: HygieneOptions | None = None,
-    known: KnownProcesses | None = None,
+    state: IncrementalState | None = None,
     tools_of: HostFacts | None = None,
 ) -> HostFacts:
     """Read every input of the doctor's checks from `host` (live, snapshot or recording);
-    with `known` (a watch's incremental state), processes and shm holders come from it;
-    with `tools_of`, the device tools' answer (npu-smi, nvidia-smi: seconds each) too."""
+    with `state` (a watch's, kept from round to round) a live host's processes and shm
+    files are read only where they changed; with `tools_of`, the device tools' answer
+    (npu-smi, nvidia-smi: seconds each) of that same round is taken, not asked again."""
+    lister = host if host.is_live and isinstance(host, InodeLister) else None
     host = read_once(host)  # a fresh wrapper per call: each watch round reads anew
     opts = options or HygieneOptions()
     errors: dict[str, str] = {}
     absent: set[str] = set()
-    hidden: set[int] = set()
     now, uptime = _read_clock(host)
-    procs: dict[int, ProcessInfo] | None
-    if known is None:
-        procs, fds = _read_processes(host, opts, errors, hidden)
-    else:
-        procs, fds, hidden = (
-            dict(known.processes) or None,
-            dict(known.device_fds),
-            set(known.hidden),
-        )
-    if procs is None and not host.is_live and host.list_dir("/proc") is None:
-        absent.add("processes")
+    known = (state or IncrementalState(opts)).read(host, lister, now or time.time())
+    procs = None if known.processes is None else dict(known.processes)
+    fds, hidden = dict(known.device_fds), known.hidden
+    if procs is None:
+        errors["processes"] = "/proc lists no processes (not Linux, or /proc not mounted)"
+        if not host.is_live and host.list_dir("/proc") is None:
+            absent.add("processes")
     try:
         segs = read_segments(host)
     except AccelhostError as exc:
@@ -397,12 +370,7 @@ def read_facts(
             if found is not None:
                 sources.append(name)
                 devices.extend(found)
-    if known is None:
-        listing = list_shm_files(host, opts.shm_dirs)
-        shm_files = {d: None if f is None else tuple(f) for d, f in listing.items()}
-        held = scan_held(host) if procs is not None else None
-    else:
-        shm_files, held = dict(known.shm_files), known.held if procs is not None else None
+    shm_files, held = dict(known.shm_files), known.held if procs is not None else None
     holders = set(fds) | {row.pid for d in devices for row in d.processes}
     engine_env = _read_engine_env(host, procs or {}, holders, opts)
     containers = read_container_facts(
@@ -412,7 +380,7 @@ def read_facts(
         opts.container_sockets,
         shm_files,
         opts.catalog.is_engine,
-        None if known is None else known.cgroups,
+        known.cgroups,
     )
     return HostFacts(
         live=host.is_live,
@@ -433,7 +401,7 @@ def read_facts(
         shm_files=shm_files,
         shm_held=held,
         not_recorded=frozenset(absent),
-        hidden_pids=frozenset(hidden),
+        hidden_pids=hidden,
         processes_partial=proc_hides(host) if procs is not None else None,
         containers=containers,
     )

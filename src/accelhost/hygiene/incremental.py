@@ -27,22 +27,21 @@ finds. Nothing is removed on these facts alone: the cleaner re-checks each file 
 process before it acts.
 
 Memory is bounded by the host's processes and files: each map is keyed by what exists now.
-Only a live host changes; a snapshot is read in full every round (`accelhost.hygiene.watch`).
+This is the one reader of a host's processes and shm files, for every host: one that lists
+no inode numbers (a snapshot, a recording) is simply read in full every round, so a
+`--snapshot` replay runs the same code as the live look (`accelhost.hygiene.facts`).
 """
 
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol, runtime_checkable
 
 from accelhost.containers.cgroup import CgroupContainer
 from accelhost.host.base import Host
 from accelhost.hygiene.devices import device_paths_held
-from accelhost.hygiene.facts import HostFacts, read_facts
-from accelhost.hygiene.known import KnownProcesses
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.readers.procs import ProcessInfo, read_process
 from accelhost.readers.shmfiles import (
@@ -51,6 +50,7 @@ from accelhost.readers.shmfiles import (
     ReaderRights,
     ShmFile,
     held_by,
+    list_shm_files,
     stat_shm_file,
 )
 
@@ -67,6 +67,21 @@ class InodeLister(Protocol):
     def list_dir_inodes(self, path: str) -> dict[str, int] | None: ...
 
     def birth_time(self, path: str) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class KnownProcesses:
+    """One round's process-side facts, handed to `read_facts` (`processes` None: /proc
+    could not be listed)."""
+
+    processes: Mapping[int, ProcessInfo] | None
+    device_fds: Mapping[int, tuple[str, ...]]
+    hidden: frozenset[int]
+    shm_files: Mapping[str, tuple[ShmFile, ...] | None]
+    held: HeldScan
+    # (pid, start ticks) -> its container by its cgroup: a process stays in its container,
+    # so a watch reads each one's /proc/PID/cgroup once (again in each full look)
+    cgroups: MutableMapping[tuple[int, int], CgroupContainer | None] = field(default_factory=dict)
 
 
 @dataclass
@@ -118,16 +133,20 @@ class IncrementalState:
         """The next round reads everything (events were lost, a source changed)."""
         self._force_full = True
 
-    def read(self, host: Host, lister: InodeLister, now_epoch: float) -> KnownProcesses:
-        """One round's process-side facts, reading only what changed where it can."""
+    def read(self, host: Host, lister: InodeLister | None, now_epoch: float) -> KnownProcesses:
+        """One round's process-side facts, reading only what changed where `lister` (a
+        live host) tells it; without one, everything (a snapshot, a recording)."""
         self.rounds += 1
         cost = RoundCost()
-        full = self._force_full or self.rounds % self.full_every == 0
+        full = lister is None or self._force_full or self.rounds % self.full_every == 0
         self._force_full = False
         self._list_files(host, lister, restat=full)
         maps_only = self._maps_tokens()
         rights = ReaderRights.of(host)
-        pids = lister.list_dir_inodes("/proc")
+        if lister is not None:
+            pids = lister.list_dir_inodes("/proc")
+        else:  # inode 0 for all: a full round compares none
+            pids = dict.fromkeys(host.list_dir("/proc") or (), 0)
         listing = {int(n): ino for n, ino in (pids or {}).items() if n.isdigit()}
         before: dict[tuple[int, int], int] = {}
         if full:
@@ -180,9 +199,10 @@ class IncrementalState:
         held = self._held()  # the round's holders, final from here on
         if cost.holder_scan:
             self._confirm(now_epoch, held)
-        self._read_births(lister, held)
+        if lister is not None:
+            self._read_births(lister, held)
         self.last = cost
-        return self._known(held)
+        return self._known(held, listed=bool(listing))
 
     # -------------------------------------------------------------- processes
 
@@ -237,10 +257,17 @@ class IncrementalState:
 
     # -------------------------------------------------------------- shm files
 
-    def _list_files(self, host: Host, lister: InodeLister, restat: bool) -> None:
+    def _list_files(self, host: Host, lister: InodeLister | None, restat: bool) -> None:
         """Bring the shm listing up to date: stat only what appeared or was replaced, or
-        with `restat` (a full look) every file."""
+        with `restat` (a full look) every file; without a `lister`, the host's listing
+        with every stat and birth it holds."""
         for directory in self.options.shm_dirs:
+            if lister is None:
+                files = list_shm_files(host, [directory])[directory]
+                self._files[directory] = (
+                    None if files is None else {f.name: (f.inode, f) for f in files}
+                )
+                continue
             names = lister.list_dir_inodes(directory)
             if names is None:
                 self._files[directory] = None
@@ -374,9 +401,9 @@ class IncrementalState:
         ]
         return max(0.0, min(waits)) if waits else None
 
-    def _known(self, held: HeldScan) -> KnownProcesses:
+    def _known(self, held: HeldScan, listed: bool) -> KnownProcesses:
         return KnownProcesses(
-            processes={pid: rec.info for pid, rec in self._procs.items()},
+            processes={pid: rec.info for pid, rec in self._procs.items()} if listed else None,
             device_fds={pid: rec.devices for pid, rec in self._procs.items() if rec.devices},
             hidden=frozenset(self._hidden),
             shm_files={
@@ -386,16 +413,6 @@ class IncrementalState:
             held=held,
             cgroups=self._cgroups,
         )
-
-
-def read_host_facts(host: Host, options: HygieneOptions) -> HostFacts:
-    """One doctor's look: on a live host one walk of each process's fds serves device
-    holders and shm holders alike, and only shm mappings of its maps are parsed (what an
-    incremental state's first round reads); elsewhere `read_facts` as it is."""
-    if not (host.is_live and isinstance(host, InodeLister)):
-        return read_facts(host, options)
-    known = IncrementalState(options).read(host, host, time.time())
-    return read_facts(host, options, known)
 
 
 def _restat(

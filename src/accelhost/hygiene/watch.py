@@ -141,11 +141,7 @@ class Watcher:
     def _read(self, host: Host, tools_of: HostFacts | None = None) -> HostFacts:
         """Facts of this round: on a live host, read incrementally (only what changed)."""
         self._incremental = self._live(host)
-        if not self._incremental:
-            return read_facts(host, self.options)
-        assert isinstance(host, InodeLister)
-        known = self._state.read(host, host, time.time())
-        return read_facts(host, self.options, known, tools_of)
+        return read_facts(host, self.options, self._state, tools_of)
 
     def _orphans(self, facts: HostFacts) -> list[Orphan] | None:
         if facts.processes is None:
