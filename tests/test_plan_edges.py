@@ -1,7 +1,9 @@
 """vllm-ascend parity at the edges, on recorded hosts (tests/hosts/):
 
 - a 950 whose worker plan is skipped still plans the host's UVB poll threads, which the
-  reference pins before (and whatever becomes of) its worker plan.
+  reference pins before (and whatever becomes of) its worker plan;
+- every `uname -m` starting with "arm" (and aarch64) binds, as the reference's
+  `is_arm_cpu` decides.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import accelhost
+from accelhost.apply import driver
 from accelhost.cli.main import main
 from accelhost.planner.ascend import TOPO_SKIP
 
@@ -87,3 +90,25 @@ def test_a_skipped_worker_plan_file_must_still_have_something_to_apply(
 ) -> None:
     with pytest.raises(accelhost.PlanError, match=problem.replace("(", r"\(").replace(")", r"\)")):
         accelhost.Plan.from_dict(data, source="plan.json")
+
+
+# 32-bit ARM kernels (armv6l, armv7l) and the compat names of 64-bit ones (armv8, armv8l):
+# vllm-ascend binds on all of them (`platform.machine().lower()` starting with "arm").
+@pytest.mark.parametrize(
+    ("name", "machine"),
+    [("a2-armv7l", "armv7l"), ("a3-armv8", "armv8"), ("310p-armv6l", "armv6l")],
+)
+def test_every_arm_machine_binds_as_the_reference_does(name: str, machine: str) -> None:
+    host = accelhost.load_snapshot(str(HOSTS / f"{name}.json"))
+    assert host.machine == machine
+    plan = accelhost.plan(host)
+    assert plan.devices  # a whole plan: only the machine name is at stake
+    assert driver.arch_skip(plan, False, host.machine) is None
+    assert driver.arch_skip(plan, False, host.machine.upper()) is None  # lower-cased first
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "amd64", "i686", "ppc64le", "riscv64", "s390x"])
+def test_other_machines_still_skip_ascend_plans(machine: str) -> None:
+    plan = accelhost.plan(accelhost.load_snapshot(str(HOSTS / "a2-armv7l.json")))
+    assert driver.arch_skip(plan, False, machine) == driver.NON_ARM
+    assert driver.arch_skip(plan, True, machine) is None

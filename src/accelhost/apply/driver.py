@@ -39,17 +39,26 @@ if TYPE_CHECKING:
     from accelhost.host.base import Host
 
 NON_ARM = "CPU binding skipped: non-ARM CPU detected."
-ARM_MACHINES = ("aarch64", "arm64", "armv8l", "armv8b")
+# The reference's test of `uname -m`, lower-cased: these names, or any starting with "arm"
+# (armv8l, armv8b, armv7l, armv6l, ...: 32-bit ARM kernels and compat personalities too).
+ARM_MACHINES = ("aarch64", "arm64")
+ARM_PREFIX = "arm"
 # Threads an engine starts while we pin: list again this many times at most. An engine
 # that keeps starting threads is not warmed up yet; what comes later `verify` will name.
 RETRY_ROUNDS = 3
+
+
+def is_arm(machine: str) -> bool:
+    """Whether the reference counts `machine` (`uname -m`) as ARM, and so binds there."""
+    name = machine.lower()
+    return name in ARM_MACHINES or name.startswith(ARM_PREFIX)
 
 
 def arch_skip(plan: Plan, any_arch: bool, machine: str | None = None) -> str | None:
     """Why this plan is not bound on this host (the reference's sentence), or None."""
     if any_arch or plan.device_type not in ASCEND_FAMILIES:
         return None
-    if (machine or os.uname().machine).lower() in ARM_MACHINES:
+    if is_arm(machine or os.uname().machine):
         return None
     return NON_ARM
 
