@@ -112,3 +112,13 @@ def test_other_machines_still_skip_ascend_plans(machine: str) -> None:
     plan = accelhost.plan(accelhost.load_snapshot(str(HOSTS / "a2-armv7l.json")))
     assert driver.arch_skip(plan, False, machine) == driver.NON_ARM
     assert driver.arch_skip(plan, True, machine) is None
+
+
+def test_docs_show_the_skipped_worker_plan_as_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    # docs/bind.md shows it in a `text` block (its path is not a bundled example's)
+    page = (HOSTS.parents[1] / "docs" / "bind.md").read_text()
+    prompt = "$ accelhost plan --snapshot tests/hosts/950-6cpu-1npu-no-topo.json\n"
+    shown = page[page.index(prompt) + len(prompt) :].split("```", 1)[0]
+    assert main(["plan", "--snapshot", SKIPPED_950]) == 0
+    captured = capsys.readouterr()
+    assert shown == captured.out + captured.err
