@@ -30,6 +30,7 @@ class AscendHost:
     threads_per_core: int = 1
     uvb_tids: Sequence[int] = ()
     first_npu_id: int = 0
+    machine: str = "aarch64"  # `uname -m`, as lscpu's Architecture too
 
     def logical(self) -> list[tuple[int, int, int]]:
         out = []
@@ -130,7 +131,7 @@ class AscendHost:
             "npu-smi info -m": self.map_text(),
             "npu-smi info": self.info_text(),
             "lscpu -e=CPU,NODE": self.lscpu_e(),
-            "lscpu": f"Architecture:        aarch64\nCPU(s):              {cpus}\n"
+            "lscpu": f"Architecture:        {self.machine}\nCPU(s):              {cpus}\n"
             f"Thread(s) per core:   {self.threads_per_core}\nNUMA node(s):        {len(self.nodes)}\n",
             "ps -Te": "  PID  SPID TTY          TIME CMD\n"
             + "".join(
@@ -143,7 +144,7 @@ class AscendHost:
         env = {} if self.visible is None else {"ASCEND_RT_VISIBLE_DEVICES": self.visible}
         status = f"Name:\tpython3\nCpus_allowed_list:\t{format_cpulist(self.allowed)}\n"
         return FakeMachine(
-            machine="aarch64",
+            machine=self.machine,
             device_type=self.family,
             env=env,
             files={"/proc/self/status": status},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 
 import pytest
 
@@ -10,6 +11,7 @@ import accelhost
 from accelhost.cli.main import main
 from accelhost.cpulist import parse_cpulist
 from accelhost.errors import PlanError
+from accelhost.plans import Plan
 from ascend_hosts import AscendHost, even_nodes
 
 
@@ -170,28 +172,45 @@ def test_950_without_uvb_threads_says_to_use_pid_host() -> None:
     assert any("--pid=host" in m for m in plan.messages)
 
 
-def test_950_skips_without_affinity() -> None:
-    with pytest.raises(PlanError, match=r"^NPU topo affinity not found\. action: skip worker"):
-        plan_of(n950(affinity={}))
+def skipped_worker(host: AscendHost) -> tuple[str, Plan]:
+    """The reason a 950 plan skipped its worker, and the plan (host threads only)."""
+    plan = plan_of(host)
+    assert plan.devices == () and plan.worker_skipped is not None
+    assert plan.visible == tuple(host.running) and plan.mode == "cluster"
+    assert plan.host_threads is not None and plan.host_threads.cpus == tuple(range(1, 32))
+    assert plan.messages[0].startswith(plan.worker_skipped)
+    return plan.worker_skipped, plan
 
 
-def test_950_unsupported_threads_per_core() -> None:
-    with pytest.raises(PlanError, match="unsupported Thread\\(s\\) per core: 4"):
-        plan_of(n950(threads_per_core=4))
+# Each of the reference's "action: skip worker CPU binding" cases still plans (and so
+# pins) the UVB poll threads: vllm-ascend pins them before it tries the worker plan.
+@pytest.mark.parametrize(
+    ("host", "reason"),
+    [
+        (n950(affinity={}), r"^NPU topo affinity not found\. action: skip worker CPU binding\.$"),
+        (n950(threads_per_core=4), r"^unsupported Thread\(s\) per core: 4\. action: skip"),
+        (
+            n950(affinity={0: [30, 31, 32, 33], 1: range(32, 64)}),
+            r"^invalid topo affinity\. npu=0, cpus=\[30, 31, 32, 33\]\. action: skip",
+        ),
+        (
+            n950(npu_count=5, running=[0], affinity={i: range(32, 64) for i in range(5)}),
+            r"^insufficient CPU clusters\. numa=1, clusters=4, npus=\[0, 1, 2, 3, 4\]\. action",
+        ),
+    ],
+    ids=["no-affinity", "threads-per-core", "affinity-across-nodes", "too-few-clusters"],
+)
+def test_950_skipped_worker_still_plans_the_host_threads(host: AscendHost, reason: str) -> None:
+    why, plan = skipped_worker(host)
+    assert re.search(reason, why), why
+    with pytest.raises(PlanError, match="worker CPU binding skipped"):
+        plan.device(0)
 
 
-def test_950_affinity_across_nodes_is_invalid() -> None:
-    with pytest.raises(PlanError, match=r"invalid topo affinity\. npu=0, cpus=\[30, 31, 32, 33\]"):
-        plan_of(n950(affinity={0: [30, 31, 32, 33], 1: range(32, 64)}))
-
-
-def test_950_too_few_clusters() -> None:
-    host = n950(npu_count=5, running=[0], affinity={i: range(32, 64) for i in range(5)})
-    with pytest.raises(
-        PlanError,
-        match=r"insufficient CPU clusters\. numa=1, clusters=4, "
-        r"npus=\[0, 1, 2, 3, 4\]",
-    ):
+def test_950_skipped_worker_with_no_host_thread_cpu_is_refused() -> None:
+    # node 0 offers only CPU 0 (never given to UVB threads): nothing at all to bind
+    host = n950(affinity={}, allowed=[0, *range(32, 64)])
+    with pytest.raises(PlanError, match=r"^NPU topo affinity not found\. .* nothing to bind\.$"):
         plan_of(host)
 
 

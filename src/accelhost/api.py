@@ -59,7 +59,8 @@ def plan_for_device(host: Host, device: int, **kwargs: Any) -> Plan:
     host = read_once(host)
     try:
         result = plan(host, **kwargs)
-        result.device(device)
+        if result.worker_skip(device) is None:  # a skipped worker: the host threads' plan
+            result.device(device)
         return result
     except PlanError:
         return plan(host, devices=[device], **kwargs)

@@ -106,7 +106,12 @@ class PlannedHost:
 
 @dataclass(frozen=True)
 class Plan:
-    """One host's plan for its visible accelerators."""
+    """One host's plan for its visible accelerators.
+
+    `worker_skipped` is the reason the reference skipped the worker part (Ascend 950:
+    "NPU topo affinity not found. action: skip worker CPU binding." and the like); such a
+    plan has no devices and still carries `host_threads`, which the reference pins before,
+    and whatever becomes of, its worker plan."""
 
     device_type: str
     mode: str
@@ -116,6 +121,7 @@ class Plan:
     host_threads: HostThreads | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
     host: PlannedHost | None = None
+    worker_skipped: str | None = None
 
     def device(self, index: int) -> DevicePlan:
         """The plan of one device; PlanError naming the planned ones when it is absent."""
@@ -123,7 +129,17 @@ class Plan:
             if dev.device == index:
                 return dev
         have = ", ".join(str(d.device) for d in self.devices) or "none"
-        raise PlanError(f"device {index} is not in the plan (planned devices: {have})")
+        why = f"; worker CPU binding skipped: {self.worker_skipped}" if self.worker_skipped else ""
+        raise PlanError(f"device {index} is not in the plan (planned devices: {have}{why})")
+
+    def worker_skip(self, index: int) -> str | None:
+        """Why device `index` has no worker CPUs although the plan is for it (only the host
+        threads are planned), or None: a planned device, or one the plan is not for."""
+        if self.worker_skipped is None or index not in self.visible:
+            return None
+        if any(dev.device == index for dev in self.devices):
+            return None
+        return self.worker_skipped
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -134,6 +150,8 @@ class Plan:
             "devices": {str(dev.device): dev.to_dict() for dev in self.devices},
             "messages": list(self.messages),
         }
+        if self.worker_skipped is not None:
+            d["worker_skipped"] = self.worker_skipped
         if self.host_threads is not None:
             d["host_threads"] = self.host_threads.to_dict()
         if self.host is not None:
@@ -151,27 +169,49 @@ class Plan:
         fmt = data.get("format", PLAN_FORMAT)
         if fmt != PLAN_FORMAT:
             raise r.fail(f"unsupported format {fmt!r} (expected {PLAN_FORMAT!r})")
+        skipped = data.get("worker_skipped")
+        if skipped is not None and (not isinstance(skipped, str) or not skipped.strip()):
+            raise r.fail("'worker_skipped' must be a non-empty string (why no worker is planned)")
         raw_devices = data.get("devices")
-        if not isinstance(raw_devices, dict) or not raw_devices:
+        if not isinstance(raw_devices, dict) or not (raw_devices or skipped):
             raise r.fail("'devices' must be a non-empty object keyed by device id")
         devices = sorted((r.device(k, v) for k, v in raw_devices.items()), key=lambda d: d.device)
         messages = data.get("messages", [])
         if not isinstance(messages, list) or not all(isinstance(m, str) for m in messages):
             raise r.fail("'messages' must be a list of strings")
         ht, host = data.get("host_threads"), data.get("host")
+        host_threads = None if ht is None else r.host_threads(ht)
+        visible = r.cpus(data.get("visible", [d.device for d in devices]), "visible")
+        if not devices and (host_threads is None or not host_threads.cpus or not visible):
+            raise r.fail(
+                "a plan whose worker part was skipped ('worker_skipped', no devices) needs "
+                "'host_threads' CPUs (it has nothing else to apply) and 'visible' (the "
+                "devices it is for)"
+            )
         return cls(
             device_type=str(data.get("device_type", "unknown")),
             mode=str(data.get("mode", "manual")),
-            visible=r.cpus(data.get("visible", [d.device for d in devices]), "visible"),
+            visible=visible,
             devices=tuple(devices),
             messages=tuple(messages),
-            host_threads=None if ht is None else r.host_threads(ht),
+            host_threads=host_threads,
             extra={k: v for k, v in data.items() if k not in _KNOWN},
             host=None if host is None else r.host(host),
+            worker_skipped=skipped,
         )
 
 
-_KNOWN = {"format", "device_type", "mode", "visible", "devices", "messages", "host_threads", "host"}
+_KNOWN = {
+    "format",
+    "device_type",
+    "mode",
+    "visible",
+    "devices",
+    "messages",
+    "host_threads",
+    "host",
+    "worker_skipped",
+}
 _CPU_LISTS = ("pool", "irq", "main", "acl", "release")
 # No kernel configures more CPUs than this (NR_CPUS tops out at 8192 today).
 MAX_CPU_ID = 1 << 16

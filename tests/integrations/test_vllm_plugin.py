@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,10 +61,24 @@ class Wrapper:  # vLLM's WorkerWrapperBase forwards unknown attributes to its wo
 import threading, time
 for _ in range(args.get("threads", 0)):  # a runtime's threads, as a warmed-up worker has
     threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+uvb = []  # a thread named as the Ascend 950 host's UVB poll threads
+def uvb_thread(ready):
+    uvb.append(threading.get_native_id())
+    with open(f"/proc/self/task/{uvb[0]}/comm", "w") as fh:
+        fh.write("uvb_poll_window_thread")
+    ready.set()
+    time.sleep(60)
+if args.get("uvb"):
+    named = threading.Event()
+    threading.Thread(target=uvb_thread, args=(named,), daemon=True).start()
+    named.wait()
 first = vllm_plugin.install(Wrapper, args["plan"])
 second = vllm_plugin.install(Wrapper, args["plan"])
 result = Wrapper(Worker(args["rank"], args["backend"])).compile_or_warm_up_model()
-cpus = sorted({c for t in os.listdir("/proc/self/task") for c in os.sched_getaffinity(int(t))})
+others = [int(t) for t in os.listdir("/proc/self/task") if int(t) not in uvb]
+cpus = sorted({c for t in others for c in os.sched_getaffinity(t)})
+if uvb:
+    seen["uvb_cpus"] = sorted(os.sched_getaffinity(uvb[0]))
 print(json.dumps({"installed": [first, second], "result": result, "cpus": cpus, **seen}))
 """
 
@@ -196,3 +211,26 @@ def test_a_plan_naming_cpus_this_host_lacks_is_not_bound_and_says_why(tmp_path: 
     failed = [ln for ln in err.splitlines() if "|WARNING|step failed" in ln]
     assert len(failed) == 1, err
     assert "6 of 7 binding steps failed" in err, err
+
+
+def test_a_skipped_950_worker_still_pins_the_uvb_threads(tmp_path: Path) -> None:
+    # `plan --json` of a 950 whose worker plan was skipped (no CPU Affinity column), for
+    # this machine's CPUs. No device_type: the ARM policy is tested apart (test_plan_edges).
+    path = tmp_path / "plan.json"
+    reason = "NPU topo affinity not found. action: skip worker CPU binding."
+    plan = {
+        "visible": [0],
+        "devices": {},
+        "worker_skipped": reason,
+        "host_threads": {"pattern": "uvb_poll_window_thread", "cpus": [1]},
+    }
+    path.write_text(json.dumps(plan))
+    before = sorted(os.sched_getaffinity(0))
+    out, err = run(str(path), 0, "npu", vllm_logging=True, uvb=True)
+    assert out["result"] == "compiled"
+    assert out["uvb_cpus"] == [1]  # as vllm-ascend pins them, worker plan or not
+    assert out["cpus"] == before  # the worker itself is left as it was
+    (line,) = plugin_lines(err)
+    assert "|WARNING|" in line and "not bound to device 0" in line, line
+    assert f"worker CPU binding skipped: {reason}" in line, line
+    assert re.search(r"; [1-9][0-9]* of [1-9][0-9]* host threads pinned to CPUs 1$", line), line

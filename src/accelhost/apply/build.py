@@ -105,7 +105,7 @@ def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None 
         warnings += clobbered or traps.omp_warnings(env, f"process {pid}")
         warnings += traps.outside_cpuset_warning(pid, planned, live)
     if options.threads and options.host_threads:
-        ht_steps, ht_warnings = _host_thread_steps(live, plan, pid)
+        ht_steps, ht_warnings = host_thread_steps(live, plan, pid)
         steps += ht_steps
         warnings += ht_warnings
     if pid is not None and options.memory:
@@ -118,9 +118,9 @@ def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None 
     return Prepared(tuple(steps), tuple(warnings), tuple(notes), tuple(roles), dev.main)
 
 
-def _host_thread_steps(live: Host, plan: Plan, pid: int | None) -> tuple[list[Step], list[str]]:
-    """950: the host's UVB poll threads, whoever owns them (the bound process's own are
-    among its thread steps already)."""
+def host_thread_steps(live: Host, plan: Plan, pid: int | None) -> tuple[list[Step], list[str]]:
+    """950: the host's UVB poll threads, whoever owns them (those of `pid`, the bound
+    process, are among its own thread steps already)."""
     ht = plan.host_threads
     if ht is None or not ht.cpus:
         return [], []

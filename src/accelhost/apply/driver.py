@@ -4,7 +4,9 @@ so that the four ways of binding cannot drift apart. Each only gathers its input
 Ascend plan is bound on ARM hosts only, as the reference does (unless `any_arch`: naming a
 pid or a command is asking); `--thread-role` specs go through the planner's own
 `add_roles`, so `nccl=^NCCL:2` means the same CPUs in `plan` and `bind`; threads born
-while binding are pinned for up to RETRY_ROUNDS rounds; one `ApplyReport` says it all.
+while binding are pinned for up to RETRY_ROUNDS rounds; a device whose worker plan was
+skipped (Ascend 950) gets only the host threads' pins, as the reference still gives them;
+one `ApplyReport` says it all.
 """
 
 from __future__ import annotations
@@ -14,14 +16,21 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from accelhost.apply.build import BindOptions, Prepared, build_bind, build_exec
+from accelhost.apply.build import (
+    BindOptions,
+    Prepared,
+    build_bind,
+    build_exec,
+    host_thread_steps,
+)
 from accelhost.apply.execute import execute, plan_only
 from accelhost.apply.hostcheck import refuse_foreign
-from accelhost.apply.steps import ApplyReport, StepResult, ThreadAffinity
+from accelhost.apply.steps import ApplyReport, Step, StepResult, ThreadAffinity
 from accelhost.apply.threads import thread_steps
 from accelhost.cpulist import format_cpulist
-from accelhost.errors import ApplyError
+from accelhost.errors import ApplyError, PlanError
 from accelhost.family import ASCEND_FAMILIES
+from accelhost.host.live import live_host
 from accelhost.planner.roles import RoleSpec, add_roles
 from accelhost.plans import Plan, ThreadRole
 
@@ -30,23 +39,41 @@ if TYPE_CHECKING:
     from accelhost.host.base import Host
 
 NON_ARM = "CPU binding skipped: non-ARM CPU detected."
-ARM_MACHINES = ("aarch64", "arm64", "armv8l", "armv8b")
+# The reference's test of `uname -m`, lower-cased: these names, or any starting with "arm"
+# (armv8l, armv8b, armv7l, armv6l, ...: 32-bit ARM kernels and compat personalities too).
+ARM_MACHINES = ("aarch64", "arm64")
+ARM_PREFIX = "arm"
 # Threads an engine starts while we pin: list again this many times at most. An engine
 # that keeps starting threads is not warmed up yet; what comes later `verify` will name.
 RETRY_ROUNDS = 3
+
+
+def is_arm(machine: str) -> bool:
+    """Whether the reference counts `machine` (`uname -m`) as ARM, and so binds there."""
+    name = machine.lower()
+    return name in ARM_MACHINES or name.startswith(ARM_PREFIX)
 
 
 def arch_skip(plan: Plan, any_arch: bool, machine: str | None = None) -> str | None:
     """Why this plan is not bound on this host (the reference's sentence), or None."""
     if any_arch or plan.device_type not in ASCEND_FAMILIES:
         return None
-    if (machine or os.uname().machine).lower() in ARM_MACHINES:
+    if is_arm(machine or os.uname().machine):
         return None
     return NON_ARM
 
 
 def with_roles(plan: Plan, device: int, roles: Sequence[RoleSpec] = ()) -> Plan:
-    """The plan with extra thread roles added to `device` (PlanError for an unknown one)."""
+    """The plan with extra thread roles added to `device` (PlanError for an unknown one,
+    or for roles on a device whose worker plan was skipped: it has no CPUs to give)."""
+    skipped = plan.worker_skip(device)
+    if skipped is not None:
+        if roles:
+            raise PlanError(
+                f"--thread-role: device {device} has no CPUs in this plan (worker CPU "
+                f"binding skipped: {skipped})"
+            )
+        return plan
     plan.device(device)  # add_roles checks the device only when it adds a role
     return add_roles(plan, thread_roles=roles, device=device)
 
@@ -83,6 +110,8 @@ def bind(
     skip = arch_skip(plan, any_arch)
     if skip is not None:
         return ApplyReport.skip(skip, device=device, pid=pid, dry_run=dry_run, device_found=found)
+    if plan.worker_skip(device) is not None:
+        return host_threads_only(plan, device, options, argv is not None, dry_run, host, found)
     if argv is not None:
         prepared = _exec_notes(plan, device, build_exec(plan, device, list(argv), options, host))
         results = plan_only(prepared.steps) if dry_run else execute(prepared.steps, host)
@@ -101,6 +130,40 @@ def bind(
         device=device,
         pid=pid,
         device_found=found,
+    )
+
+
+def host_threads_only(
+    plan: Plan,
+    device: int,
+    options: BindOptions,
+    exec_: bool,
+    dry_run: bool,
+    host: Host | None,
+    found: Identified | None,
+) -> ApplyReport:
+    """A device whose worker plan was skipped: like the reference, leave the worker as it
+    is (threads, memory) and pin the host's UVB poll threads, whoever owns them. `exec`
+    pins no host threads (not even with a whole plan): the command starts unbound."""
+    reason = plan.worker_skip(device)
+    why = f"worker CPU binding skipped for device {device}: {reason}"
+    pid = options.pid
+    if exec_:
+        return ApplyReport.skip(why, device=device, pid=pid, dry_run=dry_run, device_found=found)
+    steps: list[Step] = []
+    warnings = [f"{why} Only the host's threads are bound."]
+    if options.threads and options.host_threads:
+        steps, more = host_thread_steps(live_host(), plan, None)
+        warnings += more
+    results = plan_only(steps) if dry_run else execute(steps, host)
+    return ApplyReport(
+        results=tuple(results),
+        warnings=tuple(warnings),
+        dry_run=dry_run,
+        device=device,
+        pid=pid,
+        device_found=found,
+        worker_skipped=reason,
     )
 
 

@@ -261,6 +261,8 @@ class ApplyReport:
     skipped: str | None = None
     notes: tuple[str, ...] = ()
     device_found: Identified | None = None
+    # The plan skipped this worker (Ascend 950): only the host threads were bound.
+    worker_skipped: str | None = None
 
     @classmethod
     def skip(
@@ -282,9 +284,18 @@ class ApplyReport:
     @property
     def exit_status(self) -> int:
         """0: every step succeeded; 2: some failed (in a dry run: cannot be prepared);
-        1: none succeeded, or the bind was skipped."""
+        1: none succeeded, or the bind was skipped. A worker the plan skips is bound in
+        part at best (2: its host threads; 1: not even those)."""
         if self.skipped is not None:
             return EXIT_NOTHING
+        if self.worker_skipped is not None:
+            done = [
+                r
+                for r in self.results
+                if (r.status == PLANNED and not isinstance(r.step, Unresolved))
+                or r.status in (OK, NOOP)
+            ]
+            return EXIT_PARTIAL if done else EXIT_NOTHING
         if self.dry_run:
             bad = sum(isinstance(r.step, Unresolved) for r in self.results)
             return EXIT_PARTIAL if bad else EXIT_OK
@@ -309,6 +320,7 @@ class ApplyReport:
             "device": self.device,
             "pid": self.pid,
             "skipped": self.skipped,
+            "worker_skipped": self.worker_skipped,
             "warnings": list(self.warnings),
             "notes": list(self.notes),
             "steps": [r.to_dict() for r in self.results],

@@ -137,13 +137,17 @@ class VerifyReport:
 
 
 def verify(plan: Plan, device: int, options: BindOptions, host: Host | None = None) -> VerifyReport:
-    dev = plan.device(device)
+    """A device whose worker plan was skipped (Ascend 950) has only host threads to check."""
+    skipped = plan.worker_skip(device)
+    dev = None if skipped is not None else plan.device(device)
     drifts: list[Drift] = []
     info: list[str] = []
+    if skipped is not None:
+        info.append(f"worker CPU binding skipped for device {device}: {skipped}")
     pid = options.pid
     live = live_host()  # the process's and the IRQ tree's files; `host` answers commands
     checks: list[tuple[int, str, str, tuple[int, ...]]] = []  # (tid, name, role, plan CPUs)
-    if pid is not None and options.threads:
+    if dev is not None and pid is not None and options.threads:
         roles = roles_of(plan, dev)
         assigned = assign(list_threads(pid), dev.main, roles)
         info.extend(f"warning: {w}" for w in role_warnings(roles, {a.role for a in assigned}, pid))
@@ -155,7 +159,8 @@ def verify(plan: Plan, device: int, options: BindOptions, host: Host | None = No
         want = tuple(sorted(set(ht.cpus)))
         named = scan_named_threads(RoleMatcher(host_role(plan)), live)
         # The process's own host threads are among its threads above: checked once.
-        checks += [(tid, name, "host", want) for owner, tid, name in named if owner != pid]
+        own = pid if dev is not None else None
+        checks += [(tid, name, "host", want) for owner, tid, name in named if owner != own]
     threads = 0
     for tid, name, role, cpus in checks:
         actual = get_affinity(tid)
@@ -166,7 +171,7 @@ def verify(plan: Plan, device: int, options: BindOptions, host: Host | None = No
             expected = f"{format_cpulist(cpus)} [{role}]"
             drifts.append(Drift("thread", tid, name, expected, format_cpulist(actual)))
     irqs = 0
-    if options.irq and dev.irq and plan.device_type != "950":
+    if dev is not None and options.irq and dev.irq and plan.device_type != "950":
         found, problem = device_irqs(plan, dev, options.host_root, host, live)
         if problem is not None:
             info.append(f"IRQs not checked: {problem}")
@@ -182,7 +187,7 @@ def verify(plan: Plan, device: int, options: BindOptions, host: Host | None = No
                 seen = f"{now} (CPUs {format_cpulist(got)})"
                 drifts.append(Drift("irq", i.irq, i.purpose, expected, seen))
     placement = None
-    if pid is not None and options.memory:
+    if dev is not None and pid is not None and options.memory:
         placement = _placement(pid, target_node(dev, options.host_root), options.host_root)
         if placement is None:
             info.append("memory: /proc/<pid>/numa_maps not readable; placement not checked")

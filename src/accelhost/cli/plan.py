@@ -60,7 +60,10 @@ def render_plan(plan: Plan) -> str:
         rows.append(row)
     visible = format_cpulist(plan.visible) or "none"
     lines = [f"device type {plan.device_type}, mode {plan.mode}, devices {visible}", ""]
-    lines.append(render_table(headers, rows))
+    if rows or plan.worker_skipped is None:
+        lines.append(render_table(headers, rows))
+    if plan.worker_skipped is not None:
+        lines.append(f"worker CPU binding skipped: {plan.worker_skipped}")
     if plan.host_threads is not None:
         ht = plan.host_threads
         tids = ", ".join(map(str, ht.tids)) or "none found"

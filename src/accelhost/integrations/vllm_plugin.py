@@ -164,6 +164,8 @@ def summary(report: Any, pid: int, how: str) -> tuple[int, str]:
     if report.skipped:
         return logging.WARNING, f"worker {pid} not bound ({how}): {report.skipped}"
     threads = [r for r in report.results if r.step.kind == "thread"]
+    if getattr(report, "worker_skipped", None):
+        return logging.WARNING, skipped_worker_line(report, pid, how)
     ok = [r for r in threads if r.status == "ok"]
     failed = report.failed
     if threads and not ok:
@@ -181,4 +183,23 @@ def summary(report: Any, pid: int, how: str) -> tuple[int, str]:
         f"bound worker {pid} to device {report.device} ({how}) after warm-up: "
         f"{len(ok)} of {len(threads)} threads on CPUs {format_cpulist(cpus) or '-'}"
         f"{mem}{tail}"
+    )
+
+
+def skipped_worker_line(report: Any, pid: int, how: str) -> str:
+    """Ascend 950 whose worker plan was skipped: the worker is not bound, and the host's
+    UVB poll threads are pinned all the same, as vllm-ascend pins them."""
+    from accelhost.cpulist import format_cpulist
+
+    threads = [r for r in report.results if r.step.kind == "thread"]
+    pinned = [r for r in threads if r.status == "ok"]
+    cpus = sorted({c for r in pinned for c in getattr(r.step, "cpus", ())})
+    host = (
+        f"{len(pinned)} of {len(threads)} host threads pinned to CPUs {format_cpulist(cpus)}"
+        if pinned
+        else f"no host thread pinned ({len(threads)} found)"
+    )
+    return (
+        f"worker {pid} not bound to device {report.device} ({how}): worker CPU binding "
+        f"skipped: {report.worker_skipped}; {host}"
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from accelhost.cpulist import IDS
+from accelhost.cpulist import IDS, format_cpulist
 from accelhost.errors import PlanError
 from accelhost.planner.visible import visible_ids
 from accelhost.plans import UVB_THREAD, DevicePlan, HostThreads, Plan
@@ -35,6 +35,11 @@ NO_RUNNING_HINT = (
 TOPO_FALLBACK = "NPU topo affinity not found. action: fallback to global-slice CPU binding."
 TOPO_SKIP = "NPU topo affinity not found. action: skip worker CPU binding."
 AFFINITY_CONFLICT = "CPUs available in 'Cpus_allowed_list' conflict with NUMA affinity."
+NO_NUMA = "lscpu command output error, no NUMA node available. Please check!"
+UVB_NOT_FOUND = (
+    "uvb_poll_window_thread not found; in Docker, start the container with "
+    "--pid=host to see the host's UVB poll threads."
+)
 NO_FAMILY = (
     "cannot tell the accelerator family of this host; pass --device-type "
     "(A2, A3, 310P, 950, nvidia, pci)"
@@ -171,7 +176,8 @@ def host_thread_cpus(topo: Topology) -> list[int]:
 
 
 def cluster_pools(topo: Topology, running: Sequence[int]) -> Pools:
-    """Ascend 950: one whole CPU cluster per NPU on its affine node."""
+    """Ascend 950: one whole CPU cluster per NPU on its affine node. Every PlanError it
+    raises is one of the reference's "action: skip worker CPU binding" cases."""
     if not topo.affinity:
         raise PlanError(TOPO_SKIP)
     tpc = topo.threads_per_core
@@ -296,19 +302,21 @@ def plan_ascend(
         messages.append(TOPO_FALLBACK)
         mode = "global_slice"
     if mode == "cluster":
-        pools = cluster_pools(topo, running)
+        if not topo.cpu_node:  # the reference reads the nodes before the UVB threads
+            raise PlanError(NO_NUMA)
         host_threads = HostThreads(UVB_THREAD, tuple(host_thread_cpus(topo)), topo.host_thread_tids)
+        try:
+            pools = cluster_pools(topo, running)
+        except PlanError as exc:
+            return host_threads_only(family, running, exc.reason, host_threads, topo)
         if not topo.host_thread_tids:
-            messages.append(
-                "uvb_poll_window_thread not found; in Docker, start the container with "
-                "--pid=host to see the host's UVB poll threads."
-            )
+            messages.append(UVB_NOT_FOUND)
     elif mode == "topo_affinity":
         pools = topo_affinity_pools(topo, running)
     else:
         pools = global_slice_pools(topo.allowed_cpus, total_npus(topo, running), running, minimum)
     if not topo.cpu_node:
-        raise PlanError("lscpu command output error, no NUMA node available. Please check!")
+        raise PlanError(NO_NUMA)
     missing = [n for n in running if n not in pools]
     if missing:
         raise PlanError(
@@ -324,4 +332,30 @@ def plan_ascend(
         devices=plans,
         messages=tuple(messages),
         host_threads=host_threads,
+    )
+
+
+def host_threads_only(
+    family: str, running: Sequence[int], reason: str, threads: HostThreads, topo: Topology
+) -> Plan:
+    """A 950 whose worker plan is skipped: the reference pins the UVB poll threads before
+    its worker plan, and they stay pinned. Nothing left to bind is a refusal."""
+    cpus = format_cpulist(threads.cpus)
+    if not cpus:
+        raise PlanError(
+            f"{reason} No CPU of NUMA node 0 but CPU 0 is allowed for the host's "
+            f"{UVB_THREAD} threads either: nothing to bind."
+        )
+    note = (
+        f"{reason} No device is planned; the host's {UVB_THREAD} threads are still planned "
+        f"on CPUs {cpus}, as vllm-ascend pins them before its worker plan."
+    )
+    return Plan(
+        device_type=family,
+        mode="cluster",
+        visible=tuple(running),
+        devices=(),
+        messages=(note,) if topo.host_thread_tids else (note, UVB_NOT_FOUND),
+        host_threads=threads,
+        worker_skipped=reason,
     )
