@@ -19,10 +19,11 @@ from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
 from accelhost.host.live import live_host
 from accelhost.host.redact import redact_text
+from accelhost.kernel.libc import open_pidfd
 from accelhost.readers.procs import ProcessInfo
 from accelhost.remove.signals import signal_group
 from accelhost.supervisor.cgroup import Cgroup, create_cgroup
-from accelhost.supervisor.kernel import become_subreaper, open_pidfd
+from accelhost.supervisor.forks import BATCH_S
 from accelhost.supervisor.leftovers import Leftovers
 from accelhost.supervisor.options import (
     FIRST_SCAN_S,
@@ -34,8 +35,7 @@ from accelhost.supervisor.options import (
     RunOutcome,
     SupervisorOptions,
 )
-from accelhost.supervisor.procevents import BATCH_S
-from accelhost.supervisor.spawn import SpawnError, spawn
+from accelhost.supervisor.spawn import SpawnError, become_subreaper, spawn
 from accelhost.supervisor.teardown import Tree, alive_only, tear_down
 from accelhost.supervisor.tree import TreeScanner, scan_tree, still_same, with_cmdlines
 from accelhost.supervisor.wakeup import Waker
