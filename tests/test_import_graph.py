@@ -218,3 +218,46 @@ def test_no_module_outside_cli_imports_the_command_line() -> None:
     assert not found, "modules importing accelhost.cli: " + "; ".join(
         f"{name} -> {', '.join(sorted(t))}" for name, t in sorted(found.items())
     )
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph folded onto what stands right under accelhost (a package, or a
+    top-level module). The root itself is left out: it is the front door (lazy names),
+    not a layer."""
+
+    def part(name: str) -> str | None:
+        return name.split(".")[1] if name.startswith(f"{ROOT}.") else None
+
+    out: dict[str, set[str]] = {}
+    for name, targets in graph.items():
+        if (here := part(name)) is not None:
+            out.setdefault(here, set()).update(
+                there for t in targets if (there := part(t)) not in (None, here)
+            )
+    for targets in list(out.values()):
+        for there in targets:
+            out.setdefault(there, set())
+    return out
+
+
+def test_the_package_check_sees_two_packages_in_a_circle() -> None:
+    graph = {
+        "accelhost": {"accelhost.host.base"},
+        "accelhost.host.base": {"accelhost"},
+        "accelhost.hygiene.react": {"accelhost.supervisor.events"},
+        "accelhost.supervisor.events": {"accelhost.host.base"},
+        "accelhost.supervisor.glue": {"accelhost.hygiene.preflight"},
+        "accelhost.hygiene.preflight": set(),
+    }
+    packages = package_graph(graph)
+    assert packages["hygiene"] == {"supervisor"} and packages["host"] == set()
+    assert cycles(packages) == [frozenset({"hygiene", "supervisor"})]
+    graph["accelhost.hygiene.react"] = set()
+    assert cycles(package_graph(graph)) == []
+
+
+def test_no_two_packages_import_each_other() -> None:
+    """Each package is a layer: `supervisor` may use `hygiene`'s preflight, or `hygiene`
+    the supervisor's parts, never both (what both need goes below them, e.g. `kernel/`)."""
+    found = cycles(package_graph(import_graph()))
+    assert not found, "packages in a circle: " + "; ".join(" <-> ".join(sorted(c)) for c in found)

@@ -2,7 +2,8 @@
 
 What lives where (planning data flows one way for every family):
 - `host/`: the only reader of the machine (live, snapshot, recording and what it
-  redacts, `read_once`, `live_host`, the one libc binding);
+  redacts, `read_once`, `live_host`); `kernel/`: the raw kernel interfaces under it and
+  the packages that change the machine (libc, process events, BPF, inotify);
 - `parsers/` and `cpulist`: pure text -> typed facts, every id and list bounded;
 - `readers/`: the facts layer, host -> one `Topology` (`topology`), family (`family`)
   decided once; and the readers the doctor, the cleaner and `run` share: processes and

@@ -28,7 +28,7 @@ from accelhost.hygiene.cleaner import CleanFilters
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.react import Reactor
 from accelhost.hygiene.watch import WatchConfig, Watcher
-from accelhost.supervisor.eventfilter import PROC_EVENT_EXIT
+from accelhost.kernel.procevents import PROC_EVENT_EXIT
 
 WAIT_S = 30.0  # well below the 60 s interval: a round seen within it was not the timer's
 
@@ -183,6 +183,30 @@ def test_a_lost_source_is_said_once_in_the_log_and_a_metric() -> None:
         assert len(fallbacks) == 1
         text = generate_latest(watcher.registry).decode()
         assert 'accelhost_watch_fallback{source="inotify"} 1.0' in text
+    finally:
+        reactor.close()
+
+
+def test_an_inotify_overflow_makes_the_next_round_read_all_said_once(shm_dir: Path) -> None:
+    """More files made between two reads than the kernel queues: names were dropped, so
+    the watch must read the shm dirs in full (a lost wake-up), not judge what it got."""
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    if limit > 200_000:
+        pytest.skip(f"max_queued_events is {limit}: too many files to flood it")
+    logs: list[dict[str, object]] = []
+    reactor = Reactor.open(logs.append, lambda _s, _w: None, [str(shm_dir)], lambda _n: True)
+    try:
+        assert reactor.files is not None
+        for flood in range(2):
+            for n in range(limit + 16):
+                os.close(os.open(shm_dir / f"psm_{flood}_{n}", os.O_CREAT | os.O_WRONLY, 0o600))
+            wake = reactor.wait(threading.Event(), time.monotonic() + WAIT_S)
+            assert wake is not None and wake.lost and wake.new_files == ()
+        said = [e for e in logs if e["event"] == "fallback" and e["source"] == "inotify"]
+        assert len(said) == 1 and "overflow" in str(said[0]["reason"])
+        (shm_dir / "psm_after").write_bytes(b"x")
+        wake = reactor.wait(threading.Event(), time.monotonic() + WAIT_S)
+        assert wake is not None and wake.new_files == ("psm_after",) and not wake.lost
     finally:
         reactor.close()
 

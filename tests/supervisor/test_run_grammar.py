@@ -11,7 +11,7 @@ import pytest
 from run_support import janitor, run_cmd
 
 from accelhost.cli.main import build_parser
-from accelhost.supervisor.options import DEFAULT_GRACE_S
+from accelhost.remove import DEFAULT_GRACE_S
 
 MARGIN_S = 30.0
 A2 = "example:a2-192cpu-8npu-sees-npu0"

@@ -26,9 +26,10 @@ from run_support import (
 from tree_helper import shmget
 
 from accelhost.host.live import LiveHost
-from accelhost.supervisor.eventfilter import PROC_EVENT_EXIT, PROC_EVENT_FORK
-from accelhost.supervisor.procevents import ForkTracker, ProcEvents
-from accelhost.supervisor.shmfiles import CreationWatch, ShmFileLedger
+from accelhost.kernel.inotify import CreationWatch
+from accelhost.kernel.procevents import PROC_EVENT_EXIT, PROC_EVENT_FORK, ProcEvents
+from accelhost.supervisor.forks import ForkTracker
+from accelhost.supervisor.shmfiles import ShmFileLedger
 
 MARGIN_S = 20.0
 
@@ -392,9 +393,8 @@ def test_creation_watch_names_new_files_and_the_ledger_skips_gone_or_known(
     old.write_text("there before")
     ledger = ShmFileLedger.start(LiveHost(), [str(tmp_path)])
     watch = CreationWatch.open([str(tmp_path)])
-    assert watch is not None
     try:
-        assert watch.drain() == []
+        assert watch.read() == []
         made = tmp_path / "psm_made"
         made.write_text("new")
         fleeting = tmp_path / "sem.fleeting"
@@ -404,7 +404,7 @@ def test_creation_watch_names_new_files_and_the_ledger_skips_gone_or_known(
         outside.write_text("moved in")
         moved = tmp_path / "moved"
         outside.rename(moved)
-        paths = watch.drain()
+        paths = watch.read()
         assert paths == [str(made), str(fleeting), str(moved)]
         assert not ledger.unknown([str(fleeting), str(old)])  # gone; there before
         assert ledger.unknown([str(made)])

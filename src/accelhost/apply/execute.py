@@ -32,8 +32,8 @@ from accelhost.apply.steps import (
 )
 from accelhost.cpulist import format_cpulist, parse_cpu_mask
 from accelhost.errors import AccelhostError
-from accelhost.host.libc import SyscallUnavailable
 from accelhost.host.live import live_host
+from accelhost.kernel.libc import SyscallUnavailable
 
 if TYPE_CHECKING:
     from accelhost.host.base import Host

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from accelhost.cpulist import MAX_NODES, parse_cpulist
 from accelhost.errors import ParseError
-from accelhost.host.libc import syscall
 from accelhost.host.live import live_host
+from accelhost.kernel.libc import syscall
 
 MPOL_DEFAULT = 0
 MPOL_PREFERRED = 1

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from accelhost.errors import ParseError, PlanError
-from accelhost.supervisor.options import DEFAULT_GRACE_S
+from accelhost.remove import DEFAULT_GRACE_S
 
 # What takes options: a parser or one of its argument groups.
 Parser = argparse.ArgumentParser | argparse._ArgumentGroup

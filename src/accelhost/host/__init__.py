@@ -10,7 +10,6 @@ socket (`http_get`) and the CPU architecture. What lives where:
 - `redact`: `recorder(host)`, a recording host that keeps no secrets;
 - `once`: `read_once(host)`, each answer read at most once however many readers ask (for
   one look at a host; a watcher that loops must not keep one, or it never sees a change);
-- `libc`: the one binding of the C library and of the syscalls Python's `os` lacks;
 - `unixhttp`: the small GET over a unix socket `LiveHost.http_get` uses (hard 1 s limit).
 
 Only `base` is imported eagerly: `accelhost run` (PID 1 of every container) needs the

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from accelhost.errors import HostError
 from accelhost.host.base import CommandResult, FileStat, command_key
-from accelhost.host.libc import syscall
+from accelhost.kernel.libc import syscall
 
 # Tools like npu-smi answer in seconds on a busy host but can hang on a wedged driver.
 DEFAULT_TIMEOUT_S = 60.0

@@ -38,8 +38,8 @@ from accelhost.hygiene.text import one_line
 from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.readers.procs import ProcessInfo, descendants, read_process
 from accelhost.readers.shmfiles import ShmFile
+from accelhost.remove import DEFAULT_GRACE_S
 from accelhost.remove.shm import Removal, ipc_rmid, remove_segment, unlink_shm_file
-from accelhost.supervisor.options import DEFAULT_GRACE_S
 
 __all__ = [
     "DEFAULT_GRACE_S",
@@ -195,7 +195,6 @@ def execute(
     journal: Journal,
     grace_s: float = DEFAULT_GRACE_S,
     say: Callable[[str], None] = lambda _line: None,
-    sleep: Callable[[float], None] = time.sleep,
     remover: Callable[[int], None] = ipc_rmid,
 ) -> CleanResult:
     """Do the planned actions on this machine: stops first, so that segments can then go,
@@ -203,7 +202,7 @@ def execute(
     result = CleanResult()
     stops = [a for a in actions if isinstance(a, StopProcesses)]
     if stops:
-        stop_all(stops, grace_s, journal, result, say, sleep)
+        stop_all(stops, grace_s, journal, result, say)
     host = live_host()
     for act in actions:
         if isinstance(act, StopProcesses):

@@ -2,34 +2,34 @@
 shared-memory file starts a round within a second, instead of at the next `--interval`;
 a new engine-named file in a shm dir (inotify) is judged when it reaches --shm-min-age.
 
-The kernel's process events (`accelhost.supervisor.procevents.ProcEvents`, the listener
+The kernel's process events (`accelhost.kernel.procevents.ProcEvents`, the listener
 `run` uses too) are subscribed to exits only, and a classic BPF socket filter drops in the
 kernel every exit but those of the pids this round cares about: a fork-heavy neighbour
 costs the watch no wakeup. The filter is rebuilt when that set changes (after each round).
 
-Where the kernel gives no events (not root, not the host's PID namespace) or the socket
-overflowed (events lost), or inotify cannot be had (its limits), the watch says so once in
+Where the kernel gives no events (not root, not the host's PID namespace) or inotify
+cannot be had (its limits), or a queue overflowed (events lost), the watch says so once in
 its log and in `accelhost_watch_fallback{source="process_events"|"inotify"}`; rounds then
-come at `--interval`, and after a loss the next round reads the whole host (an exit it
-missed is seen there).
+come at `--interval`, and after a loss the next round reads the whole host (an exit or a
+file it missed is seen there).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import select
-import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelhost.host.libc import libc
-from accelhost.supervisor.eventfilter import PROC_EVENT_EXIT, attach, exit_filter
-from accelhost.supervisor.procevents import ProcEvents
+from accelhost.host.live import live_host
+from accelhost.kernel.bpf import attach, exit_filter
+from accelhost.kernel.inotify import CreationWatch
+from accelhost.kernel.procevents import PROC_EVENT_EXIT, ProcEvents
+from accelhost.readers.procs import hears_process_events
 
 # How long to let an exit settle (its children re-parented, its siblings killed) before
 # the round that judges what it left.
@@ -39,48 +39,10 @@ POLL_S = 0.5
 # More pids than this: the filter passes every exit and user space picks (a BPF program
 # has at most 4096 instructions).
 MAX_FILTER_PIDS = 1000
-
-IN_NONBLOCK = 0o4000
-IN_CLOEXEC = 0o2000000
-IN_CREATE = 0x100
-IN_MOVED_TO = 0x80
-_INOTIFY_EVENT = struct.Struct("=iIII")  # wd, mask, cookie, len (then the name)
-
-
-class ShmDirWatch:
-    """inotify on the shm dirs: the names of files created or moved in since last read."""
-
-    def __init__(self, dirs: Iterable[str]) -> None:
-        lib = libc()
-        fd = int(lib.inotify_init1(IN_NONBLOCK | IN_CLOEXEC))
-        if fd < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1")
-        self.fd = fd
-        for d in dirs:
-            if lib.inotify_add_watch(fd, os.fsencode(d), IN_CREATE | IN_MOVED_TO) < 0:
-                err = ctypes.get_errno()
-                os.close(fd)
-                raise OSError(err, f"inotify_add_watch {d}")
-
-    def fileno(self) -> int:
-        return int(self.fd)
-
-    def read(self) -> list[str]:
-        names: list[str] = []
-        while True:
-            try:
-                data = os.read(self.fd, 65536)
-            except BlockingIOError:
-                return names
-            at = 0
-            while at + _INOTIFY_EVENT.size <= len(data):
-                _wd, _mask, _cookie, length = _INOTIFY_EVENT.unpack_from(data, at)
-                raw = data[at + _INOTIFY_EVENT.size : at + _INOTIFY_EVENT.size + length]
-                names.append(raw.rstrip(b"\0").decode("utf-8", "replace"))
-                at += _INOTIFY_EVENT.size + length
-
-    def close(self) -> None:
-        os.close(self.fd)
+_LOST = {
+    "process_events": "process events lost (socket overflow): the next round reads all",
+    "inotify": "inotify events lost (queue overflow): the next round reads all",
+}
 
 
 @dataclass(frozen=True)
@@ -100,11 +62,11 @@ class Reactor:
     log: Callable[[dict[str, Any]], None]
     degraded: Callable[[str, str], None]
     events: ProcEvents | None = None
-    files: ShmDirWatch | None = None
+    files: CreationWatch | None = None
     # which new file names matter (engine-named ones): others do not wake the watch
     named: Callable[[str], bool] = field(default=lambda _n: False, repr=False)
     watched: frozenset[int] = frozenset()
-    lost_said: bool = False
+    lost_said: set[str] = field(default_factory=set)  # sources whose loss was said
     _filtered: frozenset[int] | None = field(default=None, repr=False)
 
     @classmethod
@@ -115,9 +77,10 @@ class Reactor:
         shm_dirs: Iterable[str] = (),
         named: Callable[[str], bool] = lambda _n: False,
     ) -> Reactor:
-        reactor = cls(log, degraded, ProcEvents.open(PROC_EVENT_EXIT), named=named)
+        events = ProcEvents.open(PROC_EVENT_EXIT) if hears_process_events(live_host()) else None
+        reactor = cls(log, degraded, events, named=named)
         try:
-            reactor.files = ShmDirWatch(shm_dirs)
+            reactor.files = CreationWatch.open(shm_dirs)
         except OSError as exc:  # no inotify, or its limits reached
             reactor._fall_back(
                 "inotify",
@@ -161,14 +124,17 @@ class Reactor:
                 stop.wait(min(left, POLL_S))
                 continue
             select.select(sources, [], [], min(left, POLL_S))
-            new = tuple(n for n in self.files.read() if self.named(n)) if self.files else ()
+            paths = self.files.read() if self.files is not None else []
+            new = tuple(n for n in map(os.path.basename, paths or ()) if self.named(n))
             exited = self._exits() if self.events is not None else []
+            lost = {"inotify"} if paths is None else set()
             if self.events is not None and self.events.lost:
                 self.events.lost = False
-                if not self.lost_said:
-                    self.lost_said = True
-                    why = "process events lost (socket overflow): the next round reads all"
-                    self._fall_back("process_events", why)
+                lost.add("process_events")
+            if lost:
+                for source in sorted(lost - self.lost_said):
+                    self.lost_said.add(source)
+                    self._fall_back(source, _LOST[source])
                 return WakeUp(lost=True)
             if exited:
                 time.sleep(SETTLE_S)

@@ -59,7 +59,7 @@ from accelhost.hygiene.report import CHECK_NAMES, DoctorReport
 from accelhost.hygiene.rules import Orphan, find_orphans, leaked_segments
 from accelhost.hygiene.watch_metrics import HygieneCollector, Round
 from accelhost.parsers.sysvipc import ShmSegment
-from accelhost.supervisor.options import DEFAULT_GRACE_S
+from accelhost.remove import DEFAULT_GRACE_S
 
 # A file due to reach --shm-min-age is judged this long after it does (its mtime is whole
 # seconds on some filesystems).

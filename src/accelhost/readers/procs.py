@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from accelhost.errors import ParseError
 from accelhost.host.base import FileStat, Host
-from accelhost.parsers.procstat import parse_proc_stat
+from accelhost.parsers.procstat import parse_proc_stat, parse_status_field
 
 
 @dataclass(frozen=True)
@@ -132,3 +132,25 @@ def open_file_stat(host: Host, pid: int, fd: int) -> FileStat | None:
     """The file behind one of a process's fds (the link followed): its device and inode
     name it even where the process sees it under another mount namespace's path."""
     return host.stat(f"/proc/{pid}/fd/{fd}")
+
+
+# The kernel's initial namespaces have fixed inode numbers (PROC_USER_INIT_INO and
+# PROC_PID_INIT_INO in include/linux/proc_ns.h).
+_INIT_USER_NS_INO = 0xEFFFFFFD
+_INIT_PID_NS_INO = 0xEFFFFFFC
+CAP_NET_ADMIN = 12
+
+
+def hears_process_events(host: Host) -> bool:
+    """Whether the kernel sends this process its process events (`kernel.procevents`):
+    only to CAP_NET_ADMIN in the initial user and PID namespaces, in silence elsewhere."""
+    try:
+        user_ns, pid_ns = host.stat("/proc/self/ns/user"), host.stat("/proc/self/ns/pid")
+        if user_ns is None or user_ns.inode != _INIT_USER_NS_INO:
+            return False
+        if pid_ns is None or pid_ns.inode != _INIT_PID_NS_INO:
+            return False
+        caps = parse_status_field(host.read_file("/proc/self/status") or "", "CapEff") or "0"
+        return bool(int(caps, 16) >> CAP_NET_ADMIN & 1)
+    except (OSError, ValueError, IndexError):
+        return False

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from accelhost.host.base import Host
-from accelhost.host.libc import check, libc
+from accelhost.kernel.libc import check, libc
 from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.readers.shmfiles import ShmFile, path_is_held, stat_shm_file
 from accelhost.readers.sysv import read_segments

@@ -1,13 +1,12 @@
 """`accelhost run`: supervise one engine so that nothing of it outlives it.
 
-What lives where: `supervise` (the loop: start, forward signals, reap, tear down),
-`options` (what it is asked and what it reports), `spawn` (own session, optional
-`cgroup`), `wakeup` (its one `poll()`), `tree` and `procevents` (the tree now, and every
-process it ever had), `eventfilter` (the kernel-side filters of those events, `watch`'s
-too), `teardown` (SIGTERM, grace, SIGKILL), `leftovers`, `segments` and
-`shmfiles` (what the tree left: SysV segments, /dev/shm files, found here and removed
-through `accelhost.remove`), `kernel` (subreaper, private namespaces), `integrations` (the
-preflight and `--bind`, loaded when asked).
+What lives where: `supervise` (the loop: start, forward signals, reap, stop the tree
+through `accelhost.remove.stop`), `options` (what it is asked and what it reports),
+`spawn` (own session, subreaper, private namespaces, optional `cgroup`), `wakeup` (its
+one `poll()`), `tree` and `forks` (the tree now, and every process it ever had, from the
+kernel's process events), `leftovers`, `segments` and `shmfiles` (what the tree left:
+SysV segments, /dev/shm files, found here and removed through `accelhost.remove`),
+`integrations` (the preflight and `--bind`, loaded when asked).
 
 The house rule: apply/ places (CPU affinity, memory policy and pages, IRQ masks,
 irqbalance); remove/ removes (signals, /dev/shm unlinks, IPC_RMID); supervisor/ sets up the
@@ -15,8 +14,8 @@ child it starts (spawn, subreaper, namespaces, its cgroup); nothing else changes
 machine (accelhost's own files and a pipeline's own workers are not the machine).
 
 The supervisor may be PID 1 of every inference container, so this package imports only the
-standard library, the host door, the small shared readers and `accelhost.remove`; the
-preflight and the CPU binding only when their options are given.
+standard library, the host door, `accelhost.kernel`, the small shared readers and
+`accelhost.remove`; the preflight and the CPU binding only when their options are given.
 """
 
 from __future__ import annotations
@@ -31,8 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RunOutcome", "SupervisorOptions", "supervise"]
 
-# Loaded on first use: `options` (with DEFAULT_GRACE_S, the one grace of run, clean, watch
-# and bench bind) is read by `accelhost --help`, which must not load the supervisor's loop.
+# Loaded on first use: `accelhost run --help` must not load the supervisor's loop.
 _LAZY = {
     "RunOutcome": "accelhost.supervisor.options",
     "SupervisorOptions": "accelhost.supervisor.options",

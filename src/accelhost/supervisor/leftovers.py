@@ -1,19 +1,21 @@
 """What the tree may leave behind besides processes (`segments`, `shmfiles`), fed the
-pids the supervisor sees and made exact by process events (`procevents`). With
+pids the supervisor sees and made exact by process events (`forks`). With
 `--private-ipc` there is nothing to attribute: the kernel frees the tree's namespaces.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from accelhost.host.base import Host
+from accelhost.kernel.inotify import CreationWatch
 from accelhost.readers.procs import list_pids
+from accelhost.supervisor.forks import ForkTracker
 from accelhost.supervisor.options import RunOutcome, SupervisorOptions
-from accelhost.supervisor.procevents import ForkTracker
 from accelhost.supervisor.segments import SegmentLedger, remove_leaked
-from accelhost.supervisor.shmfiles import CreationWatch, ShmFileLedger, remove_left_files
+from accelhost.supervisor.shmfiles import ShmFileLedger, remove_left_files
 
 
 @dataclass
@@ -45,15 +47,18 @@ class Leftovers:
                 "--private-ipc frees them all"
             )
         files = ShmFileLedger.start(host, opts.shm_dirs) if opts.shm_dirs else None
-        creations = CreationWatch.open(opts.shm_dirs) if files is not None else None
-        return cls(host, SegmentLedger.start(host), files, tracker, creations, scan)
+        left = cls(host, SegmentLedger.start(host), files, tracker, None, scan)
+        if files is not None:
+            with contextlib.suppress(OSError):  # no inotify: only the teardown's look counts
+                left.creations = CreationWatch.open(opts.shm_dirs)
+        return left
 
     def sources(self) -> list[tuple[int, Callable[[], None]]]:
         out: list[tuple[int, Callable[[], None]]] = []
         if self.tracker is not None:
             out.append((self.tracker.fileno(), self.drain))
         if self.creations is not None:
-            out.append((self.creations.fd, self._created))
+            out.append((self.creations.fileno(), self._created))
         return out
 
     def drain(self) -> None:
@@ -64,7 +69,7 @@ class Leftovers:
         """Files appeared in /dev/shm: see which of them the tree holds while it does."""
         if self.creations is None or self.files is None:
             return
-        paths = self.creations.drain()
+        paths = self.creations.read()  # None: the queue overflowed, some names are unknown
         if paths is not None and not self.files.unknown(paths):
             return  # gone already (a semaphore's name), or known
         if self.tracker is not None and not self.tracker.lost:

@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from accelhost.remove import DEFAULT_GRACE_S
+
 if TYPE_CHECKING:
     from accelhost.plans import Plan
 
@@ -15,9 +17,6 @@ FORWARDED_SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "
 # Of those, the ones that also start the teardown (SIGHUP, SIGUSR1/2 often mean "reload").
 STOPPING_SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGQUIT")
 
-# The one SIGTERM grace of run, clean, watch and bench bind: Kubernetes'
-# terminationGracePeriodSeconds, long enough for vLLM's graceful shutdown.
-DEFAULT_GRACE_S = 30.0
 # A process not dead this long after SIGKILL sits in a driver (D state): only a reset frees it.
 DEFAULT_KILL_WAIT_S = 5.0
 # /proc rescans while something is tracked start fast and back off to this.

@@ -8,75 +8,16 @@ creation, through inotify, and when the teardown begins), and nobody holds at th
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
-import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from accelhost.host.base import Host
-from accelhost.host.libc import libc
 from accelhost.readers.shmfiles import list_shm_files, scan_held, stat_shm_file
 from accelhost.remove.shm import unlink_shm_file
 from accelhost.supervisor.options import RemovedFile
 
 Inode = tuple[int, int]  # (st_dev, st_ino)
-_EVENT = struct.Struct("=iIII")  # struct inotify_event: wd, mask, cookie, len (then name)
-IN_MOVED_TO = 0x80
-IN_CREATE = 0x100
-IN_Q_OVERFLOW = 0x4000
-
-
-class CreationWatch:
-    """Names of the files created in (or moved into) the directories, from inotify."""
-
-    def __init__(self, fd: int, dirs: dict[int, str]) -> None:
-        self.fd = fd
-        self.dirs = dirs  # watch descriptor -> directory
-
-    @classmethod
-    def open(cls, dirs: Sequence[str]) -> CreationWatch | None:
-        """None where inotify is missing or refused: then only the teardown's look counts."""
-        try:
-            lib = libc()
-            fd = int(lib.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC))
-        except (OSError, AttributeError):
-            return None
-        if fd < 0:
-            return None
-        lib.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-        watched: dict[int, str] = {}
-        for d in dirs:
-            wd = int(lib.inotify_add_watch(fd, os.fsencode(d), IN_CREATE | IN_MOVED_TO))
-            if wd >= 0:
-                watched[wd] = d.rstrip("/")
-        if not watched:
-            os.close(fd)
-            return None
-        return cls(fd, watched)
-
-    def drain(self) -> list[str] | None:
-        """The paths created since the last drain; None when the kernel's queue overflowed
-        (some names are unknown)."""
-        paths: list[str] = []
-        overflow = False
-        with contextlib.suppress(OSError):  # EAGAIN: nothing more queued
-            while data := os.read(self.fd, 65536):
-                at = 0
-                while at + _EVENT.size <= len(data):
-                    wd, mask, _cookie, length = _EVENT.unpack_from(data, at)
-                    name = data[at + _EVENT.size : at + _EVENT.size + length].rstrip(b"\0")
-                    at += _EVENT.size + length
-                    if mask & IN_Q_OVERFLOW:
-                        overflow = True
-                    elif wd in self.dirs and name:
-                        paths.append(f"{self.dirs[wd]}/{os.fsdecode(name)}")
-        return None if overflow else paths
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
 
 
 def _mount_ns(pid: int | str) -> str | None:

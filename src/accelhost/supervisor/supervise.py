@@ -19,10 +19,12 @@ from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
 from accelhost.host.live import live_host
 from accelhost.host.redact import redact_text
+from accelhost.kernel.libc import open_pidfd
 from accelhost.readers.procs import ProcessInfo
-from accelhost.remove.signals import signal_group
+from accelhost.remove.signals import Pinned, signal_group
+from accelhost.remove.stop import D_STATE, StopLoop, send_each
 from accelhost.supervisor.cgroup import Cgroup, create_cgroup
-from accelhost.supervisor.kernel import become_subreaper, open_pidfd
+from accelhost.supervisor.forks import BATCH_S
 from accelhost.supervisor.leftovers import Leftovers
 from accelhost.supervisor.options import (
     FIRST_SCAN_S,
@@ -34,10 +36,14 @@ from accelhost.supervisor.options import (
     RunOutcome,
     SupervisorOptions,
 )
-from accelhost.supervisor.procevents import BATCH_S
-from accelhost.supervisor.spawn import SpawnError, spawn
-from accelhost.supervisor.teardown import Tree, alive_only, tear_down
-from accelhost.supervisor.tree import TreeScanner, scan_tree, still_same, with_cmdlines
+from accelhost.supervisor.spawn import SpawnError, become_subreaper, spawn
+from accelhost.supervisor.tree import (
+    TreeScanner,
+    alive_only,
+    scan_tree,
+    still_same,
+    with_cmdlines,
+)
 from accelhost.supervisor.wakeup import Waker
 
 # Extra signals whose dispositions the command gets back as default (Python ignores SIGPIPE
@@ -277,21 +283,31 @@ class Supervisor:
         self.st.tracked.clear()
 
     def _teardown(self, outcome: RunOutcome) -> None:
+        """The whole tree stopped (`remove.stop`), forks made meanwhile too. When the stop
+        signal was forwarded, the command's group had its SIGTERM: a second one would cut
+        its shutdown short."""
         self._untrack()
-        tree = Tree(
-            host=self.host,
-            cmd_pid=self.st.cmd_pid,
-            grace_s=self.opts.grace_s,
-            kill_wait_s=self.opts.kill_wait_s,
+        forwarded = outcome.reason == "signal"
+        loop = StopLoop(
+            self.host,
+            self._live,
+            send=self._send,
+            spare=lambda info: forwarded and info.pgid == self.st.cmd_pid,
             log=self.opts.log,
-            warn=self.opts.warn,
-            live=self._live,
+            poller=self.poller,
             wait=self._wait_forwarding,
-            watch=lambda fd: self.poller.register(fd, select.POLLIN),
-            unwatch=self.poller.unregister,
-            kill_all=None if self.cgroup is None else self.cgroup.kill_all,
         )
-        tear_down(tree, outcome)
+        left = loop.run(self.opts.grace_s, self.opts.kill_wait_s)
+        outcome.terminated, outcome.killed = loop.terminated, loop.killed
+        for pid, info in left.items():
+            outcome.survivors.append(pid)
+            how = D_STATE if info.state == "D" else f"state {info.state}"
+            self.opts.warn(f"pid {pid} ({info.comm}) survived SIGKILL, {how}")
+
+    def _send(self, sig: int, pins: list[Pinned]) -> list[int]:
+        if sig == signal.SIGKILL and self.cgroup is not None:
+            self.cgroup.kill_all()  # one SIGKILL to every member, forks made meanwhile too
+        return send_each(sig, pins)
 
     def _live(self) -> dict[int, ProcessInfo]:
         self._reap()

@@ -17,6 +17,10 @@ def scan_tree(host: Host, root: int, extra: Iterable[int] = ()) -> dict[int, Pro
     return _members(_read(host, list_pids(host)), root, extra)
 
 
+def alive_only(tree: dict[int, ProcessInfo]) -> dict[int, ProcessInfo]:
+    return {pid: i for pid, i in tree.items() if i.state not in ("Z", "X")}
+
+
 def _read(host: Host, pids: Iterable[int]) -> dict[int, ProcessInfo]:
     found = {pid: read_process(host, pid, cmdline=False) for pid in pids}
     return {pid: info for pid, info in found.items() if info is not None}

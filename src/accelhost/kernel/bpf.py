@@ -6,7 +6,7 @@ reader does not need before it is queued, so the reader does not even wake up.
 
 Two programs, one for each reader:
 - `exit_filter(pids)`: exits of whole processes among `pids` (`watch` reacts to them);
-- `fork_filter(tree, floor, outsiders)`: what `ForkTracker` needs to follow one process
+- `fork_filter(tree, floor, outsiders)`: what `run`'s `ForkTracker` needs to follow a process
   tree, see that class for why these are enough: forks by a parent in `tree`, or whose pid
   is at least `floor` (a process born since the filter was built) and not in `outsiders`;
   forks whose child pid is below `floor` (the pid counter wrapped, or a fork raced the
@@ -26,9 +26,10 @@ import struct
 import sys
 from collections.abc import Collection, Iterable
 
-PROC_EVENT_FORK = 0x00000001
-PROC_EVENT_EXIT = 0x80000000
+from accelhost.kernel.procevents import PROC_EVENT_EXIT, PROC_EVENT_FORK
+
 SO_ATTACH_FILTER = 26
+SO_DETACH_FILTER = 27
 MAX_INSNS = 4096  # the kernel's limit for one classic BPF program
 
 _LD_W_ABS, _LD_B_ABS, _LDX_MEM, _ST = 0x20, 0x30, 0x61, 0x02
@@ -122,3 +123,8 @@ def attach(sock: socket.socket, program: bytes) -> None:
     buf = ctypes.create_string_buffer(program, len(program))
     fprog = struct.pack("HL", len(program) // 8, ctypes.addressof(buf))
     sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+
+
+def detach(sock: socket.socket) -> None:
+    """SO_DETACH_FILTER: every event reaches the socket again."""
+    sock.setsockopt(socket.SOL_SOCKET, SO_DETACH_FILTER, 0)

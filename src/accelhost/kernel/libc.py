@@ -70,3 +70,12 @@ def check(result: int, what: str) -> int:
     if result < 0:
         raise_errno(what)
     return result
+
+
+def open_pidfd(pid: int) -> int | None:
+    """A descriptor that names this very process (no pid-reuse race) and becomes readable
+    when it exits; None when the process is gone or the kernel has no pidfds (< 5.3)."""
+    try:
+        return os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return None
