@@ -212,7 +212,8 @@ def device_glob(p: Parser) -> None:
         metavar="GLOB",
         help="also treat open files matching GLOB as device nodes, the number their name "
         "ends with being the device id (repeatable; adds to the built-in ones: /dev/davinciN, "
-        "/dev/nvidiaN, /dev/dri/renderD*, ...)",
+        "/dev/nvidiaN, /dev/accel/accelN, /dev/dri/renderD*, the drivers' control nodes "
+        "such as /dev/nvidiactl)",
     )
 
 

@@ -21,7 +21,7 @@ from accelhost.hygiene.evidence import (
     unknown,
 )
 from accelhost.hygiene.facts import NOT_RECORDED, HostFacts
-from accelhost.hygiene.options import HygieneOptions, is_control_node
+from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.posix_check import (
     check_posix_shm,
     not_in_recording,
@@ -43,7 +43,7 @@ from accelhost.hygiene.rules import find_orphans, is_hugetlb, leaked_segments
 from accelhost.hygiene.shm_preflight import with_remove_ipc, with_shm_space
 from accelhost.hygiene.text import human_bytes
 from accelhost.hygiene.tuning import check_host_tuning
-from accelhost.parsers.devnodes import VENDOR_KIND, node_kind
+from accelhost.parsers.devnodes import VENDOR_KIND, is_control_node, node_kind
 
 
 def _unreadable(facts: HostFacts) -> frozenset[int]:
