@@ -99,3 +99,24 @@ def test_plan_help_says_host_ids_as_bind_help_does() -> None:
     for name in ("plan", "bind"):
         text = _option(sub[name], "--device").help  # type: ignore[attr-defined]
         assert "host ids" in text and "logical" not in text, (name, text)
+
+
+@pytest.mark.parametrize(
+    ("argv", "old"),
+    [
+        (["doctor", "--engine-pattern", "x"], "--engine-pattern"),
+        (["clean", "--min-age", "5"], "--min-age"),
+        (["run", "--preflight-util", "0.5", "--", "true"], "--preflight-util"),
+    ],
+)
+def test_a_first_release_has_no_old_option_names(
+    argv: list[str], old: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0.1.0 had no earlier release: one name per option (--engine-child, --shm-min-age,
+    --expect-util), and the old ones are unknown, not quietly taken."""
+    from accelhost.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert f"unrecognized arguments: {old}" in capsys.readouterr().err

@@ -220,14 +220,12 @@ def device_glob(p: Parser) -> None:
 def expect_util(p: Parser, context: str) -> None:
     p.add_argument(
         "--expect-util",
-        "--preflight-util",
-        dest="expect_util",
         type=float,
         metavar="U",
         help=_help(
             context,
             "U is vLLM's --gpu-memory-utilization; an engine starts when U x total device "
-            "memory is free (vLLM's check; --preflight-util is its old name)",
+            "memory is free (vLLM's check)",
         ),
     )
 

@@ -41,8 +41,6 @@ DEFAULT_IDLE_BASELINE_MIB = {"ascend": 4096, "nvidia": 1024}
 class HygieneOptions:
     # Paths that are device nodes besides `devnodes`' (`--device-glob`).
     device_globs: tuple[str, ...] = ()
-    # Extra engine child patterns (`--engine-child`, alias `--engine-pattern`).
-    engine_patterns: tuple[str, ...] = ()
     shm_min_age_s: float = 60.0
     expect_util: float | None = None
     device: int | None = None
@@ -61,12 +59,6 @@ class HygieneOptions:
     shm_need_mib: int = 400
 
     def __post_init__(self) -> None:
-        if self.engine_patterns:  # build_catalog checks them, as every catalog pattern
-            extra = build_catalog(children=self.engine_patterns).engines
-            merged = {e.name: e for e in self.catalog.engines}
-            for e in extra:
-                merged[e.name] = merged[e.name].merged(e) if e.name in merged else e
-            object.__setattr__(self, "catalog", Catalog(tuple(merged.values())))
         if self.expect_util is not None and not 0.0 < self.expect_util <= 1.0:
             raise UsageError(
                 f"--expect-util {self.expect_util:g}: must be a fraction in (0, 1], like 0.85"
