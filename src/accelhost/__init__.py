@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-import types
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -90,25 +89,14 @@ def lazy_names(package: str, names: Mapping[str, str]) -> Callable[[str], Any]:
     attribute of that name) on first use and keeps it: a worker's `import accelhost`, and
     `accelhost --help`, must not load what they do not use.
 
-    A submodule named like one of the names (`accelhost.hygiene.preflight`, the module,
-    beside `preflight`, its function) must not hide the name when it is imported: the
-    import system sets every submodule on its package, so the package's class skips that.
-    """
-    module = sys.modules[package]
-
-    class _Package(types.ModuleType):
-        def __setattr__(self, name: str, value: Any) -> None:
-            if name in names and isinstance(value, types.ModuleType):
-                return
-            super().__setattr__(name, value)
-
-    module.__class__ = _Package
+    No name may be a submodule's name too: importing the submodule would set the module on
+    the package in the name's place (tests/test_import_graph.py checks)."""
+    namespace = sys.modules[package].__dict__
 
     def __getattr__(name: str) -> Any:
         if name not in names:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(names[name]), name)
-        module.__dict__[name] = value
+        value = namespace[name] = getattr(importlib.import_module(names[name]), name)
         return value
 
     return __getattr__

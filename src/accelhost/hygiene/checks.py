@@ -13,6 +13,11 @@ from typing import Any
 from accelhost.formats import mib_bytes
 from accelhost.hygiene.container_evidence import annotate_report, container_of
 from accelhost.hygiene.container_init import check_container_init
+from accelhost.hygiene.device_preflight import (
+    DevicePreflight,
+    device_holders_of,
+    preflight_from_facts,
+)
 from accelhost.hygiene.evidence import (
     device_memory_of_pid,
     orphan_evidence,
@@ -28,7 +33,6 @@ from accelhost.hygiene.posix_check import (
     privileged_note,
     unreadable_evidence,
 )
-from accelhost.hygiene.preflight import DevicePreflight, device_holders_of, preflight_from_facts
 from accelhost.hygiene.report import (
     CHECK_NAMES,
     FAIL,

@@ -1,6 +1,6 @@
 """`accelhost run`: supervise one engine so that nothing of it outlives it.
 
-What lives where: `supervise` (the loop: start, forward signals, reap, tear down),
+What lives where: `loop` (`supervise`: start, forward signals, reap, tear down),
 `options` (what it is asked and what it reports), `spawn` (own session, optional
 `cgroup`), `wakeup` (its one `poll()`), `tree` and `procevents` (the tree now, and every
 process it ever had), `eventfilter` (the kernel-side filters of those events, `watch`'s
@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 from accelhost import lazy_names
 
 if TYPE_CHECKING:
+    from accelhost.supervisor.loop import supervise
     from accelhost.supervisor.options import RunOutcome, SupervisorOptions
-    from accelhost.supervisor.supervise import supervise
 
 __all__ = ["RunOutcome", "SupervisorOptions", "supervise"]
 
@@ -36,7 +36,7 @@ __all__ = ["RunOutcome", "SupervisorOptions", "supervise"]
 _LAZY = {
     "RunOutcome": "accelhost.supervisor.options",
     "SupervisorOptions": "accelhost.supervisor.options",
-    "supervise": "accelhost.supervisor.supervise",
+    "supervise": "accelhost.supervisor.loop",
 }
 
 
