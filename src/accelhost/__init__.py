@@ -20,10 +20,10 @@ What lives where (planning data flows one way for every family):
   typed errors (a `UsageError` exits 2, any other `AccelhostError` 1); `formats`: the
   name and version of every JSON document (`format` key) and its units (bytes).
 
-The house rule: apply/ places (CPU affinity, memory policy and pages, IRQ masks,
-irqbalance); remove/ removes (signals, /dev/shm unlinks, IPC_RMID); supervisor/ sets up the
-child it starts (spawn, subreaper, namespaces, its cgroup); nothing else changes the
-machine (accelhost's own files and a pipeline's own workers are not the machine).
+The house rule: only three packages change the machine, each in the ways its own docstring
+states (`apply`, `remove`, `supervisor`); nothing else changes the machine (accelhost's
+own files and a pipeline's own workers are not the machine). tests/test_house_rules.py
+holds every module to it.
 
 The worker-side import must stay cheap (no CLI, no table rendering, no metrics): names are
 resolved lazily on first use.

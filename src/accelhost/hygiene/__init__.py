@@ -5,11 +5,6 @@ cleaner plans what to remove and has `accelhost.remove` do it; `watch` repeats i
 exports metrics; `preflight` says whether an engine will fit before it starts. Names load
 on first use: `accelhost --help` registers these commands without importing the checks.
 
-The house rule: apply/ places (CPU affinity, memory policy and pages, IRQ masks,
-irqbalance); remove/ removes (signals, /dev/shm unlinks, IPC_RMID); supervisor/ sets up the
-child it starts (spawn, subreaper, namespaces, its cgroup); nothing else changes the
-machine (accelhost's own files and a pipeline's own workers are not the machine).
-
 What lives where: `options` (what to look for), `facts` (read once through the host
 door) with `devices` (device memory from npu-smi / nvidia-smi, and who has a device node
 open), `engines` (the engine catalog: frontends and children), `rules` (what is an orphan,

@@ -9,10 +9,8 @@ too), `teardown` (SIGTERM, grace, SIGKILL), `leftovers`, `segments` and
 through `accelhost.remove`), `kernel` (subreaper, private namespaces), `integrations` (the
 preflight and `--bind`, loaded when asked).
 
-The house rule: apply/ places (CPU affinity, memory policy and pages, IRQ masks,
-irqbalance); remove/ removes (signals, /dev/shm unlinks, IPC_RMID); supervisor/ sets up the
-child it starts (spawn, subreaper, namespaces, its cgroup); nothing else changes the
-machine (accelhost's own files and a pipeline's own workers are not the machine).
+Its part of the house rule (`accelhost`): supervisor/ sets up the child it starts (spawn,
+subreaper, namespaces, its cgroup).
 
 The supervisor may be PID 1 of every inference container, so this package imports only the
 standard library, the host door, the small shared readers and `accelhost.remove`; the
