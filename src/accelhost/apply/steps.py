@@ -41,6 +41,7 @@ class Step(ABC):
 
     __slots__ = ()  # so that slotted subclasses (ThreadAffinity) have no __dict__
     kind: ClassVar[str] = "step"
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # every step is a dataclass (`fields`)
 
     @abstractmethod
     def describe(self) -> str:
