@@ -24,7 +24,8 @@ from pathlib import Path
 from accelhost.host.live import LiveHost
 from accelhost.hygiene.devices import scan_device_holders
 from accelhost.hygiene.facts import read_facts
-from accelhost.hygiene.options import BUILTIN_DEVICE_GLOBS, HygieneOptions
+from accelhost.hygiene.options import HygieneOptions
+from accelhost.parsers.devnodes import is_device_node
 
 EXTRA = 1000
 HOLDERS = 10
@@ -51,7 +52,8 @@ def main() -> int:
                     )
                 )
         options = HygieneOptions(device_globs=(str(node),))
-        nodes = sorted({p for g in BUILTIN_DEVICE_GLOBS for p in glob.glob(g)} | {str(node)})
+        here = glob.glob("/dev/**", recursive=True)
+        nodes = sorted({p for p in here if is_device_node(p)} | {str(node)})
         host = LiveHost()
 
         def ours() -> set[int]:

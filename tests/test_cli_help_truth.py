@@ -53,15 +53,14 @@ def test_list_commands_offer_a_list(name: str, capsys: pytest.CaptureFixture[str
 
 
 @pytest.mark.parametrize("name", ["doctor", "clean", "watch", "bind", "verify"])
-def test_device_glob_help_names_only_nodes_the_command_knows(
+def test_device_glob_help_names_only_nodes_every_command_knows(
     name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The doctor's built-in globs have no /dev/accel/accelN (the binder's grammar does),
-    and the binder's no /dev/kfd: the one help text shared by both names what both know."""
-    import fnmatch
-
-    from accelhost.hygiene.options import BUILTIN_DEVICE_GLOBS
-    from accelhost.parsers.devnodes import node_kind
+    """One grammar (`devnodes`) for the doctor and the binder: every node the shared help
+    names is a device node to the doctor, every node of one device to the binder too,
+    /dev/accel/accelN included."""
+    from accelhost.apply.identity import nodes_of_targets
+    from accelhost.hygiene.options import HygieneOptions
 
     with pytest.raises(SystemExit):
         main([name, "--help"])
@@ -69,13 +68,12 @@ def test_device_glob_help_names_only_nodes_the_command_knows(
     found = re.search(r"--device-glob GLOB (.*?\))", text)
     assert found, text
     named = re.findall(r"/dev/[\w/*]+", found.group(1))
-    assert named
+    assert "/dev/accel/accelN" in named
     for node in named:
         sample = node.replace("N", "0").replace("*", "128")
-        if name in ("bind", "verify"):
-            assert node_kind(sample) is not None, node
-        else:
-            assert any(fnmatch.fnmatchcase(sample, g) for g in BUILTIN_DEVICE_GLOBS), node
+        assert HygieneOptions().is_device_path(sample), node
+        if sample != node:  # a node of one device: bind takes the device from it
+            assert nodes_of_targets([sample]), node
 
 
 def test_bench_pipeline_help_gives_the_stage_times_grammar_and_defaults(

@@ -99,3 +99,44 @@ def test_plan_help_says_host_ids_as_bind_help_does() -> None:
     for name in ("plan", "bind"):
         text = _option(sub[name], "--device").help  # type: ignore[attr-defined]
         assert "host ids" in text and "logical" not in text, (name, text)
+
+
+@pytest.mark.parametrize(
+    ("argv", "old"),
+    [
+        (["doctor", "--engine-pattern", "x"], "--engine-pattern"),
+        (["clean", "--min-age", "5"], "--min-age"),
+        (["run", "--preflight-util", "0.5", "--", "true"], "--preflight-util"),
+    ],
+)
+def test_a_first_release_has_no_old_option_names(
+    argv: list[str], old: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """0.1.0 had no earlier release: one name per option (--engine-child, --shm-min-age,
+    --expect-util), and the old ones are unknown, not quietly taken."""
+    from accelhost.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert f"unrecognized arguments: {old}" in capsys.readouterr().err
+
+
+def test_no_parser_takes_an_abbreviated_option(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every command and sub-command refuses a prefix of one of its options (`--snap` for
+    `--snapshot`): the parsers are all made with allow_abbrev off."""
+    from accelhost.cli.main import main
+
+    pending = [build_parser()]
+    seen = 0
+    while pending:
+        parser = pending.pop()
+        assert parser.allow_abbrev is False, parser.prog  # type: ignore[attr-defined]
+        pending.extend(_subparsers(parser).values())  # type: ignore[arg-type]
+        seen += 1
+    assert seen > len(["topo", "plan", "bind", "doctor", "run", "bench"])
+    for argv in (["topo", "--snap", "x"], ["bench", "pipeline", "--pre-t", "1"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        assert f"unrecognized arguments: {argv[-2]}" in capsys.readouterr().err

@@ -261,3 +261,24 @@ def test_no_two_packages_import_each_other() -> None:
     the supervisor's parts, never both (what both need goes below them, e.g. `kernel/`)."""
     found = cycles(package_graph(import_graph()))
     assert not found, "packages in a circle: " + "; ".join(" <-> ".join(sorted(c)) for c in found)
+
+
+def test_a_lazy_name_stays_what_it_names_once_every_module_is_loaded() -> None:
+    """A package's lazily loaded names (`accelhost.lazy_names`) are not submodule names: the
+    import system sets a loaded submodule on its package, which would hide the name
+    (`accelhost.hygiene.preflight`, a function, was once a module's name as well)."""
+    checked = 0
+    # every submodule loaded first, so that any one shadowing a name has done it
+    for package, path in _modules().items():
+        if path.name != "__init__.py":
+            continue
+        lazy = getattr(importlib.import_module(package), "_LAZY", None)
+        if not isinstance(lazy, dict):
+            continue
+        submodules = {m.name for m in pkgutil.iter_modules([str(path.parent)])}
+        for name, source in lazy.items():
+            assert name not in submodules, f"{package}.{name} is also a submodule"
+            value = getattr(importlib.import_module(package), name)
+            assert value is getattr(importlib.import_module(source), name), f"{package}.{name}"
+            checked += 1
+    assert checked >= 20

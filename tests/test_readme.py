@@ -318,7 +318,7 @@ def test_help_imports_nothing_heavy() -> None:
         "         'accelhost.hygiene.checks', 'accelhost.hygiene.facts',\n"
         "         'accelhost.hygiene.cleaner', 'accelhost.hygiene.watch',\n"
         "         'accelhost.apply.build', 'accelhost.apply.execute',\n"
-        "         'accelhost.supervisor.supervise', 'accelhost.bench.bind_runner',\n"
+        "         'accelhost.supervisor.loop', 'accelhost.bench.bind_runner',\n"
         "         'accelhost.readers', 'concurrent.futures')\n"
         "print(sorted(m for m in sys.modules if m.startswith(heavy)), file=sys.stderr)\n"
     )

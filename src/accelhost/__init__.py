@@ -21,10 +21,10 @@ What lives where (planning data flows one way for every family):
   typed errors (a `UsageError` exits 2, any other `AccelhostError` 1); `formats`: the
   name and version of every JSON document (`format` key) and its units (bytes).
 
-The house rule: apply/ places (CPU affinity, memory policy and pages, IRQ masks,
-irqbalance); remove/ removes (signals, /dev/shm unlinks, IPC_RMID); supervisor/ sets up the
-child it starts (spawn, subreaper, namespaces, its cgroup); nothing else changes the
-machine (accelhost's own files and a pipeline's own workers are not the machine).
+The house rule: only three packages change the machine, each in the ways its own docstring
+states (`apply`, `remove`, `supervisor`); nothing else changes the machine (accelhost's
+own files and a pipeline's own workers are not the machine). tests/test_house_rules.py
+holds every module to it.
 
 The worker-side import must stay cheap (no CLI, no table rendering, no metrics): names are
 resolved lazily on first use.
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-import types
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -91,25 +90,14 @@ def lazy_names(package: str, names: Mapping[str, str]) -> Callable[[str], Any]:
     attribute of that name) on first use and keeps it: a worker's `import accelhost`, and
     `accelhost --help`, must not load what they do not use.
 
-    A submodule named like one of the names (`accelhost.hygiene.preflight`, the module,
-    beside `preflight`, its function) must not hide the name when it is imported: the
-    import system sets every submodule on its package, so the package's class skips that.
-    """
-    module = sys.modules[package]
-
-    class _Package(types.ModuleType):
-        def __setattr__(self, name: str, value: Any) -> None:
-            if name in names and isinstance(value, types.ModuleType):
-                return
-            super().__setattr__(name, value)
-
-    module.__class__ = _Package
+    No name may be a submodule's name too: importing the submodule would set the module on
+    the package in the name's place (tests/test_import_graph.py checks)."""
+    namespace = sys.modules[package].__dict__
 
     def __getattr__(name: str) -> Any:
         if name not in names:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(names[name]), name)
-        module.__dict__[name] = value
+        value = namespace[name] = getattr(importlib.import_module(names[name]), name)
         return value
 
     return __getattr__

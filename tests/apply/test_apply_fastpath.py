@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable
 from typing import Any
@@ -15,26 +14,29 @@ from accelhost.apply.steps import (
     SKIPPED,
     StepResult,
     ThreadAffinity,
-    step_result,
-    thread_step,
 )
 from accelhost.apply.threads import assign, list_threads, thread_steps
 from accelhost.errors import ApplyError
 from accelhost.plans import ThreadRole
 
 
-def test_fast_constructors_make_equal_frozen_objects() -> None:
-    fast = thread_step(7, 8, "acl_thread", "acl", (1, 2))
-    plain = ThreadAffinity(7, 8, "acl_thread", "acl", (1, 2))
-    assert fast == plain and hash(fast) == hash(plain) and repr(fast) == repr(plain)
-    assert fast.to_dict() == plain.to_dict() and fast.describe() == plain.describe()
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        fast.tid = 9  # type: ignore[misc]
-    result = step_result(fast, OK)
-    assert result == StepResult(plain, OK) and result.line == StepResult(plain, OK, "").line
-    assert (
-        step_result(fast, SKIPPED, "gone").to_dict() == StepResult(plain, SKIPPED, "gone").to_dict()
-    )
+def test_the_per_thread_objects_are_slotted_and_report_every_field() -> None:
+    """One step and one result per thread: slotted (no per-object dict), and their JSON and
+    report line as every other step's."""
+    step = ThreadAffinity(7, 8, "acl_thread", "acl", (1, 2))
+    result = StepResult(step, SKIPPED, "gone")
+    assert not hasattr(step, "__dict__") and not hasattr(result, "__dict__")
+    assert step.to_dict() == {
+        "kind": "thread",
+        "description": "set affinity of thread 8 (acl_thread) of process 7 to CPUs 1-2 [acl]",
+        "pid": 7,
+        "tid": 8,
+        "name": "acl_thread",
+        "role": "acl",
+        "cpus": [1, 2],
+    }
+    assert result.to_dict() == {**step.to_dict(), "status": SKIPPED, "detail": "gone"}
+    assert StepResult(step, OK).line == f"[ok] {step.describe()}"
 
 
 def test_thread_steps_equal_list_threads_then_assign(spawn: Callable[..., Any]) -> None:
@@ -65,7 +67,7 @@ def test_thread_steps_of_a_gone_process_is_an_apply_error() -> None:
 def test_execute_reads_back_every_thread(spawn: Callable[..., Any]) -> None:
     child = spawn("acl_thread", "worker")
     steps = thread_steps(child.pid, (0,), [ThreadRole("acl", "acl_thread", (0,))])
-    gone = thread_step(child.pid, 2**22 + 4321, "gone", "main", (0,))
+    gone = ThreadAffinity(child.pid, 2**22 + 4321, "gone", "main", (0,))
     results = execute([*steps, gone])
     assert [r.status for r in results] == [OK] * len(steps) + [SKIPPED]
     assert all(set(os.sched_getaffinity(s.tid)) == {0} for s in steps)

@@ -8,7 +8,7 @@ from prometheus_client import generate_latest
 
 from accelhost.hygiene import HygieneOptions, read_facts, run_checks
 from accelhost.hygiene.checks import check_orphan_engines
-from accelhost.hygiene.preflight import preflight_from_facts
+from accelhost.hygiene.device_preflight import preflight_from_facts
 from accelhost.hygiene.watch import WatchConfig, Watcher
 
 GPU_QUERY = "nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits"

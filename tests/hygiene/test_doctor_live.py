@@ -57,7 +57,7 @@ def test_engine_pattern_is_read_from_cmdline_not_comm(lab: Lab) -> None:
     title = "my-engine-with-a-long-title"
     orphan = lab.orphan_engine(node, title=title)
     res = run_cli(
-        "doctor", "--json", "--check", "orphan_engines", "--engine-pattern", "with-a-long-title"
+        "doctor", "--json", "--check", "orphan_engines", "--engine-child", "with-a-long-title"
     )
     pids = [e["pid"] for e in json.loads(res.stdout)["checks"][0]["evidence"]]
     assert orphan in pids

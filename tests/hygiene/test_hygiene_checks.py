@@ -102,7 +102,7 @@ def test_engine_catalog_extends_from_options() -> None:
     assert [(e["pid"], e["engine"]) for e in result.evidence] == [(21, "site-trt")]
     # --engine-child alone (no frontend known): the one under PID 1 is an orphan, the one
     # under a live process of its session is that process's own (like `LLM()` in a script)
-    only_child = HygieneOptions(engine_patterns=(r"^trt_worker",))
+    only_child = HygieneOptions(catalog=build_catalog(children=(r"^trt_worker",)))
     assert [e["pid"] for e in check(fake, "orphan_engines", only_child).evidence] == [21]
     assert check(fake, "orphan_engines").status == "OK"  # not in the built-in catalog
 

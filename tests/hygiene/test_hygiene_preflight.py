@@ -80,7 +80,7 @@ def test_user_mistakes_are_one_line_and_exit_2_never_1() -> None:
     for args in (
         ["--expect-util", "1.5"],
         ["--device", "0"],
-        ["--engine-pattern", "("],
+        ["--engine-child", "("],
         ["--engine-frontend", "[a"],
         ["--device", "x", "--expect-util", "0.5"],
         ["--idle-baseline-mib", "-1"],

@@ -22,6 +22,7 @@ from prometheus_client import generate_latest
 from accelhost.host.live import LiveHost
 from accelhost.host.redact import REDACTED, redact_text, redact_values
 from accelhost.hygiene.cleaner import CleanFilters
+from accelhost.hygiene.engines import build_catalog
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.watch import WatchConfig, Watcher, json_logger
 from container_hosts import DOCKER_SOCK, SHAPES, put_in_container
@@ -194,7 +195,7 @@ def test_matching_still_reads_the_raw_command_line() -> None:
 
     fake = FakeHost()
     fake.proc(50, "my-engine --api-key sk-TESTSECRET", ppid=1, pgid=50, sid=50)
-    opts = HygieneOptions(engine_patterns=(r"--api-key sk-TEST",))
+    opts = HygieneOptions(catalog=build_catalog(children=(r"--api-key sk-TEST",)))
     orphans = run_checks(read_facts(fake.host(), opts), opts).get("orphan_engines")
     assert orphans is not None and orphans.status == "FAIL"
     assert orphans.evidence[0]["cmdline"] == f"my-engine --api-key {REDACTED}"

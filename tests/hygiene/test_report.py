@@ -87,7 +87,7 @@ def test_help_does_not_load_the_checks_and_names_stay_functions() -> None:
         "build_parser(None)\n"
         "loaded = [m for m in ('accelhost.hygiene.checks', 'accelhost.hygiene.facts',"
         " 'accelhost.hygiene.cleaner') if m in sys.modules]\n"
-        "import accelhost.hygiene.preflight\n"
+        "import accelhost.hygiene.device_preflight\n"
         "from accelhost.hygiene import preflight\n"
         "print(loaded, callable(preflight))\n"
     )

@@ -32,11 +32,12 @@ def test_grace_is_the_shared_option_with_the_shared_default() -> None:
     assert parse("--grace", "2.5", "--", "true").grace == 2.5  # type: ignore[attr-defined]
 
 
-def test_expect_util_is_doctors_name_and_preflight_util_its_old_alias() -> None:
+def test_expect_util_is_doctors_name_and_has_no_other() -> None:
     new = parse("--expect-util", "0.85", "--device", "3", "--", "true")
-    old = parse("--preflight-util", "0.85", "--device", "3", "--", "true")
-    assert new.expect_util == old.expect_util == 0.85  # type: ignore[attr-defined]
-    assert new.device == old.device == [3]  # type: ignore[attr-defined]
+    assert new.expect_util == 0.85  # type: ignore[attr-defined]
+    assert new.device == [3]  # type: ignore[attr-defined]
+    with pytest.raises(SystemExit):
+        parse("--preflight-util", "0.85", "--device", "3", "--", "true")
 
 
 def test_device_takes_the_shared_list_grammar() -> None:
@@ -52,7 +53,6 @@ def test_device_takes_the_shared_list_grammar() -> None:
         (["--grace", "nan"], "--grace: must be a number of seconds"),
         (["--kill-wait", "-2"], "--kill-wait: must not be negative"),
         (["--expect-util", "1.5"], "--expect-util must be in (0, 1]"),
-        (["--preflight-util", "0"], "--expect-util must be in (0, 1]"),
         (["--device", "0"], "--device goes with --expect-util"),
         (["--expect-util", "0.5", "--device", "0,1"], "takes one device, got --device 0,1"),
         (["--bind-delay", "3"], "--bind-delay needs --bind"),

@@ -1,9 +1,7 @@
 """The applier: what accelhost places on the machine.
 
-The house rule: apply/ places (CPU affinity, memory policy and pages, IRQ masks,
-irqbalance); remove/ removes (signals, /dev/shm unlinks, IPC_RMID); supervisor/ sets up the
-child it starts (spawn, subreaper, namespaces, its cgroup); nothing else changes the
-machine (accelhost's own files and a pipeline's own workers are not the machine).
+Its part of the house rule (`accelhost`): apply/ places (CPU affinity, memory policy and
+pages, IRQ masks, irqbalance).
 
 Applying a plan is two phases so that `--dry-run` shows exactly what a real run does:
 `build` reads the host and returns step dataclasses (`steps`); `execute` runs them and

@@ -22,7 +22,6 @@ from accelhost.apply.steps import (
     Step,
     ThreadAffinity,
     Unresolved,
-    thread_step,
 )
 from accelhost.apply.threads import RoleMatcher, list_threads, scan_named_threads, thread_steps
 from accelhost.cpulist import cpu_mask, format_cpulist, parse_cpu_mask
@@ -348,5 +347,7 @@ def build_unbind_threads(pid: int) -> Prepared:
         # No sysfs either: what this process may use. The syscall, not Cpus_allowed_list:
         # it is the mask the kernel enforces for the calling thread, read in one call.
         cpus = tuple(sorted(os.sched_getaffinity(0)))
-    steps: list[Step] = [thread_step(pid, t.tid, t.name, "unbind", cpus) for t in list_threads(pid)]
+    steps: list[Step] = [
+        ThreadAffinity(pid, t.tid, t.name, "unbind", cpus) for t in list_threads(pid)
+    ]
     return Prepared(tuple(steps))

@@ -28,7 +28,6 @@ from accelhost.apply.steps import (
     StepResult,
     ThreadAffinity,
     Unresolved,
-    step_result,
 )
 from accelhost.cpulist import format_cpulist, parse_cpu_mask
 from accelhost.errors import AccelhostError
@@ -45,7 +44,7 @@ UNSAVED = "not written: the current masks could not be saved for `unbind --irq`"
 
 def plan_only(steps: Sequence[Step]) -> list[StepResult]:
     """A dry run's results: every step, as it would run (with why it cannot, if so)."""
-    return [step_result(s, PLANNED, s.reason if isinstance(s, Unresolved) else "") for s in steps]
+    return [StepResult(s, PLANNED, s.reason if isinstance(s, Unresolved) else "") for s in steps]
 
 
 def execute(steps: Sequence[Step], host: Host | None = None) -> list[StepResult]:
@@ -57,7 +56,7 @@ def execute(steps: Sequence[Step], host: Host | None = None) -> list[StepResult]
     wanted: dict[tuple[int, ...], set[int]] = {}
     last: tuple[int, ...] | None = None  # the CPUs of the last thread step, as `cpus`
     cpus: set[int] = set()
-    setaffinity, getaffinity, make = os.sched_setaffinity, os.sched_getaffinity, step_result
+    setaffinity, getaffinity, make = os.sched_setaffinity, os.sched_getaffinity, StepResult
     irqs = _IrqGuard(host)
     for step in steps:
         if type(step) is ThreadAffinity:

@@ -253,7 +253,7 @@ def move_within_budget(
     return outcome(())
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MoveResult(StepResult):
     """A StepResult that also carries the per-node memory before and after, for --json."""
 

@@ -1,8 +1,9 @@
 """Steps: one dataclass per kind of change, plus their outcomes and the whole report.
 
 A bind makes one `ThreadAffinity` and one `StepResult` per thread (hundreds on an inference
-engine), so those two are slotted and have hot-path constructors (`thread_step`,
-`step_result`) that skip the frozen `__init__`: equal objects, in half the time.
+engine), so those two are slotted and not frozen: a frozen `__init__` stores each field
+through `object.__setattr__`, five times the cost of a plain one. Nothing changes a step or
+a result once made; the report that holds them is frozen.
 """
 
 from __future__ import annotations
@@ -34,12 +35,13 @@ def _cpus(cpus: tuple[int, ...]) -> str:
     return format_cpulist(cpus) or "(none)"
 
 
-@dataclass(frozen=True)
 class Step(ABC):
-    """Base of every step; `kind` groups steps for `--irq-only`, JSON and the report."""
+    """Base of every step (each a dataclass); `kind` groups steps for `--irq-only`, JSON
+    and the report. Not a dataclass itself, so a step may be frozen or not."""
 
     __slots__ = ()  # so that slotted subclasses (ThreadAffinity) have no __dict__
     kind: ClassVar[str] = "step"
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # every step is a dataclass (`fields`)
 
     @abstractmethod
     def describe(self) -> str:
@@ -53,7 +55,7 @@ class Step(ABC):
         return out
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ThreadAffinity(Step):
     """Pin one thread; `role` says which plan role chose the CPUs (main, acl, ...)."""
 
@@ -201,7 +203,7 @@ class Unresolved(Step):
         return f"{self.what}: cannot be done"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StepResult:
     step: Step
     status: str
@@ -214,38 +216,6 @@ class StepResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.step.to_dict(), "status": self.status, "detail": self.detail}
-
-
-def _slot_setters(cls: type, *names: str) -> tuple[Any, ...]:
-    """The slots' own setters: they store a field without the frozen `__setattr__` check."""
-    return tuple(cls.__dict__[name].__set__ for name in names)
-
-
-_new = object.__new__
-_ta_pid, _ta_tid, _ta_name, _ta_role, _ta_cpus = _slot_setters(
-    ThreadAffinity, "pid", "tid", "name", "role", "cpus"
-)
-_sr_step, _sr_status, _sr_detail = _slot_setters(StepResult, "step", "status", "detail")
-
-
-def thread_step(pid: int, tid: int, name: str, role: str, cpus: tuple[int, ...]) -> ThreadAffinity:
-    """`ThreadAffinity(pid, tid, name, role, cpus)` for the hot path: the same (equal) object."""
-    step = _new(ThreadAffinity)
-    _ta_pid(step, pid)
-    _ta_tid(step, tid)
-    _ta_name(step, name)
-    _ta_role(step, role)
-    _ta_cpus(step, cpus)
-    return step
-
-
-def step_result(step: Step, status: str, detail: str = "") -> StepResult:
-    """`StepResult(step, status, detail)` for the hot path: the same (equal) object."""
-    result = _new(StepResult)
-    _sr_step(result, step)
-    _sr_status(result, status)
-    _sr_detail(result, detail)
-    return result
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, NamedTuple
 
-from accelhost.apply.steps import ThreadAffinity, thread_step
+from accelhost.apply.steps import ThreadAffinity
 from accelhost.errors import ApplyError
 from accelhost.plans import ThreadRole
 
@@ -113,7 +113,7 @@ def thread_steps(
     left out (the driver's retry rounds)."""
     dfd = _task_dir(pid)  # first: a gone process is the error to give
     out = []
-    make = thread_step
+    make = ThreadAffinity
     try:
         matchers = [(RoleMatcher(r), r.name, tuple(sorted(set(r.cpus)))) for r in roles if r.cpus]
         # The usual roles (acl_thread, release_thread) are literals: a substring test each.

@@ -95,7 +95,7 @@ def register(subparsers: Any) -> None:
         CLEAN_DESCRIPTION,
         epilog=help_epilog("clean"),
     )
-    add_common(clean, min_age_alias=True)
+    add_common(clean)
     add_container_options(clean)
     options.json_output(clean)
     clean.add_argument("--yes", action="store_true", help="act (default: dry run)")

@@ -18,13 +18,11 @@ from accelhost.hygiene.engines import Engine, build_catalog, parse_catalog_file
 from accelhost.hygiene.options import DEFAULT_SHM_DIRS, HygieneOptions
 
 
-def add_common(p: argparse.ArgumentParser, min_age_alias: bool = False) -> None:
+def add_common(p: argparse.ArgumentParser) -> None:
     options.snapshot(p)
     options.device_glob(p)
     p.add_argument(
         "--engine-child",
-        "--engine-pattern",
-        dest="engine_pattern",
         action="append",
         default=[],
         metavar="REGEX",
@@ -61,9 +59,8 @@ def add_common(p: argparse.ArgumentParser, min_age_alias: bool = False) -> None:
         help="also count unheld shared-memory files named GLOB as leaked (repeatable; adds "
         "to the catalog's psm_*, sem.mp-*, vllm_offload_*.mmap, nccl-*, torch_*)",
     )
-    names = ["--shm-min-age", "--min-age"] if min_age_alias else ["--shm-min-age"]
     p.add_argument(
-        *names,
+        "--shm-min-age",
         dest="shm_min_age",
         type=float,
         default=60.0,
@@ -113,12 +110,12 @@ def hygiene_options(args: argparse.Namespace) -> HygieneOptions:
     catalog = build_catalog(
         _catalog_engines(args.engine_catalog),
         frontends=args.engine_frontend,
+        children=args.engine_child,
         shm_names=args.shm_name,
     )
     dirs = tuple(dict.fromkeys([*DEFAULT_SHM_DIRS, *(d.rstrip("/") or "/" for d in args.shm_dir)]))
     return HygieneOptions(
         device_globs=tuple(args.device_glob),
-        engine_patterns=tuple(args.engine_pattern),
         shm_min_age_s=args.shm_min_age,
         expect_util=getattr(args, "expect_util", None),
         devices=tuple(devices or ()),

@@ -12,7 +12,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from accelhost.errors import AccelhostError, PlanError, UsageError
 
@@ -42,7 +42,14 @@ class Parser(argparse.ArgumentParser):
     """argparse with a one-line error: `accelhost CMD: error: WHAT; see accelhost CMD
     --help`. The usage block argparse prints first (6 to 11 lines for bind or run) hid
     the one line that matters; --help still shows it all. Sub-commands inherit the class
-    (add_subparsers makes its parsers of the parent's type)."""
+    (add_subparsers makes its parsers of the parent's type), and so its other default:
+
+    No abbreviations anywhere: `plan --device 3` must not silently mean `--devices`, and a
+    flag added later must not turn a user's working abbreviation into "ambiguous option"."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
@@ -51,23 +58,12 @@ class Parser(argparse.ArgumentParser):
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     from accelhost import __version__
 
-    parser = Parser(prog="accelhost", description=DESCRIPTION, allow_abbrev=False)
+    parser = Parser(prog="accelhost", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"accelhost {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = [COMMANDS[only]] if only in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
     for name in modules:
         importlib.import_module(name).register(sub)
-    # No abbreviations anywhere: `plan --device 3` must not silently mean `--devices`, and a
-    # flag added later must not turn a user's working abbreviation into "ambiguous option".
-    # argparse reads allow_abbrev when parsing, so setting it after registration covers
-    # every sub-command (and their own sub-commands) without each module remembering it.
-    pending = list(sub.choices.values())
-    while pending:
-        child = pending.pop()
-        child.allow_abbrev = False
-        for action in child._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                pending.extend(action.choices.values())
     return parser
 
 

@@ -212,21 +212,20 @@ def device_glob(p: Parser) -> None:
         metavar="GLOB",
         help="also treat open files matching GLOB as device nodes, the number their name "
         "ends with being the device id (repeatable; adds to the built-in ones: /dev/davinciN, "
-        "/dev/nvidiaN, /dev/dri/renderD*, ...)",
+        "/dev/nvidiaN, /dev/accel/accelN, /dev/dri/renderD*, the drivers' control nodes "
+        "such as /dev/nvidiactl)",
     )
 
 
 def expect_util(p: Parser, context: str) -> None:
     p.add_argument(
         "--expect-util",
-        "--preflight-util",
-        dest="expect_util",
         type=float,
         metavar="U",
         help=_help(
             context,
             "U is vLLM's --gpu-memory-utilization; an engine starts when U x total device "
-            "memory is free (vLLM's check; --preflight-util is its old name)",
+            "memory is free (vLLM's check)",
         ),
     )
 

@@ -5,15 +5,10 @@ cleaner plans what to remove and has `accelhost.remove` do it; `watch` repeats i
 exports metrics; `preflight` says whether an engine will fit before it starts. Names load
 on first use: `accelhost --help` registers these commands without importing the checks.
 
-The house rule: apply/ places (CPU affinity, memory policy and pages, IRQ masks,
-irqbalance); remove/ removes (signals, /dev/shm unlinks, IPC_RMID); supervisor/ sets up the
-child it starts (spawn, subreaper, namespaces, its cgroup); nothing else changes the
-machine (accelhost's own files and a pipeline's own workers are not the machine).
-
 What lives where: `options` (what to look for), `facts` (read once through the host
 door) with `devices` (device memory from npu-smi / nvidia-smi, and who has a device node
 open), `engines` (the engine catalog: frontends and children), `rules` (what is an orphan,
-what leaked), `checks`, `posix_check` (the /dev/shm leak rule), `tuning`, `preflight` (the
+what leaked), `checks`, `posix_check` (the /dev/shm leak rule), `tuning`, `device_preflight` (the
 verdicts), `evidence`, `report`, `render` and `text` (what is shown), `actions`,
 `cleaner`, `stopper` and `journal` (what `clean` does), `targets` (why a target named on
 `clean`'s command line is not acted on), `watch` (the loop), `watch_metrics` (what it
@@ -55,16 +50,16 @@ _LAZY = {
     "HostFacts": "accelhost.hygiene.facts",
     "read_facts": "accelhost.hygiene.facts",
     "HygieneOptions": "accelhost.hygiene.options",
-    "PreflightReport": "accelhost.hygiene.preflight",
-    "preflight": "accelhost.hygiene.preflight",
-    "preflight_from_facts": "accelhost.hygiene.preflight",
+    "PreflightReport": "accelhost.hygiene.device_preflight",
+    "preflight": "accelhost.hygiene.device_preflight",
+    "preflight_from_facts": "accelhost.hygiene.device_preflight",
 }
 
 if TYPE_CHECKING:
     from accelhost.hygiene.checks import run_checks
+    from accelhost.hygiene.device_preflight import PreflightReport, preflight, preflight_from_facts
     from accelhost.hygiene.facts import HostFacts, read_facts
     from accelhost.hygiene.options import HygieneOptions
-    from accelhost.hygiene.preflight import PreflightReport, preflight, preflight_from_facts
     from accelhost.hygiene.report import CHECK_NAMES, CheckResult, DoctorReport
 
 

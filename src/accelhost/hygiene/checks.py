@@ -13,6 +13,11 @@ from typing import Any
 from accelhost.formats import mib_bytes
 from accelhost.hygiene.container_evidence import annotate_report, container_of
 from accelhost.hygiene.container_init import check_container_init
+from accelhost.hygiene.device_preflight import (
+    DevicePreflight,
+    device_holders_of,
+    preflight_from_facts,
+)
 from accelhost.hygiene.evidence import (
     device_memory_of_pid,
     orphan_evidence,
@@ -21,14 +26,13 @@ from accelhost.hygiene.evidence import (
     unknown,
 )
 from accelhost.hygiene.facts import NOT_RECORDED, HostFacts
-from accelhost.hygiene.options import HygieneOptions, is_control_node
+from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.posix_check import (
     check_posix_shm,
     not_in_recording,
     privileged_note,
     unreadable_evidence,
 )
-from accelhost.hygiene.preflight import DevicePreflight, device_holders_of, preflight_from_facts
 from accelhost.hygiene.report import (
     CHECK_NAMES,
     FAIL,
@@ -43,7 +47,7 @@ from accelhost.hygiene.rules import find_orphans, is_hugetlb, leaked_segments
 from accelhost.hygiene.shm_preflight import with_remove_ipc, with_shm_space
 from accelhost.hygiene.text import human_bytes
 from accelhost.hygiene.tuning import check_host_tuning
-from accelhost.parsers.devnodes import VENDOR_KIND, node_kind
+from accelhost.parsers.devnodes import VENDOR_KIND, is_control_node, node_kind
 
 
 def _unreadable(facts: HostFacts) -> frozenset[int]:

@@ -1,8 +1,9 @@
 """What the hygiene checks look for, in one immutable value passed everywhere.
 
-Built-in device nodes and the engine catalog (engines.py) cover Ascend, NVIDIA and AMD
-hosts running vLLM, SGLang, TensorRT-LLM, LMDeploy or MindIE; users add to them (never
-replace them), so a site-specific engine name cannot accidentally hide a vLLM orphan.
+The device nodes (`parsers.devnodes`, the grammar `bind` and `run` use too) and the engine
+catalog (engines.py) cover Ascend, NVIDIA and AMD hosts running vLLM, SGLang,
+TensorRT-LLM, LMDeploy or MindIE; users add to them (never replace them), so a
+site-specific engine name cannot accidentally hide a vLLM orphan.
 """
 
 from __future__ import annotations
@@ -10,23 +11,14 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from accelhost.errors import UsageError
 from accelhost.hygiene.engines import Catalog, build_catalog
+from accelhost.parsers.devnodes import is_device_node
 
 # The tmpfs dirs shm_open names live in; `--shm-dir` adds to them.
 DEFAULT_SHM_DIRS: tuple[str, ...] = ("/dev/shm",)
-BUILTIN_DEVICE_GLOBS: tuple[str, ...] = (
-    "/dev/davinci*",
-    "/dev/davinci_manager",
-    "/dev/devmm_svm",
-    "/dev/hisi_hdc",
-    "/dev/nvidia*",
-    "/dev/nvidiactl",
-    "/dev/nvidia-uvm",
-    "/dev/kfd",
-    "/dev/dri/renderD*",
-)
 # Shells, and the inits that exit with their one child (`container_init` tells them apart).
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "busybox"})
 ONE_CHILD_INITS = frozenset({"tini", "tini-static", "dumb-init", "docker-init", "catatonit"})
@@ -41,33 +33,19 @@ SHELLS_AND_INITS = (
     | {"nohup", "setsid", "timeout", "sudo", "su"}
 )
 
-# Nodes every process of a driver opens: they say "uses the driver", not "uses device N".
-CONTROL_NODES = frozenset(
-    {
-        "/dev/davinci_manager",
-        "/dev/devmm_svm",
-        "/dev/hisi_hdc",
-        "/dev/nvidiactl",
-        "/dev/nvidia-uvm",
-        "/dev/nvidia-uvm-tools",
-        "/dev/nvidia-modeset",
-        "/dev/kfd",
-    }
-)
-
 # Device memory a healthy idle device still reports as used (driver, firmware, context).
 DEFAULT_IDLE_BASELINE_MIB = {"ascend": 4096, "nvidia": 1024}
 
 
 @dataclass(frozen=True)
 class HygieneOptions:
+    # Paths that are device nodes besides `devnodes`' (`--device-glob`).
     device_globs: tuple[str, ...] = ()
-    # Extra engine child patterns (`--engine-child`, alias `--engine-pattern`).
-    engine_patterns: tuple[str, ...] = ()
     shm_min_age_s: float = 60.0
     expect_util: float | None = None
     device: int | None = None
     devices: tuple[int, ...] = ()
+    # The built-in engines with the site's own (`--engine-catalog`, `--engine-child`, ...)
     catalog: Catalog = field(default_factory=build_catalog)
     shm_dirs: tuple[str, ...] = DEFAULT_SHM_DIRS
     idle_baseline_mib: int | None = None
@@ -81,12 +59,6 @@ class HygieneOptions:
     shm_need_mib: int = 400
 
     def __post_init__(self) -> None:
-        if self.engine_patterns:  # build_catalog checks them, as every catalog pattern
-            extra = build_catalog(children=self.engine_patterns).engines
-            merged = {e.name: e for e in self.catalog.engines}
-            for e in extra:
-                merged[e.name] = merged[e.name].merged(e) if e.name in merged else e
-            object.__setattr__(self, "catalog", Catalog(tuple(merged.values())))
         if self.expect_util is not None and not 0.0 < self.expect_util <= 1.0:
             raise UsageError(
                 f"--expect-util {self.expect_util:g}: must be a fraction in (0, 1], like 0.85"
@@ -98,21 +70,18 @@ class HygieneOptions:
         if not 0.0 < self.hugepages_threshold <= 1.0:
             raise UsageError("--hugepages-threshold must be a fraction in (0, 1]")
 
+    @cached_property
+    def _glob_rx(self) -> re.Pattern[str] | None:
+        # one regex of every glob, compiled once: asked of each open file of every process
+        globs = self.device_globs
+        return re.compile("|".join(map(fnmatch.translate, globs))) if globs else None
+
     def is_device_path(self, path: str) -> bool:
-        # one regex of every glob, compiled on first use: asked of each open /dev file of
-        # every process on the host
-        rx = self.__dict__.get("_device_rx")
-        if rx is None:
-            globs = BUILTIN_DEVICE_GLOBS + self.device_globs
-            rx = re.compile("|".join(fnmatch.translate(g) for g in globs))
-            object.__setattr__(self, "_device_rx", rx)
-        return rx.match(path) is not None
+        if is_device_node(path):
+            return True
+        return self._glob_rx is not None and self._glob_rx.match(path) is not None
 
     def baseline_mib(self, vendor: str) -> int:
         if self.idle_baseline_mib is not None:
             return self.idle_baseline_mib
         return DEFAULT_IDLE_BASELINE_MIB.get(vendor, 1024)
-
-
-def is_control_node(path: str) -> bool:
-    return path in CONTROL_NODES

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from accelhost.formats import MIB
-from accelhost.hygiene.options import is_control_node
 from accelhost.hygiene.report import CheckResult, DoctorReport
 from accelhost.hygiene.text import human_bytes, one_line
+from accelhost.parsers.devnodes import is_control_node
 from accelhost.render import render_table
 from accelhost.render.table import Paint
 

@@ -1,8 +1,11 @@
 """Accelerator device nodes by name: the one grammar of /dev/davinciN, /dev/nvidiaN, ...
 
-The number in a node's name is the host's device id, except for a render node
-(`renderD128` is the first GPU's), known only through its PCI address. Also the NVIDIA
-driver's per-GPU file, which joins a node's number (the minor) to its PCI address and UUID.
+A device node is a node of one device (`node_kind`) or a driver's control node, which
+every process of that driver opens: `doctor`'s device holders hold either; `bind --pid`
+and `run --bind`, which need the device, look for the first. The number in a node's name
+is the host's device id, except for a render node (`renderD128` is the first GPU's), known
+only through its PCI address. Also the NVIDIA driver's per-GPU file, which joins a node's
+number (the minor) to its PCI address and UUID.
 """
 
 from __future__ import annotations
@@ -25,6 +28,19 @@ _NODE_RE = re.compile(f"^({_PREFIXES})([0-9]{{1,5}})$")
 _KIND_OF = {prefix: kind for kind, prefix in NODE_PREFIX.items()}
 _ID = re.compile("[0-9]{1,5}")
 BUILTIN_NODES = "/dev/davinciN, /dev/nvidiaN, /dev/accel/accelN, /dev/dri/renderD*"
+# Nodes every process of a driver opens: they say "uses the driver", not "uses device N".
+CONTROL_NODES = frozenset(
+    {
+        "/dev/davinci_manager",
+        "/dev/devmm_svm",
+        "/dev/hisi_hdc",
+        "/dev/nvidiactl",
+        "/dev/nvidia-uvm",
+        "/dev/nvidia-uvm-tools",
+        "/dev/nvidia-modeset",
+        "/dev/kfd",
+    }
+)
 # The per-device node kind of each vendor (as `hygiene.devices` names vendors).
 VENDOR_KIND = {"ascend": "davinci", "nvidia": "nvidia"}
 # Where the kernel says which PCI device a render / accel node belongs to.
@@ -38,6 +54,16 @@ def node_kind(path: str) -> tuple[str, int] | None:
     if m is None or int(m.group(2)) >= MAX_DEVICES:
         return None
     return _KIND_OF[m.group(1)], int(m.group(2))
+
+
+def is_control_node(path: str) -> bool:
+    return path in CONTROL_NODES
+
+
+def is_device_node(path: str) -> bool:
+    """Whether holding `path` open is holding an accelerator (a doctor's device holder): a
+    node of one device, or a driver's control node."""
+    return path in CONTROL_NODES or node_kind(path) is not None
 
 
 def device_node(kind: str, number: int) -> str:

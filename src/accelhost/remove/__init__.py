@@ -1,10 +1,7 @@
 """Every way accelhost removes something from a machine, shared by `clean` and `run`.
 
-The house rule: apply/ places (CPU affinity, memory policy and pages, IRQ masks,
-irqbalance); remove/ removes (signals, /dev/shm unlinks, IPC_RMID); supervisor/ sets up the
-child it starts (spawn, subreaper, namespaces, its cgroup); nothing else changes the
-machine (accelhost's own files and a pipeline's own workers are not the machine).
-tests/test_house_rules.py holds every module to the rule.
+Its part of the house rule (`accelhost`): remove/ removes (signals, /dev/shm unlinks,
+IPC_RMID).
 
 What lives where: `signals` (a process pinned by pid and start time, so a reused pid is
 never hit; a process group the caller vouches for; the caller's own cgroup members),

@@ -1,6 +1,6 @@
 """`accelhost run`: supervise one engine so that nothing of it outlives it.
 
-What lives where: `supervise` (the loop: start, forward signals, reap, stop the tree
+What lives where: `loop` (`supervise`: start, forward signals, reap, stop the tree
 through `accelhost.remove.stop`), `options` (what it is asked and what it reports),
 `spawn` (own session, subreaper, private namespaces, optional `cgroup`), `wakeup` (its
 one `poll()`), `tree` and `forks` (the tree now, and every process it ever had, from the
@@ -8,10 +8,8 @@ kernel's process events), `leftovers`, `segments` and `shmfiles` (what the tree 
 SysV segments, /dev/shm files, found here and removed through `accelhost.remove`),
 `integrations` (the preflight and `--bind`, loaded when asked).
 
-The house rule: apply/ places (CPU affinity, memory policy and pages, IRQ masks,
-irqbalance); remove/ removes (signals, /dev/shm unlinks, IPC_RMID); supervisor/ sets up the
-child it starts (spawn, subreaper, namespaces, its cgroup); nothing else changes the
-machine (accelhost's own files and a pipeline's own workers are not the machine).
+Its part of the house rule (`accelhost`): supervisor/ sets up the child it starts (spawn,
+subreaper, namespaces, its cgroup).
 
 The supervisor may be PID 1 of every inference container, so this package imports only the
 standard library, the host door, `accelhost.kernel`, the small shared readers and
@@ -25,8 +23,8 @@ from typing import TYPE_CHECKING
 from accelhost import lazy_names
 
 if TYPE_CHECKING:
+    from accelhost.supervisor.loop import supervise
     from accelhost.supervisor.options import RunOutcome, SupervisorOptions
-    from accelhost.supervisor.supervise import supervise
 
 __all__ = ["RunOutcome", "SupervisorOptions", "supervise"]
 
@@ -34,7 +32,7 @@ __all__ = ["RunOutcome", "SupervisorOptions", "supervise"]
 _LAZY = {
     "RunOutcome": "accelhost.supervisor.options",
     "SupervisorOptions": "accelhost.supervisor.options",
-    "supervise": "accelhost.supervisor.supervise",
+    "supervise": "accelhost.supervisor.loop",
 }
 
 

@@ -193,7 +193,7 @@ def preflight(
     device: int | None = None,
     options: HygieneOptions | None = None,
 ) -> PreflightReport:
-    """Read the host and run the preflight; for `accelhost run --preflight-util U --device N`.
+    """Read the host and run the preflight; for `accelhost run --expect-util U --device N`.
 
     `device` is the device number as the vendor tool counts it (the N of /dev/davinciN or
     /dev/nvidiaN), not an index inside *_VISIBLE_DEVICES; None checks every device.
