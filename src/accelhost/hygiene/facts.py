@@ -413,6 +413,7 @@ def read_facts(
         shm_files,
         opts.catalog.is_engine,
         None if known is None else known.cgroups,
+        opts.cri_sockets,
     )
     return HostFacts(
         live=host.is_live,
