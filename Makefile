@@ -57,11 +57,16 @@ $(E2E_STAMP): pyproject.toml
 # tests/e2e/test_docker_e2e.py starts a Docker daemon of its own: Debian's docker.io
 # (dockerd, containerd, runc) and tini (what `docker run --init` runs), installed here when
 # missing (CI machines are fresh; root; Debian's registry is reachable). Never started here.
+# tests/e2e/test_k8s_e2e.py starts containerd (with its CRI plugin; `ctr` imports its
+# images) and compiles its pod's pause program with `gcc -static` (libc6-dev: libc.a).
 e2e-docker-tools:
-	@if ! command -v dockerd >/dev/null 2>&1 || ! command -v tini >/dev/null 2>&1; then \
-		echo "e2e: installing Debian's docker.io and tini"; \
+	@if ! command -v dockerd >/dev/null 2>&1 || ! command -v tini >/dev/null 2>&1 \
+		|| ! command -v containerd >/dev/null 2>&1 || ! command -v ctr >/dev/null 2>&1 \
+		|| ! echo 'int main(void) { return 0; }' \
+			| gcc -static -x c -o /dev/null - >/dev/null 2>&1; then \
+		echo "e2e: installing Debian's docker.io, containerd, tini, gcc and libc6-dev"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			--no-install-recommends docker.io tini >/dev/null; \
+			--no-install-recommends docker.io containerd tini gcc libc6-dev >/dev/null; \
 	fi
 
 e2e: $(E2E_STAMP) e2e-docker-tools

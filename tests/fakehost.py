@@ -37,6 +37,7 @@ class FakeMachine:
     stat_dirs: dict[str, list[FileStat]] = field(default_factory=dict)
     stats: dict[str, FileStat] = field(default_factory=dict)
     http: dict[str, str] = field(default_factory=dict)  # "SOCKET PATH" -> body
+    cri: dict[str, dict[str, Any]] = field(default_factory=dict)  # endpoint -> CRI look
 
     def snapshot(self) -> dict[str, Any]:
         data: dict[str, Any] = {"format": SNAPSHOT_FORMAT, "machine": self.machine}
@@ -54,6 +55,8 @@ class FakeMachine:
         data["commands"] = dict(self.commands)
         if self.http:
             data["http"] = dict(self.http)
+        if self.cri:
+            data["cri"] = dict(self.cri)
         return data
 
     def host(self, source: str = "fake-host") -> SnapshotHost:
@@ -73,6 +76,7 @@ class CountingHost(HostWrapper):
         self.stat_dirs: Counter[str] = Counter()
         self.stats: Counter[str] = Counter()
         self.http: Counter[str] = Counter()
+        self.cri: Counter[str] = Counter()
 
     def run(self, argv: Sequence[str]) -> CommandResult | None:
         self.commands[command_key(argv)] += 1
@@ -111,6 +115,10 @@ class CountingHost(HostWrapper):
         self.http[f"{socket_path} {path}"] += 1
         return self.inner.http_get(socket_path, path)
 
+    def cri_look(self, endpoint: str) -> dict[str, Any] | None:
+        self.cri[endpoint] += 1
+        return self.inner.cri_look(endpoint)
+
     def repeated(self) -> dict[str, int]:
         """Everything asked for more than once, as `kind key` -> count (empty: all once)."""
         out: dict[str, int] = {}
@@ -123,6 +131,7 @@ class CountingHost(HostWrapper):
             ("stat_dir", self.stat_dirs),
             ("stat", self.stats),
             ("http", self.http),
+            ("cri", self.cri),
         ):
             out.update({f"{kind} {k}": n for k, n in counter.items() if n > 1})
         return out

@@ -213,7 +213,24 @@ def test_a_container_podman_removed_is_named_from_podmans_own_events() -> None:
     )
 
 
-def test_kubernetes_pods_from_the_cgroup_and_crictl() -> None:
+def cri_answer(
+    *containers: dict[str, object], sandboxes: tuple[dict[str, object], ...] = ()
+) -> dict[str, object]:
+    """What `Host.cri_look` returns for a containerd with these containers (a snapshot's
+    "cri" section); `statuses` from each container's `started_at` / `finished_at`."""
+    statuses = {
+        str(c["id"]): {k: c[k] for k in ("started_at", "finished_at", "pid") if k in c}
+        for c in containers
+    }
+    return {
+        "version": {"runtime_name": "containerd", "runtime_version": "1.6.20"},
+        "sandboxes": list(sandboxes),
+        "containers": [{k: v for k, v in c.items() if not k.endswith("_at")} for c in containers],
+        "statuses": statuses,
+    }
+
+
+def test_kubernetes_pods_from_the_cgroup_and_the_cri() -> None:
     m = FakeMachine()
     on_host(m, 1)
     shape = SHAPES["containerd-k8s-systemd"].format(c=cid(8), u_=UID.replace("-", "_"))
@@ -228,28 +245,26 @@ def test_kubernetes_pods_from_the_cgroup_and_crictl() -> None:
         "io.kubernetes.pod.namespace": "serving",
         "io.kubernetes.pod.uid": UID,
     }
-    m.commands["crictl ps -a -o json"] = json.dumps(
+    started = parse_time("2026-12-01T11:00:00Z")
+    assert started is not None
+    m.cri["/run/containerd/containerd.sock"] = cri_answer(
         {
-            "containers": [
-                {
-                    "id": cid(8),
-                    "metadata": {"name": "engine", "attempt": 1},
-                    "image": {"image": "vllm/vllm-openai:v0.32"},
-                    "state": "CONTAINER_RUNNING",
-                    "labels": labels,
-                }
-            ]
+            "id": cid(8),
+            "name": "engine",
+            "attempt": 1,
+            "image": "vllm/vllm-openai:v0.32",
+            "state": "CONTAINER_RUNNING",
+            "labels": labels,
+            "started_at": int(started) * 1_000_000_000,
+            "finished_at": 0,
         }
-    )
-    m.commands[f"crictl inspect -o json {cid(8)}"] = json.dumps(
-        {"status": {"startedAt": "2026-12-01T11:00:00Z", "finishedAt": "0001-01-01T00:00:00Z"}}
     )
     view = read_containers(m.host(), procs, NOW)
     c = view.of_pid(4000)
-    assert c is not None and c.name == "engine" and c.pod is not None
+    assert c is not None and c.name == "engine" and c.pod is not None and c.attempt == 1
     assert (c.pod.namespace, c.pod.name, c.pod.uid) == ("serving", "vllm-0", UID)
-    assert c.started == parse_time("2026-12-01T11:00:00Z") and c.finished is None
-    assert view.runtimes == ("crictl",) and view.notes == ()
+    assert c.started == started and c.finished is None
+    assert view.runtimes == ("/run/containerd/containerd.sock",) and view.notes == ()
     assert [x.id for x in view.find("serving/vllm-0")] == [cid(8)]
 
 
@@ -286,7 +301,7 @@ def test_runtime_answers_of_any_shape_never_raise() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from accelhost.containers import crictl, docker_api
+    from accelhost.containers import docker_api
 
     json_values = st.recursive(
         st.none() | st.booleans() | st.integers() | st.text(max_size=20),
@@ -304,8 +319,6 @@ def test_runtime_answers_of_any_shape_never_raise() -> None:
             docker_api.parse_container_list(t)
             docker_api.parse_inspect(t)
             docker_api.parse_events(t)
-            crictl.parse_crictl_ps(t)
-            crictl.parse_crictl_inspect(t)
             docker_api.trim_answer("/containers/json?all=1", t)
             docker_api.trim_answer("/events?x", t)
 
@@ -362,12 +375,13 @@ def test_a_bare_id_under_a_custom_parent_is_the_container_its_runtime_lists() ->
     c = view.of_pid(5000)
     assert c is not None and (c.runtime, c.id, c.name) == ("docker", cid(0x44), "vllm-parent")
     assert view.of_pid(5001) is None and set(view.namespaces) == {5000}
-    # a CRI lists it: crictl's word (a kubelet with its own cgroup parent)
-    m.commands["crictl ps -a -o json"] = json.dumps(
-        {"containers": [{"id": cid(0x55), "metadata": {"name": "engine"}, "labels": {}}]}
+    # a CRI lists it: that runtime's word (a kubelet with its own cgroup parent)
+    m.cri["/var/run/crio/crio.sock"] = dict(
+        cri_answer({"id": cid(0x55), "name": "engine", "labels": {}}),
+        version={"runtime_name": "cri-o", "runtime_version": "1.28.1"},
     )
     c = read_containers(m.host(), procs, NOW).of_pid(5001)
-    assert c is not None and (c.runtime, c.name) == ("kubernetes", "engine")
+    assert c is not None and (c.runtime, c.name) == ("cri-o", "engine")
 
 
 def test_lxc_and_nspawn_containers_are_named_by_their_cgroup_without_a_runtime() -> None:

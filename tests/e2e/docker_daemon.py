@@ -64,20 +64,25 @@ def docker_cli() -> str:
     return found
 
 
-def host_mounts(*extra: str | Path) -> list[str]:
-    """`-v SRC:SRC:ro` for the host's system folders, the Python installation, the suite's
-    virtualenv, the repository's src and `extra` paths (the model), parents before children."""
-    wanted = ["/usr", "/lib", "/lib64", "/bin", "/etc"]
-    wanted += [os.path.realpath(sys.base_prefix), sys.prefix, str(REPO_SRC), *map(str, extra)]
+def host_paths(
+    *extra: str | Path, system: tuple[str, ...] = ("/usr", "/lib", "/lib64", "/bin", "/etc")
+) -> list[str]:
+    """The host's `system` folders, the Python installation, the suite's virtualenv, the
+    repository's src and `extra` paths (the model) that exist, parents before children and
+    none inside another: what a container gets bind-mounted read-only."""
+    wanted = [*system, os.path.realpath(sys.base_prefix), sys.prefix, str(REPO_SRC)]
     mounted: list[str] = []
-    args: list[str] = []
-    for path in wanted:
+    for path in [*wanted, *map(str, extra)]:
         path = os.path.normpath(path)
         covered = any(path == m or path.startswith(m.rstrip("/") + "/") for m in mounted)
         if os.path.exists(path) and not covered:
             mounted.append(path)
-            args += ["-v", f"{path}:{path}:ro"]
-    return args
+    return mounted
+
+
+def host_mounts(*extra: str | Path) -> list[str]:
+    """`-v SRC:SRC:ro` for `host_paths` (not /sbin: see the module's docstring)."""
+    return [arg for path in host_paths(*extra) for arg in ("-v", f"{path}:{path}:ro")]
 
 
 def _empty_image_tar() -> bytes:

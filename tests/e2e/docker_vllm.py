@@ -86,14 +86,18 @@ PID1: dict[str, Pid1] = {
 }
 
 
-def container_env() -> list[str]:
-    env = {
+def engine_env() -> dict[str, str]:
+    """A container's environment for the engine (the Docker containers' and the pod's)."""
+    return {
         **BASE_ENV,
         "HOME": "/root",
         "PYTHONPATH": str(REPO_SRC),  # this tree's accelhost, whatever the venv points at
         "PATH": f"{Path(sys.executable).parent}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     }
-    return [a for k, v in env.items() for a in ("-e", f"{k}={v}")]
+
+
+def container_env() -> list[str]:
+    return [a for k, v in engine_env().items() for a in ("-e", f"{k}={v}")]
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""The container options of doctor, clean and watch: which runtime sockets to ask, and
-which one container to look at."""
+"""The container options of doctor, clean and watch (and `--cri-socket` of snapshot):
+which runtime sockets to ask, where the kubelet keeps pods' volumes, and which one
+container to look at."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ def add_container_options(p: argparse.ArgumentParser) -> None:
         "(repeatable; then DOCKER_HOST=unix://..., /var/run/docker.sock, "
         "/run/podman/podman.sock; one second each at most)",
     )
+    cri_socket(p)
+    kubelet_root(p)
     p.add_argument(
         "--container",
         metavar="NAME|ID",
@@ -23,4 +26,27 @@ def add_container_options(p: argparse.ArgumentParser) -> None:
         "`namespace/name`, or an id prefix); naming none, or several of no one pod, is "
         "exit 2 with those it could mean "
         "(watch: in its first round; a container that goes later stays its scope)",
+    )
+
+
+def cri_socket(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cri-socket",
+        action="append",
+        default=[],
+        metavar="ENDPOINT",
+        help="ask the CRI runtime (Kubernetes' gRPC API) on this unix socket for pods and "
+        "containers, PATH or unix://PATH (repeatable; after CONTAINER_RUNTIME_ENDPOINT, "
+        "before containerd's, CRI-O's and cri-dockerd's usual sockets; one second each at "
+        "most)",
+    )
+
+
+def kubelet_root(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--kubelet-root",
+        metavar="DIR",
+        help="the kubelet's --root-dir, under which pods' emptyDir volumes are mounted "
+        "(default /var/lib/kubelet, unsaid where absent; in a DaemonSet, where its "
+        "hostPath is mounted)",
     )

@@ -124,6 +124,8 @@ def hygiene_options(args: argparse.Namespace) -> HygieneOptions:
         catalog=catalog,
         shm_dirs=dirs,
         container_sockets=tuple(getattr(args, "docker_socket", ())),
+        cri_sockets=tuple(getattr(args, "cri_socket", ())),
+        kubelet_root=getattr(args, "kubelet_root", None),
         container=getattr(args, "container", None),
     )
 

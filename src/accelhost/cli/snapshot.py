@@ -11,6 +11,7 @@ from typing import Any
 
 from accelhost.cli import options
 from accelhost.cli.common import add_command, dumps_json, pci_from_args
+from accelhost.cli.container_args import cri_socket, kubelet_root
 from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
 
@@ -20,18 +21,23 @@ def record_snapshot(
     device_type: str | None = None,
     doctor: bool = True,
     pci: Sequence[str] | None = None,
+    cri_sockets: Sequence[str] = (),
+    kubelet_root: str | None = None,
 ) -> dict[str, Any]:
     """Read `inner` as `plan`/`topo` (and `doctor`) would, and return the snapshot dict.
 
     Trimmed like every recording (`accelhost.host.redact`); of `ps -Te` only the UVB poll
     threads the Ascend planner looks for are kept, of a container runtime's answers only
     the fields the doctor reads. `pci` records those devices' sysfs, which only
-    `--pci` names: a replay then plans them with the same `--pci`."""
+    `--pci` names: a replay then plans them with the same `--pci`. `cri_sockets` and
+    `kubelet_root`: as the doctor's `--cri-socket` and `--kubelet-root` (a replay that
+    names the same finds the same answers)."""
     from accelhost.containers.docker_api import trim_answer
+    from accelhost.containers.pod_volumes import read_pod_mounts
     from accelhost.host.base import command_key
     from accelhost.host.once import read_once
     from accelhost.host.redact import recorder, redact_argv
-    from accelhost.hygiene import read_facts
+    from accelhost.hygiene import HygieneOptions, read_facts
     from accelhost.parsers.ps import keep_thread_lines
     from accelhost.readers.ascend import PS_THREADS
     from accelhost.readers.topology import read_topology
@@ -44,7 +50,8 @@ def record_snapshot(
     once = read_once(rec)  # what the planner and the doctor both read is read once
     topo = read_topology(once, device_type=device_type, pci=pci)
     if doctor:
-        read_facts(once)
+        read_facts(once, HygieneOptions(cri_sockets=tuple(cri_sockets), kubelet_root=kubelet_root))
+        read_pod_mounts(once, kubelet_root)
     return rec.to_snapshot(device_type=topo.family)
 
 
@@ -60,7 +67,14 @@ def run_snapshot(args: argparse.Namespace) -> int:
     from accelhost.host import live_host
 
     pci = pci_from_args(args)
-    data = record_snapshot(live_host(), args.device_type, not args.plan_only, pci)
+    data = record_snapshot(
+        live_host(),
+        args.device_type,
+        not args.plan_only,
+        pci,
+        cri_sockets=args.cri_socket,
+        kubelet_root=args.kubelet_root,
+    )
     text = dumps_json(data) + "\n"
     if args.output in (None, "-"):
         sys.stdout.write(text)
@@ -92,3 +106,5 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser.add_argument(
         "--plan-only", action="store_true", help="record only what the planner reads"
     )
+    cri_socket(parser)
+    kubelet_root(parser)

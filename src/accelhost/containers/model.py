@@ -41,6 +41,17 @@ class Container:
     ipc_mode: str | None = None  # the runtime's word: host, private, shareable, container:ID
     pid1_command: str | None = None
     shares_host_ipc: bool | None = None  # from the namespaces of its processes (None: unseen)
+    # A CRI's: the kubelet's restart count of this container (each attempt is a new
+    # container, so `restarts` stays None), and the pod sandbox it runs in. A sandbox
+    # itself (the pod's pause container, whose id is the sandbox's) has its own id here.
+    attempt: int | None = None
+    sandbox_id: str | None = None
+
+    @property
+    def is_sandbox(self) -> bool:
+        """A pod's sandbox (pause) container: it holds the pod's namespaces, runs no
+        engine, and never sees a volume mounted into one of the pod's containers."""
+        return self.sandbox_id is not None and self.sandbox_id == self.id
 
     @property
     def short_id(self) -> str:
@@ -79,8 +90,8 @@ class ContainerView:
     containers: Mapping[str, Container] = field(default_factory=dict)
     namespaces: Mapping[int, Namespaces] = field(default_factory=dict)
     host_ipc: int | None = None  # PID 1's IPC namespace
-    runtimes: tuple[str, ...] = ()  # which runtime sources answered (docker socket, crictl)
-    notes: tuple[str, ...] = ()  # said once: e.g. NO_RUNTIME_NOTE
+    runtimes: tuple[str, ...] = ()  # which runtime sockets answered (Docker's, a CRI's)
+    notes: tuple[str, ...] = ()  # said once: e.g. NO_RUNTIME_NOTE, a CRI socket's silence
 
     def of_pid(self, pid: int) -> Container | None:
         cid = self.pid_container.get(pid)

@@ -2,8 +2,11 @@
 
 Each process's cgroup says which container; the namespaces say who shares whose IPC
 namespace and which process is a container's PID 1; names come from Docker's or Podman's
-API on each unix socket that answers, or `crictl`. Without any answer, the cgroup's id is
-all that is said, and `notes` says why, once.
+API on each unix socket that answers, and from each CRI runtime's gRPC socket that answers
+(`Host.cri_look`: pods, attempts, sandboxes, live and exited). Without any answer, the
+cgroup's id is all that is said, and `notes` says why, once; a CRI socket that was named
+(`--cri-socket`, `CONTAINER_RUNTIME_ENDPOINT`) or that is there but silent or not the CRI
+gets one note of its own.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import replace
 from typing import Literal
 
-from accelhost.containers import crictl, docker_api
+from accelhost.containers import docker_api
 from accelhost.containers.cgroup import CgroupContainer, parse_cgroup
+from accelhost.containers.cri_answers import CriAnswer, parse_cri_look
 from accelhost.containers.model import (
     EXITED,
     NO_RUNTIME_NOTE,
@@ -28,6 +32,15 @@ from accelhost.host.base import Host
 from accelhost.readers.procs import ProcessInfo
 
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/podman/podman.sock")
+# containerd's (its CRI plugin), CRI-O's and cri-dockerd's usual sockets, crictl's order
+CRI_SOCKETS = (
+    "/run/containerd/containerd.sock",
+    "/var/run/crio/crio.sock",
+    "/var/run/cri-dockerd.sock",
+)
+CRI_ENDPOINT_ENV = "CONTAINER_RUNTIME_ENDPOINT"
+# A containerd without its CRI plugin (Docker's own) says so: not worth a line unless named
+NOT_CRI = "not a CRI runtime (runtime.v1 not served)"
 # How far back a removed container is still named from the runtime's events (Docker keeps
 # the last 1000 events in memory, since the daemon started).
 EVENTS_WINDOW_S = 7 * 86400
@@ -56,6 +69,37 @@ def runtime_sockets(host: Host, explicit: Sequence[str] = ()) -> list[str]:
     if runtime_dir and runtime_dir.startswith("/"):
         out.append(f"{runtime_dir.rstrip('/')}/podman/podman.sock")
     return list(dict.fromkeys(p for p in out if p))
+
+
+def cri_endpoints(host: Host, explicit: Sequence[str] = ()) -> list[tuple[str, bool]]:
+    """(endpoint, named by the user): `CONTAINER_RUNTIME_ENDPOINT` (as crictl reads it,
+    `unix:///...`), then `--cri-socket` endpoints, then the usual sockets."""
+    named = [host.getenv(CRI_ENDPOINT_ENV) or "", *explicit]
+    out = {_socket_of(e): True for e in named if e.strip()}
+    for path in CRI_SOCKETS:
+        out.setdefault(path, False)
+    return list(out.items())
+
+
+def _socket_of(endpoint: str) -> str:
+    e = endpoint.strip()
+    return e[len("unix://") :] if e.startswith("unix://") else e
+
+
+def ask_cri(host: Host, explicit: Sequence[str] = ()) -> tuple[list[CriAnswer], list[str]]:
+    """Every CRI socket that answered, and one note for each that was named but is not
+    there, or is there but silent, or answers something else."""
+    answers, notes = [], []
+    for endpoint, named in cri_endpoints(host, explicit):
+        got = parse_cri_look(endpoint, host.cri_look(endpoint))
+        if got is None:
+            if named:
+                notes.append(f"CRI socket {endpoint}: no such socket")
+        elif got.answered:
+            answers.append(got)
+        elif named or got.error != NOT_CRI:
+            notes.append(f"CRI socket {endpoint}: {got.error}")
+    return answers, notes
 
 
 def _runtime_of_socket(path: str) -> str:
@@ -94,25 +138,6 @@ def _ask_socket(
     return found, removed
 
 
-def _stdout(host: Host, argv: list[str]) -> str | None:
-    try:
-        result = host.run(argv)
-    except AccelhostError:  # a hung CRI endpoint: go on without names
-        return None
-    return result.stdout if result is not None and result.ok else None
-
-
-def _ask_crictl(host: Host) -> dict[str, Container] | None:
-    listed = crictl.parse_crictl_ps(_stdout(host, list(crictl.PS_ARGV)))
-    if listed is None:
-        return None
-    out = {}
-    for c in listed[:MAX_INSPECT]:
-        started, finished = crictl.parse_crictl_inspect(_stdout(host, crictl.inspect_argv(c.id)))
-        out[c.id] = replace(c, started=started, finished=finished)
-    return out
-
-
 def _merge(seen: CgroupContainer, record: Container | None) -> Container:
     """The cgroup's facts (runtime, id, pod uid) with the runtime's names where it answered."""
     pod = record.pod if record else None
@@ -128,10 +153,12 @@ def read_containers(
     now_epoch: float | None = None,
     sockets: Sequence[str] = (),
     cgroups: MutableMapping[tuple[int, int], CgroupContainer | None] | None = None,
+    cri_sockets: Sequence[str] = (),
 ) -> ContainerView:
     """Which container each process is in, and every container the runtimes know.
     `cgroups`: what an earlier look read of each process (by pid and start time), used
-    and brought up to date (a watch keeps it between rounds; bounded by the processes)."""
+    and brought up to date (a watch keeps it between rounds; bounded by the processes).
+    `sockets`: Docker API sockets to ask first; `cri_sockets`: CRI endpoints to ask."""
     seen: dict[int, CgroupContainer] = {}
     memo = {} if cgroups is None else cgroups
     now: dict[tuple[int, int], CgroupContainer | None] = {}
@@ -163,12 +190,11 @@ def read_containers(
         for cid, rec in got[0].items():
             records.setdefault(cid, rec)
         removed.extend(c for c in got[1] if c.id not in records)
-    if wanted - set(records) and any(c.runtime != "docker" for c in seen.values()):
-        cri = _ask_crictl(host)
-        if cri is not None:
-            answered.append("crictl")
-            for cid, c in cri.items():
-                records.setdefault(cid, (c, None))
+    cri, cri_notes = ask_cri(host, cri_sockets)
+    for runtime in cri:
+        answered.append(_socket_of(runtime.endpoint))
+        for cid, c in runtime.containers.items():
+            records.setdefault(cid, (c, runtime.pids.get(cid)))
     # A bare id under a parent no runtime owns (`--cgroup-parent`) is a container only where
     # a runtime lists it: that runtime is the one; without one, the runtime would be a guess.
     seen = {pid: w for pid, w in seen.items() if w.runtime or w.container_id in records}
@@ -197,8 +223,20 @@ def read_containers(
         namespaces=namespaces,
         host_ipc=host_ipc,
         runtimes=tuple(answered),
-        notes=(NO_RUNTIME_NOTE,) if not answered and any(not w.name for w in seen.values()) else (),
+        notes=(
+            *cri_notes,
+            *(
+                (NO_RUNTIME_NOTE,)
+                if not answered and any(not w.name for w in seen.values())
+                else ()
+            ),
+        ),
     )
+
+
+def _no_runtime_note(answered: list[str], seen: Mapping[int, CgroupContainer]) -> tuple[str, ...]:
+    unnamed = any(not w.name for w in seen.values())
+    return (NO_RUNTIME_NOTE,) if not answered and unnamed else ()
 
 
 def _cgroup_of(

@@ -2,7 +2,8 @@
 
 Everything accelhost learns about a machine comes through `Host`: commands, files,
 directories, links, stats (`FileStat`), environment variables, a container runtime's unix
-socket (`http_get`) and the CPU architecture. What lives where:
+socket (`http_get`), a CRI runtime's gRPC socket (`cri_look`) and the CPU architecture.
+What lives where:
 - `base`: the `Host` protocol, `CommandResult`, `FileStat` and the `HostWrapper` base;
 - `live`: `LiveHost`, this machine, and `live_host()`, the one place a live host is made;
 - `snapshot`: `SnapshotHost` / `load_snapshot`, a recorded JSON file (bounded in size);
@@ -10,7 +11,9 @@ socket (`http_get`) and the CPU architecture. What lives where:
 - `redact`: `recorder(host)`, a recording host that keeps no secrets;
 - `once`: `read_once(host)`, each answer read at most once however many readers ask (for
   one look at a host; a watcher that loops must not keep one, or it never sees a change);
-- `unixhttp`: the small GET over a unix socket `LiveHost.http_get` uses (hard 1 s limit).
+- `unixhttp`: the small GET over a unix socket `LiveHost.http_get` uses (hard 1 s limit);
+- `cri`: one look at a CRI runtime over gRPC, as plain data, that `LiveHost.cri_look` takes
+  (one 1 s deadline; grpcio and protobuf load only there).
 
 Only `base` is imported eagerly: `accelhost run` (PID 1 of every container) needs the
 `Host` protocol, not snapshots, recordings or a thread pool.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,13 @@ class Host(Protocol):
 
     def http_get(self, socket_path: str, path: str) -> str | None:
         """A container runtime's API; None unless `200` comes within a second."""
+        ...
+
+    def cri_look(self, endpoint: str) -> dict[str, Any] | None:
+        """What the CRI runtime on `endpoint` (a socket path or `unix://` endpoint) says of
+        its pod sandboxes and containers, as plain JSON-able data (`accelhost.host.cri`),
+        or `{"error": why}` when it cannot be asked (silent for a second, not the CRI);
+        None where no such socket exists."""
         ...
 
 

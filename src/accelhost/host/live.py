@@ -11,6 +11,7 @@ import stat as stat_mod
 import struct
 import subprocess
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from accelhost.errors import HostError
 from accelhost.host.base import CommandResult, FileStat, command_key
@@ -154,6 +155,12 @@ class LiveHost:
         from accelhost.host.unixhttp import unix_http_get
 
         return unix_http_get(socket_path, path)
+
+    def cri_look(self, endpoint: str) -> dict[str, Any] | None:
+        # grpc and protobuf load here only, when a CRI socket is asked
+        from accelhost.host.cri import cri_look
+
+        return cri_look(endpoint)
 
 
 _KINDS = {stat_mod.S_IFREG: "file", stat_mod.S_IFDIR: "dir", stat_mod.S_IFLNK: "link"}

@@ -25,6 +25,7 @@ class ReadOnce(HostWrapper):
         self._files: dict[str, str | None] = {}
         self._answers: dict[tuple[str, str], Any] = {}
         self._http: dict[tuple[str, str], str | None] = {}
+        self._cri: dict[str, dict[str, Any] | None] = {}
 
     def _once(self, kind: str, key: str, ask: Callable[[str], T]) -> T:
         with self._lock:
@@ -79,6 +80,11 @@ class ReadOnce(HostWrapper):
         if key not in self._http:  # not under the lock: a slow socket must not stall readers
             self._http[key] = self.inner.http_get(socket_path, path)
         return self._http[key]
+
+    def cri_look(self, endpoint: str) -> dict[str, Any] | None:
+        if endpoint not in self._cri:  # not under the lock, as http_get
+            self._cri[endpoint] = self.inner.cri_look(endpoint)
+        return self._cri[endpoint]
 
 
 def read_once(host: Host) -> Host:

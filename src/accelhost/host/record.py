@@ -42,6 +42,7 @@ class RecordingHost(HostWrapper):
         self.stat_dirs: dict[str, list[FileStat]] = {}
         self.stats: dict[str, FileStat] = {}
         self.http: dict[str, str] = {}
+        self.cri: dict[str, dict[str, Any]] = {}
 
     def _keep(self, section: dict[str, Any], key: str, value: T) -> T:
         """`value` (a list: a copy of it) kept under `key`, unless absent; returned."""
@@ -95,6 +96,10 @@ class RecordingHost(HostWrapper):
         self._keep(self.http, http_key(socket_path, path), kept)
         return body
 
+    def cri_look(self, endpoint: str) -> dict[str, Any] | None:
+        # the answer is trimmed already (accelhost.host.cri keeps no environment)
+        return self._keep(self.cri, endpoint, self.inner.cri_look(endpoint))
+
     def to_snapshot(self, device_type: str | None = None) -> dict[str, Any]:
         """The snapshot dictionary of everything read so far (format accelhost-snapshot/1)."""
         commands: dict[str, Any] = {
@@ -119,4 +124,6 @@ class RecordingHost(HostWrapper):
         data["commands"] = commands
         if self.http:
             data["http"] = dict(sorted(self.http.items()))
+        if self.cri:
+            data["cri"] = dict(sorted(self.cri.items()))
         return data

@@ -59,6 +59,8 @@ class SnapshotHost:
         }
         # what a container runtime answered on its unix socket: "SOCKET PATH" -> body
         self._http: dict[str, str] = dict(data.get("http", {}))
+        # what a CRI runtime said on its gRPC socket: endpoint -> accelhost.host.cri's data
+        self._cri: dict[str, dict[str, Any]] = dict(data.get("cri", {}))
         self._commands: dict[str, CommandResult] = {}
         for key, value in data.get("commands", {}).items():
             if isinstance(value, str):
@@ -107,6 +109,11 @@ class SnapshotHost:
 
     def http_get(self, socket_path: str, path: str) -> str | None:
         return self._http.get(http_key(socket_path, path))
+
+    def cri_look(self, endpoint: str) -> dict[str, Any] | None:
+        # the parser takes any shape (a hand-edited file): a copy, so it cannot change ours
+        found = self._cri.get(endpoint)
+        return None if found is None else json.loads(json.dumps(found))
 
 
 # How a snapshot writes one `FileStat` (the "stat_dirs" and "stats" sections): the fields
@@ -253,6 +260,11 @@ def _validate(data: Any, source: str) -> None:
         isinstance(v, list) and all(isinstance(e, str) for e in v) for v in dirs.values()
     ):
         fail("'dirs' must map paths to lists of names")
+    cri = data.get("cri", {})
+    if not isinstance(cri, dict) or not all(
+        isinstance(k, str) and isinstance(v, dict) for k, v in cri.items()
+    ):
+        fail("'cri' must map endpoints to objects")
     stat_dirs = data.get("stat_dirs", {})
     if not isinstance(stat_dirs, dict) or not all(isinstance(v, list) for v in stat_dirs.values()):
         fail("'stat_dirs' must map paths to lists of entries")

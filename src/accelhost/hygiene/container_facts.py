@@ -177,6 +177,7 @@ def read_container_facts(
     host_shm: Mapping[str, tuple[ShmFile, ...] | None] | None = None,
     engines: Callable[[str], bool] | None = None,
     cgroups: MutableMapping[tuple[int, int], CgroupContainer | None] | None = None,
+    cri_sockets: tuple[str, ...] = (),
 ) -> ContainerFacts:
     """Everything the container-aware checks need (`procs` None: no process table)."""
     errors: dict[str, str] = {}
@@ -187,7 +188,7 @@ def read_container_facts(
     remove_ipc, source = _read_logind(host)
     if procs is None:
         return ContainerFacts(ContainerView(), (), space, remove_ipc, source, errors=errors)
-    view = read_containers(host, procs, now_epoch, sockets, cgroups)
+    view = read_containers(host, procs, now_epoch, sockets, cgroups, cri_sockets)
     host_devs = {f.dev for files in (host_shm or {}).values() for f in files or () if f.dev}
     dirs = _shm_dirs(host, view, procs, host_devs)
     uids = _engine_uids(host, procs, engines) if remove_ipc else {}

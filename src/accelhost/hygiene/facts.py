@@ -381,6 +381,7 @@ def read_facts(
         shm_files,
         opts.catalog.is_engine,
         known.cgroups,
+        opts.cri_sockets,
     )
     return HostFacts(
         live=host.is_live,

@@ -55,6 +55,11 @@ class HygieneOptions:
     # doctor and clean look at (`--container NAME|ID`), and what an engine needs in
     # /dev/shm at start (the preflight; vLLM's two message queues measured 400 MiB).
     container_sockets: tuple[str, ...] = ()
+    # CRI endpoints to ask (`--cri-socket`, after CONTAINER_RUNTIME_ENDPOINT), and the
+    # kubelet's root directory (`--kubelet-root`; None: /var/lib/kubelet, silent where it
+    # is absent) under which pods' emptyDir volumes are found in the mount table
+    cri_sockets: tuple[str, ...] = ()
+    kubelet_root: str | None = None
     container: str | None = None
     shm_need_mib: int = 400
 

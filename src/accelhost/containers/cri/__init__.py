@@ -1,0 +1,20 @@
+"""The Kubernetes Container Runtime Interface (CRI), spoken over a runtime's gRPC socket.
+
+Nothing here is imported by `plan`, `bind` or `--version`: `grpcio` and `protobuf` load only
+when a CRI socket is asked (`client`), so a host without Kubernetes pays nothing for them.
+
+What lives where:
+- `api.proto`: accelhost's own subset of `runtime.v1` (k8s.io/cri-api), only the messages
+  and fields used here and by the e2e suite's small kubelet, with cri-api's field numbers;
+- `api_pb2.py`, `api_pb2.pyi`: generated from it and committed (no `_pb2_grpc`: `client.rpc`
+  names each method itself);
+- `client`: `connect(endpoint)` and `rpc(channel, name, request, timeout)`.
+
+Regenerate after editing api.proto (from the repository root; grpcio-tools 1.75 writes code
+for protobuf 6.31.1, so the generated module runs on any protobuf from 6.31.1 to 7.x, the
+range pyproject.toml declares; a newer grpcio-tools raises that floor):
+
+    python -m venv /tmp/protoc && /tmp/protoc/bin/pip install 'grpcio-tools==1.75.1'
+    cd src && /tmp/protoc/bin/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. \\
+        accelhost/containers/cri/api.proto
+"""
