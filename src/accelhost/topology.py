@@ -82,6 +82,13 @@ class Topology:
     # Why a device tool told nothing (it failed): its devices or processes are then
     # unknown, never "none".
     unread: tuple[str, ...] = ()
+    # Read from a recording, not this machine: messages say "the recorded host".
+    recorded: bool = False
+
+    @property
+    def here(self) -> str:
+        """The host in a message's words: "this host" live, "the recorded host" replayed."""
+        return "the recorded host" if self.recorded else "this host"
 
     @property
     def indices(self) -> tuple[int, ...]:

@@ -45,7 +45,7 @@ def record_snapshot(
     topo = read_topology(once, device_type=device_type, pci=pci)
     if doctor:
         read_facts(once)
-    return rec.to_snapshot(device_type=topo.family)
+    return rec.to_snapshot(device_type=topo.family, pci=pci)
 
 
 HELP = "record this host into one JSON file"

@@ -40,6 +40,8 @@ class SnapshotHost:
         self.source = source
         self._machine: str = data.get("machine", "unknown")
         self._device_type: str | None = data.get("device_type")
+        pci = data.get("pci")
+        self._pci: tuple[str, ...] | None = None if pci is None else tuple(pci)
         self._env: dict[str, str] = dict(data.get("env", {}))
         self._files: dict[str, str] = dict(data.get("files", {}))
         self._dirs: dict[str, list[str]] = {k: list(v) for k, v in data.get("dirs", {}).items()}
@@ -67,6 +69,11 @@ class SnapshotHost:
     @property
     def device_type(self) -> str | None:
         return self._device_type
+
+    @property
+    def recorded_pci(self) -> tuple[str, ...] | None:
+        """The `--pci` addresses the host was recorded with: a replay plans them again."""
+        return self._pci
 
     @property
     def is_live(self) -> bool:
@@ -234,6 +241,9 @@ def _validate(data: Any, source: str) -> None:
     for key in ("machine", "device_type"):
         if key in data and data[key] is not None and not isinstance(data[key], str):
             fail(f"'{key}' must be a string")
+    pci = data.get("pci")
+    if pci is not None and not (isinstance(pci, list) and all(isinstance(a, str) for a in pci)):
+        fail("'pci' must be a list of PCI addresses")
     for key in ("env", "files", "links", "http"):
         section = data.get(key, {})
         if not isinstance(section, dict) or not all(

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from accelhost.errors import PlanError
 from accelhost.family import ASCEND_FAMILIES, GPU_FAMILIES
-from accelhost.planner.ascend import NO_FAMILY, plan_ascend
+from accelhost.planner.ascend import no_family, plan_ascend
 from accelhost.planner.gpu import DEFAULT_STRATEGY, NUMA_SOURCES, STRATEGIES, plan_gpus
 from accelhost.plans import Plan
 from accelhost.topology import Topology
@@ -46,9 +46,15 @@ def plan_topology(
             topo, strategy=strategy or DEFAULT_STRATEGY, numa_from=numa_from, devices=devices
         )
     if topo.accelerators:
-        raise PlanError(NO_FAMILY)
+        raise PlanError(no_family(topo))
     if topo.unread:
-        raise PlanError(f"cannot tell which accelerators this host has: {'; '.join(topo.unread)}")
+        raise PlanError(f"cannot tell which accelerators {topo.here} has: {'; '.join(topo.unread)}")
+    if topo.recorded:
+        raise PlanError(
+            "no accelerator found on the recorded host (npu-smi and nvidia-smi were not "
+            "installed there, and it was recorded without --pci: record it with "
+            "`accelhost snapshot --pci ADDR` to plan PCI devices)"
+        )
     raise PlanError(
         "no accelerator found on this host (npu-smi and nvidia-smi are not installed "
         "and no --pci device was given)"

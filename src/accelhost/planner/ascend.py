@@ -35,10 +35,14 @@ NO_RUNNING_HINT = (
 TOPO_FALLBACK = "NPU topo affinity not found. action: fallback to global-slice CPU binding."
 TOPO_SKIP = "NPU topo affinity not found. action: skip worker CPU binding."
 AFFINITY_CONFLICT = "CPUs available in 'Cpus_allowed_list' conflict with NUMA affinity."
-NO_FAMILY = (
-    "cannot tell the accelerator family of this host; pass --device-type "
-    "(A2, A3, 310P, 950, nvidia, pci)"
-)
+
+
+def no_family(topo: Topology) -> str:
+    return (
+        f"cannot tell the accelerator family of {topo.here}; pass --device-type "
+        "(A2, A3, 310P, 950, nvidia, pci)"
+    )
+
 
 Pools = dict[int, list[int]]
 _new, _set = object.__new__, object.__setattr__
@@ -271,7 +275,7 @@ def plan_ascend(
     """The reference's plan for the running (or the given) NPUs of an Ascend host."""
     family = topo.family
     if family not in STRATEGY_BY_FAMILY:
-        raise PlanError(NO_FAMILY)
+        raise PlanError(no_family(topo))
     mode = strategy or STRATEGY_BY_FAMILY[family]
     if mode not in ASCEND_STRATEGIES:
         raise PlanError(
@@ -284,7 +288,7 @@ def plan_ascend(
         unknown = [d for d in running if known and d not in known]
         if unknown or not running:
             raise PlanError(
-                f"NPU {unknown[0] if unknown else '?'} is not on this host "
+                f"NPU {unknown[0] if unknown else '?'} is not on {topo.here} "
                 f"(logical NPUs: {', '.join(map(str, known)) or 'none'})"
             )
     else:

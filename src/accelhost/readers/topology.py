@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from accelhost.family import normalize_family
-from accelhost.host.base import Host
+from accelhost.host.base import Host, recorded_pci
 from accelhost.host.once import read_once
 from accelhost.readers.ascend import NPU_INFO, NPU_MAP, NPU_TOPO, read_ascend_topology
 from accelhost.readers.cpus import (
@@ -41,6 +41,13 @@ def read_topology(
     family = normalize_family(device_type) if device_type else None
     if family is None and host.device_type:
         family = normalize_family(host.device_type)
+    if pci is None and family == "pci":
+        pci = recorded_pci(host)  # `snapshot --pci ADDR` replays with those addresses
+    topo = _read(host, family, pci)
+    return topo if host.is_live else replace(topo, recorded=True)
+
+
+def _read(host: Host, family: str | None, pci: Sequence[str] | None) -> Topology:
     if pci is not None:
         found = read_gpu_topology(host, pci=pci)
         assert found is not None  # with addresses given there is always a topology
