@@ -11,6 +11,7 @@ from accelhost.cli.common import (
     host_from_args,
     planning_kwargs,
     print_json,
+    terminal_columns,
     thread_roles,
 )
 from accelhost.cpulist import format_cpulist
@@ -35,8 +36,9 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     )
 
 
-def render_plan(plan: Plan) -> str:
-    """The table people read: one row per device, CPU lists as ranges."""
+def render_plan(plan: Plan, columns: int | None = None) -> str:
+    """The table people read: one row per device, CPU lists as ranges; within `columns`
+    when given (a terminal's width)."""
     extra_roles = sorted({r.name for d in plan.devices for r in d.thread_roles})
     headers = ["device", "numa", "pool", "irq", "main", "acl", "release", *extra_roles]
     show_pci = any(d.pci for d in plan.devices)
@@ -60,7 +62,7 @@ def render_plan(plan: Plan) -> str:
         rows.append(row)
     visible = format_cpulist(plan.visible) or "none"
     lines = [f"device type {plan.device_type}, mode {plan.mode}, devices {visible}", ""]
-    lines.append(render_table(headers, rows))
+    lines.append(render_table(headers, rows, columns=columns))
     if plan.host_threads is not None:
         ht = plan.host_threads
         tids = ", ".join(map(str, ht.tids)) or "none found"
@@ -74,7 +76,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_dict())
         return 0
-    print(render_plan(result))
+    print(render_plan(result, terminal_columns(sys.stdout)))
     for message in result.messages:
         print(f"note: {message}", file=sys.stderr)
     return 0
