@@ -134,6 +134,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(args_list: list[str]) -> int:
     first = next((a for a in args_list if not a.startswith("-")), None)
+    if args_list == ["--version"]:
+        # argparse's answer without registering every command (half of start-up)
+        from accelhost import __version__
+
+        print(f"accelhost {__version__}")
+        return 0
     try:
         parser = build_parser(first if first in COMMANDS else None)
         args, extra = parser.parse_known_args(args_list)

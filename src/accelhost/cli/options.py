@@ -19,7 +19,6 @@ from collections.abc import Callable
 from typing import Any
 
 from accelhost.errors import ParseError, PlanError
-from accelhost.supervisor.options import DEFAULT_GRACE_S
 
 # What takes options: a parser or one of its argument groups.
 Parser = argparse.ArgumentParser | argparse._ArgumentGroup
@@ -135,6 +134,8 @@ def snapshot(p: Parser, note: str = "") -> None:
 
 
 def grace(p: Parser, what: str) -> None:
+    from accelhost.supervisor.options import DEFAULT_GRACE_S
+
     p.add_argument(
         "--grace",
         type=seconds,

@@ -21,7 +21,6 @@ from accelhost.readers.cpus import (
     read_lscpu_nodes,
     read_threads_per_core,
 )
-from accelhost.readers.gpu import read_gpu_topology, read_sysfs_topology
 from accelhost.topology import Topology
 
 NO_SMI = "nvidia-smi is not installed (name PCI devices with --pci)"
@@ -48,6 +47,19 @@ def read_topology(
 
 
 def _read(host: Host, family: str | None, pci: Sequence[str] | None) -> Topology:
+    if family in ("pci", "nvidia") or pci is not None:
+        return _read_gpus(host, family, pci)
+    map_res, info_res, *_ = host.run_many([NPU_MAP, NPU_INFO, NPU_TOPO, LSCPU_NODES, LSCPU])
+    if family is None and map_res is None and info_res is None:
+        return _read_gpus(host, family, pci)
+    return read_ascend_topology(host, family)
+
+
+def _read_gpus(host: Host, family: str | None, pci: Sequence[str] | None) -> Topology:
+    """A GPU host's topology, else a plain one. The GPU readers and their parsers load
+    only here: an Ascend `plan` does not pay for them at start-up."""
+    from accelhost.readers.gpu import read_gpu_topology
+
     if pci is not None:
         found = read_gpu_topology(host, pci=pci)
         assert found is not None  # with addresses given there is always a topology
@@ -56,10 +68,7 @@ def _read(host: Host, family: str | None, pci: Sequence[str] | None) -> Topology
         return plain_topology(host, family, notes=(NO_PCI,))
     if family == "nvidia":
         return read_gpu_topology(host) or plain_topology(host, family, notes=(NO_SMI,))
-    map_res, info_res, *_ = host.run_many([NPU_MAP, NPU_INFO, NPU_TOPO, LSCPU_NODES, LSCPU])
-    if family is None and map_res is None and info_res is None:
-        return read_gpu_topology(host) or plain_topology(host)
-    return read_ascend_topology(host, family)
+    return read_gpu_topology(host) or plain_topology(host)
 
 
 def plain_topology(host: Host, family: str | None = None, notes: Sequence[str] = ()) -> Topology:
@@ -69,6 +78,8 @@ def plain_topology(host: Host, family: str | None = None, notes: Sequence[str] =
     """
     cpu_node, node_cpus = read_lscpu_nodes(host)
     if not cpu_node:
+        from accelhost.readers.gpu import read_sysfs_topology
+
         found: list[str] = []
         base = read_sysfs_topology(host, found)
         return replace(
