@@ -21,7 +21,8 @@ from accelhost.render import render_table
 HELP = "the CPU plan of every visible accelerator"
 DESCRIPTION = (
     "Compute the CPU pool of each visible accelerator and split it into roles "
-    "(IRQ, main, ACL, release). On Ascend it equals vllm-ascend's CPU binding."
+    "(IRQ, main, ACL, release). On Ascend it equals vllm-ascend's CPU binding (v0.23.0 "
+    "to v0.26.0rc)."
 )
 
 
