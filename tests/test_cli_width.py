@@ -103,3 +103,73 @@ def test_painted_cells_keep_the_columns_aligned() -> None:
     assert "\x1b" not in painted.splitlines()[3].split("OK")[0]  # OK stays plain
     stripped = painted.replace("\x1b[1;31m", "").replace("\x1b[33m", "").replace("\x1b[0m", "")
     assert stripped == plain
+
+
+# ---- help and tables at COLUMNS=80 (issue 26, point 7) ---------------------------------
+
+EXAMPLES = sorted(
+    f"example:{p.stem}"
+    for p in (
+        __import__("pathlib").Path(__file__).resolve().parents[1] / "src/accelhost/data/examples"
+    ).glob("*.json")
+)
+
+
+def _every_command() -> list[list[str]]:
+    from accelhost.cli.main import COMMANDS
+
+    return [[], *([c] for c in COMMANDS), ["bench", "pipeline"], ["bench", "bind"]]
+
+
+@pytest.mark.parametrize("words", _every_command(), ids=lambda w: " ".join(w) or "accelhost")
+def test_every_help_fits_80_columns(words: list[str]) -> None:
+    res = _accelhost(*words, "--help", columns="80")
+    assert res.returncode == 0, res.stderr
+    wide = [line for line in res.stdout.splitlines() if len(line) > 80]
+    assert not wide, wide
+
+
+@pytest.mark.parametrize("command", ["topo", "plan"])
+def test_every_table_of_every_bundled_host_fits_80_columns(command: str) -> None:
+    for example in EXAMPLES:
+        res = _accelhost(command, "--snapshot", example, columns="80")
+        wide = [line for line in res.stdout.splitlines() if len(line) > 80]
+        assert not wide, (example, wide)
+        if res.returncode == 0:  # wrapping moves a list's pieces, it loses none
+            whole = _accelhost(command, "--snapshot", example)
+            assert _characters(res.stdout) == _characters(whole.stdout), example
+
+
+def _characters(text: str) -> list[str]:
+    """Every printed character but blanks and the tables' dashed rules, in order."""
+    kept = (line for line in text.splitlines() if line.strip(" -"))
+    return sorted("".join("".join(kept).split()))
+
+
+def test_a_table_keeps_lists_whole_in_a_pipe_and_wraps_them_at_a_comma() -> None:
+    cpus = ",".join(map(str, range(0, 48, 2)))
+    rows = [[0, 24, cpus, cpus]]
+    assert render_table(["node", "cpus", "range", "allowed"], rows).splitlines()[2].endswith(cpus)
+    fitted = render_table(["node", "cpus", "range", "allowed"], rows, columns=60).splitlines()
+    assert max(map(len, fitted)) <= 60 and len(fitted) > 3
+    assert all(line.split()[-1].endswith((",", "46")) for line in fitted[2:])
+
+
+def test_each_bind_command_speaks_its_own_verbs() -> None:
+    verify = _accelhost("verify", "--help", columns="200").stdout
+    assert "apply" not in verify.split("options:")[1]  # verify checks, it applies nothing
+    assert "--force               check against a --plan made for another host" in verify
+    assert "do not check them" in verify and "do not move" not in verify
+    for command in ("bind", "exec"):
+        text = _accelhost(command, "--help", columns="200").stdout
+        assert "do not move them" in text and "do not check" not in text
+    assert "verify:" not in _accelhost("bind", "--help", columns="200").stdout
+
+
+def test_bench_and_doctor_describe_themselves_whole() -> None:
+    bench = _accelhost("bench", "--help", columns="200").stdout
+    assert "`bench pipeline` runs one workload" in bench
+    from accelhost.hygiene.report import CHECK_NAMES
+
+    doctor = _accelhost("doctor", "--help", columns="200").stdout.split("options:")[0]
+    assert "container_init" in doctor and len(CHECK_NAMES) == 9

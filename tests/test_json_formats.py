@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -123,5 +124,5 @@ def test_every_printed_format_is_tested_and_named_once() -> None:
     here = Path(__file__).read_text()
     for command, name in formats.PRINTED.items():
         assert f'_check("{command}"' in here, command
-        assert name.startswith("accelhost-") and name.endswith("/1")
+        assert re.fullmatch(r"accelhost-[a-z-]+/[1-9][0-9]*", name), name
     assert len(set(formats.PRINTED.values())) == 8  # bind, exec and unbind share one

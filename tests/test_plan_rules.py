@@ -52,7 +52,7 @@ def test_devices_option_plans_before_the_engine_starts() -> None:
 
 
 def test_devices_option_refuses_unknown_ids() -> None:
-    with pytest.raises(PlanError, match="NPU 9 is not on this host"):
+    with pytest.raises(PlanError, match="NPU 9 is not on the recorded host"):
         plan_of(a2(), devices=[9])
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from accelhost.host.redact import REDACTED, recorder, redact_cmdline
 from accelhost.host.snapshot import SnapshotHost
 from accelhost.readers.procs import read_process
@@ -102,3 +104,55 @@ def test_recording_a_shell_launch_keeps_the_engine_but_not_the_key() -> None:
     assert "s3" not in str(snap)
     replayed = read_process(SnapshotHost(snap), 7)
     assert replayed is not None and "vllm serve m" in replayed.command
+
+
+# ---- a recording replays what it recorded (issue 26, point 5) --------------------------
+
+
+def test_a_snapshot_with_pci_replays_those_devices(tmp_path: Path) -> None:
+    """`snapshot --pci ADDR` then `plan --snapshot` said "no PCI device given": the
+    recording now keeps the addresses and the family they chose, and replays them."""
+    import json
+
+    from accelhost import load_snapshot, plan
+    from accelhost.cli.snapshot import record_snapshot
+
+    machine = load_snapshot("example:gpu-2socket-8gpu-smt")  # stands in for a live host
+    pci = ["0000:1b:00.0", "0000:c3:00.0"]
+    data = record_snapshot(machine, doctor=False, pci=pci)
+    assert (data["device_type"], data["pci"]) == ("pci", pci)
+    path = tmp_path / "host.json"
+    path.write_text(json.dumps(data))
+    replayed = plan(load_snapshot(str(path)))
+    assert replayed.device_type == "pci"
+    assert [d.pci for d in replayed.devices] == pci
+    assert plan(load_snapshot(str(path)), pci=pci) == replayed  # as if --pci were given again
+
+
+def test_a_snapshot_pci_entry_must_be_a_list_of_addresses() -> None:
+    import pytest
+
+    from accelhost.errors import SnapshotError
+
+    with pytest.raises(SnapshotError, match="'pci' must be a list of PCI addresses"):
+        SnapshotHost({"format": "accelhost-snapshot/1", "pci": "0000:1b:00.0"})
+
+
+def test_replayed_refusals_say_the_recorded_host() -> None:
+    import pytest
+
+    from accelhost import PlanError, load_snapshot, plan
+
+    for example, kwargs, words in (
+        ("vllm-cpu-orphaned-engine", {}, "no accelerator found on the recorded host"),
+        ("a3-640cpu-16npu", {"devices": [99]}, "NPU 99 is not on the recorded host"),
+    ):
+        with pytest.raises(PlanError) as refused:
+            plan(load_snapshot(f"example:{example}"), **kwargs)
+        assert words in refused.value.reason and "this host" not in refused.value.reason
+
+
+def test_a_live_host_is_still_this_host() -> None:
+    from accelhost.topology import Topology
+
+    assert Topology(machine="x86_64", family=None, allowed_cpus=(0,)).here == "this host"

@@ -49,9 +49,30 @@ class ApplyError(AccelhostError):
     """A plan could not be applied (bad plan file, unknown device, process gone)."""
 
 
-class PlanFileError(UsageError, ApplyError):
-    """A plan file named by the user that cannot be read or is not JSON.
+class PlanFileError(UsageError, ApplyError, PlanError):
+    """A plan file named by the user that is no plan: unreadable, empty, not JSON, or JSON
+    that is not a plan.
 
-    Like a missing snapshot, a usage error (exit 2) on every command line; still an
-    ApplyError to a library caller that catches those.
+    Like a bad snapshot, a usage error (exit 2) on every command line, in one shape for
+    all four; still an ApplyError and a PlanError to a library caller that catches those.
     """
+
+
+class ForeignPlanError(ApplyError):
+    """A plan made for another host. `str()` says every difference (for a library caller
+    and its log); `short(flag)` names the first and counts the rest, for one line on a
+    terminal (a 16-device plan differs in 18 ways)."""
+
+    def __init__(self, made_for: str, here: str, differences: tuple[str, ...], how: str) -> None:
+        self.made_for = made_for
+        self.here = here
+        self.differences = differences
+        super().__init__(f"{self._head()}: {'; '.join(differences)}; {how}")
+
+    def _head(self) -> str:
+        return f"the plan was made for another host ({self.made_for}; this is {self.here})"
+
+    def short(self, how: str) -> str:
+        first, rest = self.differences[0], len(self.differences) - 1
+        more = f"; and {rest} more difference{'s' if rest > 1 else ''}" if rest else ""
+        return f"{self._head()}: {first}{more}; {how}"

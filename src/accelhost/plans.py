@@ -315,8 +315,9 @@ def numa_node_of(pool: Iterable[int], cpu_node: Mapping[int, int]) -> int | None
 
 
 def load_plan(plan: Plan | dict[str, Any] | str | os.PathLike[str]) -> Plan:
-    """A Plan, its dict form, or the path of a plan JSON file (ApplyError if unreadable);
-    here so that every consumer reads plan files one way without importing the applier."""
+    """A Plan, its dict form, or the path of a plan JSON file; here so that every consumer
+    reads plan files one way without importing the applier. A file that is no plan
+    (unreadable, empty, not JSON, not a plan) is one PlanFileError naming the file."""
     if isinstance(plan, Plan):
         return plan
     if isinstance(plan, dict):
@@ -326,9 +327,27 @@ def load_plan(plan: Plan | dict[str, Any] | str | os.PathLike[str]) -> Plan:
     path = os.fspath(plan)
     try:
         with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+            text = fh.read()
     except OSError as exc:
         raise PlanFileError(f"cannot read plan file {path}: {exc.strerror}") from None
+    except ValueError as exc:  # not UTF-8
+        raise PlanFileError(f"{path}: not a plan file ({exc})") from None
+    if not text.strip():
+        # what `accelhost plan --json > plan.json` leaves when planning failed
+        raise PlanFileError(f"{path}: empty file: did `accelhost plan` fail?")
+    try:
+        data = json.loads(text)
     except ValueError as exc:
         raise PlanFileError(f"{path}: not valid JSON ({exc})") from None
-    return Plan.from_dict(data, path)
+    if isinstance(data, dict) and "devices" not in data and data.get("exit_code"):
+        # the error document `accelhost plan --json` prints when it cannot plan
+        raise PlanFileError(
+            f"{path}: `accelhost plan` failed when it wrote this file "
+            f"(exit {data['exit_code']}): {data.get('reason', 'no reason given')}"
+        )
+    try:
+        return Plan.from_dict(data, path)
+    except PlanFileError:
+        raise
+    except PlanError as exc:
+        raise PlanFileError(exc.reason) from None

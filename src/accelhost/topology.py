@@ -82,6 +82,14 @@ class Topology:
     # Why a device tool told nothing (it failed): its devices or processes are then
     # unknown, never "none".
     unread: tuple[str, ...] = ()
+    # Read from a recording, not this machine: messages say "the recorded host". Where the
+    # facts came from, not a fact: a replay equals the live read it recorded.
+    recorded: bool = field(default=False, compare=False)
+
+    @property
+    def here(self) -> str:
+        """The host in a message's words: "this host" live, "the recorded host" replayed."""
+        return "the recorded host" if self.recorded else "this host"
 
     @property
     def indices(self) -> tuple[int, ...]:

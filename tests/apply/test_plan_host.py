@@ -142,3 +142,26 @@ def test_the_worker_skips_a_plan_of_another_host_unless_allowed() -> None:
         assert "its CPUs 65000 are not online here" in str(exc)
     else:
         raise AssertionError("strict=True must raise for a plan of another host")
+
+
+def test_a_refusal_names_what_differs_first_and_counts_the_rest(plan_file, cli) -> None:
+    """A 16-device plan of another host was refused in one line of 1,111 characters that
+    listed every PCI address and named the library's allow_foreign=True (issue 26)."""
+    # addresses in PCI domain 0x00ff, CPU 65000 and node 1000: on no machine this runs on
+    devices = {str(n): {"main": [0], "pci": f"00ff:{0xC1 + n:02x}:00.0"} for n in range(16)}
+    host = {"hostname": "a3-640", "allowed_cpus": [0, 65000], "numa_nodes": [0, 1000]}
+    path = plan_file({"devices": devices, "host": host})
+    res = cli("bind", "--plan", path, "--device", "0", "--pid", str(os.getpid()), "--dry-run")
+    assert res.rc == 1 and res.out == "" and res.err.count("\n") == 1
+    line = res.err.rstrip("\n")
+    assert line.startswith("accelhost: the plan was made for another host (a3-640; this is ")
+    assert "its CPUs " in line and "are not online here" in line  # the first difference
+    assert "; and 17 more differences; --force applies it anyway" in line
+    assert "allow_foreign" not in line and "00ff:c1:00.0" not in line
+    assert len(line) < 200
+    # The library keeps every difference, for a worker's log.
+    from accelhost.apply.hostcheck import foreign
+
+    why = foreign(Plan.from_dict({"devices": devices, "host": host}))
+    assert why is not None and len(why.differences) == 18
+    assert "00ff:d0:00.0" in str(why) and "allow_foreign=True" in str(why)

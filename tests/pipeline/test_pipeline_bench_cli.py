@@ -29,7 +29,8 @@ def test_json_report_has_the_three_methods(capsys: pytest.CaptureFixture[str]) -
     argv = ["bench", "pipeline", "--pre-time", "1ms", "--device-time", "2ms", "--post-time", "1ms"]
     assert main([*argv, "--items", "12", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
-    assert doc["format"] == "accelhost-bench-pipeline/1"
+    assert doc["format"] == "accelhost-bench-pipeline/2"  # /1 had the methods at the top
+    assert isinstance(doc["notes"], list)
     # the workload it ran with, so the figures can be compared with the run that made them
     assert doc["workload"] == {
         "kind": "simulated",
@@ -257,3 +258,39 @@ def test_trace_write_error_is_one_line(
     assert main([*argv, "--trace", f"{tmp_path}/t.json"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "No space left on device" in err[0] and "--trace" in err[0]
+
+
+def _figures(efficiency: float | None) -> dict[str, object]:
+    return {"items": 4, "seconds": 1.0, "items_per_s": 4.0, "device_busy": 0.5,
+            "efficiency": efficiency, "bound_items_per_s": 4.0, "vs_serial": 1.0}  # fmt: skip
+
+
+def test_an_efficiency_above_one_says_why() -> None:
+    """1.346 in the --real table read as beating the slowest stage, with no word why."""
+    report = {"serial": _figures(0.89), "asyncio_recipe": _figures(1.26),
+              "accelhost": _figures(1.346)}  # fmt: skip
+    real = bench.simulated(0.001, 0.001, 0.001, 4)
+    real.measure_bound = True  # as --real: the bound measured in the serial run
+    (note,) = bench.efficiency_notes(real, report)
+    assert note.startswith("efficiency above 1 (asyncio recipe 1.260, accelhost 1.346): ")
+    assert "measured in the serial run" in note and "not that the run beat" in note
+    (set_note,) = bench.efficiency_notes(bench.simulated(0.001, 0.001, 0.001, 4), report)
+    assert "less than their set cost" in set_note
+    report["asyncio_recipe"] = report["accelhost"] = _figures(0.95)
+    assert bench.efficiency_notes(real, report) == []
+    report["serial"] = _figures(None)  # free stages: no bound, no figure
+    assert bench.efficiency_notes(real, report) == []
+
+
+def test_the_table_prints_the_note_under_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    report = {"serial": _figures(0.6), "asyncio_recipe": _figures(0.9),
+              "accelhost": _figures(1.02)}  # fmt: skip
+    monkeypatch.setattr(bench, "bench", lambda *a, **k: report)
+    assert main(["bench", "pipeline", "--items", "4"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("note: efficiency above 1 (accelhost 1.020): ")
+    assert main(["bench", "pipeline", "--items", "4", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["notes"] == [out[-1].removeprefix("note: ")]

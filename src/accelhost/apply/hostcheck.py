@@ -12,7 +12,7 @@ from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING
 
 from accelhost.cpulist import format_cpulist
-from accelhost.errors import ApplyError
+from accelhost.errors import ForeignPlanError
 from accelhost.parsers.sysfs import PCI_DEVICES
 from accelhost.plans import HOSTNAME, Plan, PlannedHost
 
@@ -53,8 +53,8 @@ def differences(
     return out
 
 
-def foreign(plan: Plan, host: Host | None = None) -> str | None:
-    """Why `plan` was made for another host, in one line; None when it is this host's."""
+def foreign(plan: Plan, host: Host | None = None) -> ForeignPlanError | None:
+    """Why `plan` was made for another host; None when it is this host's."""
     made = plan.host
     if made is None:
         return None
@@ -69,16 +69,14 @@ def foreign(plan: Plan, host: Host | None = None) -> str | None:
     if not diffs:
         return None
     here = (h.read_file(HOSTNAME) or "").strip() or "unnamed"
-    return (
-        f"the plan was made for another host ({made.hostname or 'unnamed'}; this is {here}): "
-        f"{'; '.join(diffs)}; {FORCE}"
-    )
+    return ForeignPlanError(made.hostname or "unnamed", here, tuple(diffs), FORCE)
 
 
 def refuse_foreign(plan: Plan, allow_foreign: bool = False, host: Host | None = None) -> None:
-    """ApplyError (exit 1) for a plan made for another host, unless `allow_foreign`."""
+    """ForeignPlanError (an ApplyError, exit 1) for a plan made for another host, unless
+    `allow_foreign`."""
     if allow_foreign:
         return
     why = foreign(plan, host)
     if why is not None:
-        raise ApplyError(why)
+        raise why

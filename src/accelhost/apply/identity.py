@@ -226,8 +226,30 @@ def device_of_pid(
     pid: int, plan: Plan | None = None, globs: Sequence[str] = (), host: Host | None = None
 ) -> Identified:
     """The one device `pid` holds open; UsageError (exit 2) for none or several."""
-    nodes = held_nodes(pid, globs, host)
-    return device_of_nodes(pid, nodes, plan_pci(plan) if plan is not None else None)
+    h = _host(host)
+    found = device_of_nodes(pid, held_nodes(pid, globs, h), plan_pci(plan) if plan else None)
+    if plan is not None:
+        ours = namespace_ids(plan.device_type, h)
+        if keyed_by_ordinal(plan, ours) and found.device in ours:
+            key = ours.index(found.device)
+            return Identified(key, f"{found.how}; plan device {key}: {KEYED_BY_ORDINAL}")
+    return found
+
+
+KEYED_BY_ORDINAL = "the plan numbers this container's NPUs 0, 1, ... as its npu-smi does"
+
+
+def keyed_by_ordinal(plan: Plan, nodes: Sequence[int]) -> bool:
+    """Whether an Ascend plan keys this namespace's NPUs by their order, not by the N of
+    /dev/davinciN: a plan made in a container that mounts only some NPUs (davinci4 and 5,
+    numbered 0 and 1 by npu-smi there). A plan made on the host keys them 4 and 5."""
+    keys = {d.device for d in plan.devices}
+    return (
+        plan.device_type in ASCEND_FAMILIES
+        and bool(nodes)
+        and keys == set(range(len(nodes)))
+        and not keys >= set(nodes)
+    )
 
 
 def namespace_ids(family: str | None, host: Host) -> list[int]:
@@ -255,11 +277,14 @@ def device_of_local_rank(
     gpus = nvidia_gpus(h)
     by_pci = plan_pci(plan)
     uuids = {g.uuid: by_pci.get(g.pci, g.minor) for g in gpus if g.uuid is not None}
+    nodes = namespace_ids(family, h)
+    if keyed_by_ordinal(plan, nodes):
+        nodes = []  # an ordinal of this namespace's devices is the plan's key
     found = device_of_rank(
         dict(os.environ) if env is None else env,
         local_rank,
         family=family,
-        namespace_ids=namespace_ids(family, h),
+        namespace_ids=nodes,
         uuids={k: v for k, v in uuids.items() if v is not None},
     )
     # A node number whose GPU is a plan device by PCI address: the plan's key wins.

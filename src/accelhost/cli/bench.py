@@ -24,7 +24,14 @@ STAGE_TIMES = ("pre", "device", "post")
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("bench", help="measure how well the host feeds a device")
+    parser = subparsers.add_parser(
+        "bench",
+        help="measure how well the host feeds a device",
+        description="Measure before you trust: `bench pipeline` runs one workload as a "
+        "serial loop, as the asyncio recipe and through accelhost.pipeline and compares "
+        "their throughput; `bench bind` runs a command unbound and bound, in turns, and "
+        "says whether the binding helps it on this host.",
+    )
     sub = parser.add_subparsers(dest="bench_command", metavar="BENCH")
     p = sub.add_parser(
         "pipeline",
@@ -112,6 +119,8 @@ def handle_pipeline(args: argparse.Namespace) -> int:
     where = "threads" if args.cpu_kind == "thread" else "processes"
     print(f"workload: {wl.label}; {n} items per method; accelhost pre/post in {where}")
     print(render_table(bench.TABLE_HEADERS, bench.table_rows(report)))
+    for note in bench.efficiency_notes(wl, report):
+        print(f"note: {note}")
     if args.trace:
         print(f"trace of the accelhost run: {args.trace} (open in https://ui.perfetto.dev)")
     return 0
@@ -156,7 +165,7 @@ def register_bind(sub: Any) -> None:
         help="the figure is a throughput (default: lower is better, as for times)",
     )
     options.membind(p)
-    options.no_memory(p)
+    options.no_memory(p, "the bound arm sets no memory policy")
     p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (0)")
     options.grace(p, "a run stopped by Ctrl-C")
     options.json_output(p)

@@ -64,35 +64,41 @@ UNBIND_DESCRIPTION = (
     "`bind`; --pid gives every thread of a process its whole cpuset again."
 )
 EPILOG = (
-    "exit status: 0 every step succeeded, 2 some steps failed (partial) or a usage error, "
-    "1 nothing applied (a bad plan file, an unknown device, a process that is gone)"
+    "exit status: 0 every step succeeded, 2 some steps failed (partial) or a usage error "
+    "(a --plan file that is no plan included), 1 nothing applied (a device not in the "
+    "plan, a plan of another host, a process that is gone)"
 )
+EXEC_EPILOG = (
+    "exit status: COMMAND's own once it runs (127: not found, 126: cannot run); before, "
+    "2 a usage error (a --plan file that is no plan included), 1 nothing could be bound "
+    "(a device not in the plan, a plan of another host); with --dry-run, as bind's"
+)
+UNBIND_EPILOG = (
+    "exit status: 0 everything restored, 2 some steps failed (partial) or a usage error, "
+    "1 nothing could be restored"
+)
+HELD_DEVICE = "; without it, the device the --pid process holds open"
 
 
 def register(sub: Any) -> None:
-    fmt = argparse.RawDescriptionHelpFormatter
-    bind = add_command(
-        sub, "bind", cmd_bind, BIND_HELP, BIND_DESCRIPTION, epilog=EPILOG, formatter_class=fmt
-    )
-    plan_options(bind)
+    bind = add_command(sub, "bind", cmd_bind, BIND_HELP, BIND_DESCRIPTION, epilog=EPILOG)
+    plan_options(bind, "apply", f"the device whose plan to apply{HELD_DEVICE}")
     options.pid(bind, "the worker (required unless --irq-only)")
     options.dry_run(bind)
     bind.add_argument("--irq-only", action="store_true", help="run only the IRQ step")
-    options.no_irq(bind)
-    options.no_memory(bind)
+    options.no_irq(bind, "do not move them")
+    options.no_memory(bind, "do not move the process's pages")
     migrate_option(bind)
     options.device_glob(bind)
     irq_options(bind)
     options.thread_role(bind)
     options.json_output(bind)
 
-    ex = add_command(
-        sub, "exec", cmd_exec, EXEC_HELP, EXEC_DESCRIPTION, epilog=EPILOG, formatter_class=fmt
-    )
-    plan_options(ex)
+    ex = add_command(sub, "exec", cmd_exec, EXEC_HELP, EXEC_DESCRIPTION, epilog=EXEC_EPILOG)
+    plan_options(ex, "apply", "the device whose plan to apply")
     options.dry_run(ex)
-    options.no_irq(ex)
-    options.no_memory(ex)
+    options.no_irq(ex, "do not move them")
+    options.no_memory(ex, "set no memory policy")
     options.membind(ex)
     irq_options(ex)
     options.thread_role(ex)
@@ -102,12 +108,10 @@ def register(sub: Any) -> None:
         "cmd_argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- COMMAND [ARG...]"
     )
 
-    ver = add_command(
-        sub, "verify", cmd_verify, VERIFY_HELP, VERIFY_DESCRIPTION, formatter_class=fmt
-    )
-    plan_options(ver)
+    ver = add_command(sub, "verify", cmd_verify, VERIFY_HELP, VERIFY_DESCRIPTION)
+    plan_options(ver, "check against", f"the device whose plan to check{HELD_DEVICE}")
     options.pid(ver, "the worker (omit to check IRQs only)")
-    options.no_irq(ver)
+    options.no_irq(ver, "do not check them")
     options.host_root(ver)
     options.device_glob(ver)
     options.thread_role(ver)
@@ -119,8 +123,7 @@ def register(sub: Any) -> None:
         cmd_unbind,
         UNBIND_HELP,
         UNBIND_DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=fmt,
+        epilog=UNBIND_EPILOG,
     )
     un.add_argument("--irq", action="store_true", help="restore the saved IRQ masks")
     options.pid(un, "give this process's threads all allowed CPUs")
@@ -162,12 +165,12 @@ def _print_report(args: argparse.Namespace, rep: ApplyReport, out: Any = None) -
     for line in rep.lines():
         for part in fit(line, columns):
             print(part, file=stream)
+    # A failed step is its `[failed]` line above, with the reason, once: the summary and
+    # the exit status (2, or 1 when nothing else ran) say that something failed.
     if not rep.dry_run and rep.skipped is None:
         counts = Counter(r.status for r in rep.results)
         summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "nothing to do"
         print(f"{len(rep.results)} steps: {summary}", file=stream)
-    for r in rep.failed:
-        print(f"accelhost: warning: step failed: {r.step.describe()}: {r.detail}", file=sys.stderr)
 
 
 def cmd_bind(args: argparse.Namespace) -> int:

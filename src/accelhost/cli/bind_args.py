@@ -45,17 +45,14 @@ def migrate_option(p: argparse.ArgumentParser) -> None:
     )
 
 
-def plan_options(p: argparse.ArgumentParser) -> None:
-    """--plan, --device, and how to plan this host when no --plan is given."""
-    options.plan_file(p, "the plan to apply (default: plan this host now)")
-    options.force(p)
+def plan_options(p: argparse.ArgumentParser, verb: str, device: str) -> None:
+    """--plan, --device, and how to plan this host when no --plan is given, in the
+    command's own words: `verb` is what it does with the plan ("apply", "check against"),
+    `device` what --device means to it."""
+    options.plan_file(p, f"the plan to {verb} (default: plan this host now)")
+    options.force(p, verb)
     # Optional at parse time: a command that still needs it says so (`give --device`).
-    options.device(
-        p,
-        "the device; bind and verify with --pid and without --device: the device the "
-        "process holds open",
-        one=True,
-    )
+    options.device(p, device, one=True)
     planning = p.add_argument_group(options.PLANNING_TITLE)
     options.device_type(planning)
     options.planning(planning)

@@ -44,7 +44,8 @@ DOCTOR_HELP = "what is wrong on this host, the evidence, the fix"
 DOCTOR_DESCRIPTION = (
     "Run the hygiene checks: orphan engines, device holders, device memory "
     "held by nothing, leaked shared memory (SysV and /dev/shm), HugePages, preflight, "
-    "host tuning. Exit 0 healthy (OK/WARN), 1 a problem (FAIL), 2 could not tell "
+    "host tuning, engine containers whose stop would leak (container_init). Exit 0 "
+    "healthy (OK/WARN), 1 a problem (FAIL), 2 could not tell "
     "(a check could not run, or a bad command line)."
 )
 WATCH_HELP = "run the checks every --interval and serve Prometheus metrics"

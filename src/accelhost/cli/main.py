@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from accelhost.errors import AccelhostError, PlanError, UsageError
+from accelhost.errors import AccelhostError, ForeignPlanError, PlanError, UsageError
 
 # command name -> module that registers it (one module may register several commands)
 COMMANDS: dict[str, str] = {
@@ -38,6 +38,48 @@ DESCRIPTION = (
 )
 
 
+class ArgumentsRefused(SystemExit):
+    """argparse's refusal of a command line, after its one line went to standard error:
+    still the SystemExit(2) argparse raises, carrying the reason for a `--json` document."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(2)
+        self.reason = reason
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's own wrapping to the terminal ($COLUMNS), with two additions: a blank line
+    in a description or epilog starts a new paragraph, and an option whose choices would
+    make one long word (`--check {orphan_engines,...}`, 160 columns) shows a short
+    metavar, its choices listed in its help where they wrap."""
+
+    LONGEST_CHOICES = 24  # a "{a,b,c}" longer than this is listed in the help instead
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        fill = super()._fill_text
+        return "\n\n".join(fill(part, width, indent) for part in text.split("\n\n"))
+
+    def _listed(self, action: argparse.Action) -> bool:
+        return (
+            action.metavar is None
+            and action.choices is not None
+            and bool(action.option_strings)
+            and len(",".join(map(str, action.choices))) > self.LONGEST_CHOICES
+        )
+
+    def _metavar_formatter(self, action: argparse.Action, default_metavar: str) -> Any:
+        if self._listed(action):
+            return lambda size: (default_metavar,) * size
+        return super()._metavar_formatter(action, default_metavar)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = super()._get_help_string(action)
+        if text is not None and self._listed(action) and "%(choices)" not in text:
+            names = ", ".join(map(str, action.choices or ()))
+            text += f"; {action.dest.upper()} is one of: {names}"
+        return text
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with a one-line error: `accelhost CMD: error: WHAT; see accelhost CMD
     --help`. The usage block argparse prints first (6 to 11 lines for bind or run) hid
@@ -49,10 +91,12 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}; see {self.prog} --help\n")
+        self._print_message(f"{self.prog}: error: {message}; see {self.prog} --help\n", sys.stderr)
+        raise ArgumentsRefused(message)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -68,38 +112,92 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
+    """Run one command; its status is the exit status, whatever became of its output."""
+    from accelhost.cli.streams import guard
+
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = guard(out), guard(err)
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(args_list: list[str]) -> int:
     first = next((a for a in args_list if not a.startswith("-")), None)
-    parser = build_parser(first if first in COMMANDS else None)
-    args, extra = parser.parse_known_args(args_list)
-    if extra:  # said by the command that was given them, not by `accelhost`
-        words = [getattr(args, "command", None), getattr(args, "bench_command", None)]
-        prog = " ".join(["accelhost", *(w for w in words if w)])
-        Parser(prog=prog).error(f"unrecognized arguments: {' '.join(extra)}")
+    if args_list == ["--version"]:
+        # argparse's answer without registering every command (half of start-up)
+        from accelhost import __version__
+
+        print(f"accelhost {__version__}")
+        return 0
+    try:
+        parser = build_parser(first if first in COMMANDS else None)
+        args, extra = parser.parse_known_args(args_list)
+        if extra:  # said by the command that was given them, not by `accelhost`
+            words = [getattr(args, "command", None), getattr(args, "bench_command", None)]
+            prog = " ".join(["accelhost", *(w for w in words if w)])
+            Parser(prog=prog).error(f"unrecognized arguments: {' '.join(extra)}")
+    except ArgumentsRefused as exc:
+        _json_failure(_asked_json(args_list), _document(args_list), 2, exc.reason)
+        raise  # argparse's SystemExit(2), as callers of main() have always seen it
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()
         return 2
     try:
-        status = func(args)
+        return int(func(args) or 0)
     except UsageError as exc:
         # the same status argparse gives its own usage errors
-        print(f"accelhost {args.command}: {exc}", file=sys.stderr)
-        return 2
+        return _failed(args, 2, f"accelhost {args.command}: {exc}", str(exc))
     except PlanError as exc:
-        print(f"accelhost: cannot plan: {exc.reason}", file=sys.stderr)
-        return 1
+        return _failed(args, 1, f"accelhost: cannot plan: {exc.reason}", exc.reason)
+    except ForeignPlanError as exc:
+        # the library's words list every difference and name allow_foreign=True
+        line = exc.short("--force applies it anyway")
+        return _failed(args, 1, f"accelhost: {line}", line)
     except AccelhostError as exc:
-        print(f"accelhost: {exc}", file=sys.stderr)
-        return 1
+        return _failed(args, 1, f"accelhost: {exc}", str(exc))
     except KeyboardInterrupt:
         print("accelhost: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:
-        # `accelhost plan | head`: the reader went away; say nothing more.
-        sys.stderr.close()
-        return 0
-    return int(status or 0)
+
+
+def _failed(args: argparse.Namespace, status: int, line: str, reason: str) -> int:
+    """One line on standard error; with --json also the command's document on standard
+    output, so that `accelhost plan --json > plan.json` never leaves an empty file."""
+    print(line, file=sys.stderr)
+    words = [getattr(args, "command", None), getattr(args, "bench_command", None)]
+    _json_failure(
+        bool(getattr(args, "json", False)), " ".join(w for w in words if w), status, reason
+    )
+    return status
+
+
+def _json_failure(wanted: bool, command: str, status: int, reason: str) -> None:
+    from accelhost import formats
+
+    name = formats.PRINTED.get(command)
+    if wanted and name is not None:
+        from accelhost.cli.common import print_json
+
+        print_json({"format": name, "exit_code": status, "reason": reason})
+
+
+def _asked_json(args_list: list[str]) -> bool:
+    """Whether a command line argparse refused asked for --json (before any `--`)."""
+    words = args_list[: args_list.index("--")] if "--" in args_list else args_list
+    return "--json" in words
+
+
+def _document(args_list: list[str]) -> str:
+    """The command (`plan`, `bench pipeline`) a refused command line names, for its format."""
+    words = [a for a in args_list if not a.startswith("-")][:2]
+    if words[:1] == ["bench"]:
+        return " ".join(words)
+    return words[0] if words else ""
 
 
 if __name__ == "__main__":

@@ -30,14 +30,8 @@ HOST_ROOT_HELP = (
 )
 PLANNING_TITLE = "planning this host (without --plan)"
 FORCE_HELP = (
-    "apply a --plan made for another host (one whose CPUs, NUMA nodes or devices are not "
-    "this host's; refused without it)"
-)
-NO_IRQ_HELP = (
-    "leave the device's IRQs out (bind, exec: do not move them; verify: do not check them)"
-)
-NO_MEMORY_HELP = (
-    "leave memory alone (bind: do not move its pages; exec, bench bind: set no memory policy)"
+    "a --plan made for another host (one whose CPUs, NUMA nodes or devices are not this "
+    "host's; refused without it)"
 )
 MEMBIND_HELP = "strict: allocate only on the device's node (default: prefer it)"
 
@@ -141,6 +135,7 @@ def snapshot(p: Parser, note: str = "") -> None:
 
 
 def grace(p: Parser, what: str) -> None:
+
     p.add_argument(
         "--grace",
         type=seconds,
@@ -169,17 +164,20 @@ def plan_file(p: Parser, context: str) -> None:
     )
 
 
-def force(p: Parser) -> None:
-    """`--force`: bind, exec, verify and run --bind apply a plan made for another host."""
-    p.add_argument("--force", action="store_true", help=FORCE_HELP)
+def force(p: Parser, verb: str = "apply") -> None:
+    """`--force`: bind, exec and run --bind apply (verify checks against) a plan made for
+    another host; `verb` says which, in the command's own words."""
+    p.add_argument("--force", action="store_true", help=f"{verb} {FORCE_HELP}")
 
 
-def no_irq(p: Parser) -> None:
-    p.add_argument("--no-irq", action="store_true", help=NO_IRQ_HELP)
+def no_irq(p: Parser, what: str) -> None:
+    """`--no-irq`; `what` says what the command then leaves undone with the IRQs."""
+    p.add_argument("--no-irq", action="store_true", help=f"leave the device's IRQs out: {what}")
 
 
-def no_memory(p: Parser) -> None:
-    p.add_argument("--no-memory", action="store_true", help=NO_MEMORY_HELP)
+def no_memory(p: Parser, what: str) -> None:
+    """`--no-memory`; `what` says what the command then leaves undone with memory."""
+    p.add_argument("--no-memory", action="store_true", help=f"leave memory alone: {what}")
 
 
 def membind(p: Parser) -> None:

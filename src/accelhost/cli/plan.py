@@ -11,6 +11,7 @@ from accelhost.cli.common import (
     host_from_args,
     planning_kwargs,
     print_json,
+    terminal_columns,
     thread_roles,
 )
 from accelhost.cpulist import format_cpulist
@@ -20,7 +21,8 @@ from accelhost.render import render_table
 HELP = "the CPU plan of every visible accelerator"
 DESCRIPTION = (
     "Compute the CPU pool of each visible accelerator and split it into roles "
-    "(IRQ, main, ACL, release). On Ascend it equals vllm-ascend's CPU binding."
+    "(IRQ, main, ACL, release). On Ascend it equals vllm-ascend's CPU binding (v0.23.0 "
+    "to v0.26.0rc)."
 )
 
 
@@ -35,8 +37,9 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     )
 
 
-def render_plan(plan: Plan) -> str:
-    """The table people read: one row per device, CPU lists as ranges."""
+def render_plan(plan: Plan, columns: int | None = None) -> str:
+    """The table people read: one row per device, CPU lists as ranges; within `columns`
+    when given (a terminal's width)."""
     extra_roles = sorted({r.name for d in plan.devices for r in d.thread_roles})
     headers = ["device", "numa", "pool", "irq", "main", "acl", "release", *extra_roles]
     show_pci = any(d.pci for d in plan.devices)
@@ -61,7 +64,7 @@ def render_plan(plan: Plan) -> str:
     visible = format_cpulist(plan.visible) or "none"
     lines = [f"device type {plan.device_type}, mode {plan.mode}, devices {visible}", ""]
     if rows or plan.worker_skipped is None:
-        lines.append(render_table(headers, rows))
+        lines.append(render_table(headers, rows, columns=columns))
     if plan.worker_skipped is not None:
         lines.append(f"worker CPU binding skipped: {plan.worker_skipped}")
     if plan.host_threads is not None:
@@ -77,7 +80,7 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_dict())
         return 0
-    print(render_plan(result))
+    print(render_plan(result, terminal_columns(sys.stdout)))
     for message in result.messages:
         print(f"note: {message}", file=sys.stderr)
     return 0

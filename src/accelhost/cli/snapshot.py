@@ -52,7 +52,7 @@ def record_snapshot(
     if doctor:
         read_facts(once, HygieneOptions(cri_sockets=tuple(cri_sockets), kubelet_root=kubelet_root))
         read_pod_mounts(once, kubelet_root)
-    return rec.to_snapshot(device_type=topo.family)
+    return rec.to_snapshot(device_type=topo.family, pci=pci)
 
 
 HELP = "record this host into one JSON file"

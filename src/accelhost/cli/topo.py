@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from accelhost import formats
 from accelhost.cli import options
-from accelhost.cli.common import add_command, host_from_args, pci_from_args, print_json
+from accelhost.cli.common import (
+    add_command,
+    host_from_args,
+    pci_from_args,
+    print_json,
+    terminal_columns,
+)
 from accelhost.cpulist import format_cpulist
 from accelhost.render import render_table
 from accelhost.topology import Topology
@@ -59,7 +66,8 @@ def topology_dict(topo: Topology) -> dict[str, Any]:
     }
 
 
-def render_topology(topo: Topology) -> str:
+def render_topology(topo: Topology, columns: int | None = None) -> str:
+    """The text of `topo`; its tables within `columns` when given (a terminal's width)."""
     cpus = sorted(topo.cpu_node) or sorted(topo.allowed_cpus)
     lines = [
         f"machine      {topo.machine}",
@@ -83,7 +91,7 @@ def render_topology(topo: Topology) -> str:
         for node, cpus_ in sorted(topo.node_cpus.items())
     ]
     if node_rows:
-        lines.append(render_table(["node", "cpus", "range", "allowed"], node_rows))
+        lines.append(render_table(["node", "cpus", "range", "allowed"], node_rows, columns=columns))
     else:
         lines.append("NUMA nodes: unknown (lscpu and sysfs give none)")
     lines.append("")
@@ -106,15 +114,17 @@ def render_topology(topo: Topology) -> str:
             for acc in topo.accelerators
         ]
         lines.append(f"accelerators: {len(rows)} ({topo.family})")
-        lines.append(render_table(["device", "pci", "numa", "affinity", "uuid"], rows))
+        lines.append(
+            render_table(["device", "pci", "numa", "affinity", "uuid"], rows, columns=columns)
+        )
     else:
-        lines.extend(_ascend_rows(topo))
+        lines.extend(_ascend_rows(topo, columns))
     lines.extend(f"note: {note}" for note in topo.notes)
     lines.extend(f"cannot tell: {why}" for why in topo.unread)
     return "\n".join(lines)
 
 
-def _ascend_rows(topo: Topology) -> list[str]:
+def _ascend_rows(topo: Topology, columns: int | None) -> list[str]:
     running = {(p.npu_id, p.chip_id) for p in topo.processes}
     running_npu = {p.npu_id for p in topo.processes}
     rows = []
@@ -138,7 +148,11 @@ def _ascend_rows(topo: Topology) -> list[str]:
     family = topo.family or "unknown family"
     return [
         f"accelerators: {len(rows)} ({family})",
-        render_table(["device", "name", "npu/chip", "pci", "affinity", "nodes", "in use"], rows),
+        render_table(
+            ["device", "name", "npu/chip", "pci", "affinity", "nodes", "in use"],
+            rows,
+            columns=columns,
+        ),
     ]
 
 
@@ -150,7 +164,7 @@ def run_topo(args: argparse.Namespace) -> int:
     if args.json:
         print_json(topology_dict(topo))
     else:
-        print(render_topology(topo))
+        print(render_topology(topo, terminal_columns(sys.stdout)))
     return 1 if topo.unread else 0  # a device tool that failed: no device known, not none
 
 

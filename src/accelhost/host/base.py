@@ -100,6 +100,13 @@ class Host(Protocol):
         ...
 
 
+def recorded_pci(host: Host) -> tuple[str, ...] | None:
+    """The `--pci` addresses a snapshot was recorded with, None for any other host (not
+    part of `Host`: only a recording has them)."""
+    found: tuple[str, ...] | None = getattr(host, "recorded_pci", None)
+    return found
+
+
 class HostWrapper:
     """Base of the hosts that answer through another one: it forwards what the host *is*;
     subclasses define what happens to the questions."""
@@ -118,3 +125,7 @@ class HostWrapper:
     @property
     def is_live(self) -> bool:
         return self.inner.is_live
+
+    @property
+    def recorded_pci(self) -> tuple[str, ...] | None:
+        return recorded_pci(self.inner)

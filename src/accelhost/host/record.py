@@ -100,8 +100,11 @@ class RecordingHost(HostWrapper):
         # the answer is trimmed already (accelhost.host.cri keeps no environment)
         return self._keep(self.cri, endpoint, self.inner.cri_look(endpoint))
 
-    def to_snapshot(self, device_type: str | None = None) -> dict[str, Any]:
-        """The snapshot dictionary of everything read so far (format accelhost-snapshot/1)."""
+    def to_snapshot(
+        self, device_type: str | None = None, pci: Sequence[str] | None = None
+    ) -> dict[str, Any]:
+        """The snapshot dictionary of everything read so far (format accelhost-snapshot/1);
+        `pci`: the addresses `--pci` named, replayed as if given again."""
         commands: dict[str, Any] = {
             key: (res.stdout if res.rc == 0 else {"stdout": res.stdout, "rc": res.rc})
             for key, res in sorted(self.commands.items())
@@ -109,6 +112,8 @@ class RecordingHost(HostWrapper):
         data: dict[str, Any] = {"format": SNAPSHOT_FORMAT, "machine": self.machine}
         if device_type:
             data["device_type"] = device_type
+        if pci:
+            data["pci"] = list(pci)
         data["env"] = dict(sorted(self.env.items()))
         data["files"] = dict(sorted(self.files.items()))
         data["dirs"] = dict(sorted(self.dirs.items()))

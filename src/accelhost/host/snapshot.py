@@ -40,6 +40,8 @@ class SnapshotHost:
         self.source = source
         self._machine: str = data.get("machine", "unknown")
         self._device_type: str | None = data.get("device_type")
+        pci = data.get("pci")
+        self._pci: tuple[str, ...] | None = None if pci is None else tuple(pci)
         self._env: dict[str, str] = dict(data.get("env", {}))
         self._files: dict[str, str] = dict(data.get("files", {}))
         self._dirs: dict[str, list[str]] = {k: list(v) for k, v in data.get("dirs", {}).items()}
@@ -75,6 +77,11 @@ class SnapshotHost:
     @property
     def device_type(self) -> str | None:
         return self._device_type
+
+    @property
+    def recorded_pci(self) -> tuple[str, ...] | None:
+        """The `--pci` addresses the host was recorded with: a replay plans them again."""
+        return self._pci
 
     @property
     def is_live(self) -> bool:
@@ -161,9 +168,13 @@ def _stat_problem(entry: Any) -> str | None:
     return None
 
 
-def _examples() -> Traversable:
-    """The bundled recordings' folder (importlib.resources is imported only when asked:
-    a live `doctor --brief` never loads a snapshot, and it costs a tenth of its start)."""
+def _examples() -> Traversable | Path:
+    """The bundled recordings' folder: beside this package's modules when they are files
+    (importlib.resources, with the zipfile and tempfile it imports, cost a sixth of an
+    example `plan`'s start), through importlib.resources when they are not (a zip)."""
+    beside = Path(__file__).resolve().parent.parent / "data" / "examples"
+    if beside.is_dir():
+        return beside
     from importlib import resources
 
     return resources.files("accelhost") / "data" / "examples"
@@ -249,6 +260,9 @@ def _validate(data: Any, source: str) -> None:
     for key in ("machine", "device_type"):
         if key in data and data[key] is not None and not isinstance(data[key], str):
             fail(f"'{key}' must be a string")
+    pci = data.get("pci")
+    if pci is not None and not (isinstance(pci, list) and all(isinstance(a, str) for a in pci)):
+        fail("'pci' must be a list of PCI addresses")
     for key in ("env", "files", "links", "http"):
         section = data.get(key, {})
         if not isinstance(section, dict) or not all(

@@ -7,10 +7,8 @@ so that log collectors parse them without a format of their own.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import os
-import uuid
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -22,6 +20,8 @@ DEFAULT_JOURNAL = "/var/log/accelhost/clean.jsonl"
 
 def rfc3339_now() -> str:
     """Now in UTC, RFC 3339 with milliseconds and a `Z`."""
+    import datetime as dt  # here: `accelhost doctor` reads DEFAULT_JOURNAL, never the clock
+
     now = dt.datetime.now(dt.timezone.utc)
     return now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -30,6 +30,8 @@ class Journal:
     """Append-only JSON lines, flushed and synced before the action it announces."""
 
     def __init__(self, path: str | Path) -> None:
+        import uuid  # here, not at start-up: every command's parser reads DEFAULT_JOURNAL
+
         self.path = Path(path)
         self.run_id = uuid.uuid4().hex[:12]
         try:

@@ -13,13 +13,28 @@ What lives where:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from accelhost.errors import PlanError
 from accelhost.family import ASCEND_FAMILIES, GPU_FAMILIES
-from accelhost.planner.ascend import NO_FAMILY, plan_ascend
-from accelhost.planner.gpu import DEFAULT_STRATEGY, NUMA_SOURCES, STRATEGIES, plan_gpus
+from accelhost.planner.ascend import no_family, plan_ascend
 from accelhost.plans import Plan
 from accelhost.topology import Topology
+
+if TYPE_CHECKING:
+    from accelhost.planner.gpu import DEFAULT_STRATEGY, NUMA_SOURCES, STRATEGIES, plan_gpus
+
+_GPU_NAMES = ("DEFAULT_STRATEGY", "NUMA_SOURCES", "STRATEGIES", "plan_gpus")
+
+
+def __getattr__(name: str) -> object:
+    """The GPU planner's names, loaded on first use: an Ascend plan does not pay for it."""
+    if name in _GPU_NAMES:
+        from accelhost.planner import gpu
+
+        return getattr(gpu, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_STRATEGY",
@@ -42,13 +57,21 @@ def plan_topology(
     if topo.family in ASCEND_FAMILIES:
         return plan_ascend(topo, strategy=strategy, devices=devices)
     if topo.family in GPU_FAMILIES:
+        from accelhost.planner.gpu import DEFAULT_STRATEGY, plan_gpus
+
         return plan_gpus(
             topo, strategy=strategy or DEFAULT_STRATEGY, numa_from=numa_from, devices=devices
         )
     if topo.accelerators:
-        raise PlanError(NO_FAMILY)
+        raise PlanError(no_family(topo))
     if topo.unread:
-        raise PlanError(f"cannot tell which accelerators this host has: {'; '.join(topo.unread)}")
+        raise PlanError(f"cannot tell which accelerators {topo.here} has: {'; '.join(topo.unread)}")
+    if topo.recorded:
+        raise PlanError(
+            "no accelerator found on the recorded host (npu-smi and nvidia-smi were not "
+            "installed there, and it was recorded without --pci: record it with "
+            "`accelhost snapshot --pci ADDR` to plan PCI devices)"
+        )
     raise PlanError(
         "no accelerator found on this host (npu-smi and nvidia-smi are not installed "
         "and no --pci device was given)"

@@ -40,10 +40,14 @@ UVB_NOT_FOUND = (
     "uvb_poll_window_thread not found; in Docker, start the container with "
     "--pid=host to see the host's UVB poll threads."
 )
-NO_FAMILY = (
-    "cannot tell the accelerator family of this host; pass --device-type "
-    "(A2, A3, 310P, 950, nvidia, pci)"
-)
+
+
+def no_family(topo: Topology) -> str:
+    return (
+        f"cannot tell the accelerator family of {topo.here}; pass --device-type "
+        "(A2, A3, 310P, 950, nvidia, pci)"
+    )
+
 
 Pools = dict[int, list[int]]
 _new, _set = object.__new__, object.__setattr__
@@ -277,7 +281,7 @@ def plan_ascend(
     """The reference's plan for the running (or the given) NPUs of an Ascend host."""
     family = topo.family
     if family not in STRATEGY_BY_FAMILY:
-        raise PlanError(NO_FAMILY)
+        raise PlanError(no_family(topo))
     mode = strategy or STRATEGY_BY_FAMILY[family]
     if mode not in ASCEND_STRATEGIES:
         raise PlanError(
@@ -290,7 +294,7 @@ def plan_ascend(
         unknown = [d for d in running if known and d not in known]
         if unknown or not running:
             raise PlanError(
-                f"NPU {unknown[0] if unknown else '?'} is not on this host "
+                f"NPU {unknown[0] if unknown else '?'} is not on {topo.here} "
                 f"(logical NPUs: {', '.join(map(str, known)) or 'none'})"
             )
     else:

@@ -62,7 +62,7 @@ def plan_gpus(
         raise PlanError(f"no GPU to plan: {why}")
     messages: list[str] = list(topo.notes)
     if topo.family == "nvidia":
-        visible, visible_messages = resolve_visible(topo.visible_env, topo.accelerators)
+        visible, visible_messages = resolve_visible(topo.visible_env, topo.accelerators, topo.here)
         messages.extend(visible_messages)
     else:
         visible = tuple(g.index for g in topo.accelerators)
@@ -86,7 +86,7 @@ def plan_gpus(
         node = _gpu_node(gpu, topo.affinity.get(index), numa_from, node_cpus, messages)
         placed.append(_Placed(gpu, node))
     for item in placed:
-        _check_node(item, node_cpus, allowed, numa_from)
+        _check_node(item, node_cpus, allowed, numa_from, topo.here)
 
     cut = _Cut(topo, node_cpus, allowed, placed)
     pools = {item.gpu.index: _POOLS[strategy](item, cut) for item in placed}
@@ -166,12 +166,13 @@ def _check_node(
     node_cpus: Mapping[int, Sequence[int]],
     allowed: set[int],
     numa_from: str,
+    here: str = "this host",
 ) -> None:
     gpu, node = item.gpu, item.node
     cpus = node_cpus.get(node)
     who = f"GPU {gpu.index} ({gpu.pci})"
     if cpus is None:
-        raise PlanError(f"{who} is on NUMA node {node}, which this host does not have")
+        raise PlanError(f"{who} is on NUMA node {node}, which {here} does not have")
     if not cpus:
         hint = (
             "; numa_from='local_cpulist' (--numa-from local_cpulist) places it by its "

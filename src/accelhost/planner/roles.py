@@ -26,8 +26,11 @@ from accelhost.plans import DevicePlan, Plan, ThreadRole
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 # What may follow the last `@` of a CPULIST role: the kernel's list grammar, strides too.
 _CPULIST_RE = re.compile(r"^[0-9][0-9,:\s-]*$")
-ROLE_METAVAR = "NAME=PATTERN:COUNT|NAME=PATTERN@CPULIST"
+# One short word in the usage line (the two grammars made it 80 columns alone); the help
+# spells them out.
+ROLE_METAVAR = "ROLE"
 ROLE_HELP = (
+    "ROLE is NAME=PATTERN:COUNT or NAME=PATTERN@CPULIST: "
     "also pin threads whose name matches PATTERN (a regular expression, searched) to COUNT "
     "CPUs taken from the end of the device's main CPUs, or to the CPUs of CPULIST (e.g. "
     "5, 40-41, 0-10:2; main is left as it is); repeatable, later roles win"

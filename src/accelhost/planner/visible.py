@@ -93,7 +93,7 @@ def by_uuid(entry: str, uuids: Mapping[str, T]) -> list[T]:
 
 
 def resolve_visible(
-    env: str | None, gpus: Sequence[Accelerator]
+    env: str | None, gpus: Sequence[Accelerator], here: str = "this host"
 ) -> tuple[tuple[int, ...], tuple[str, ...]]:
     """(GPU indices in CUDA ordinal order, messages): CUDA_VISIBLE_DEVICES as CUDA reads it:
     the list stops at the first entry that names no GPU; a GPU named twice is refused."""
@@ -108,7 +108,7 @@ def resolve_visible(
         hits = by_uuid(entry, uuids) if is_uuid(entry) else [int(entry)] if entry.isdigit() else []
         if len(hits) != 1 or hits[0] not in indices:
             return tuple(out), (
-                f"{CUDA}={env}: {entry!r} names no GPU on this host; "
+                f"{CUDA}={env}: {entry!r} names no GPU on {here}; "
                 "CUDA ignores it and every entry after it",
             )
         if hits[0] in out:

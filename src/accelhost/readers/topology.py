@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from accelhost.family import normalize_family
-from accelhost.host.base import Host
+from accelhost.host.base import Host, recorded_pci
 from accelhost.host.once import read_once
 from accelhost.readers.ascend import NPU_INFO, NPU_MAP, NPU_TOPO, read_ascend_topology
 from accelhost.readers.cpus import (
@@ -21,7 +21,6 @@ from accelhost.readers.cpus import (
     read_lscpu_nodes,
     read_threads_per_core,
 )
-from accelhost.readers.gpu import read_gpu_topology, read_sysfs_topology
 from accelhost.topology import Topology
 
 NO_SMI = "nvidia-smi is not installed (name PCI devices with --pci)"
@@ -41,6 +40,26 @@ def read_topology(
     family = normalize_family(device_type) if device_type else None
     if family is None and host.device_type:
         family = normalize_family(host.device_type)
+    if pci is None and family == "pci":
+        pci = recorded_pci(host)  # `snapshot --pci ADDR` replays with those addresses
+    topo = _read(host, family, pci)
+    return topo if host.is_live else replace(topo, recorded=True)
+
+
+def _read(host: Host, family: str | None, pci: Sequence[str] | None) -> Topology:
+    if family in ("pci", "nvidia") or pci is not None:
+        return _read_gpus(host, family, pci)
+    map_res, info_res, *_ = host.run_many([NPU_MAP, NPU_INFO, NPU_TOPO, LSCPU_NODES, LSCPU])
+    if family is None and map_res is None and info_res is None:
+        return _read_gpus(host, family, pci)
+    return read_ascend_topology(host, family)
+
+
+def _read_gpus(host: Host, family: str | None, pci: Sequence[str] | None) -> Topology:
+    """A GPU host's topology, else a plain one. The GPU readers and their parsers load
+    only here: an Ascend `plan` does not pay for them at start-up."""
+    from accelhost.readers.gpu import read_gpu_topology
+
     if pci is not None:
         found = read_gpu_topology(host, pci=pci)
         assert found is not None  # with addresses given there is always a topology
@@ -49,10 +68,7 @@ def read_topology(
         return plain_topology(host, family, notes=(NO_PCI,))
     if family == "nvidia":
         return read_gpu_topology(host) or plain_topology(host, family, notes=(NO_SMI,))
-    map_res, info_res, *_ = host.run_many([NPU_MAP, NPU_INFO, NPU_TOPO, LSCPU_NODES, LSCPU])
-    if family is None and map_res is None and info_res is None:
-        return read_gpu_topology(host) or plain_topology(host)
-    return read_ascend_topology(host, family)
+    return read_gpu_topology(host) or plain_topology(host)
 
 
 def plain_topology(host: Host, family: str | None = None, notes: Sequence[str] = ()) -> Topology:
@@ -62,6 +78,8 @@ def plain_topology(host: Host, family: str | None = None, notes: Sequence[str] =
     """
     cpu_node, node_cpus = read_lscpu_nodes(host)
     if not cpu_node:
+        from accelhost.readers.gpu import read_sysfs_topology
+
         found: list[str] = []
         base = read_sysfs_topology(host, found)
         return replace(

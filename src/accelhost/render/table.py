@@ -7,6 +7,7 @@ codes never shift a column; the command line asks for it only on a terminal.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -15,11 +16,21 @@ Paint = Callable[[int, str], str]
 
 
 def render_table(
-    headers: Sequence[str], rows: Sequence[Sequence[Any]], paint: Paint | None = None
+    headers: Sequence[str],
+    rows: Sequence[Sequence[Any]],
+    paint: Paint | None = None,
+    columns: int | None = None,
 ) -> str:
-    """Headers, a rule, then one line per row; None shows as an empty cell."""
+    """Headers, a rule, then one line per row; None shows as an empty cell. Within
+    `columns` when given: the widest columns are narrowed and their cells continue on the
+    lines below, broken after a comma, blank or hyphen (a CPU list `0,2,4,...` of 66
+    characters, a GPU UUID)."""
     cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    if columns is not None:
+        widths = _narrowed(cells, widths, columns)
+        cells = [cells[0], *(line for row in cells[1:] for line in _wrapped(row, widths))]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = []
     for n, row in enumerate(cells):
         padded = [c.ljust(w) for c, w in zip(row, widths, strict=True)]
@@ -29,6 +40,49 @@ def render_table(
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+# A column is narrowed to no less than its header and this many characters.
+NARROWEST = 8
+
+
+def _narrowed(cells: list[list[str]], widths: list[int], columns: int) -> list[int]:
+    """`widths` with the widest column taken down one character at a time until the
+    table (two blanks between columns) fits `columns`, or nothing can give more. Lists
+    (cells with a comma or blank) give first: a UUID or a path is cut only if they cannot."""
+    out = list(widths)
+    floor = [max(len(h), NARROWEST) for h in cells[0]]
+    lists = {i for row in cells[1:] for i, c in enumerate(row) if re.search(r"[, ]", c)}
+    while sum(out) + 2 * (len(out) - 1) > columns:
+        can = [i for i, w in enumerate(out) if w > floor[i]]
+        if not can:
+            break
+        first = [i for i in can if i in lists] or can
+        out[max(first, key=lambda i: out[i])] -= 1
+    return out
+
+
+def _pieces(cell: str, width: int) -> list[str]:
+    """`cell` in lines of at most `width`, broken after a comma, blank or hyphen; a
+    piece longer than a line is cut."""
+    lines = [""]
+    for piece in re.split(r"(?<=[, -])", cell):
+        while len(piece) > width:
+            if lines[-1]:
+                lines.append("")
+            lines[-1], piece = piece[:width], piece[width:]
+            lines.append("")
+        if len(lines[-1]) + len(piece) > width and lines[-1]:
+            lines.append("")
+        lines[-1] += piece
+    return [line.rstrip() for line in lines if line.strip()] or [""]
+
+
+def _wrapped(row: list[str], widths: list[int]) -> list[list[str]]:
+    """One row as the lines it takes once its cells are wrapped to `widths`."""
+    parts = [_pieces(c, w) if len(c) > w else [c] for c, w in zip(row, widths, strict=True)]
+    height = max(len(p) for p in parts)
+    return [[p[n] if n < len(p) else "" for p in parts] for n in range(height)]
 
 
 ANSI = {"FAIL": "\x1b[1;31m", "WARN": "\x1b[33m"}  # bold red, yellow
