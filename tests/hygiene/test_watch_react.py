@@ -125,6 +125,38 @@ def test_an_orphan_is_fail_by_the_frontend_exit_not_the_interval(lab: Lab) -> No
         thread.join(timeout=70)
 
 
+def test_an_engine_born_after_the_last_round_is_watched_from_its_exec(lab: Lab) -> None:
+    """An engine started and killed between two rounds (a crash during start-up, each crash
+    of a crash loop): no round saw it, yet its frontend's exit starts a round, since its
+    exec told the watch. Without that, nothing would wake the watch before the interval."""
+    _reactor().close()
+    node = lab.device_node()
+    logs: list[dict[str, object]] = []
+    watcher = Watcher(
+        LiveHost,
+        HygieneOptions(device_globs=(lab.glob(),)),
+        WatchConfig(interval_s=60.0),
+        logs.append,
+    )
+    stop, thread = _run(watcher)  # the first round is done before the engine exists
+    try:
+        fe, engine, _worker = lab.server(node)
+        rounds = watcher.collector.rounds_done()
+        os.kill(fe, signal.SIGKILL)
+        assert wait_gone(fe)
+        assert _until(lambda: watcher.collector.rounds_done() > rounds)
+        assert any(e["event"] == "process_exit" and fe in e["pids"] for e in logs)  # type: ignore[operator]
+        text = generate_latest(watcher.registry).decode()
+        assert 'accelhost_check_status{check="orphan_engines",state="FAIL"} 1.0' in text
+        rnd = watcher.collector.latest()
+        assert rnd is not None
+        orphans = next(c for c in rnd.report.checks if c.name == "orphan_engines")
+        assert engine in [e.get("pid") for e in orphans.evidence]
+    finally:
+        stop.set()
+        thread.join(timeout=70)
+
+
 def test_an_orphan_is_confirmed_and_stopped_long_before_the_interval(
     lab: Lab, tmp_path: Path
 ) -> None:

@@ -3,9 +3,12 @@ shared-memory file starts a round within a second, instead of at the next `--int
 a new engine-named file in a shm dir (inotify) is judged when it reaches --shm-min-age.
 
 The kernel's process events (`accelhost.kernel.procevents.ProcEvents`, the listener
-`run` uses too) are subscribed to exits only, and a classic BPF socket filter drops in the
-kernel every exit but those of the pids this round cares about: a fork-heavy neighbour
-costs the watch no wakeup. The filter is rebuilt when that set changes (after each round).
+`run` uses too) are subscribed to execs and exits, and a classic BPF socket filter drops in
+the kernel every fork and every exit but those of the pids this round cares about: a
+fork-heavy neighbour costs the watch no wakeup. The filter is rebuilt when that set
+changes (after each round). An exec whose new command line is an engine's adds its pid to
+the set at once: an engine born and killed between two rounds (a crash during start-up,
+each crash of a crash loop) is seen when it dies, not at the next `--interval`.
 
 Where the kernel gives no events (not root, not the host's PID namespace) or inotify
 cannot be had (its limits), or a queue overflowed (events lost), the watch says so once in
@@ -28,8 +31,8 @@ from typing import Any
 from accelhost.host.live import live_host
 from accelhost.kernel.bpf import attach, exit_filter
 from accelhost.kernel.inotify import CreationWatch
-from accelhost.kernel.procevents import PROC_EVENT_EXIT, ProcEvents
-from accelhost.readers.procs import hears_process_events
+from accelhost.kernel.procevents import PROC_EVENT_EXEC, PROC_EVENT_EXIT, ProcEvents
+from accelhost.readers.procs import hears_process_events, read_process
 
 # How long to let an exit settle (its children re-parented, its siblings killed) before
 # the round that judges what it left.
@@ -65,7 +68,10 @@ class Reactor:
     files: CreationWatch | None = None
     # which new file names matter (engine-named ones): others do not wake the watch
     named: Callable[[str], bool] = field(default=lambda _n: False, repr=False)
+    # which command lines are an engine's: a process exec'd into one is watched at once
+    engine: Callable[[str], bool] = field(default=lambda _c: False, repr=False)
     watched: frozenset[int] = frozenset()
+    born: set[int] = field(default_factory=set)  # engines exec'd since the last `watch`
     lost_said: set[str] = field(default_factory=set)  # sources whose loss was said
     _filtered: frozenset[int] | None = field(default=None, repr=False)
 
@@ -76,9 +82,11 @@ class Reactor:
         degraded: Callable[[str, str], None],
         shm_dirs: Iterable[str] = (),
         named: Callable[[str], bool] = lambda _n: False,
+        engine: Callable[[str], bool] = lambda _c: False,
     ) -> Reactor:
-        events = ProcEvents.open(PROC_EVENT_EXIT) if hears_process_events(live_host()) else None
-        reactor = cls(log, degraded, events, named=named)
+        kinds = PROC_EVENT_EXIT | PROC_EVENT_EXEC
+        events = ProcEvents.open(kinds) if hears_process_events(live_host()) else None
+        reactor = cls(log, degraded, events, named=named, engine=engine)
         try:
             reactor.files = CreationWatch.open(shm_dirs)
         except OSError as exc:  # no inotify, or its limits reached
@@ -103,11 +111,17 @@ class Reactor:
         self.degraded(source, why)
 
     def watch(self, pids: Iterable[int]) -> None:
-        """Exits of these pids wake the watch (the filter is rebuilt when they change)."""
-        self.watched = frozenset(pids)
+        """Exits of these pids wake the watch (the filter is rebuilt when they change);
+        a round has read the engines exec'd before it, so they are its to name again."""
+        self.born.clear()
+        self._filter(frozenset(pids))
+
+    def _filter(self, pids: frozenset[int]) -> None:
+        self.watched = pids
         if self.events is None or self.watched == self._filtered:
             return
-        program = exit_filter(self.watched if len(self.watched) <= MAX_FILTER_PIDS else None)
+        many = len(self.watched) > MAX_FILTER_PIDS
+        program = exit_filter(None if many else self.watched, execs=True)
         with contextlib.suppress(OSError):  # no filter: user space picks the exits it wants
             attach(self.events.sock, program)
         self._filtered = self.watched
@@ -144,12 +158,22 @@ class Reactor:
         return None
 
     def _exits(self) -> list[int]:
+        """Exits of watched pids; an exec into an engine's command line is watched from
+        now on (its exit in the same batch counts)."""
         assert self.events is not None
         out = []
         for what, ints in self.events.read():
-            if what == PROC_EVENT_EXIT and ints[0] == ints[1] and ints[1] in self.watched:
+            if what == PROC_EVENT_EXEC and ints[0] == ints[1]:
+                self._exec(ints[1])
+            elif what == PROC_EVENT_EXIT and ints[0] == ints[1] and ints[1] in self.watched:
                 out.append(ints[1])
         return out
+
+    def _exec(self, pid: int) -> None:
+        proc = read_process(live_host(), pid)
+        if proc is not None and proc.cmdline and self.engine(proc.command):
+            self.born.add(pid)
+            self._filter(self.watched | {pid})
 
     def close(self) -> None:
         if self.events is not None:

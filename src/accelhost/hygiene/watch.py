@@ -367,6 +367,7 @@ class Watcher:
             self.collector.degraded,
             self.options.shm_dirs,
             lambda n: self.options.catalog.shm_naming(n) is not None,
+            self.options.catalog.is_engine,
         )
 
     def _wait(self, reactor: Reactor, stop: threading.Event, until: float) -> None:

@@ -5,7 +5,8 @@ reading each one in Python costs about 3 us; a filter attached to the socket dro
 reader does not need before it is queued, so the reader does not even wake up.
 
 Two programs, one for each reader:
-- `exit_filter(pids)`: exits of whole processes among `pids` (`watch` reacts to them);
+- `exit_filter(pids, execs)`: exits of whole processes among `pids` (`watch` reacts to
+  them), and with `execs` every exec (`watch` learns of an engine born since its last round);
 - `fork_filter(tree, floor, outsiders)`: what `run`'s `ForkTracker` needs to follow a process
   tree, see that class for why these are enough: forks by a parent in `tree`, or whose pid
   is at least `floor` (a process born since the filter was built) and not in `outsiders`;
@@ -26,7 +27,7 @@ import struct
 import sys
 from collections.abc import Collection, Iterable
 
-from accelhost.kernel.procevents import PROC_EVENT_EXIT, PROC_EVENT_FORK
+from accelhost.kernel.procevents import PROC_EVENT_EXEC, PROC_EVENT_EXIT, PROC_EVENT_FORK
 
 SO_ATTACH_FILTER = 26
 SO_DETACH_FILTER = 27
@@ -82,9 +83,13 @@ def _pack(prog: list[Insn]) -> bytes:
     return b"".join(struct.pack("=HBBI", *ins) for ins in prog)
 
 
-def exit_filter(pids: Iterable[int] | None) -> bytes:
-    """Exits of whole processes whose pid is in `pids` (every process exit when None)."""
-    prog: list[Insn] = [(_LD_W_ABS, 0, 0, _WHAT_AT), (_JEQ_K, 1, 0, _net(PROC_EVENT_EXIT)), _DROP]
+def exit_filter(pids: Iterable[int] | None, execs: bool = False) -> bytes:
+    """Exits of whole processes whose pid is in `pids` (every process exit when None);
+    with `execs`, every exec too (an exec is always its thread group leader's)."""
+    prog: list[Insn] = [(_LD_W_ABS, 0, 0, _WHAT_AT)]
+    if execs:
+        prog += [(_JEQ_K, 0, 1, _net(PROC_EVENT_EXEC)), _ACCEPT]
+    prog += [(_JEQ_K, 1, 0, _net(PROC_EVENT_EXIT)), _DROP]
     prog += _whole_process(_DATA_AT, _DATA_AT + 4)
     if pids is None:
         return _pack([*prog, _ACCEPT])

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 PROC_EVENT_FORK = 0x00000001
+PROC_EVENT_EXEC = 0x00000002
 PROC_EVENT_EXIT = 0x80000000
 NETLINK_CONNECTOR = 11
 CN_IDX_PROC = 1
