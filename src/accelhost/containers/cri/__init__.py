@@ -10,11 +10,7 @@ What lives where:
   names each method itself);
 - `client`: `connect(endpoint)` and `rpc(channel, name, request, timeout)`.
 
-Regenerate after editing api.proto (from the repository root; grpcio-tools 1.75 writes code
-for protobuf 6.31.1, so the generated module runs on any protobuf from 6.31.1 to 7.x, the
-range pyproject.toml declares; a newer grpcio-tools raises that floor):
-
-    python -m venv /tmp/protoc && /tmp/protoc/bin/pip install 'grpcio-tools==1.75.1'
-    cd src && /tmp/protoc/bin/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. \\
-        accelhost/containers/cri/api.proto
+Regenerate after editing api.proto: `make proto` (grpcio-tools 1.75 writes code for
+protobuf 6.31.1, so the generated module runs on any protobuf from 6.31.1 to 7.x, the range
+pyproject.toml declares; a newer grpcio-tools raises that floor).
 """
