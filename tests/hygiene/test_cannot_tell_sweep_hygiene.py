@@ -9,6 +9,7 @@ from prometheus_client import generate_latest
 from accelhost.hygiene import HygieneOptions, read_facts, run_checks
 from accelhost.hygiene.checks import check_orphan_engines
 from accelhost.hygiene.device_preflight import preflight_from_facts
+from accelhost.hygiene.findings import find
 from accelhost.hygiene.watch import WatchConfig, Watcher
 
 GPU_QUERY = "nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits"
@@ -79,7 +80,7 @@ def test_processes_hidden_by_hidepid_may_be_orphans() -> None:
     )
     facts = read_facts(fake.host(), OPTS)
     assert facts.processes_partial is not None
-    result = check_orphan_engines(facts, OPTS)
+    result = check_orphan_engines(find(facts, OPTS), OPTS)
     assert result.status == "UNKNOWN" and "hidepid=invisible" in result.summary
     host = fake.host()
     watcher = Watcher(lambda: host, OPTS, WatchConfig(), lambda _e: None)
@@ -89,4 +90,4 @@ def test_processes_hidden_by_hidepid_may_be_orphans() -> None:
     assert "accelhost_orphan_processes " not in text
     # the same host as root (nothing hidden) is judged: OK, and a count of 0
     del fake.files["/proc/self/mountinfo"]
-    assert check_orphan_engines(read_facts(fake.host(), OPTS), OPTS).status == "OK"
+    assert check_orphan_engines(find(read_facts(fake.host(), OPTS), OPTS), OPTS).status == "OK"

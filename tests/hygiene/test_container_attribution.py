@@ -6,6 +6,7 @@ host engine that ran at the file's birth, only as possible authors, which no
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from container_story import container_story, rfc3339, story_snapshot
@@ -13,9 +14,12 @@ from hygiene_fakes import NOW, FakeHost
 
 from accelhost.host.snapshot import SnapshotHost
 from accelhost.hygiene import HygieneOptions, read_facts, run_checks
+from accelhost.hygiene.attribution import Attribution
 from accelhost.hygiene.cleaner import RemoveShmFile, plan_clean
-from accelhost.hygiene.container_evidence import resolve_container, scope_actions
+from accelhost.hygiene.container_evidence import scope_actions
+from accelhost.hygiene.engines import build_catalog, parse_catalog_file
 from accelhost.hygiene.facts import HostFacts
+from accelhost.hygiene.findings import find
 from container_hosts import SHAPES, cid, docker_answers, on_host, put_in_container
 
 OPTS = HygieneOptions()
@@ -25,7 +29,7 @@ POD_IPC = 4026532900
 POD_SHM = "/proc/5000/root/dev/shm"
 
 
-def _pod_host(crashed_times: bool = True) -> FakeHost:
+def _pod_host(crashed_times: bool = True, engine: str = "vllm serve /models/tiny") -> FakeHost:
     """A pod run by the kubelet through Docker: its sandbox, the engine's attempt 0 that
     crashed (exited, kept by the kubelet) and attempt 1 running now. The pod's /dev/shm
     holds a file of each attempt, none held, and one born before either ran."""
@@ -34,7 +38,7 @@ def _pod_host(crashed_times: bool = True) -> FakeHost:
     fake = FakeHost()
     on_host(fake, 1)
     shape = SHAPES["k8s-cgroupfs"]
-    for pid, c, cmd in ((5000, SANDBOX, "/pause"), (5100, LIVE, "vllm serve /models/tiny")):
+    for pid, c, cmd in ((5000, SANDBOX, "/pause"), (5100, LIVE, engine)):
         fake.proc(pid, cmd, ppid=1, pgid=pid, sid=pid, start_s=6000 + pid / 100)
         put_in_container(fake, pid, shape.format(c=c, u=UID), ipc=POD_IPC, pid_ns=4026533000 + pid)
     record_shm_dir(fake, "/dev/shm", [], 26)
@@ -73,8 +77,8 @@ def _pod_host(crashed_times: bool = True) -> FakeHost:
     return fake
 
 
-def _left_by(facts: HostFacts) -> dict[str, dict[str, Any]]:
-    check = run_checks(facts, OPTS, ("posix_shm",)).checks[0]
+def _left_by(facts: HostFacts, opts: HygieneOptions = OPTS) -> dict[str, dict[str, Any]]:
+    check = run_checks(facts, opts, ("posix_shm",)).checks[0]
     return {e["path"].rsplit("/", 1)[-1]: e["left_by"] for e in check.evidence}
 
 
@@ -82,8 +86,9 @@ def _ids(left_by: dict[str, Any]) -> list[str]:
     return [c["id"] for c in left_by["containers"]]
 
 
-def _scoped(facts: HostFacts, wanted: str) -> set[str]:
-    actions = scope_actions(plan_clean(facts, OPTS), facts, resolve_container(facts, wanted))
+def _scoped(facts: HostFacts, wanted: str, opts: HygieneOptions = OPTS) -> set[str]:
+    att = find(facts, opts).attribution
+    actions = scope_actions(plan_clean(facts, opts), att, att.resolve(wanted))
     return {a.path.rsplit("/", 1)[-1] for a in actions if isinstance(a, RemoveShmFile)}
 
 
@@ -170,6 +175,45 @@ def test_a_host_engine_that_ran_at_the_birth_makes_the_container_only_possible()
     assert "psm_6a1f0c2e" in _scoped(facts, "vllm-bash")
 
 
+def _site_options() -> HygieneOptions:
+    """A site's own engine, as `--engine-catalog site.json` gives it: a frontend
+    (`mysite-serve`) and its workers (`mysite::worker`), in no built-in catalog."""
+    site = {"name": "mysite", "frontends": ["^mysite-serve"], "children": ["^mysite::worker"]}
+    engines = parse_catalog_file(json.dumps({"engines": [site]}), "site.json")
+    return HygieneOptions(catalog=build_catalog(engines))
+
+
+def test_a_host_engine_of_the_sites_catalog_makes_the_container_only_possible() -> None:
+    """The host engine of the test above, but the site's own (its catalog file): it counts
+    as a built-in engine does. With the built-in catalog alone it is no engine, and
+    vllm-bash stays the certain author."""
+    site = _site_options()
+    for cmd in ("mysite-serve --model /models/x", "mysite::worker 0"):
+        fake = container_story()
+        fake.proc(700, cmd, ppid=1, pgid=700, sid=700, start_s=100.0)
+        on_host(fake, 700)
+        facts = read_facts(fake.host(), site)
+        bash = _left_by(facts, site)["psm_6a1f0c2e"]
+        assert [c["name"] for c in bash["containers"]] == ["vllm-bash"], cmd
+        assert bash["ambiguous"] is True and bash["others_possible"] is True, cmd
+        assert "engine pid(s) 700 on the host ran then too" in bash["why"], cmd
+        assert _scoped(facts, "vllm-bash", site) == set(), cmd
+        plain = _left_by(read_facts(fake.host(), OPTS))["psm_6a1f0c2e"]
+        assert plain["ambiguous"] is False and "engine pid" not in plain["why"], cmd
+
+
+def test_a_pods_engine_of_the_sites_catalog_is_the_one_named() -> None:
+    """In a pod's own /dev/shm the containers that run an engine are named, not its
+    sandbox: a site's own engine is one, as vLLM is."""
+    site = _site_options()
+    facts = read_facts(_pod_host(engine="mysite-serve --model /models/x").host(), site)
+    live = _left_by(facts, site)["psm_live0001"]
+    assert _ids(live) == [LIVE] and live["ambiguous"] is False
+    assert _scoped(facts, LIVE[:12], site) == {"psm_live0001"}
+    plain = _left_by(read_facts(_pod_host(engine="mysite-serve --model /models/x").host(), OPTS))
+    assert sorted(_ids(plain["psm_live0001"])) == sorted([SANDBOX, LIVE])
+
+
 def test_without_a_runtime_a_pods_file_is_never_the_live_attempts_for_certain() -> None:
     """No runtime answers: the cgroup says the engine runs in a pod, whose earlier attempts
     were other containers, unknown now; every file there is the live one's only maybe."""
@@ -215,13 +259,14 @@ def test_a_watch_keeps_the_ipc_mode_it_read_of_a_container_removed_since() -> No
 
     before, after = host(True), host(False)
     watching = ContainerScope("vllm-x")
-    watching.resolve(before)
-    watching.resolve(after)
+    watching.resolve(Attribution(before, OPTS.catalog, ipc_modes=watching.ipc_modes))
+    knowing = Attribution(after, OPTS.catalog, ipc_modes=watching.ipc_modes)
+    watching.resolve(knowing)
     assert watching.chosen is not None and watching.chosen[0].ipc_mode == "host"
     assert watching.left_file("/dev/shm/psm_x0000001")
-    actions = scope_actions(plan_clean(after, OPTS), after, watching.chosen)
+    actions = scope_actions(plan_clean(after, OPTS), knowing, watching.chosen)
     assert [a.path for a in actions if isinstance(a, RemoveShmFile)] == ["/dev/shm/psm_x0000001"]
     fresh = ContainerScope("vllm-x")
-    fresh.resolve(after)
+    fresh.resolve(Attribution(after, OPTS.catalog))
     assert not fresh.left_file("/dev/shm/psm_x0000001")
     assert _scoped(after, "vllm-x") == set()

@@ -14,14 +14,25 @@ import pytest
 from container_story import BASH, POD, POD_SHM, RMF, SAFE, TINI, container_story, story_snapshot
 from hygiene_fakes import NOW, FakeHost
 
+from accelhost.containers.model import Container
 from accelhost.errors import UsageError
 from accelhost.host.snapshot import SnapshotHost
 from accelhost.hygiene import HygieneOptions, read_facts, run_checks
+from accelhost.hygiene.attribution import Attribution, LeftBy
 from accelhost.hygiene.cleaner import RemoveShmFile, StopProcesses, plan_clean
-from accelhost.hygiene.container_evidence import resolve_container, scope_actions, scope_report
+from accelhost.hygiene.container_evidence import scope_actions
+from accelhost.hygiene.facts import HostFacts
 from container_hosts import SHAPES, cid, on_host, put_in_container
 
 OPTS = HygieneOptions()
+
+
+def resolve_container(facts: HostFacts, wanted: str) -> list[Container]:
+    return Attribution(facts, OPTS.catalog).resolve(wanted)
+
+
+def scope(actions: list[Any], facts: HostFacts, chosen: list[Container]) -> list[Any]:
+    return scope_actions(actions, Attribution(facts, OPTS.catalog), chosen)
 
 
 def _report(data: dict[str, Any], opts: HygieneOptions = OPTS):  # type: ignore[no-untyped-def]
@@ -165,8 +176,8 @@ def test_processes_carry_their_container_in_json_and_text() -> None:
     # clean --container: the stuck orphan is vllm-safe's, nothing of vllm-tini's
     stops = [a for a in plan_clean(facts, OPTS) if isinstance(a, StopProcesses)]
     assert [t.pid for a in stops for t in a.targets] == [2003]
-    assert scope_actions(stops, facts, resolve_container(facts, "vllm-safe")) == stops
-    assert scope_actions(stops, facts, resolve_container(facts, "vllm-tini")) == []
+    assert scope(stops, facts, resolve_container(facts, "vllm-safe")) == stops
+    assert scope(stops, facts, resolve_container(facts, "vllm-tini")) == []
     # a host process says null
     fake2 = FakeHost()
     fake2.proc(50, "VLLM::EngineCore", ppid=1, pgid=50, sid=50)
@@ -201,7 +212,7 @@ def test_doctor_container_scope_and_unknown_names() -> None:
     facts, report = _report(story_snapshot())
     chosen = resolve_container(facts, "vllm-bash")
     assert [c.id for c in chosen] == [BASH]
-    scoped = scope_report(report, chosen)
+    scoped = run_checks(facts, OPTS, chosen=chosen)
     shm = scoped.get("posix_shm")
     assert shm is not None and shm.status == "WARN" and "3 of 9" in shm.summary
     assert {e["path"] for e in shm.evidence} == {
@@ -254,15 +265,15 @@ def test_a_scope_removes_only_what_is_that_containers_alone() -> None:
     from dataclasses import replace
 
     from accelhost.hygiene.actions import ProcessRef
-    from accelhost.hygiene.container_evidence import _names_any
 
     facts, _ = _report(story_snapshot())
     cf = facts.containers
     assert cf is not None
-    one = {"containers": [{"id": RMF}], "ambiguous": False, "why": ""}
-    both = {"containers": [{"id": RMF}, {"id": BASH}], "ambiguous": True, "why": ""}
-    assert _names_any(one, {RMF}) and _names_any(both, {RMF, BASH})
-    assert not _names_any(both, {RMF}) and not _names_any(both, {BASH})
+    rmf, bash = cf.view.containers[RMF], cf.view.containers[BASH]
+    one, both = LeftBy((rmf,), False, False, ""), LeftBy((rmf, bash), True, False, "")
+    assert one.only({RMF}) and both.only({RMF, BASH})
+    assert not both.only({RMF}) and not both.only({BASH})
+    assert both.names({RMF}) and not replace(one, others_possible=True).only({RMF})
     inside = cf.view.pids_of(TINI)
     assert inside
     host = next(p for p in sorted(facts.processes or {}) if cf.view.of_pid(p) is None)
@@ -270,7 +281,7 @@ def test_a_scope_removes_only_what_is_that_containers_alone() -> None:
     mixed = StopProcesses(1, False, (replace(ref, pid=inside[0]), replace(ref, pid=host)), "")
     alone = StopProcesses(1, False, (replace(ref, pid=inside[0]),), "")
     chosen = resolve_container(facts, "vllm-tini")
-    assert scope_actions([mixed, alone], facts, chosen) == [alone]
+    assert scope([mixed, alone], facts, chosen) == [alone]
 
 
 def test_a_containers_own_emptydir_at_dev_shm_is_judged_too() -> None:
@@ -321,7 +332,7 @@ def test_clean_container_scope_plans_exactly_what_it_left() -> None:
         ("vllm-pod", {"psm_01d0a1a1", "psm_01d0a1a2", "sem.mp-01dold00"}),
         ("vllm-safe", set()),
     ):
-        scoped = scope_actions(actions, facts, resolve_container(facts, name))
+        scoped = scope(actions, facts, resolve_container(facts, name))
         assert {a.path.rsplit("/", 1)[-1] for a in scoped if isinstance(a, RemoveShmFile)} == (
             expected
         ), name

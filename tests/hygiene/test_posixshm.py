@@ -15,7 +15,7 @@ import pytest
 from hygiene_lab import stop_popen
 
 from accelhost.host.live import LiveHost
-from accelhost.hygiene.posix_check import (
+from accelhost.hygiene.rules import (
     judge_shm_file,
     leaked_posix_shm,
     match_naming,
@@ -244,7 +244,9 @@ def test_a_semaphore_mapped_under_its_temporary_name_is_held(
         assert path_is_held(LiveHost(), str(path)) is True
         stop_popen(proc)
         gone = judge_shm_file(listed, scan_held(LiveHost()), time.time(), 60.0, None)
-        assert gone.leaked, gone.reason
+        assert gone.abandoned and gone.unclaimed and not gone.leaked, gone.reason
+        named = judge_shm_file(listed, scan_held(LiveHost()), time.time(), 60.0, "vLLM")
+        assert named.leaked and not named.unclaimed, named.reason
     finally:
         path.unlink(missing_ok=True)
 

@@ -507,7 +507,7 @@ def test_a_process_hidden_from_the_reader_may_hold_any_file() -> None:
     """/proc lists pid 60 but will not describe it (hidepid, a non-root reader): a round
     cannot tell who holds an old engine file then, so it is never judged leaked."""
     from accelhost.host.base import FileStat
-    from accelhost.hygiene.posix_check import judge_shm_file
+    from accelhost.hygiene.rules import judge_shm_file
     from fakehost import FakeMachine
 
     old = FileStat("psm_x", "file", 4096, 8, 0, "root", 1000.0, 1000.0, 1, 7)

@@ -39,6 +39,7 @@ from accelhost.hygiene.report import CHECK_NAMES
 
 if TYPE_CHECKING:
     from accelhost.hygiene.actions import Action
+    from accelhost.hygiene.attribution import LeftBy
 
 DOCTOR_HELP = "what is wrong on this host, the evidence, the fix"
 DOCTOR_DESCRIPTION = (
@@ -197,11 +198,7 @@ def doctor_main(args: argparse.Namespace) -> int:
     host = hygiene_host(args)
     try:
         facts = read_facts(host, options)
-        report = run_checks(facts, options, tuple(args.check))
-        if options.container is not None:
-            from accelhost.hygiene.container_evidence import resolve_container, scope_report
-
-            report = scope_report(report, resolve_container(facts, options.container))
+        report = run_checks(facts, options, tuple(args.check))  # --container: its own
     except UsageError:
         raise
     except AccelhostError as exc:
@@ -261,7 +258,9 @@ def _check_named(args: argparse.Namespace) -> None:
 def clean_main(args: argparse.Namespace) -> int:
     from accelhost.host.redact import redact_text, redact_values
     from accelhost.hygiene.cleaner import CleanFilters, Journal, execute, figures, plan_clean
+    from accelhost.hygiene.container_evidence import scope_plan
     from accelhost.hygiene.facts import read_facts
+    from accelhost.hygiene.findings import find
     from accelhost.hygiene.render import describe_figures
     from accelhost.hygiene.targets import unmatched_targets
 
@@ -284,32 +283,20 @@ def clean_main(args: argparse.Namespace) -> int:
         segments=args.only in (None, "segments") and (not named or bool(args.shmid)),
         shm_files=args.only in (None, "shm") and (not named or bool(args.path)),
     )
-    facts = read_facts(host, options)
-    actions = plan_clean(facts, options, filters)
-    from accelhost.hygiene.container_evidence import (
-        actions_containers,
-        resolve_container,
-        scope_actions,
-    )
-
-    doubtful = 0  # leftovers the container may have left, but not only it: never in scope
-    if options.container is not None:
-        chosen = resolve_container(facts, options.container)
-        scoped, ids = scope_actions(actions, facts, chosen), {c.id for c in chosen}
-        kept = {id(a) for a in scoped}
-        doubtful = sum(
-            any(x["id"] in ids for x in w["containers"])
-            for a, w in zip(actions, actions_containers(facts, actions), strict=True)
-            if w and id(a) not in kept
-        )
-        actions = scoped
-    unmatched = unmatched_targets(facts, options, filters, actions)
-    whose = actions_containers(facts, actions)
-    before = figures(facts, options)
+    found = find(read_facts(host, options), options)
+    att = found.attribution
+    chosen = None if options.container is None else att.resolve(options.container)
+    plan = scope_plan(plan_clean(found.facts, options, filters, found), att, chosen)
+    actions, whose = plan.actions, plan.whose
+    unmatched = unmatched_targets(found, options, filters, actions)
+    before = figures(found)
     out: dict[str, Any] = {
         "format": formats.CLEAN,
         "dry_run": not args.yes,
-        "actions": [{**a.to_dict(), "container": w} for a, w in zip(actions, whose, strict=True)],
+        "actions": [
+            {**a.to_dict(), "container": w and w.to_dict()}
+            for a, w in zip(actions, whose, strict=True)
+        ],
         "not_acted_on": [u.to_dict() for u in unmatched],
         "before": before,
     }
@@ -328,9 +315,9 @@ def clean_main(args: argparse.Namespace) -> int:
     say(f"before: {describe_figures(before)}")
     for u in unmatched:
         print(f"accelhost clean: cannot act on {u.line}", file=sys.stderr)
-    if doubtful:
+    if plan.doubtful:
         print(
-            f"accelhost clean: kept {doubtful} leftover(s) that {options.container} may have "
+            f"accelhost clean: kept {plan.doubtful} leftover(s) that {options.container} may have "
             "left, but not for sure alone (left by: possibly, or another container too); "
             "without --container, `accelhost clean` judges them for the whole host",
             file=sys.stderr,
@@ -342,7 +329,7 @@ def clean_main(args: argparse.Namespace) -> int:
             result = execute(actions, options, journal, grace_s=args.grace, say=say)
         finally:
             journal.close()
-        after = figures(read_facts(hygiene_host(args), options), options)
+        after = figures(find(read_facts(hygiene_host(args), options), options))
         out["outcomes"] = [o.to_dict() for o in result.outcomes]
         out["after"] = after
         out["journal"] = str(journal.path)
@@ -368,12 +355,13 @@ def _check_journal(path: str) -> None:
 
 
 def _print_plan(
-    actions: Sequence[Action], say: Any, grace: float, whose: Sequence[Any] = ()
+    actions: Sequence[Action], say: Any, grace: float, whose: Sequence[LeftBy | None] = ()
 ) -> None:
     for n, a in enumerate(actions, 1):
         say(f"  {n}. {a.describe()}")
-        if n <= len(whose) and whose[n - 1]:
-            say(f"     container: {whose[n - 1]['why']}")
+        who = whose[n - 1] if n <= len(whose) else None
+        if who is not None:
+            say(f"     container: {who.why}")
         if a.kind == "stop":
             say(f"     SIGTERM, wait up to {grace:g} s, SIGKILL what is left, wait again")
 

@@ -7,8 +7,11 @@ on first use: `accelhost --help` registers these commands without importing the 
 
 What lives where: `options` (what to look for), `facts` (read once through the host
 door) with `devices` (device memory from npu-smi / nvidia-smi, and who has a device node
-open), `engines` (the engine catalog: frontends and children), `rules` (what is an orphan,
-what leaked), `checks`, `posix_check` (the /dev/shm leak rule), `tuning`, `device_preflight` (the
+open), `engines` (the engine catalog: frontends and children), `rules` (every rule of what
+is an orphan and what leaked: segments and /dev/shm files), `findings` (what the rules
+find in one reading, judged once for the checks, the plan and the metrics),
+`attribution` (one round's "whose is this": a process's container, a leftover's
+`LeftBy`), `checks`, `posix_check` (the /dev/shm check), `tuning`, `device_preflight` (the
 verdicts), `evidence`, `report`, `render` and `text` (what is shown), `actions`,
 `cleaner`, `stopper` and `journal` (what `clean` does), `targets` (why a target named on
 `clean`'s command line is not acted on), `watch` (the loop), `watch_metrics` (what it
@@ -18,8 +21,8 @@ files, under `read_facts`: a live host's round reads only what changed, others e
 `capabilities` (which Linux capabilities each check and each clean action needs: the one
 table the docs, `--help` and contrib/ are checked against). Containers:
 `container_facts` (read with the facts: the runtimes' view, each container's own /dev/shm,
-/dev/shm's free space, logind's RemoveIPC), `container_shm` (those /dev/shm files judged),
-`container_evidence` (every finding named by its container; `--container` scoping),
+/dev/shm's free space, logind's RemoveIPC), `container_evidence` (every finding named by
+its container in the report; `--container` scoping; what a watch remembers to tell it),
 `container_init` (the check), `shm_preflight` (/dev/shm space and RemoveIPC).
 """
 

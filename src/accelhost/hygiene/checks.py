@@ -1,4 +1,5 @@
-"""The doctor's checks: pure functions from `HostFacts` to a `CheckResult`.
+"""The doctor's checks: pure functions from one look's `Findings` (its facts, judged once,
+and whose each thing is) to a `CheckResult`.
 
 Each result carries the evidence a script can act on (one object per process with an
 integer `pid`, per segment with an integer `shmid`, per device) and the fix in words.
@@ -7,11 +8,12 @@ Evidence lists only what is wrong, except `device_holders`, which lists every ho
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from accelhost.containers.model import Container
 from accelhost.formats import mib_bytes
-from accelhost.hygiene.container_evidence import annotate_report, container_of
+from accelhost.hygiene.container_evidence import annotate_report
 from accelhost.hygiene.container_init import check_container_init
 from accelhost.hygiene.device_preflight import (
     DevicePreflight,
@@ -26,6 +28,7 @@ from accelhost.hygiene.evidence import (
     unknown,
 )
 from accelhost.hygiene.facts import NOT_RECORDED, HostFacts
+from accelhost.hygiene.findings import Findings, find
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.posix_check import (
     check_posix_shm,
@@ -43,7 +46,7 @@ from accelhost.hygiene.report import (
     CheckResult,
     DoctorReport,
 )
-from accelhost.hygiene.rules import find_orphans, is_hugetlb, leaked_segments
+from accelhost.hygiene.rules import is_hugetlb
 from accelhost.hygiene.shm_preflight import with_remove_ipc, with_shm_space
 from accelhost.hygiene.text import human_bytes
 from accelhost.hygiene.tuning import check_host_tuning
@@ -55,11 +58,11 @@ def _unreadable(facts: HostFacts) -> frozenset[int]:
     return frozenset(facts.shm_held.unreadable) if facts.shm_held is not None else frozenset()
 
 
-def check_orphan_engines(facts: HostFacts, options: HygieneOptions) -> CheckResult:
+def check_orphan_engines(found: Findings, options: HygieneOptions) -> CheckResult:
     name = "orphan_engines"
-    if facts.processes is None:
+    facts, orphans = found.facts, found.orphans
+    if orphans is None:
         return not_in_recording(facts, name)
-    orphans = find_orphans(facts.processes, facts.self_pid, options)
     if not orphans and (facts.processes_partial or facts.hidden_pids):
         # what /proc will not show this reader (hidepid) may be an orphan: cannot tell
         why = facts.processes_partial or f"{len(facts.hidden_pids)} process(es) hidden"
@@ -78,7 +81,7 @@ def check_orphan_engines(facts: HostFacts, options: HygieneOptions) -> CheckResu
         "accelhost clean --yes (SIGTERM to each orphan and its descendants, SIGKILL after --grace)"
     )
     if stuck:
-        fix += f"; pids {_in_containers(facts, stuck)} are in D state (stuck in the driver: "
+        fix += f"; pids {_in_containers(found, stuck)} are in D state (stuck in the driver: "
         fix += "no signal can stop them, clean will not retry): wait, or reset that device"
     held = [o for o in orphans if facts.device_fds.get(o.proc.pid)]
     unseen = [o for o in orphans if o.proc.pid in blind]
@@ -92,11 +95,11 @@ def check_orphan_engines(facts: HostFacts, options: HygieneOptions) -> CheckResu
     )
 
 
-def _in_containers(facts: HostFacts, pids: list[int]) -> str:
+def _in_containers(found: Findings, pids: list[int]) -> str:
     """`2290107 (in vllm-bash (docker 3f9a1c2e4b5d))`: pids, with the container of each."""
     out = []
     for pid in pids:
-        c = container_of(facts, pid)
+        c = found.attribution.container_of(pid)
         out.append(f"{pid}" + (f" (in {c.label})" if c else ""))
     return " ".join(out)
 
@@ -110,8 +113,9 @@ def _holders(facts: HostFacts) -> dict[int, set[str]]:
     return out
 
 
-def check_device_holders(facts: HostFacts, options: HygieneOptions) -> CheckResult:
+def check_device_holders(found: Findings, options: HygieneOptions) -> CheckResult:
     name = "device_holders"
+    facts = found.facts
     if facts.processes is None and not facts.devices:
         return not_in_recording(facts, name)
     procs = facts.processes or {}
@@ -144,7 +148,7 @@ def check_device_holders(facts: HostFacts, options: HygieneOptions) -> CheckResu
         evidence.append(ev)
         if proc.is_zombie or proc.is_uninterruptible:
             what = "a zombie" if proc.is_zombie else "in D state (stuck in the driver)"
-            bad.append(f"pid {_in_containers(facts, [pid])} is {what}")
+            bad.append(f"pid {_in_containers(found, [pid])} is {what}")
         if engine:
             for node in nodes:
                 if not is_control_node(node):
@@ -198,8 +202,9 @@ def check_device_holders(facts: HostFacts, options: HygieneOptions) -> CheckResu
     return CheckResult(name, OK, seen, tuple(evidence))
 
 
-def check_unattributed_memory(facts: HostFacts, options: HygieneOptions) -> CheckResult:
+def check_unattributed_memory(found: Findings, options: HygieneOptions) -> CheckResult:
     name = "unattributed_memory"
+    facts = found.facts
     for source in ("devices", "device_processes"):
         if source in facts.errors:
             return unknown(name, facts.errors[source])
@@ -261,15 +266,15 @@ def _tool_node(path: str) -> bool:
     return kind is not None and kind[0] in VENDOR_KIND.values()
 
 
-def check_shared_memory(facts: HostFacts, options: HygieneOptions) -> CheckResult:
+def check_shared_memory(found: Findings, options: HygieneOptions) -> CheckResult:
     name = "shared_memory"
+    facts, leaks = found.facts, found.leaks
     if facts.segments is None:
         return not_in_recording(facts, name, "segments")
-    if facts.processes is None:
+    if leaks is None:
         if not facts.live and "processes" in facts.not_recorded:
             return not_in_recording(facts, name)
         return unknown(name, "no process table: cannot tell whether creators live")
-    leaks = leaked_segments(facts.segments, facts.alive, facts.now_epoch, options.shm_min_age_s)
     hidden = _hidden_note(facts)
     if not leaks:
         return CheckResult(name, OK, f"{len(facts.segments)} segment(s), none leaked{hidden}")
@@ -299,18 +304,15 @@ def _hidden_note(facts: HostFacts) -> str:
     return ""
 
 
-def check_hugepages(facts: HostFacts, options: HygieneOptions) -> CheckResult:
+def check_hugepages(found: Findings, options: HygieneOptions) -> CheckResult:
     name = "hugepages"
+    facts = found.facts
     if facts.hugepage_pools is None:
         return not_in_recording(facts, name, "hugepages")
     pools = [p for p in facts.hugepage_pools if p.total > 0]
     if not pools:
         return CheckResult(name, OK, "no HugePages reserved on this host")
-    leaks = (
-        leaked_segments(facts.segments, facts.alive, facts.now_epoch, options.shm_min_age_s)
-        if facts.segments is not None and facts.processes is not None
-        else []
-    )
+    leaks = found.leaks or []
     evidence = []
     full = False
     for p in pools:
@@ -395,33 +397,43 @@ def _g(mib: float) -> float:
     return round(mib / 1024, 2)
 
 
-CHECKS: dict[str, Callable[[HostFacts, HygieneOptions], CheckResult]] = {
+CHECKS: dict[str, Callable[[Findings, HygieneOptions], CheckResult]] = {
     "orphan_engines": check_orphan_engines,
     "device_holders": check_device_holders,
     "unattributed_memory": check_unattributed_memory,
     "shared_memory": check_shared_memory,
     "posix_shm": check_posix_shm,
     "hugepages": check_hugepages,
-    "preflight": lambda f, o: with_shm_space(check_preflight(f, o), f, o),
-    "host_tuning": lambda f, o: with_remove_ipc(check_host_tuning(f, o), f),
+    "preflight": lambda j, o: with_shm_space(check_preflight(j.facts, o), j.facts, o),
+    "host_tuning": lambda j, o: with_remove_ipc(check_host_tuning(j.facts, o), j.facts),
     "container_init": check_container_init,
 }
 
 
 def run_checks(
-    facts: HostFacts, options: HygieneOptions, only: tuple[str, ...] = ()
+    facts: HostFacts,
+    options: HygieneOptions,
+    only: tuple[str, ...] = (),
+    found: Findings | None = None,
+    chosen: Sequence[Container] | None = None,
 ) -> DoctorReport:
-    """Every check (or the named ones); a check that breaks is UNKNOWN, not a crash."""
+    """Every check (or the named ones) on `found` (`find(facts, options)` when the caller
+    has not judged them yet); a check that breaks is UNKNOWN, not a crash. Every process
+    and leftover of every check is named by its container (null on the host); with
+    `chosen` (default: the containers `options.container` names, a UsageError when none),
+    only what those run or left is reported."""
+    found = found or find(facts, options)
+    if chosen is None and options.container is not None:
+        chosen = found.attribution.resolve(options.container)
     results = []
     for name in CHECK_NAMES:
         if only and name not in only:
             continue
         try:
-            results.append(CHECKS[name](facts, options))
+            results.append(CHECKS[name](found, options))
         except Exception as exc:  # a bug in one check must not hide the others
             results.append(unknown(name, f"internal error: {type(exc).__name__}: {exc}"))
-    # every process and leftover named by its container (null on the host)
-    return annotate_report(DoctorReport(tuple(results)), facts)
+    return annotate_report(DoctorReport(tuple(results)), found.attribution, chosen)
 
 
 __all__ = ["CHECK_NAMES", "CheckResult", "DoctorReport", "run_checks"]

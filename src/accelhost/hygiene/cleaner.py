@@ -29,10 +29,10 @@ from accelhost.hygiene.actions import (
     StopProcesses,
 )
 from accelhost.hygiene.facts import HostFacts
+from accelhost.hygiene.findings import Findings, find
 from accelhost.hygiene.journal import DEFAULT_JOURNAL, Journal
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.posix_check import judge_shm_files, shm_known
-from accelhost.hygiene.rules import find_orphans, judge_segment, leaked_segments, protected_pids
+from accelhost.hygiene.rules import judge_segment, protected_pids
 from accelhost.hygiene.stopper import stop_all
 from accelhost.hygiene.text import one_line
 from accelhost.parsers.sysvipc import ShmSegment
@@ -62,17 +62,22 @@ def _ref(p: ProcessInfo) -> ProcessRef:
 
 
 def plan_clean(
-    facts: HostFacts, options: HygieneOptions, filters: CleanFilters | None = None
+    facts: HostFacts,
+    options: HygieneOptions,
+    filters: CleanFilters | None = None,
+    found: Findings | None = None,
 ) -> list[Action]:
-    """Pure: the actions that would make this host clean, stops first, then segments."""
+    """Pure: the actions that would make this host clean, stops first, then segments, of
+    what the rules found (`found`: `find(facts, options)` when the caller has not)."""
     f = filters or CleanFilters()
+    found = found or find(facts, options)
     actions: list[Action] = []
     procs: Mapping[int, ProcessInfo] = facts.processes or {}
     stopping: set[int] = set()
-    if f.orphans and facts.processes is not None:
+    if f.orphans and found.orphans is not None:
         protected = protected_pids(procs, facts.self_pid)
         by_group: dict[int, list[Any]] = {}
-        for o in find_orphans(procs, facts.self_pid, options):
+        for o in found.orphans:
             if not f.pids or o.proc.pid in f.pids:
                 by_group.setdefault(o.proc.pgid, []).append(o)
         for pgid, members in sorted(by_group.items()):
@@ -101,15 +106,14 @@ def plan_clean(
                     reason=f"{reasons} ({one_line(first.command)})",
                 )
             )
-    if f.segments and facts.segments is not None and facts.processes is not None:
-        for seg in facts.segments:
+    if f.segments:
+        for seg, verdict in found.segments or ():
             if f.shmids and seg.shmid not in f.shmids:
                 continue
             if f.owners and seg.uid not in f.owners:
                 continue
             if f.keys and (seg.key & 0xFFFFFFFF) not in f.keys:
                 continue
-            verdict = judge_segment(seg, facts.alive, facts.now_epoch, options.shm_min_age_s)
             after = False
             if not verdict.leaked and (seg.cpid in stopping or seg.lpid in stopping):
                 after = not seg.marked_for_destruction
@@ -120,7 +124,7 @@ def plan_clean(
             if verdict.leaked or after:
                 actions.append(RemoveSegment(seg, reason, after_stop=after))
     if f.shm_files:
-        for j in judge_shm_files(facts, options):
+        for j in found.shm or ():
             if not j.leaked or (f.paths and j.file.path not in f.paths):
                 continue
             if f.owners and j.file.uid not in f.owners:
@@ -213,19 +217,13 @@ def execute(
     return result
 
 
-def figures(facts: HostFacts, options: HygieneOptions) -> dict[str, Any]:
+def figures(found: Findings) -> dict[str, Any]:
     """The before/after numbers a person wants to see move; None where a source could not
     be read (an unread segment table is not an empty one)."""
+    facts, shm, leaks = found.facts, found.leaked_files, found.leaks
     segs = facts.segments
-    judged = judge_shm_files(facts, options) if shm_known(facts) else None
-    shm = None if judged is None else [j for j in judged if j.leaked]
     # never acted on: files whose holders could not all be checked
-    unjudged = [j for j in judged or () if j.blocked]
-    leaks = (
-        len(leaked_segments(segs, facts.alive, facts.now_epoch, options.shm_min_age_s))
-        if segs is not None and facts.processes is not None
-        else None
-    )
+    unjudged = [j for j in found.shm or () if j.blocked] if found.shm_known else []
     return {
         "hugepages_free": None
         if facts.hugepage_pools is None
@@ -236,10 +234,8 @@ def figures(facts: HostFacts, options: HygieneOptions) -> dict[str, Any]:
         },
         "segments": None if segs is None else len(segs),
         "segment_bytes": None if segs is None else sum(s.size for s in segs),
-        "leaked_segments": leaks,
-        "orphans": None
-        if facts.processes is None
-        else len(find_orphans(facts.processes, facts.self_pid, options)),
+        "leaked_segments": None if leaks is None else len(leaks),
+        "orphans": None if found.orphans is None else len(found.orphans),
         "device_memory_free_bytes": None  # a device tool that failed: not "no device"
         if "devices" in facts.errors
         else {d.label: mib_bytes(d.free_mib) for d in facts.devices},

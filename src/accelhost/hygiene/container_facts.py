@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 
 from accelhost.containers.cgroup import CgroupContainer
-from accelhost.containers.model import Container, ContainerView
+from accelhost.containers.model import ContainerView
 from accelhost.containers.reader import read_containers
 from accelhost.host.base import Host
 from accelhost.parsers.procstat import parse_status_field
@@ -59,8 +59,6 @@ class ContainerFacts:
     engine_uids: Mapping[int, int] = field(default_factory=dict)  # engine pid -> real uid
     # (st_dev, inode) of the files each running container's processes hold now -> its id
     held_by: Mapping[tuple[int, int], str] = field(default_factory=dict)
-    # what an earlier look saw held, by container (`watch` remembers it between rounds)
-    seen_holders: Mapping[tuple[int, int], Container] = field(default_factory=dict)
     errors: Mapping[str, str] = field(default_factory=dict)
 
 

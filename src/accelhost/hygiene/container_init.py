@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from accelhost.containers.model import RUNNING, Container
-from accelhost.hygiene.container_evidence import container_json, runs_engine
+from accelhost.hygiene.attribution import container_json
 from accelhost.hygiene.evidence import unknown
-from accelhost.hygiene.facts import HostFacts
+from accelhost.hygiene.findings import Findings
 from accelhost.hygiene.options import ONE_CHILD_INITS, SHELLS, HygieneOptions
 from accelhost.hygiene.posix_check import not_in_recording
 from accelhost.hygiene.report import OK, SKIP, WARN, CheckResult
@@ -79,17 +79,14 @@ def _ipc_risk(c: Container, neighbours: list[str]) -> str | None:
     return None
 
 
-def check_container_init(facts: HostFacts, options: HygieneOptions) -> CheckResult:
+def check_container_init(found: Findings, options: HygieneOptions) -> CheckResult:
+    facts, runs_engine = found.facts, found.attribution.runs_engine
     cf = facts.containers
     if facts.processes is None:
         return not_in_recording(facts, NAME)
     if cf is None:
         return unknown(NAME, "containers not read")
-    engines = [
-        c
-        for c in cf.view.containers.values()
-        if c.state == RUNNING and runs_engine(facts, c, options.catalog.is_engine)
-    ]
+    engines = [c for c in cf.view.containers.values() if c.state == RUNNING and runs_engine(c)]
     note = f" ({'; '.join(cf.view.notes)})" if cf.view.notes else ""
     if not engines:
         return CheckResult(NAME, SKIP, f"no container runs an engine{note}")

@@ -22,7 +22,6 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 
 from accelhost.errors import AccelhostError, HostError
 from accelhost.host.base import Host
@@ -30,7 +29,6 @@ from accelhost.host.once import read_once
 from accelhost.host.redact import ALLOC_CONF_VARS
 from accelhost.hygiene.container_facts import ContainerFacts, read_container_facts
 from accelhost.hygiene.devices import DeviceMemory, read_ascend, read_nvidia
-from accelhost.hygiene.engines import build_catalog
 from accelhost.hygiene.incremental import IncrementalState, InodeLister
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.parsers.hugepages import HugePagePool, parse_count, parse_size_dir
@@ -117,21 +115,6 @@ class HostFacts:
         if self.uptime_s is None:
             return None
         return max(0.0, self.uptime_s - proc.start_ticks / self.clk_tck)
-
-    @cached_property
-    def host_engines(self) -> tuple[tuple[float, int], ...]:
-        """(start epoch, pid) of each live engine process in no container: it writes the
-        host's /dev/shm too. Asked once per leftover (`container_evidence.left_by_birth`),
-        found once per look."""
-        cf, now, is_engine = self.containers, self.now_epoch, build_catalog().is_engine
-        out = []
-        for pid, p in sorted((self.processes or {}).items()):
-            age = self.process_age_s(p)
-            if cf is None or pid in cf.view.pid_container or now is None or age is None:
-                continue
-            if not p.is_zombie and is_engine(p.command):
-                out.append((now - age, pid))
-        return tuple(out)
 
     def alive(self, pid: int) -> bool:
         """A pid that exists and has not exited (a zombie has exited)."""

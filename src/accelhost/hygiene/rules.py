@@ -1,19 +1,32 @@
-"""The two rules that decide what may be removed: orphan engines and leaked segments.
+"""The rules that decide what may be removed: orphan engines, leaked System V segments and
+leaked /dev/shm files.
 
 Both the doctor (to report) and the cleaner (to act, and to re-check at the moment of
 acting) use these functions, so "what the doctor calls leaked" and "what clean removes"
 cannot drift apart.
+
+A /dev/shm file is leaked when no live process holds it open or maps it (by path or by
+inode: a live vLLM's semaphore is mapped only under the temporary name its creator made it
+with), it has not changed for `--shm-min-age`, and its name matches an engine's naming in
+the catalog (or a `--shm-name` glob). One held by nobody that matches no naming is
+"unclaimed": listed, never removed (/dev/shm is shared by every program on the host, and
+we only clean what we can name). A fact the rule needs and does not have (some process's
+open files) makes the file "cannot tell" (`blocked`: never removed), on a live host and on
+its recording alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import fnmatch
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from accelhost.host.base import Host
 from accelhost.hygiene.engines import Catalog
-from accelhost.hygiene.options import SHELLS_AND_INITS, HygieneOptions
+from accelhost.hygiene.options import DEFAULT_SHM_DIRS, SHELLS_AND_INITS, HygieneOptions
 from accelhost.parsers.sysvipc import SHM_HUGETLB, ShmSegment
 from accelhost.readers.procs import ProcessInfo, ancestors
+from accelhost.readers.shmfiles import HeldScan, ShmFile, list_shm_files, scan_held
 
 
 @dataclass(frozen=True)
@@ -241,11 +254,83 @@ def judge_segment(
     return LeakVerdict(True, f"unattached, {users} gone{idle_text}")
 
 
-def leaked_segments(
-    segments: tuple[ShmSegment, ...],
-    alive: Callable[[int], bool],
+@dataclass(frozen=True)
+class ShmVerdict:
+    """The /dev/shm rule's verdict on one file: what the doctor reports, what the cleaner
+    removes (`leaked`) and what neither may touch (`unclaimed`, `blocked`)."""
+
+    file: ShmFile
+    naming: str | None  # which engine's naming the name matches (None: no known naming)
+    leaked: bool  # held by nobody, unchanged long enough, named: clean removes it
+    unclaimed: bool  # held by nobody, unchanged long enough, but no naming: reported only
+    blocked: bool  # cannot tell: some live process's open files were unreadable
+    reason: str
+
+    @property
+    def abandoned(self) -> bool:
+        """Held by nobody and unchanged long enough, named or not."""
+        return self.leaked or self.unclaimed
+
+
+def judge_shm_file(
+    f: ShmFile,
+    scan: HeldScan,
     now_epoch: float | None,
     min_age_s: float,
-) -> list[tuple[ShmSegment, LeakVerdict]]:
-    verdicts = ((seg, judge_segment(seg, alive, now_epoch, min_age_s)) for seg in segments)
-    return [(seg, verdict) for seg, verdict in verdicts if verdict.leaked]
+    naming: str | None,
+    holders_name: ShmFile | None = None,
+    note: str = "",
+) -> ShmVerdict:
+    """The /dev/shm leak rule for one file. `holders_name`: the file as its holders name it
+    where that differs from the host's path (a container's own /dev/shm: `/dev/shm/x`,
+    not `/proc/<pid>/root/dev/shm/x`); `note` ends the reason (where it lies)."""
+
+    def verdict(abandoned: bool, why: str, blocked: bool = False) -> ShmVerdict:
+        if abandoned and naming is None:
+            why += "; matches no engine naming: not removed (see --shm-name)"
+        named = naming is not None
+        return ShmVerdict(f, naming, abandoned and named, abandoned and not named, blocked, why)
+
+    if scan.holds(f) or (holders_name is not None and scan.holds(holders_name)):
+        return verdict(False, "held open or mapped by a live process" + note)
+    age = f.age_s(now_epoch)
+    if age is None:
+        return verdict(False, "age unknown (no clock)" + note)
+    if age < min_age_s:
+        return verdict(False, f"unchanged {age:.0f} s, under {min_age_s:g} s{note}")
+    if not scan.complete:
+        shown = ", ".join(str(p) for p in scan.unreadable[:3])
+        more = f" and {len(scan.unreadable) - 3} more" if len(scan.unreadable) > 3 else ""
+        why = f"cannot tell: open files of pid(s) {shown}{more} unreadable, any may hold it"
+        return verdict(False, why + note, blocked=True)
+    return verdict(True, f"held by no process, unchanged {age:.0f} s{note}")
+
+
+def match_naming(name: str, namings: Sequence[tuple[str, str]]) -> str | None:
+    """The first (label, glob) whose glob matches the file name."""
+    return next((label for label, glob in namings if fnmatch.fnmatchcase(name, glob)), None)
+
+
+def leaked_posix_shm(
+    dirs: Sequence[str] = DEFAULT_SHM_DIRS,
+    min_age_s: float = 60.0,
+    host: Host | None = None,
+    namings: Sequence[tuple[str, str]] = (),
+    now_epoch: float | None = None,
+) -> list[ShmVerdict]:
+    """For a library caller: the files under `dirs` no live process holds, unchanged for
+    `min_age_s`, named or not (`naming`; live by default)."""
+    import time
+
+    if host is None:
+        from accelhost.host.live import live_host
+
+        host = live_host()
+    now = time.time() if now_epoch is None and host.is_live else now_epoch
+    scan = scan_held(host)
+    judged = (
+        judge_shm_file(f, scan, now, min_age_s, match_naming(f.name, namings))
+        for files in list_shm_files(host, dirs).values()
+        for f in files or []
+    )
+    return [v for v in judged if v.abandoned]

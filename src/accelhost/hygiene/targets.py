@@ -21,10 +21,9 @@ from accelhost.hygiene.actions import (
     RemoveShmFile,
     StopProcesses,
 )
-from accelhost.hygiene.facts import HostFacts
+from accelhost.hygiene.findings import Findings
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.posix_check import judge_shm_files
-from accelhost.hygiene.rules import judge_segment, why_not_orphan
+from accelhost.hygiene.rules import why_not_orphan
 
 
 @dataclass(frozen=True)
@@ -43,7 +42,7 @@ class Unmatched:
         return {"kind": self.kind, "target": self.target, "reason": self.reason}
 
 
-_Why = Callable[[HostFacts, HygieneOptions, CleanFilters, Any], str]
+_Why = Callable[[Findings, HygieneOptions, CleanFilters, Any], str]
 
 
 def _left_out(kind: str, filters: CleanFilters) -> str | None:
@@ -52,7 +51,8 @@ def _left_out(kind: str, filters: CleanFilters) -> str | None:
     return None if wanted[kind] else f"left out by --only (it cleans no {kind} target)"
 
 
-def _why_pid(facts: HostFacts, options: HygieneOptions, filters: CleanFilters, pid: int) -> str:
+def _why_pid(found: Findings, options: HygieneOptions, filters: CleanFilters, pid: int) -> str:
+    facts = found.facts
     if facts.processes is None:
         return "cannot tell: " + facts.errors.get("processes", "processes not read")
     if pid not in facts.processes and pid in facts.hidden_pids:
@@ -62,21 +62,22 @@ def _why_pid(facts: HostFacts, options: HygieneOptions, filters: CleanFilters, p
     return why_not_orphan(facts.processes, facts.self_pid, options, pid)
 
 
-def _why_shmid(facts: HostFacts, options: HygieneOptions, filters: CleanFilters, shmid: int) -> str:
-    if facts.segments is None or facts.processes is None:
-        return "cannot tell: " + facts.errors.get("segments", "segment table not read")
-    seg = next((s for s in facts.segments if s.shmid == shmid), None)
-    if seg is None:
+def _why_shmid(found: Findings, options: HygieneOptions, filters: CleanFilters, shmid: int) -> str:
+    if found.segments is None:
+        return "cannot tell: " + found.facts.errors.get("segments", "segment table not read")
+    judged = found.segment(shmid)
+    if judged is None:
         return "no such segment"
+    seg, verdict = judged
     if filters.owners and seg.uid not in filters.owners:
         return f"left out by --owner (its owner is uid {seg.uid})"
     if filters.keys and (seg.key & 0xFFFFFFFF) not in filters.keys:
         return f"left out by --key (its key is {seg.key_hex})"
-    verdict = judge_segment(seg, facts.alive, facts.now_epoch, options.shm_min_age_s)
     return f"not leaked: {verdict.reason}"
 
 
-def _why_path(facts: HostFacts, options: HygieneOptions, filters: CleanFilters, path: str) -> str:
+def _why_path(found: Findings, options: HygieneOptions, filters: CleanFilters, path: str) -> str:
+    facts = found.facts
     parent = os.path.dirname(path)
     dirs = {os.path.abspath(d): files for d, files in facts.shm_files.items()}
     if parent not in dirs:
@@ -84,7 +85,7 @@ def _why_path(facts: HostFacts, options: HygieneOptions, filters: CleanFilters, 
         return f"not in a shared-memory directory ({shown}; add one with --shm-dir)"
     if dirs[parent] is None or facts.shm_held is None:
         return f"cannot tell: {parent} or the processes' open files not read"
-    j = next((j for j in judge_shm_files(facts, options) if j.file.path == path), None)
+    j = found.shm_file(path)
     if j is None:
         return "no such file"
     if filters.owners and j.file.uid not in filters.owners:
@@ -95,9 +96,10 @@ def _why_path(facts: HostFacts, options: HygieneOptions, filters: CleanFilters, 
 
 
 def unmatched_targets(
-    facts: HostFacts, options: HygieneOptions, filters: CleanFilters, actions: Sequence[Action]
+    found: Findings, options: HygieneOptions, filters: CleanFilters, actions: Sequence[Action]
 ) -> list[Unmatched]:
-    """Each named pid, shmid and path the plan leaves alone, with the reason."""
+    """Each named pid, shmid and path the plan leaves alone, with the reason (`found`: what
+    the plan was made of)."""
     stopped = {t.pid for a in actions if isinstance(a, StopProcesses) for t in a.targets}
     segments = {a.shmid for a in actions if isinstance(a, RemoveSegment)}
     files = {a.path for a in actions if isinstance(a, RemoveShmFile)}
@@ -107,7 +109,7 @@ def unmatched_targets(
         ("path", filters.paths, files, _why_path),
     )
     return [
-        Unmatched(kind, t, _left_out(kind, filters) or why(facts, options, filters, t))
+        Unmatched(kind, t, _left_out(kind, filters) or why(found, options, filters, t))
         for kind, named, planned, why in kinds
         for t in sorted(named - planned)
     ]

@@ -16,7 +16,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from prometheus_client.registry import CollectorRegistry
 from accelhost.errors import AccelhostError, UsageError
 from accelhost.host.base import Host
 from accelhost.host.redact import redact_values
+from accelhost.hygiene.attribution import Attribution
 from accelhost.hygiene.checks import run_checks
 from accelhost.hygiene.cleaner import (
     CleanFilters,
@@ -37,26 +38,17 @@ from accelhost.hygiene.cleaner import (
 from accelhost.hygiene.container_evidence import (
     ContainerScope,
     HolderMemory,
-    annotate_report,
     containers_named,
     scope_actions,
-    scope_report,
 )
-from accelhost.hygiene.evidence import unknown
 from accelhost.hygiene.facts import HostFacts, read_facts
+from accelhost.hygiene.findings import Findings, find
 from accelhost.hygiene.incremental import DEFAULT_FULL_EVERY, IncrementalState, InodeLister
 from accelhost.hygiene.journal import rfc3339_now
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.posix_check import NAME as POSIX_SHM
-from accelhost.hygiene.posix_check import (
-    ShmJudgement,
-    check_posix_shm,
-    judge_shm_files,
-    shm_known,
-)
 from accelhost.hygiene.react import Reactor
-from accelhost.hygiene.report import CHECK_NAMES, DoctorReport
-from accelhost.hygiene.rules import Orphan, find_orphans, leaked_segments
+from accelhost.hygiene.report import DoctorReport
+from accelhost.hygiene.rules import LeakVerdict, Orphan, ShmVerdict
 from accelhost.hygiene.watch_metrics import HygieneCollector, Round
 from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.remove import DEFAULT_GRACE_S
@@ -143,15 +135,16 @@ class Watcher:
         self._incremental = self._live(host)
         return read_facts(host, self.options, self._state, tools_of)
 
-    def _orphans(self, facts: HostFacts) -> list[Orphan] | None:
-        if facts.processes is None:
-            return None
-        return find_orphans(facts.processes, facts.self_pid, self.options)
+    def _find(self, facts: HostFacts) -> Findings:
+        """This round's findings, whose each is told knowing what earlier rounds saw."""
+        ipc = self._scope.ipc_modes if self._scope else None
+        att = Attribution(facts, self.options.catalog, self._holders.seen, ipc)
+        return find(facts, self.options, att)
 
     def _round(self) -> Round:
         host = self.host_factory()
-        facts = self._read(host)
-        orphans = self._orphans(facts)
+        found = self._find(self._read(host))
+        orphans = found.orphans
         if orphans and self._incremental and not self._state.last.full:
             seen = {(o.proc.pid, o.proc.start_ticks) for o in orphans}
             stoppable = self.config.auto_clean and any(o.group_frontend is None for o in orphans)
@@ -165,29 +158,21 @@ class Watcher:
                 # their answer of a moment ago, and no removal reads it (the stop and the
                 # unlinks are judged on processes, holders and segments, read afresh).
                 self._state.force_full()
-                facts = self._read(host, tools_of=facts)
-                orphans = self._orphans(facts)
+                found = self._find(self._read(host, tools_of=found.facts))
+                orphans = found.orphans
         if not self._incremental or self._state.last.full:
             self._orphans_looked = {(o.proc.pid, o.proc.start_ticks) for o in orphans or ()}
-        facts = self._holders.inject(facts)
+        facts, att = found.facts, found.attribution
         self._note_engine_segments(facts)
         if facts.now_epoch is not None:
             self._clock_offset = facts.now_epoch - time.time()
-        judged = judge_shm_files(facts, self.options) if shm_known(facts) else None
-        report = self._checks(facts, judged)
-        self._holders.remember(facts)
-        leaks = (
-            leaked_segments(
-                facts.segments, facts.alive, facts.now_epoch, self.options.shm_min_age_s
-            )
-            if facts.segments is not None and facts.processes is not None
-            else None
-        )
-        shm: list[ShmJudgement] | None = None if judged is None else [j for j in judged if j.leaked]
+        chosen = None if self._scope is None else self._scope.resolve(att)
+        report = run_checks(facts, self.options, found=found, chosen=chosen)
+        self._holders.remember(att)
+        leaks, shm = found.leaks, found.leaked_files
         if self._scope is not None:
             scope = self._scope
-            report = scope_report(report, scope.resolve(facts))
-            orphans = orphans and [o for o in orphans if scope.runs(o.proc.pid)]
+            orphans = orphans and tuple(o for o in orphans if scope.runs(o.proc.pid))
             leaks = leaks and [(s, v) for s, v in leaks if scope.left_segment(s.ctime)]
             shm = shm and [j for j in shm if scope.left_file(j.file.path)]
         rnd = Round(
@@ -203,7 +188,7 @@ class Watcher:
         self.collector.update(rnd)
         self._log_changes(report)
         if self.config.auto_clean and host.is_live:
-            self._auto_clean(rnd, orphans or [], leaks or [], shm or [])
+            self._auto_clean(found, orphans or (), leaks or [], shm or [])
         return rnd
 
     def _note_engine_segments(self, facts: HostFacts) -> None:
@@ -227,18 +212,6 @@ class Watcher:
             ):
                 self._engine_segments.add((s.shmid, s.ctime))
 
-    def _checks(self, facts: HostFacts, judged: list[ShmJudgement] | None) -> DoctorReport:
-        """The doctor's checks, the shm files judged once for the check and the metrics."""
-        others = tuple(n for n in CHECK_NAMES if n != POSIX_SHM)
-        results = list(run_checks(facts, self.options, others).checks)
-        try:
-            shm = check_posix_shm(facts, self.options, judged)
-        except Exception as exc:  # as run_checks: a broken check is UNKNOWN, not a crash
-            shm = unknown(POSIX_SHM, f"internal error: {type(exc).__name__}: {exc}")
-        # named by their containers, as run_checks names the others
-        results += annotate_report(DoctorReport((shm,)), facts).checks
-        return DoctorReport(tuple(sorted(results, key=lambda c: CHECK_NAMES.index(c.name))))
-
     def _log_changes(self, report: DoctorReport) -> None:
         for c in report.checks:
             before = self._last_status.get(c.name)
@@ -259,7 +232,11 @@ class Watcher:
             self._last_status[c.name] = c.status
 
     def _auto_clean(
-        self, rnd: Round, orphans: list[Orphan], leaks: list[Any], shm: list[ShmJudgement]
+        self,
+        found: Findings,
+        orphans: Sequence[Orphan],
+        leaks: list[tuple[ShmSegment, LeakVerdict]],
+        shm: list[ShmVerdict],
     ) -> None:
         seen: dict[tuple[int, int], int] = {}
         for o in orphans:
@@ -317,7 +294,7 @@ class Watcher:
         )
         actions = [
             a
-            for a in plan_clean(rnd.facts, self.options, filters)
+            for a in plan_clean(found.facts, self.options, filters, found)
             # below the threshold, only the segments of the orphans being stopped go
             if (
                 do_segments
@@ -327,7 +304,7 @@ class Watcher:
             and (not isinstance(a, RemoveSegment) or may_go(a.seg))
         ]
         if self._scope is not None and self._scope.chosen is not None:
-            actions = scope_actions(actions, rnd.facts, self._scope.chosen)
+            actions = scope_actions(actions, found.attribution, self._scope.chosen)
         if not actions:
             return
         if self._clean_error is None:  # a retry after a failure is not said again
