@@ -32,6 +32,7 @@ class FakeHost:
     segments: list[str] = field(default_factory=list)
     stat_dirs: dict[str, list[FileStat]] = field(default_factory=dict)
     stats: dict[str, FileStat] = field(default_factory=dict)  # `stat` of one path
+    cri: dict[str, dict[str, Any]] = field(default_factory=dict)  # endpoint -> CRI look
 
     def __post_init__(self) -> None:
         self.files["/proc/uptime"] = f"{UPTIME} 100.0\n"
@@ -144,6 +145,7 @@ class FakeHost:
             stat_dirs=self.stat_dirs,
             stats=self.stats,
             http=self.http,
+            cri=self.cri,
         )
         return machine.snapshot()
 

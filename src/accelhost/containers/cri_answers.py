@@ -145,4 +145,7 @@ def _container(
         finished=_seconds(status.get("finished_at")),
         attempt=_count(item.get("attempt")),
         sandbox_id=sandbox_id,
+        mounts=tuple(
+            sorted({p for m in _items(status.get("mounts")) if (p := text_of(m.get("host_path")))})
+        ),
     )

@@ -46,6 +46,8 @@ class Container:
     # itself (the pod's pause container, whose id is the sandbox's) has its own id here.
     attempt: int | None = None
     sandbox_id: str | None = None
+    # the host paths a CRI runtime says are mounted into it (a pod's volumes among them)
+    mounts: tuple[str, ...] = ()
 
     @property
     def is_sandbox(self) -> bool:

@@ -219,10 +219,20 @@ class Attribution:
             return None
         view = self.view
         found = [view.containers[i] for i in d.container_ids if i in view.containers]
-        chosen = [c for c in found if self.runs_engine(c)] or found
-        pool = chosen + [
-            c for c in view.containers.values() if c.id not in d.container_ids and _shared(c, found)
-        ]
+        if d.pod_uid is None:
+            chosen = [c for c in found if self.runs_engine(c)] or found
+            # a pod's sandbox (pause) container writes no /dev/shm
+            pool = chosen + [
+                c
+                for c in view.containers.values()
+                if c.id not in d.container_ids and not c.is_sandbox and _shared(c, found)
+            ]
+        else:  # a volume: every attempt of the containers it is mounted into, not a
+            # running one that runs no engine
+            pool = [c for c in found if c.state != RUNNING or self.runs_engine(c)] or found
+        if not pool and d.pod_uid is not None:
+            why = f"in the emptyDir of pod uid {d.pod_uid}, whose containers no runtime named"
+            return LeftBy((), True, True, why)
         alive = [c for c in pool if born is None or _alive_at(c, born)]
         # each attempt of a pod is a new container: only a lifetime known at both ends rules
         # out one the runtime no longer lists

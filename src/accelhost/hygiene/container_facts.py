@@ -8,10 +8,11 @@ be read stays None; nothing here raises for a host's content.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from accelhost.containers.cgroup import CgroupContainer
 from accelhost.containers.model import ContainerView
+from accelhost.containers.pod_volumes import PodMounts, read_pod_mounts
 from accelhost.containers.reader import read_containers
 from accelhost.host.base import Host
 from accelhost.parsers.procstat import parse_status_field
@@ -33,14 +34,19 @@ _TRUE, _FALSE = ("yes", "true", "on", "1"), ("no", "false", "off", "0")  # syste
 
 @dataclass(frozen=True)
 class ContainerShmDir:
-    """A container's own /dev/shm, as the host reaches it."""
+    """A container's own /dev/shm, as the host reaches it: through one of its processes, or
+    a pod's memory emptyDir where the kubelet mounted it (seen also while none of the
+    pod's containers runs, between a crash and the next attempt)."""
 
-    path: str  # /proc/<pid>/root/dev/shm
-    ipc: int  # the IPC namespace whose processes may hold its files
-    pids: tuple[int, ...]  # the processes of that namespace (its holders)
-    container_ids: tuple[str, ...]  # the containers that share it (a pod's: several)
+    path: str  # /proc/<pid>/root/dev/shm, or the emptyDir's mount point
+    ipc: int | None  # the IPC namespace whose processes may hold its files (None: a volume)
+    pids: tuple[int, ...]  # the processes that may hold its files by their own path
+    # the containers that share it (a pod's: several; a volume's: every attempt of the
+    # containers it is mounted into, never the pod's sandbox, which never has it)
+    container_ids: tuple[str, ...]
     files: tuple[ShmFile, ...] | None
-    held: HeldScan | None  # what the namespace's processes hold (their own paths)
+    held: HeldScan | None  # what `pids` hold (their own paths)
+    pod_uid: str | None = None  # a volume's pod
 
 
 @dataclass(frozen=True)
@@ -115,11 +121,33 @@ def _read_logind(host: Host) -> tuple[bool | None, str | None]:
     return parse_remove_ipc(texts)
 
 
+def _volume_dirs(host: Host, view: ContainerView, mounts: PodMounts) -> list[ContainerShmDir]:
+    """Each pod's memory emptyDir, from the mount table: its holders are the processes of
+    the pod's containers that mount it (their own /dev/shm paths), its authors those
+    containers' attempts, running or not."""
+    out = []
+    for vol in mounts.volumes:
+        pod = [
+            c
+            for c in view.containers.values()
+            if c.pod is not None and c.pod.uid == vol.pod_uid and not c.is_sandbox
+        ]
+        users = [c for c in pod if vol.mount_point in c.mounts] or pod
+        pids = tuple(sorted(p for c in users for p in view.pids_of(c.id)))
+        files = list_shm_files(host, [vol.mount_point])[vol.mount_point]
+        ids = tuple(sorted(c.id for c in users))
+        listed = None if files is None else tuple(files)
+        held = scan_held(host, pids)
+        out.append(ContainerShmDir(vol.mount_point, None, pids, ids, listed, held, vol.pod_uid))
+    return out
+
+
 def _shm_dirs(
     host: Host,
     view: ContainerView,
     procs: Mapping[int, ProcessInfo],
     host_devs: set[int],
+    mounts: PodMounts,
 ) -> tuple[ContainerShmDir, ...]:
     by_ipc: dict[int, list[int]] = {}
     for pid, ns in sorted(view.namespaces.items()):
@@ -127,8 +155,9 @@ def _shm_dirs(
         if ns.ipc is None or ns.ipc == view.host_ipc or proc is None or proc.is_zombie:
             continue
         by_ipc.setdefault(ns.ipc, []).append(pid)
-    out: list[ContainerShmDir] = []
-    seen_devs = set(host_devs)
+    out = _volume_dirs(host, view, mounts)
+    volumes = {v.dev for v in mounts.volumes}
+    seen_devs = set(host_devs) | volumes
     for ipc, pids in sorted(by_ipc.items()):
         # One listing per tmpfs seen at /dev/shm: a pod's sandbox /dev/shm and a container's
         # own emptyDir mounted there (another device) are both the pod's; the namespace's
@@ -138,7 +167,9 @@ def _shm_dirs(
             st = host.stat(f"/proc/{pid}/root{SHM}")
             by_dev.setdefault(None if st is None else st.dev, []).append(pid)
         held: HeldScan | None = None
-        for group in by_dev.values():
+        for dev, group in by_dev.items():
+            if dev in volumes:
+                continue  # a pod's emptyDir, listed where the kubelet mounted it
             path = f"/proc/{group[0]}/root{SHM}"
             files = list_shm_files(host, [path])[path]
             devs = {f.dev for f in files or () if f.dev}
@@ -176,6 +207,7 @@ def read_container_facts(
     engines: Callable[[str], bool] | None = None,
     cgroups: MutableMapping[tuple[int, int], CgroupContainer | None] | None = None,
     cri_sockets: tuple[str, ...] = (),
+    kubelet_root: str | None = None,
 ) -> ContainerFacts:
     """Everything the container-aware checks need (`procs` None: no process table)."""
     errors: dict[str, str] = {}
@@ -187,8 +219,11 @@ def read_container_facts(
     if procs is None:
         return ContainerFacts(ContainerView(), (), space, remove_ipc, source, errors=errors)
     view = read_containers(host, procs, now_epoch, sockets, cgroups, cri_sockets)
+    mounts = read_pod_mounts(host, kubelet_root)
+    if mounts.notes:
+        view = replace(view, notes=(*view.notes, *mounts.notes))
     host_devs = {f.dev for files in (host_shm or {}).values() for f in files or () if f.dev}
-    dirs = _shm_dirs(host, view, procs, host_devs)
+    dirs = _shm_dirs(host, view, procs, host_devs, mounts)
     uids = _engine_uids(host, procs, engines) if remove_ipc else {}
     held_by = {
         node: cid

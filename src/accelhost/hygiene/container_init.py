@@ -47,6 +47,27 @@ FIX = (
     'ENTRYPOINT ["accelhost", "run", "--"] (docker run --entrypoint accelhost IMAGE run -- '
     "CMD), or a private IPC namespace (no --ipc=host)"
 )
+# A pod's fix in Kubernetes' words: its container's command, and the clean of what a
+# crashed attempt already left (`--container NAMESPACE/POD` names every attempt).
+POD_FIX = (
+    'in the pod spec, the engine container\'s command: ["accelhost", "run", "--", '
+    "<the engine's command>]; what a crashed attempt left: accelhost clean --container {pods}"
+)
+
+
+def _who(c: Container) -> str:
+    """A pod's container by its pod (`namespace/name`), another by its name."""
+    pod = c.pod.label if c.pod is not None and c.pod.name else None
+    return f"{pod} ({c.name})" if pod and c.name else pod or c.name or c.short_id
+
+
+def _fix(risky: list[Container]) -> str:
+    """In the words of where each runs: the pod spec for pods, Docker's flags for others."""
+    pods = sorted({c.pod.label for c in risky if c.pod is not None and c.pod.name})
+    fixes = [POD_FIX.format(pods=" / ".join(pods))] if pods else []
+    if any(c.pod is None or not c.pod.name for c in risky):
+        fixes.append(FIX)
+    return "; ".join(fixes)
 
 
 def pid1_kind(command: str | None, options: HygieneOptions) -> str:
@@ -130,13 +151,13 @@ def check_container_init(found: Findings, options: HygieneOptions) -> CheckResul
             item["detail"] = f"PID 1 is {kind}, {risk}: not known to wait for the helpers"
         evidence.append(item)
     if risky:
-        names = ", ".join(c.name or c.short_id for c in risky)
+        names = ", ".join(_who(c) for c in risky)
         return CheckResult(
             NAME,
             WARN,
             f"{len(risky)} engine container(s) whose stop leaks /dev/shm: {names}{note}",
             tuple(evidence),
-            FIX,
+            _fix(risky),
         )
     return CheckResult(
         NAME, OK, f"{len(engines)} engine container(s), none leaks at stop{note}", tuple(evidence)

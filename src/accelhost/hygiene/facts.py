@@ -365,6 +365,7 @@ def read_facts(
         opts.catalog.is_engine,
         known.cgroups,
         opts.cri_sockets,
+        opts.kubelet_root,
     )
     return HostFacts(
         live=host.is_live,
