@@ -72,14 +72,14 @@ e2e-docker-tools:
 e2e: $(E2E_STAMP) e2e-docker-tools
 	$(E2E_BIN)/python -m pytest -q -p no:cacheprovider --durations=0 tests/e2e
 
-# Regenerate the CRI messages after editing api.proto (src/accelhost/containers/cri/__init__.py
+# Regenerate the CRI messages after editing api.proto (src/accelhost/host/cri_api/__init__.py
 # says why this grpcio-tools: its code runs on every protobuf pyproject.toml allows).
 PROTOC_VENV := /tmp/accelhost-protoc
 proto:
 	test -x $(PROTOC_VENV)/bin/python || $(PYTHON) -m venv $(PROTOC_VENV)
 	$(PROTOC_VENV)/bin/python -m pip install --quiet 'grpcio-tools==1.75.1'
 	cd src && $(PROTOC_VENV)/bin/python -m grpc_tools.protoc -I. --python_out=. --pyi_out=. \
-		accelhost/containers/cri/api.proto
+		accelhost/host/cri_api/api.proto
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/plan.py

@@ -23,7 +23,7 @@ from typing import Any
 
 import grpc
 
-from accelhost.containers.cri import api_pb2 as pb
+from accelhost.host.cri_api import api_pb2 as pb
 
 SECRET_ENV = "HF_TOKEN=hf_do_not_record"
 NS = 1_000_000_000

@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from cri_server import cri_server, silent_socket
 from test_cri_reader import story
+
+from cri_server import cri_server, silent_socket
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-HEAVY = ("grpc", "google.protobuf", "accelhost.containers.cri.client")
+HEAVY = ("grpc", "google.protobuf", "accelhost.host.cri_api.client")
 
 
 def _imported(*argv: str) -> set[str]:
@@ -55,7 +55,7 @@ def test_the_check_sees_grpc_when_it_is_imported() -> None:
     """The same reading of -X importtime does find grpc where it is loaded."""
     env = dict(os.environ, PYTHONPATH=str(SRC))
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import accelhost.containers.cri.client"],
+        [sys.executable, "-X", "importtime", "-c", "import accelhost.host.cri_api.client"],
         capture_output=True,
         text=True,
         env=env,

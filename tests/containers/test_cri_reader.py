@@ -11,15 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cri_server import (
-    SECRET_ENV,
-    FakeContainer,
-    FakeCri,
-    FakePod,
-    cri_server,
-    garbage_socket,
-    silent_socket,
-)
 
 from accelhost.containers.cri_answers import parse_cri_look
 from accelhost.containers.model import EXITED, NO_RUNTIME_NOTE, RUNNING
@@ -29,6 +20,15 @@ from accelhost.host.record import RecordingHost
 from accelhost.host.snapshot import SnapshotHost
 from accelhost.readers.procs import ProcessInfo
 from container_hosts import cid, on_host, put_in_container
+from cri_server import (
+    SECRET_ENV,
+    FakeContainer,
+    FakeCri,
+    FakePod,
+    cri_server,
+    garbage_socket,
+    silent_socket,
+)
 from fakehost import FakeMachine
 
 UID = "8d3c6a2e-1b4f-4e5a-9c7d-0a1b2c3d4e5f"

@@ -54,7 +54,7 @@ CREATED, RUNNING, EXITED = 0, 1, 2
 
 def api() -> Any:
     """accelhost's generated CRI messages (imported late: grpc is needed only here)."""
-    from accelhost.containers.cri import api_pb2
+    from accelhost.host.cri_api import api_pb2
 
     return api_pb2
 
@@ -67,7 +67,7 @@ class Cri:
     channel: Any = None
 
     def call(self, method: str, request: Any, timeout: float = 60.0) -> Any:
-        from accelhost.containers.cri.client import connect, rpc
+        from accelhost.host.cri_api.client import connect, rpc
 
         if self.channel is None:
             self.channel = connect(self.endpoint)

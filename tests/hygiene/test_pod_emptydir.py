@@ -62,7 +62,6 @@ def _host(restarted: bool) -> tuple[FakeHost, HygieneOptions]:
     put_in_container(fake, 4100, f"/kubepods/burstable/pod{UID}/{SANDBOX}", ipc=4026532900)
     files = [(OLD, NOW - 2500, 11)]  # born while attempt 0 ran
     if restarted:
-        new = f"{VOLUME}/{NEW}"
         fake.proc(
             4242,
             "python3 -m vllm.entrypoints.openai.api_server --model m",

@@ -4,8 +4,6 @@ What lives where:
 - `cgroup`: the pure parser of /proc/PID/cgroup (every runtime's path shape, v1 and v2);
 - `namespaces`: /proc/PID/ns/{pid,ipc,mnt} and `NSpid`, read through the host door;
 - `docker_api`: Docker's (and Podman's) API answers, parsed (pure);
-- `cri`: accelhost's subset of the Kubernetes CRI (`api.proto`, its generated messages) and
-  `cri.client.rpc`, the gRPC call (grpcio and protobuf load only there);
 - `cri_answers`: a CRI runtime's answers (`Host.cri_look`'s plain data), parsed (pure);
 - `pod_volumes`: pods' emptyDir tmpfs volumes and sandbox shm mounts from the mount table;
 - `model`: `Container` (what evidence shows) and `ContainerView` (one look at a host);

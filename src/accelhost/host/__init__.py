@@ -13,7 +13,8 @@ What lives where:
   one look at a host; a watcher that loops must not keep one, or it never sees a change);
 - `unixhttp`: the small GET over a unix socket `LiveHost.http_get` uses (hard 1 s limit);
 - `cri`: one look at a CRI runtime over gRPC, as plain data, that `LiveHost.cri_look` takes
-  (one 1 s deadline; grpcio and protobuf load only there).
+  (one 1 s deadline; grpcio and protobuf load only there), on `cri_api`: accelhost's subset
+  of the Kubernetes CRI (`api.proto`, its generated messages) and `client.rpc`, the call.
 
 Only `base` is imported eagerly: `accelhost run` (PID 1 of every container) needs the
 `Host` protocol, not snapshots, recordings or a thread pool.

@@ -48,8 +48,8 @@ def cri_look(endpoint: str, timeout: float = LOOK_TIMEOUT_S) -> dict[str, Any] |
         return {"error": "not a socket"}
     import grpc
 
-    from accelhost.containers.cri import api_pb2 as pb
-    from accelhost.containers.cri.client import connect, rpc
+    from accelhost.host.cri_api import api_pb2 as pb
+    from accelhost.host.cri_api.client import connect, rpc
 
     deadline = time.monotonic() + timeout
 
@@ -83,8 +83,8 @@ def _statuses(channel: Any, ids: list[str], timeout: float) -> dict[str, Any]:
     """id -> what `ContainerStatus` (verbose) said, for those answered within `timeout`."""
     import grpc
 
-    from accelhost.containers.cri import api_pb2 as pb
-    from accelhost.containers.cri.client import method_path
+    from accelhost.host.cri_api import api_pb2 as pb
+    from accelhost.host.cri_api.client import method_path
 
     call = channel.unary_unary(
         method_path("ContainerStatus"),

@@ -8,8 +8,8 @@ A channel to a unix socket is what grpc itself makes from a `unix://` target:
 `connect` does that for a path given either way (`/run/x.sock` or `unix:///run/x.sock`, as
 `CONTAINER_RUNTIME_ENDPOINT` holds it). Then, for example:
 
-    from accelhost.containers.cri import api_pb2
-    from accelhost.containers.cri.client import connect, rpc
+    from accelhost.host.cri_api import api_pb2
+    from accelhost.host.cri_api.client import connect, rpc
 
     with connect("/run/containerd/containerd.sock") as channel:
         answer = rpc(channel, "ListContainers", api_pb2.ListContainersRequest(), timeout=1.0)
@@ -26,7 +26,7 @@ from typing import TypeVar, cast
 import grpc
 from google.protobuf.message import Message
 
-from accelhost.containers.cri import api_pb2
+from accelhost.host.cri_api import api_pb2
 
 RUNTIME_SERVICE = "runtime.v1.RuntimeService"
 IMAGE_SERVICE = "runtime.v1.ImageService"
