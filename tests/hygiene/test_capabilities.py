@@ -69,10 +69,10 @@ def test_daemonset_may_read_the_hosts_processes_under_apparmor() -> None:
 
 def test_daemonset_mounts_the_hosts_dev_shm() -> None:
     """hostIPC shares the IPC namespace (SysV); /dev/shm is a mount: only a hostPath makes
-    it the host's on every runtime."""
+    it the host's on every runtime. Writable: the DaemonSet runs --auto-clean."""
     assert re.search(r"^\s*hostIPC:\s*true\s*$", DAEMONSET, re.MULTILINE)
     assert re.search(
-        r"^\s*- \{name: host-shm, mountPath: /dev/shm, readOnly: true\}", DAEMONSET, re.MULTILINE
+        r"^\s*- \{name: host-shm, mountPath: /dev/shm, readOnly: false\}", DAEMONSET, re.MULTILINE
     )
     volume = re.search(
         r"^\s*- name: host-shm\n\s*hostPath: \{path: /dev/shm, type: Directory\}",
