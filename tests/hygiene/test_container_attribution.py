@@ -263,10 +263,12 @@ def test_a_watch_keeps_the_ipc_mode_it_read_of_a_container_removed_since() -> No
     knowing = Attribution(after, OPTS.catalog, ipc_modes=watching.ipc_modes)
     watching.resolve(knowing)
     assert watching.chosen is not None and watching.chosen[0].ipc_mode == "host"
-    assert watching.left_file("/dev/shm/psm_x0000001")
+    _, _, shm = watching.narrow(find(after, OPTS, knowing))
+    assert [v.file.path for v in shm or ()] == ["/dev/shm/psm_x0000001"]
     actions = scope_actions(plan_clean(after, OPTS), knowing, watching.chosen)
     assert [a.path for a in actions if isinstance(a, RemoveShmFile)] == ["/dev/shm/psm_x0000001"]
     fresh = ContainerScope("vllm-x")
-    fresh.resolve(Attribution(after, OPTS.catalog))
-    assert not fresh.left_file("/dev/shm/psm_x0000001")
+    unknowing = Attribution(after, OPTS.catalog)
+    fresh.resolve(unknowing)
+    assert fresh.narrow(find(after, OPTS, unknowing))[2] == []
     assert _scoped(after, "vllm-x") == set()

@@ -14,32 +14,15 @@ import pwd
 import signal
 import sys
 import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from accelhost import formats
 from accelhost.cli import options
-from accelhost.cli.common import (
-    add_command,
-    colour_wanted,
-    fit,
-    print_json,
-    terminal_columns,
-)
+from accelhost.cli.common import add_command, colour_wanted, fit, print_json, terminal_columns
 from accelhost.cli.container_args import add_container_options
-from accelhost.cli.hygiene_options import (
-    add_common,
-    add_preflight,
-    hygiene_host,
-    hygiene_options,
-)
+from accelhost.cli.hygiene_options import add_common, add_preflight, hygiene_host, hygiene_options
 from accelhost.errors import AccelhostError, UsageError
 from accelhost.hygiene.capabilities import help_epilog
 from accelhost.hygiene.report import CHECK_NAMES
-
-if TYPE_CHECKING:
-    from accelhost.hygiene.actions import Action
-    from accelhost.hygiene.attribution import LeftBy
 
 DOCTOR_HELP = "what is wrong on this host, the evidence, the fix"
 DOCTOR_DESCRIPTION = (
@@ -257,12 +240,10 @@ def _check_named(args: argparse.Namespace) -> None:
 
 def clean_main(args: argparse.Namespace) -> int:
     from accelhost.host.redact import redact_text, redact_values
-    from accelhost.hygiene.cleaner import CleanFilters, Journal, execute, figures, plan_clean
-    from accelhost.hygiene.container_evidence import scope_plan
+    from accelhost.hygiene.cleaner import CleanFilters, Journal, execute, figures, make_plan
     from accelhost.hygiene.facts import read_facts
     from accelhost.hygiene.findings import find
     from accelhost.hygiene.render import describe_figures
-    from accelhost.hygiene.targets import unmatched_targets
 
     options = hygiene_options(args)
     if args.yes and args.snapshot:
@@ -283,23 +264,8 @@ def clean_main(args: argparse.Namespace) -> int:
         segments=args.only in (None, "segments") and (not named or bool(args.shmid)),
         shm_files=args.only in (None, "shm") and (not named or bool(args.path)),
     )
-    found = find(read_facts(host, options), options)
-    att = found.attribution
-    chosen = None if options.container is None else att.resolve(options.container)
-    plan = scope_plan(plan_clean(found.facts, options, filters, found), att, chosen)
-    actions, whose = plan.actions, plan.whose
-    unmatched = unmatched_targets(found, options, filters, actions)
-    before = figures(found)
-    out: dict[str, Any] = {
-        "format": formats.CLEAN,
-        "dry_run": not args.yes,
-        "actions": [
-            {**a.to_dict(), "container": w and w.to_dict()}
-            for a, w in zip(actions, whose, strict=True)
-        ],
-        "not_acted_on": [u.to_dict() for u in unmatched],
-        "before": before,
-    }
+    plan = make_plan(read_facts(host, options), options, filters)
+    out = plan.to_dict(dry_run=not args.yes)
     quiet = bool(args.json)
     columns = terminal_columns(sys.stdout)
 
@@ -309,11 +275,12 @@ def clean_main(args: argparse.Namespace) -> int:
 
     say(
         ("accelhost clean: " + ("doing" if args.yes else "dry run, nothing changes (--yes to act)"))
-        + f": {len(actions)} action(s)"
+        + f": {len(plan.actions)} action(s)"
     )
-    _print_plan(actions, say, args.grace, whose)
-    say(f"before: {describe_figures(before)}")
-    for u in unmatched:
+    for line in plan.lines(args.grace):
+        say(line)
+    say(f"before: {describe_figures(plan.before)}")
+    for u in plan.unmatched:
         print(f"accelhost clean: cannot act on {u.line}", file=sys.stderr)
     if plan.doubtful:
         print(
@@ -322,11 +289,11 @@ def clean_main(args: argparse.Namespace) -> int:
             "without --container, `accelhost clean` judges them for the whole host",
             file=sys.stderr,
         )
-    status = 1 if unmatched else 0
-    if args.yes and actions:
+    status = 1 if plan.unmatched else 0
+    if args.yes and plan.actions:
         journal = Journal(args.journal)
         try:
-            result = execute(actions, options, journal, grace_s=args.grace, say=say)
+            result = execute(plan.actions, options, journal, grace_s=args.grace, say=say)
         finally:
             journal.close()
         after = figures(find(read_facts(hygiene_host(args), options), options))
@@ -338,7 +305,7 @@ def clean_main(args: argparse.Namespace) -> int:
             if not o.ok:
                 say(f"not done: {o.target}: {o.result}")
         say(f"journal: {journal.path}")
-        status = 0 if result.ok and not unmatched else 1
+        status = 0 if result.ok and not plan.unmatched else 1
     if args.json:
         print_json(redact_values(out))
     return status
@@ -352,18 +319,6 @@ def _check_journal(path: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if path != DEFAULT_JOURNAL and not os.path.isdir(folder):
         raise UsageError(f"--journal {path}: there is no directory {folder}")
-
-
-def _print_plan(
-    actions: Sequence[Action], say: Any, grace: float, whose: Sequence[LeftBy | None] = ()
-) -> None:
-    for n, a in enumerate(actions, 1):
-        say(f"  {n}. {a.describe()}")
-        who = whose[n - 1] if n <= len(whose) else None
-        if who is not None:
-            say(f"     container: {who.why}")
-        if a.kind == "stop":
-            say(f"     SIGTERM, wait up to {grace:g} s, SIGKILL what is left, wait again")
 
 
 # ---------------------------------------------------------------- watch

@@ -1,18 +1,12 @@
-"""Whose is this process, /dev/shm file or segment: one round's answer, said only as far as
-it is known.
+"""Whose is this process, /dev/shm file or segment, said only as far as it is known.
 
 A process is in the container its cgroup names (None on the host). A leftover was left by
-(`LeftBy`): the container a `watch` saw holding it; else the containers whose own /dev/shm
-holds it; else, of the stopped containers, those whose lifetime covers its birth. It is
-`ambiguous` when it cannot be told which of those, and `others_possible` when someone not
-named may have left it (a container whose IPC mode is unknown, a host engine of the
-user's catalog that ran then), never a guess beyond that.
-
-Why an object per round: the questions share what is costly to find (the files by path,
-the host's engine processes, which container runs an engine), found once per round and
-not once per leftover, and what an earlier round learned (which container held a file,
-the IPC mode read of a container removed since) is handed to it by the `watch` that
-remembers it, never stored in the facts, which describe one reading of the host.
+(`LeftBy`) the container a `watch` saw holding it, else the containers whose own /dev/shm
+holds it, else the stopped containers whose lifetime covers its birth; `ambiguous` when
+it cannot be told which, `others_possible` when someone not named may have (a container
+of unknown IPC mode, a host engine of the user's catalog running then). One object per
+round: what is costly to find is found once, not per leftover, and what earlier rounds
+learned is handed to it by the watch that remembers it, never stored in the facts.
 """
 
 from __future__ import annotations

@@ -15,11 +15,7 @@ from accelhost.containers.model import Container
 from accelhost.formats import mib_bytes
 from accelhost.hygiene.container_evidence import annotate_report
 from accelhost.hygiene.container_init import check_container_init
-from accelhost.hygiene.device_preflight import (
-    DevicePreflight,
-    device_holders_of,
-    preflight_from_facts,
-)
+from accelhost.hygiene.device_preflight import check_preflight, device_holders_of
 from accelhost.hygiene.evidence import (
     device_memory_of_pid,
     orphan_evidence,
@@ -353,48 +349,6 @@ def check_hugepages(found: Findings, options: HygieneOptions) -> CheckResult:
         tuple(evidence),
         "check the pool size (vm.nr_hugepages) against the engines' needs",
     )
-
-
-def check_preflight(facts: HostFacts, options: HygieneOptions) -> CheckResult:
-    name = "preflight"
-    if options.expect_util is None:
-        return CheckResult(name, SKIP, "not requested (--expect-util U [--device LIST])")
-    wanted = options.devices or ([options.device] if options.device is not None else [])
-    report = preflight_from_facts(facts, options.expect_util, wanted)
-    if report.status == "UNKNOWN":
-        return unknown(name, report.reason)
-    evidence = tuple(d.to_dict() for d in report.devices if not d.ok) if not report.ok else ()
-    if report.ok:
-        return CheckResult(name, OK, report.reason)
-    worst = [d for d in report.devices if not d.ok]
-
-    def held(d: DevicePreflight) -> str:
-        who = ", ".join(
-            f"pid {h.pid} ({h.memory_mib if h.memory_mib is not None else '?'} MiB)"
-            for h in d.holders
-        )
-        return f"{who or 'no process'}, {d.unattributed_mib} MiB by no listed process"
-
-    first = worst[0]
-    summary = (
-        f"{first.device} will not start at {first.util}: {_g(first.free_mib)} of "
-        f"{_g(first.total_mib)} GiB free, {_g(first.requested_mib)} GiB wanted; "
-        f"held by {held(first)}"
-    )
-    if len(worst) > 1:
-        summary += f" (and {len(worst) - 1} more device(s))"
-    return CheckResult(
-        name,
-        FAIL,
-        summary,
-        evidence,
-        f"free the device (accelhost clean --yes for orphans and leaks) or start with "
-        f"--gpu-memory-utilization {min(d.max_util for d in worst)} or lower",
-    )
-
-
-def _g(mib: float) -> float:
-    return round(mib / 1024, 2)
 
 
 CHECKS: dict[str, Callable[[Findings, HygieneOptions], CheckResult]] = {

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from accelhost import formats
 from accelhost.formats import mib_bytes
 from accelhost.host.base import Host
 from accelhost.host.live import live_host
@@ -28,12 +30,15 @@ from accelhost.hygiene.actions import (
     RemoveShmFile,
     StopProcesses,
 )
+from accelhost.hygiene.attribution import LeftBy
+from accelhost.hygiene.container_evidence import whose_action
 from accelhost.hygiene.facts import HostFacts
 from accelhost.hygiene.findings import Findings, find
 from accelhost.hygiene.journal import DEFAULT_JOURNAL, Journal
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.rules import judge_segment, protected_pids
 from accelhost.hygiene.stopper import stop_all
+from accelhost.hygiene.targets import Unmatched, unmatched_targets
 from accelhost.hygiene.text import one_line
 from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.readers.procs import ProcessInfo, descendants, read_process
@@ -51,8 +56,10 @@ __all__ = [
     "RemoveSegment",
     "RemoveShmFile",
     "StopProcesses",
+    "CleanPlan",
     "execute",
     "figures",
+    "make_plan",
     "plan_clean",
 ]
 
@@ -131,6 +138,60 @@ def plan_clean(
                 continue
             actions.append(RemoveShmFile(j.file, j.naming, j.reason))
     return actions
+
+
+@dataclass(frozen=True)
+class CleanPlan:
+    """What `clean` shows and, with --yes, does: the actions (of the `--container` scope)
+    and whose each is, the named targets it leaves alone and why, how many leftovers the
+    scope kept out as not surely its own, and the figures before."""
+
+    actions: list[Action]
+    whose: list[LeftBy | None]
+    unmatched: list[Unmatched]
+    doubtful: int
+    before: dict[str, Any]
+
+    def to_dict(self, dry_run: bool) -> dict[str, Any]:
+        return {
+            "format": formats.CLEAN,
+            "dry_run": dry_run,
+            "actions": [
+                {**a.to_dict(), "container": w and w.to_dict()}
+                for a, w in zip(self.actions, self.whose, strict=True)
+            ],
+            "not_acted_on": [u.to_dict() for u in self.unmatched],
+            "before": self.before,
+        }
+
+    def lines(self, grace_s: float) -> list[str]:
+        out = []
+        for n, (a, who) in enumerate(zip(self.actions, self.whose, strict=True), 1):
+            out.append(f"  {n}. {a.describe()}")
+            if who is not None:
+                out.append(f"     container: {who.why}")
+            if a.kind == "stop":
+                out.append(
+                    f"     SIGTERM, wait up to {grace_s:g} s, SIGKILL what is left, wait again"
+                )
+        return out
+
+
+def make_plan(facts: HostFacts, options: HygieneOptions, filters: CleanFilters) -> CleanPlan:
+    """`plan_clean` of `facts` judged once, scoped to `options.container` (a UsageError
+    when it names none)."""
+    found = find(facts, options)
+    att = found.attribution
+    actions = plan_clean(facts, options, filters, found)
+    whose = [whose_action(att, a) for a in actions]
+    doubtful = 0  # what the scope may have left, but not for sure alone: never in it
+    if options.container is not None:
+        ids = {c.id for c in att.resolve(options.container)}
+        doubtful = sum(1 for w in whose if w and w.names(ids) and not w.only(ids))
+        kept = [(a, w) for a, w in zip(actions, whose, strict=True) if w and w.only(ids)]
+        actions, whose = [a for a, _ in kept], [w for _, w in kept]
+    unmatched = unmatched_targets(found, options, filters, actions)
+    return CleanPlan(actions, whose, unmatched, doubtful, figures(found))
 
 
 def _alive_now(pid: int) -> bool:

@@ -3,7 +3,7 @@
 A process carries `container` (null on the host), a leftover `left_by` (as `Attribution`
 tells them, typed until the report's JSON is made here). `annotate_report` names them
 and, for `doctor`/`watch --container`, keeps what the chosen containers run or left;
-`scope_plan` keeps the clean actions one container's alone. What a watch remembers
+`scope_actions` keeps the clean actions one container's alone. What a watch remembers
 between rounds to tell it (`HolderMemory`, `ContainerScope`) is handed to each round's
 `Attribution`.
 """
@@ -11,14 +11,20 @@ between rounds to tell it (`HolderMemory`, `ContainerScope`) is handed to each r
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from accelhost.containers.model import Container
 from accelhost.errors import UsageError
 from accelhost.hygiene.actions import Action, RemoveShmFile, StopProcesses
 from accelhost.hygiene.attribution import Attribution, Inode, LeftBy, container_json
+from accelhost.hygiene.findings import Findings
 from accelhost.hygiene.report import OK, CheckResult, DoctorReport
+from accelhost.hygiene.rules import LeakVerdict, Orphan, ShmVerdict
+from accelhost.parsers.sysvipc import ShmSegment
+
+Orphans = tuple[Orphan, ...]
+Leaks = list[tuple[ShmSegment, LeakVerdict]]
 
 
 def _annotate(
@@ -90,34 +96,12 @@ def whose_action(att: Attribution, a: Action) -> LeftBy | None:
     return att.left_segment(a.seg.ctime)
 
 
-@dataclass(frozen=True)
-class ScopedPlan:
-    """The clean actions of a scope, whose each is, and how many were kept out because the
-    chosen container(s) may have left them, but not for sure alone."""
-
-    actions: list[Action]
-    whose: list[LeftBy | None]
-    doubtful: int = 0
-
-
-def scope_plan(
-    actions: Sequence[Action], att: Attribution, chosen: Sequence[Container] | None
-) -> ScopedPlan:
-    """`actions` named by their containers; with `chosen`, only those one of them alone
-    left or runs."""
-    whose = [whose_action(att, a) for a in actions]
-    if chosen is None:
-        return ScopedPlan(list(actions), whose)
-    ids = {c.id for c in chosen}
-    kept = [(a, w) for a, w in zip(actions, whose, strict=True) if w and w.only(ids)]
-    doubtful = sum(1 for w in whose if w and w.names(ids) and not w.only(ids))
-    return ScopedPlan([a for a, _ in kept], [w for _, w in kept], doubtful)
-
-
 def scope_actions(
     actions: Sequence[Action], att: Attribution, chosen: Sequence[Container]
 ) -> list[Action]:
-    return scope_plan(actions, att, chosen).actions
+    """The actions one of `chosen` alone left or runs (`LeftBy.only`)."""
+    ids = {c.id for c in chosen}
+    return [a for a in actions if (w := whose_action(att, a)) is not None and w.only(ids)]
 
 
 class HolderMemory:
@@ -151,34 +135,36 @@ class ContainerScope:
         self.wanted = wanted
         self.chosen: list[Container] | None = None
         self.ipc_modes: dict[str, str] = {}
-        self._ids: set[str] = set()
-        self._att: Attribution | None = None
 
     def resolve(self, att: Attribution) -> list[Container]:
-        """The chosen containers for this round's `att` (made knowing `ipc_modes`), which
-        the other questions (`runs`, `left_file`, `left_segment`) are then asked of."""
+        """The chosen containers for this round's `att` (made knowing `ipc_modes`)."""
         try:
             self.chosen = att.resolve(self.wanted)
         except UsageError:
             if self.chosen is None:
                 raise
         self.ipc_modes = {c.id: c.ipc_mode for c in self.chosen if c.ipc_mode}
-        self._ids = {c.id for c in self.chosen}
-        self._att = att
         return self.chosen
 
-    def _round(self) -> Attribution:
-        assert self._att is not None, "resolve() first"
-        return self._att
+    def narrow(
+        self, found: Findings
+    ) -> tuple[Orphans | None, Leaks | None, list[ShmVerdict] | None]:
+        """Of the round's findings (after `resolve`), what the chosen containers run or
+        alone left."""
+        att, ids = found.attribution, {c.id for c in self.chosen or ()}
 
-    def runs(self, pid: int) -> bool:
-        c = self._round().container_of(pid)
-        return c is not None and c.id in self._ids
+        def runs(pid: int) -> bool:
+            c = att.container_of(pid)
+            return c is not None and c.id in ids
 
-    def left_file(self, path: str) -> bool:
-        who = self._round().left_file(path)
-        return who is not None and who.only(self._ids)
+        def left(who: LeftBy | None) -> bool:
+            return who is not None and who.only(ids)
 
-    def left_segment(self, ctime: int) -> bool:
-        who = self._round().left_segment(ctime)
-        return who is not None and who.only(self._ids)
+        orphans, leaks, shm = found.orphans, found.leaks, found.leaked_files
+        return (
+            None if orphans is None else tuple(o for o in orphans if runs(o.proc.pid)),
+            None
+            if leaks is None
+            else [(s, v) for s, v in leaks if left(att.left_segment(s.ctime))],
+            None if shm is None else [j for j in shm if left(att.left_file(j.file.path))],
+        )

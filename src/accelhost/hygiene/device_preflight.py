@@ -15,8 +15,10 @@ from typing import Any
 from accelhost.formats import mib_bytes
 from accelhost.host.base import Host
 from accelhost.hygiene.devices import DeviceMemory
+from accelhost.hygiene.evidence import unknown
 from accelhost.hygiene.facts import HostFacts, read_facts
 from accelhost.hygiene.options import HygieneOptions
+from accelhost.hygiene.report import FAIL, OK, SKIP, CheckResult
 
 MIB_PER_GIB = 1024
 
@@ -200,3 +202,41 @@ def preflight(
     """
     opts = options or HygieneOptions(expect_util=util, device=device)
     return preflight_from_facts(read_facts(host, opts), util, device)
+
+
+def check_preflight(facts: HostFacts, options: HygieneOptions) -> CheckResult:
+    name = "preflight"
+    if options.expect_util is None:
+        return CheckResult(name, SKIP, "not requested (--expect-util U [--device LIST])")
+    wanted = options.devices or ([options.device] if options.device is not None else [])
+    report = preflight_from_facts(facts, options.expect_util, wanted)
+    if report.status == "UNKNOWN":
+        return unknown(name, report.reason)
+    evidence = tuple(d.to_dict() for d in report.devices if not d.ok) if not report.ok else ()
+    if report.ok:
+        return CheckResult(name, OK, report.reason)
+    worst = [d for d in report.devices if not d.ok]
+
+    def held(d: DevicePreflight) -> str:
+        who = ", ".join(
+            f"pid {h.pid} ({h.memory_mib if h.memory_mib is not None else '?'} MiB)"
+            for h in d.holders
+        )
+        return f"{who or 'no process'}, {d.unattributed_mib} MiB by no listed process"
+
+    first = worst[0]
+    summary = (
+        f"{first.device} will not start at {first.util}: {_gib(first.free_mib)} of "
+        f"{_gib(first.total_mib)} GiB free, {_gib(first.requested_mib)} GiB wanted; "
+        f"held by {held(first)}"
+    )
+    if len(worst) > 1:
+        summary += f" (and {len(worst) - 1} more device(s))"
+    return CheckResult(
+        name,
+        FAIL,
+        summary,
+        evidence,
+        f"free the device (accelhost clean --yes for orphans and leaks) or start with "
+        f"--gpu-memory-utilization {min(d.max_util for d in worst)} or lower",
+    )

@@ -51,18 +51,12 @@ def process_evidence(proc: ProcessInfo, facts: HostFacts, **extra: Any) -> dict[
     }
 
 
-def parent_evidence(parent: ProcessInfo | None) -> dict[str, Any] | None:
-    if parent is None:
-        return None
-    return {"pid": parent.pid, "cmdline": parent.command}
-
-
 def orphan_evidence(o: Orphan, facts: HostFacts) -> dict[str, Any]:
     return process_evidence(
         o.proc,
         facts,
         engine=o.engine,
-        parent=parent_evidence(o.parent),
+        parent=None if o.parent is None else {"pid": o.parent.pid, "cmdline": o.parent.command},
         group_frontend_pid=o.group_frontend,
         reason=o.reason,
     )

@@ -1,9 +1,7 @@
-"""What one reading of a host holds that the rules (`accelhost.hygiene.rules`) call wrong:
-its orphans, its segments and /dev/shm files judged, and whose each is (`Attribution`).
-
-Found once per facts by `find`, and handed to the checks, the clean plan, the figures
-and the watch's metrics: a round of 3,000 files judges each once, and what the doctor
-reports is what the plan removes by construction.
+"""What the rules (`accelhost.hygiene.rules`) find in one reading of a host: its orphans,
+its segments and /dev/shm files judged, and whose each is (`Attribution`). Judged once
+and handed to the checks, the clean plan, the figures and the watch's metrics, so what
+the doctor reports is what the plan removes, and 3,000 files are judged once a round.
 """
 
 from __future__ import annotations
@@ -74,12 +72,6 @@ class Findings:
     def leaked_files(self) -> list[ShmVerdict] | None:
         """The leaked /dev/shm files (None: cannot tell)."""
         return [v for v in self.shm or () if v.leaked] if self.shm_known else None
-
-    def segment(self, shmid: int) -> tuple[ShmSegment, LeakVerdict] | None:
-        return next((p for p in self.segments or () if p[0].shmid == shmid), None)
-
-    def shm_file(self, path: str) -> ShmVerdict | None:
-        return next((v for v in self.shm or () if v.file.path == path), None)
 
 
 def _judge_shm(facts: HostFacts, options: HygieneOptions) -> tuple[ShmVerdict, ...] | None:

@@ -65,7 +65,7 @@ def _why_pid(found: Findings, options: HygieneOptions, filters: CleanFilters, pi
 def _why_shmid(found: Findings, options: HygieneOptions, filters: CleanFilters, shmid: int) -> str:
     if found.segments is None:
         return "cannot tell: " + found.facts.errors.get("segments", "segment table not read")
-    judged = found.segment(shmid)
+    judged = next((p for p in found.segments if p[0].shmid == shmid), None)
     if judged is None:
         return "no such segment"
     seg, verdict = judged
@@ -85,7 +85,7 @@ def _why_path(found: Findings, options: HygieneOptions, filters: CleanFilters, p
         return f"not in a shared-memory directory ({shown}; add one with --shm-dir)"
     if dirs[parent] is None or facts.shm_held is None:
         return f"cannot tell: {parent} or the processes' open files not read"
-    j = found.shm_file(path)
+    j = next((v for v in found.shm or () if v.file.path == path), None)
     if j is None:
         return "no such file"
     if filters.owners and j.file.uid not in filters.owners:

@@ -170,21 +170,9 @@ class Watcher:
         report = run_checks(facts, self.options, found=found, chosen=chosen)
         self._holders.remember(att)
         leaks, shm = found.leaks, found.leaked_files
-        if self._scope is not None:
-            scope = self._scope
-            orphans = orphans and tuple(o for o in orphans if scope.runs(o.proc.pid))
-            leaks = leaks and [(s, v) for s, v in leaks if scope.left_segment(s.ctime)]
-            shm = shm and [j for j in shm if scope.left_file(j.file.path)]
-        rnd = Round(
-            facts=facts,
-            report=report,
-            leaked_bytes=None if leaks is None else sum(s.size for s, _ in leaks),
-            leaked_count=None if leaks is None else len(leaks),
-            orphans=None if orphans is None else len(orphans),
-            finished=time.time(),
-            shm_files=None if shm is None else len(shm),
-            shm_bytes=None if shm is None else sum(j.file.used_bytes for j in shm),
-        )
+        if self._scope is not None:  # only what the chosen container(s) run or left
+            orphans, leaks, shm = self._scope.narrow(found)
+        rnd = Round.of(facts, report, orphans, leaks, shm)
         self.collector.update(rnd)
         self._log_changes(report)
         if self.config.auto_clean and host.is_live:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from socketserver import ThreadingMixIn
 from typing import Any
@@ -21,6 +22,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from accelhost.hygiene.facts import HostFacts
 from accelhost.hygiene.report import CHECK_NAMES, STATUSES, UNKNOWN, DoctorReport
+from accelhost.hygiene.rules import LeakVerdict, Orphan, ShmVerdict
+from accelhost.parsers.sysvipc import ShmSegment
 
 MIB = 2**20
 # A scrape takes milliseconds. A connection idle this long is closed, and at most
@@ -79,6 +82,27 @@ class Round:
     finished: float
     shm_files: int | None = None
     shm_bytes: int | None = None
+
+    @classmethod
+    def of(
+        cls,
+        facts: HostFacts,
+        report: DoctorReport,
+        orphans: Sequence[Orphan] | None,
+        leaks: Sequence[tuple[ShmSegment, LeakVerdict]] | None,
+        shm: Sequence[ShmVerdict] | None,
+    ) -> Round:
+        """The round's findings as numbers (None: could not tell, no sample)."""
+        return cls(
+            facts=facts,
+            report=report,
+            leaked_bytes=None if leaks is None else sum(s.size for s, _ in leaks),
+            leaked_count=None if leaks is None else len(leaks),
+            orphans=None if orphans is None else len(orphans),
+            finished=time.time(),
+            shm_files=None if shm is None else len(shm),
+            shm_bytes=None if shm is None else sum(j.file.used_bytes for j in shm),
+        )
 
 
 @dataclass
