@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 from accelhost.host.live import LiveHost
-from accelhost.hygiene.devices import scan_device_holders
-from accelhost.hygiene.facts import read_facts
+from accelhost.hygiene.facts.devices import scan_device_holders
+from accelhost.hygiene.facts.host import read_facts
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.parsers.devnodes import is_device_node
 

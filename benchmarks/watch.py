@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accelhost.host.live import live_host
-from accelhost.hygiene.checks import run_checks
-from accelhost.hygiene.facts import read_facts
+from accelhost.hygiene.doctor.checks import run_checks
+from accelhost.hygiene.facts.host import read_facts
 from accelhost.hygiene.options import DEFAULT_SHM_DIRS, HygieneOptions
-from accelhost.hygiene.watch import WatchConfig, Watcher
+from accelhost.hygiene.watch.watcher import WatchConfig, Watcher
 
 # A parent that forks sleeping children on request ("N [FILE ...]"), child i holding
 # files 2i and 2i+1 open and mapped; it ignores SIGCHLD so killed children leave no zombie.

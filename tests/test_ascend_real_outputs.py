@@ -16,7 +16,7 @@ import pytest
 
 from accelhost.errors import ParseError
 from accelhost.host.snapshot import SnapshotHost
-from accelhost.hygiene.devices import read_ascend
+from accelhost.hygiene.facts.devices import read_ascend
 from accelhost.parsers.npusmi_info import parse_npu_smi_info
 from accelhost.parsers.npusmi_map import parse_npu_map
 from accelhost.parsers.npusmi_topo import parse_npu_topo

@@ -153,8 +153,8 @@ def test_live_recorded_and_replayed_hosts_are_read_by_one_reader(monkeypatch) ->
     from accelhost.host.live import LiveHost
     from accelhost.host.record import RecordingHost
     from accelhost.host.snapshot import SnapshotHost
-    from accelhost.hygiene.facts import read_facts
-    from accelhost.hygiene.incremental import IncrementalState
+    from accelhost.hygiene.facts.host import read_facts
+    from accelhost.hygiene.facts.rounds import IncrementalState
     from accelhost.hygiene.options import HygieneOptions
 
     listers: list[bool] = []

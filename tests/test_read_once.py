@@ -286,7 +286,7 @@ def test_doctor_and_clean_read_every_fact_once(
 
 def test_watch_reads_each_fact_once_per_round_and_anew_each_round() -> None:
     from accelhost.hygiene import HygieneOptions
-    from accelhost.hygiene.watch import WatchConfig, Watcher
+    from accelhost.hygiene.watch.watcher import WatchConfig, Watcher
 
     counting = CountingHost(_ascend_doctor_host())
     watcher = Watcher(lambda: counting, HygieneOptions(), WatchConfig(), lambda event: None)

@@ -17,7 +17,7 @@ from gpu_hosts import QUERY, TOPO, FakeGpu, FakeHost, dgx_like, smt_pairs
 from accelhost.cpulist import format_cpulist
 from accelhost.errors import ParseError, PlanError
 from accelhost.host.snapshot import SnapshotHost
-from accelhost.hygiene.devices import read_nvidia
+from accelhost.hygiene.facts.devices import read_nvidia
 from accelhost.parsers.nvidia_smi import parse_query_gpu, parse_topo_matrix
 from accelhost.parsers.nvidia_smi_memory import (
     APPS_QUERY,

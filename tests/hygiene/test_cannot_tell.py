@@ -28,8 +28,8 @@ from accelhost.host.live import LiveHost
 from accelhost.host.redact import recorder
 from accelhost.host.snapshot import SnapshotHost
 from accelhost.hygiene import HygieneOptions, read_facts, run_checks
-from accelhost.hygiene.cleaner import plan_clean
-from accelhost.hygiene.facts import HostFacts
+from accelhost.hygiene.clean.cleaner import plan_clean
+from accelhost.hygiene.facts.host import HostFacts
 
 SHM = Path("/dev/shm")
 # Maps its queue (argv 1) and makes its semaphore (argv 2) as glibc's sem_open does.

@@ -7,10 +7,10 @@ from hygiene_fakes import FakeHost
 from prometheus_client import generate_latest
 
 from accelhost.hygiene import HygieneOptions, read_facts, run_checks
-from accelhost.hygiene.checks import check_orphan_engines
-from accelhost.hygiene.device_preflight import preflight_from_facts
-from accelhost.hygiene.findings import find
-from accelhost.hygiene.watch import WatchConfig, Watcher
+from accelhost.hygiene.doctor.checks import check_orphan_engines
+from accelhost.hygiene.doctor.preflight import preflight_from_facts
+from accelhost.hygiene.judge.findings import find
+from accelhost.hygiene.watch.watcher import WatchConfig, Watcher
 
 GPU_QUERY = "nvidia-smi --query-gpu=index,memory.used,memory.total --format=csv,noheader,nounits"
 APPS = "nvidia-smi --query-compute-apps=pid,used_memory,gpu_bus_id --format=csv,noheader,nounits"

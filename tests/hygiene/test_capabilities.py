@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from accelhost.hygiene.actions import RemoveSegment, RemoveShmFile, StopProcesses
 from accelhost.hygiene.capabilities import (
     CHECK_NEEDS,
     CLEAN_CAPS,
@@ -21,6 +20,7 @@ from accelhost.hygiene.capabilities import (
     help_epilog,
     markdown_table,
 )
+from accelhost.hygiene.clean.actions import RemoveSegment, RemoveShmFile, StopProcesses
 from accelhost.hygiene.report import CHECK_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]

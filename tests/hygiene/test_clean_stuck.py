@@ -10,8 +10,8 @@ import pytest
 
 from accelhost.host.base import Host
 from accelhost.host.live import LiveHost
-from accelhost.hygiene import stopper
-from accelhost.hygiene.cleaner import Journal, ProcessRef, StopProcesses, execute
+from accelhost.hygiene.clean import stopper
+from accelhost.hygiene.clean.cleaner import Journal, ProcessRef, StopProcesses, execute
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.readers.procs import ProcessInfo, read_process
 from accelhost.remove.signals import Pinned

@@ -14,12 +14,12 @@ from hygiene_fakes import NOW, FakeHost
 
 from accelhost.host.snapshot import SnapshotHost
 from accelhost.hygiene import HygieneOptions, read_facts, run_checks
-from accelhost.hygiene.attribution import Attribution
-from accelhost.hygiene.cleaner import RemoveShmFile, plan_clean
-from accelhost.hygiene.container_evidence import scope_actions
+from accelhost.hygiene.clean.cleaner import RemoveShmFile, plan_clean
 from accelhost.hygiene.engines import build_catalog, parse_catalog_file
-from accelhost.hygiene.facts import HostFacts
-from accelhost.hygiene.findings import find
+from accelhost.hygiene.facts.host import HostFacts
+from accelhost.hygiene.judge.attribution import Attribution
+from accelhost.hygiene.judge.containers import scope_actions
+from accelhost.hygiene.judge.findings import find
 from container_hosts import SHAPES, cid, docker_answers, on_host, put_in_container
 
 OPTS = HygieneOptions()
@@ -234,7 +234,7 @@ def test_a_watch_keeps_the_ipc_mode_it_read_of_a_container_removed_since() -> No
 
     from accelhost.containers.docker_api import events_path
     from accelhost.containers.reader import events_window
-    from accelhost.hygiene.container_evidence import ContainerScope
+    from accelhost.hygiene.judge.containers import ContainerScope
     from container_hosts import event
 
     x = cid(0x71)

@@ -18,10 +18,10 @@ from accelhost.containers.model import Container
 from accelhost.errors import UsageError
 from accelhost.host.snapshot import SnapshotHost
 from accelhost.hygiene import HygieneOptions, read_facts, run_checks
-from accelhost.hygiene.attribution import Attribution, LeftBy
-from accelhost.hygiene.cleaner import RemoveShmFile, StopProcesses, plan_clean
-from accelhost.hygiene.container_evidence import scope_actions
-from accelhost.hygiene.facts import HostFacts
+from accelhost.hygiene.clean.cleaner import RemoveShmFile, StopProcesses, plan_clean
+from accelhost.hygiene.facts.host import HostFacts
+from accelhost.hygiene.judge.attribution import Attribution, LeftBy
+from accelhost.hygiene.judge.containers import scope_actions
 from container_hosts import SHAPES, cid, on_host, put_in_container
 
 OPTS = HygieneOptions()
@@ -76,7 +76,7 @@ def test_container_init_warns_for_the_risky_containers_only() -> None:
     ],
 )
 def test_pid1_kinds(command: str, kind: str) -> None:
-    from accelhost.hygiene.container_init import pid1_kind
+    from accelhost.hygiene.doctor.container_init import pid1_kind
 
     assert pid1_kind(command, OPTS) == kind
 
@@ -264,7 +264,7 @@ def test_a_scope_removes_only_what_is_that_containers_alone() -> None:
     (shown under both) and a host tree with one process in X stay, for a plain `clean`."""
     from dataclasses import replace
 
-    from accelhost.hygiene.actions import ProcessRef
+    from accelhost.hygiene.clean.actions import ProcessRef
 
     facts, _ = _report(story_snapshot())
     cf = facts.containers
@@ -428,7 +428,7 @@ def test_watch_logs_name_the_containers_and_export_container_init() -> None:
     from prometheus_client import generate_latest
 
     from accelhost.host.snapshot import load_snapshot
-    from accelhost.hygiene.watch import WatchConfig, Watcher
+    from accelhost.hygiene.watch.watcher import WatchConfig, Watcher
 
     host = load_snapshot("example:docker-vllm-leak")
     logs: list[dict[str, Any]] = []
@@ -449,7 +449,7 @@ def test_watch_scoped_to_one_container_judges_and_counts_only_what_it_left() -> 
     from prometheus_client import generate_latest
 
     from accelhost.host.snapshot import load_snapshot
-    from accelhost.hygiene.watch import WatchConfig, Watcher
+    from accelhost.hygiene.watch.watcher import WatchConfig, Watcher
 
     host = load_snapshot("example:docker-vllm-leak")
     whole = Watcher(lambda: host, OPTS, WatchConfig(), lambda _e: None).run_once()
@@ -494,7 +494,7 @@ def test_watch_names_a_leftover_by_the_container_it_saw_holding_it() -> None:
     with no record and no event, and psm_a is left: watch names the container it saw."""
     from container_story import record_shm_dir
 
-    from accelhost.hygiene.watch import WatchConfig, Watcher
+    from accelhost.hygiene.watch.watcher import WatchConfig, Watcher
 
     def host(running: bool) -> SnapshotHost:
         fake = FakeHost()

@@ -44,7 +44,7 @@ def test_builtin_catalog_tells_frontends_from_children() -> None:
     assert cat.frontend_engine("trtllm-serve /models/m") == "TensorRT-LLM"
     # a title somewhere inside a command line is not a child (`tail -f VLLM::EngineCore.log`)
     assert cat.child_engine("tail -f VLLM::EngineCore.log") is None
-    from accelhost.hygiene.rules import match_naming
+    from accelhost.hygiene.judge.rules import match_naming
 
     namings = cat.shm_namings()
     assert match_naming("psm_3f9a1c2e", namings) == "vLLM"  # the first engine naming it

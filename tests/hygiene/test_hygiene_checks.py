@@ -9,7 +9,7 @@ from accelhost.host.record import RecordingHost
 from accelhost.host.redact import recorder
 from accelhost.host.snapshot import SnapshotHost
 from accelhost.hygiene import HygieneOptions, read_facts, run_checks
-from accelhost.hygiene.cleaner import RemoveSegment, StopProcesses, plan_clean
+from accelhost.hygiene.clean.cleaner import RemoveSegment, StopProcesses, plan_clean
 
 OPTS = HygieneOptions()
 

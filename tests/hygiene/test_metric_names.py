@@ -19,7 +19,7 @@ from accelhost.host.base import Host
 from accelhost.host.live import LiveHost
 from accelhost.host.snapshot import load_snapshot
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.watch import WatchConfig, Watcher
+from accelhost.hygiene.watch.watcher import WatchConfig, Watcher
 
 BASE_UNITS = ("seconds", "bytes", "meters", "metres", "grams", "joules", "volts", "amperes")
 SI_PREFIXES = ("nano", "micro", "milli", "centi", "kilo", "mega", "giga", "tera", "peta")

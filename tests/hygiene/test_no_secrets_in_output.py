@@ -21,10 +21,10 @@ from prometheus_client import generate_latest
 
 from accelhost.host.live import LiveHost
 from accelhost.host.redact import REDACTED, redact_text, redact_values
-from accelhost.hygiene.cleaner import CleanFilters
+from accelhost.hygiene.clean.cleaner import CleanFilters
 from accelhost.hygiene.engines import build_catalog
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.watch import WatchConfig, Watcher, json_logger
+from accelhost.hygiene.watch.watcher import WatchConfig, Watcher, json_logger
 from container_hosts import DOCKER_SOCK, SHAPES, put_in_container
 
 SECRETS = ("sk-TESTSECRET", "hf_TESTSECRET", "pw_TESTSECRET")

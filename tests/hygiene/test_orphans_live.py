@@ -18,9 +18,9 @@ from pathlib import Path
 from hygiene_lab import Lab, pid_alive, run_cli, wait_gone
 
 from accelhost.host.live import LiveHost
-from accelhost.hygiene.cleaner import CleanFilters
+from accelhost.hygiene.clean.cleaner import CleanFilters
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.watch import WatchConfig, Watcher
+from accelhost.hygiene.watch.watcher import WatchConfig, Watcher
 
 
 def _ppid(pid: int) -> int:

@@ -15,8 +15,8 @@ from hygiene_fakes import NOW, FakeHost
 
 from accelhost.host.base import FileStat
 from accelhost.host.live import LiveHost
-from accelhost.hygiene.checks import run_checks
-from accelhost.hygiene.facts import read_facts
+from accelhost.hygiene.doctor.checks import run_checks
+from accelhost.hygiene.facts.host import read_facts
 from accelhost.hygiene.options import HygieneOptions
 from container_hosts import cid, put_in_container
 from cri_server import FakeContainer, FakeCri, FakePod, cri_server

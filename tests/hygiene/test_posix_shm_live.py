@@ -18,9 +18,9 @@ import pytest
 from hygiene_lab import run_cli, stop_popen
 
 from accelhost.host.live import LiveHost
-from accelhost.hygiene.cleaner import RemoveShmFile, execute, plan_clean
-from accelhost.hygiene.facts import read_facts
-from accelhost.hygiene.journal import Journal
+from accelhost.hygiene.clean.cleaner import RemoveShmFile, execute, plan_clean
+from accelhost.hygiene.clean.journal import Journal
+from accelhost.hygiene.facts.host import read_facts
 from accelhost.hygiene.options import HygieneOptions
 
 SHM = Path("/dev/shm")
@@ -186,8 +186,8 @@ def test_watch_auto_clean_removes_leaked_files_and_counts_them(
 
     from prometheus_client import generate_latest
 
-    from accelhost.hygiene.cleaner import CleanFilters
-    from accelhost.hygiene.watch import WatchConfig, Watcher, json_logger
+    from accelhost.hygiene.clean.cleaner import CleanFilters
+    from accelhost.hygiene.watch.watcher import WatchConfig, Watcher, json_logger
 
     _map(mapper, files["held"])
     stream = io.StringIO()

@@ -15,7 +15,7 @@ import pytest
 from hygiene_lab import stop_popen
 
 from accelhost.host.live import LiveHost
-from accelhost.hygiene.rules import (
+from accelhost.hygiene.judge.rules import (
     judge_shm_file,
     leaked_posix_shm,
     match_naming,

@@ -85,9 +85,9 @@ def test_help_does_not_load_the_checks_and_names_stay_functions() -> None:
         "import sys\n"
         "from accelhost.cli.main import build_parser\n"
         "build_parser(None)\n"
-        "loaded = [m for m in ('accelhost.hygiene.checks', 'accelhost.hygiene.facts',"
-        " 'accelhost.hygiene.cleaner') if m in sys.modules]\n"
-        "import accelhost.hygiene.device_preflight\n"
+        "loaded = [m for m in ('accelhost.hygiene.doctor.checks', 'accelhost.hygiene.facts.host',"
+        " 'accelhost.hygiene.clean.cleaner') if m in sys.modules]\n"
+        "import accelhost.hygiene.doctor.preflight\n"
         "from accelhost.hygiene import preflight\n"
         "print(loaded, callable(preflight))\n"
     )

@@ -19,10 +19,10 @@ from hygiene_lab import Lab, metric, scrape, shmids_now, watch_cli
 from prometheus_client import generate_latest
 
 from accelhost.host.live import LiveHost
-from accelhost.hygiene.cleaner import CleanFilters
+from accelhost.hygiene.clean.cleaner import CleanFilters
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.watch import WatchConfig, Watcher
-from accelhost.hygiene.watch_metrics import MAX_SCRAPES, MetricsServer
+from accelhost.hygiene.watch.metrics import MAX_SCRAPES, MetricsServer
+from accelhost.hygiene.watch.watcher import WatchConfig, Watcher
 
 
 def test_a_journal_on_a_full_disk_fails_no_round_and_is_said_once(lab: Lab) -> None:
@@ -128,7 +128,7 @@ def server() -> Iterator[MetricsServer]:
 def test_a_metrics_client_that_never_asks_is_closed(
     server: MetricsServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from accelhost.hygiene import watch_metrics
+    from accelhost.hygiene.watch import metrics as watch_metrics
 
     monkeypatch.setattr(watch_metrics._ScrapeHandler, "timeout", 0.2)
     host, port = server.server_address[:2]

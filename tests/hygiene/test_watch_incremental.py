@@ -22,12 +22,12 @@ from hygiene_lab import MAKE_SEM_PY, Lab, run_cli, wait_gone
 from prometheus_client import generate_latest
 
 from accelhost.host.live import LiveHost
-from accelhost.hygiene.actions import CleanFilters
-from accelhost.hygiene.cleaner import plan_clean
-from accelhost.hygiene.facts import read_facts
-from accelhost.hygiene.incremental import IncrementalState
+from accelhost.hygiene.clean.actions import CleanFilters
+from accelhost.hygiene.clean.cleaner import plan_clean
+from accelhost.hygiene.facts.host import read_facts
+from accelhost.hygiene.facts.rounds import IncrementalState
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.watch import WatchConfig, Watcher
+from accelhost.hygiene.watch.watcher import WatchConfig, Watcher
 from fakehost import CountingHost, fake_tools
 
 # Holds the file named in argv[1] open and mapped, prints "ready", sleeps until killed.
@@ -164,15 +164,15 @@ def test_a_file_is_judged_on_its_stat_of_this_round(shm_dir: Path, full_round: b
         known = state.read(host, host, time.time())
         assert state.last.full is full_round
         assert _stat_in(known, path) == os.stat(path).st_mtime
-        assert not state._confirmed  # written just now: not old enough to be a leftover
+        assert not state.files.confirmed  # written just now: not old enough to be a leftover
         later = time.time() + 120  # the rounds of two minutes on: old enough now
         state.read(host, host, later)
         assert state.last.holder_scan
-        assert state._confirmed == {(str(path), os.stat(path).st_ino)}
+        assert state.files.confirmed == {(str(path), os.stat(path).st_ino)}
         path.write_bytes(b"\2" * 4096)  # written again after it was confirmed
         known = state.read(host, host, time.time())
         assert _stat_in(known, path) == os.stat(path).st_mtime
-        assert not state._confirmed  # someone wrote it: a holder scan must confirm it again
+        assert not state.files.confirmed  # someone wrote it: a holder scan must confirm it again
     finally:
         _stop(holder)
 
@@ -217,10 +217,10 @@ def test_a_semaphore_a_known_process_makes_later_is_held(shm_dir: Path) -> None:
             assert not state.last.full
             f = next(f for f in known.shm_files[str(shm_dir)] or () if f.path == str(sem))
             assert known.held.holds(f) or state.last.holder_scan
-            assert not state._confirmed, "a live process's semaphore confirmed as leaked"
+            assert not state.files.confirmed, "a live process's semaphore confirmed as leaked"
         _stop(proc)
         state.read(host, host, later)
-        assert state._confirmed == {(str(sem), os.stat(sem).st_ino)}
+        assert state.files.confirmed == {(str(sem), os.stat(sem).st_ino)}
     finally:
         _stop(proc)
 
@@ -507,7 +507,7 @@ def test_a_process_hidden_from_the_reader_may_hold_any_file() -> None:
     """/proc lists pid 60 but will not describe it (hidepid, a non-root reader): a round
     cannot tell who holds an old engine file then, so it is never judged leaked."""
     from accelhost.host.base import FileStat
-    from accelhost.hygiene.rules import judge_shm_file
+    from accelhost.hygiene.judge.rules import judge_shm_file
     from fakehost import FakeMachine
 
     old = FileStat("psm_x", "file", 4096, 8, 0, "root", 1000.0, 1000.0, 1, 7)

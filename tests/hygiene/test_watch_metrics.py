@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY, generate_latest
 
 from accelhost.host.snapshot import load_snapshot
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.watch import WatchConfig, Watcher
+from accelhost.hygiene.watch.watcher import WatchConfig, Watcher
 
 
 def test_watch_serves_metrics_and_stops_on_sigterm(lab: Lab) -> None:
@@ -89,7 +89,7 @@ def test_auto_clean_removes_leaks_at_once_and_orphans_after_two_rounds(lab: Lab)
     from hygiene_lab import pid_alive, shmids_now, wait_gone
 
     from accelhost.host.live import LiveHost
-    from accelhost.hygiene.cleaner import CleanFilters
+    from accelhost.hygiene.clean.cleaner import CleanFilters
 
     node = lab.device_node()
     orphan = lab.orphan_engine(node)
@@ -148,7 +148,7 @@ def test_unasked_auto_clean_removes_only_the_segments_an_engine_made(lab: Lab) -
     from hygiene_lab import shmids_now, wait_gone
 
     from accelhost.host.live import LiveHost
-    from accelhost.hygiene.cleaner import CleanFilters
+    from accelhost.hygiene.clean.cleaner import CleanFilters
 
     made: dict[str, tuple[int, int]] = {}
     for title in ("VLLM::Worker_TP0", "myapp-setup"):
@@ -190,7 +190,7 @@ def test_a_scope_of_files_never_stops_an_orphan(lab: Lab, tmp_path) -> None:
     from hygiene_lab import pid_alive
 
     from accelhost.host.live import LiveHost
-    from accelhost.hygiene.cleaner import CleanFilters
+    from accelhost.hygiene.clean.cleaner import CleanFilters
 
     orphan = lab.orphan_engine(lab.device_node())
     leaked, _ = lab.segment("create-exit", 4096)

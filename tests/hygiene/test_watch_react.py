@@ -24,10 +24,10 @@ from hygiene_lab import Lab, wait_gone
 from prometheus_client import generate_latest
 
 from accelhost.host.live import LiveHost
-from accelhost.hygiene.cleaner import CleanFilters
+from accelhost.hygiene.clean.cleaner import CleanFilters
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.react import Reactor
-from accelhost.hygiene.watch import WatchConfig, Watcher
+from accelhost.hygiene.watch.react import Reactor
+from accelhost.hygiene.watch.watcher import WatchConfig, Watcher
 from accelhost.kernel.procevents import PROC_EVENT_EXIT
 
 WAIT_S = 30.0  # well below the 60 s interval: a round seen within it was not the timer's

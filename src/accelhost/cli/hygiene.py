@@ -174,8 +174,8 @@ def register(subparsers: Any) -> None:
 
 
 def doctor_main(args: argparse.Namespace) -> int:
-    from accelhost.hygiene.checks import run_checks
-    from accelhost.hygiene.facts import read_facts
+    from accelhost.hygiene.doctor.checks import run_checks
+    from accelhost.hygiene.facts.host import read_facts
 
     options = hygiene_options(args)
     host = hygiene_host(args)
@@ -240,9 +240,9 @@ def _check_named(args: argparse.Namespace) -> None:
 
 def clean_main(args: argparse.Namespace) -> int:
     from accelhost.host.redact import redact_text, redact_values
-    from accelhost.hygiene.cleaner import CleanFilters, Journal, execute, figures, make_plan
-    from accelhost.hygiene.facts import read_facts
-    from accelhost.hygiene.findings import find
+    from accelhost.hygiene.clean.cleaner import CleanFilters, Journal, execute, figures, make_plan
+    from accelhost.hygiene.facts.host import read_facts
+    from accelhost.hygiene.judge.findings import find
     from accelhost.hygiene.render import describe_figures
 
     options = hygiene_options(args)
@@ -314,7 +314,7 @@ def clean_main(args: argparse.Namespace) -> int:
 def _check_journal(path: str) -> None:
     """A --journal FILE goes in a directory that exists: a typo must not create directories
     as root (only the default's, /var/log/accelhost, is made when missing)."""
-    from accelhost.hygiene.journal import DEFAULT_JOURNAL
+    from accelhost.hygiene.clean.journal import DEFAULT_JOURNAL
 
     folder = os.path.dirname(os.path.abspath(path))
     if path != DEFAULT_JOURNAL and not os.path.isdir(folder):
@@ -336,8 +336,8 @@ def _parse_addr(text: str) -> tuple[str, int] | None:
 
 
 def watch_main(args: argparse.Namespace) -> int:
-    from accelhost.hygiene.watch import WatchConfig, Watcher, json_logger
-    from accelhost.hygiene.watch_metrics import MetricsServer
+    from accelhost.hygiene.watch.metrics import MetricsServer
+    from accelhost.hygiene.watch.watcher import WatchConfig, Watcher, json_logger
 
     options = hygiene_options(args)
     if not args.interval >= 0.1:  # NaN too

@@ -229,7 +229,7 @@ def expect_util(p: Parser, context: str) -> None:
 
 
 def journal(p: Parser) -> None:
-    from accelhost.hygiene.journal import DEFAULT_JOURNAL
+    from accelhost.hygiene.clean.journal import DEFAULT_JOURNAL
 
     p.add_argument(
         "--journal",

@@ -169,7 +169,8 @@ def read_pod_mounts(
 ) -> PodMounts:
     """`parse_pod_mounts` of this host's mount table. `kubelet_root` None: the usual one,
     silently absent on a host without a kubelet; one that was named and is no directory
-    is said in `notes`. No mount table (a snapshot without it): nothing found, said."""
+    is said in `notes`. No mount table (a snapshot without it): nothing found, said where
+    a root was named."""
     root = (kubelet_root or DEFAULT_KUBELET_ROOT).rstrip("/") or "/"
     notes = []
     if kubelet_root is not None:
@@ -177,7 +178,8 @@ def read_pod_mounts(
         if found is None or found.kind != "dir":
             notes.append(f"kubelet root {root}: no such directory")
     text = host.read_file(MOUNTINFO)
-    if text is None:
-        return PodMounts(notes=(*notes, f"{MOUNTINFO} not read: pods' volumes not seen"))
+    if text is None:  # said where a kubelet root was named: elsewhere, likely no kubelet
+        said = () if kubelet_root is None else (f"{MOUNTINFO} not read: pods' volumes not seen",)
+        return PodMounts(notes=(*notes, *said))
     got = parse_pod_mounts(text, root, containerd_state)
     return PodMounts(got.volumes, got.sandbox_shms, tuple(notes))

@@ -129,3 +129,14 @@ class HostWrapper:
     @property
     def recorded_pci(self) -> tuple[str, ...] | None:
         return recorded_pci(self.inner)
+
+
+@runtime_checkable
+class InodeLister(Protocol):
+    """A live host that lists a directory's names with their inode numbers, and tells a
+    file's birth apart from its stat (`accelhost.host.live.LiveHost`): a watch
+    reads only what changed by it; other hosts are read in full."""
+
+    def list_dir_inodes(self, path: str) -> dict[str, int] | None: ...
+
+    def birth_time(self, path: str) -> float | None: ...

@@ -5,25 +5,25 @@ cleaner plans what to remove and has `accelhost.remove` do it; `watch` repeats i
 exports metrics; `preflight` says whether an engine will fit before it starts. Names load
 on first use: `accelhost --help` registers these commands without importing the checks.
 
-What lives where: `options` (what to look for), `facts` (read once through the host
-door) with `devices` (device memory from npu-smi / nvidia-smi, and who has a device node
-open), `engines` (the engine catalog: frontends and children), `rules` (every rule of what
-is an orphan and what leaked: segments and /dev/shm files), `findings` (what the rules
-find in one reading, judged once for the checks, the plan and the metrics),
-`attribution` (one round's "whose is this": a process's container, a leftover's
-`LeftBy`), `checks`, `posix_check` (the /dev/shm check), `tuning`, `device_preflight` (the
-verdicts), `evidence`, `report`, `render` and `text` (what is shown), `actions`,
-`cleaner`, `stopper` and `journal` (what `clean` does), `targets` (why a target named on
-`clean`'s command line is not acted on), `watch` (the loop), `watch_metrics` (what it
-exports, its own cost included), `incremental` (the one reader of processes and shm
-files, under `read_facts`: a live host's round reads only what changed, others everything),
-`react` (process events and inotify that start a round at once),
-`capabilities` (which Linux capabilities each check and each clean action needs: the one
-table the docs, `--help` and contrib/ are checked against). Containers:
-`container_facts` (read with the facts: the runtimes' view, each container's own /dev/shm,
-/dev/shm's free space, logind's RemoveIPC), `container_evidence` (every finding named by
-its container in the report; `--container` scoping; what a watch remembers to tell it),
-`container_init` (the check), `shm_preflight` (/dev/shm space and RemoveIPC).
+Data flows one way, one room per step, each named for what it holds or the command it
+serves:
+- `facts/`: one look at a host through the host door (`host`: `read_facts`, `HostFacts`),
+  the one reader of its processes and shm files for live and recorded hosts alike
+  (`rounds`, with `shmstate`, the files a watch keeps between rounds), device memory and
+  device-node holders (`devices`), containers, pods and their /dev/shm (`containers`);
+- `judge/`: what the facts mean, once per look: every removal rule (`rules`), the findings
+  handed to checks, plan and metrics (`findings`), whose each thing is (`attribution`,
+  with `containers`: the report named by container, the `--container` scope);
+- `doctor/`: the checks (`checks`, `posix`, `tuning`, `container_init`, `shm_preflight`),
+  their `evidence`, and vLLM's start-up memory check done before the start (`preflight`);
+- `clean/`: what `clean` may do (`actions`), its plan and order (`cleaner`), the stop of
+  orphans (`stopper`), its `journal`, and why a named target is not acted on (`targets`);
+- `watch/`: the doctor on a timer (`watcher`), what it exports (`metrics`), what wakes it
+  at once (`react`).
+Shared by all: `options` (what to look for), `engines` (the engine catalog, the user's
+everywhere), `report`, `render` and `text` (what is shown), and `capabilities` (which Linux
+capabilities each check and each clean action needs: the one table the docs, `--help` and
+contrib/ are checked against).
 """
 
 from __future__ import annotations
@@ -49,19 +49,19 @@ _LAZY = {
     "CHECK_NAMES": "accelhost.hygiene.report",
     "CheckResult": "accelhost.hygiene.report",
     "DoctorReport": "accelhost.hygiene.report",
-    "run_checks": "accelhost.hygiene.checks",
-    "HostFacts": "accelhost.hygiene.facts",
-    "read_facts": "accelhost.hygiene.facts",
+    "run_checks": "accelhost.hygiene.doctor.checks",
+    "HostFacts": "accelhost.hygiene.facts.host",
+    "read_facts": "accelhost.hygiene.facts.host",
     "HygieneOptions": "accelhost.hygiene.options",
-    "PreflightReport": "accelhost.hygiene.device_preflight",
-    "preflight": "accelhost.hygiene.device_preflight",
-    "preflight_from_facts": "accelhost.hygiene.device_preflight",
+    "PreflightReport": "accelhost.hygiene.doctor.preflight",
+    "preflight": "accelhost.hygiene.doctor.preflight",
+    "preflight_from_facts": "accelhost.hygiene.doctor.preflight",
 }
 
 if TYPE_CHECKING:
-    from accelhost.hygiene.checks import run_checks
-    from accelhost.hygiene.device_preflight import PreflightReport, preflight, preflight_from_facts
-    from accelhost.hygiene.facts import HostFacts, read_facts
+    from accelhost.hygiene.doctor.checks import run_checks
+    from accelhost.hygiene.doctor.preflight import PreflightReport, preflight, preflight_from_facts
+    from accelhost.hygiene.facts.host import HostFacts, read_facts
     from accelhost.hygiene.options import HygieneOptions
     from accelhost.hygiene.report import CHECK_NAMES, CheckResult, DoctorReport
 

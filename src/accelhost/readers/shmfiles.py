@@ -10,11 +10,11 @@ through the host door (live, snapshot or recording alike).
   whose files could not be read (then nothing may be called leaked, and no device node
   called free: a reader without CAP_SYS_PTRACE cannot see other users' open files);
 - `held_by(host, pid, rights) -> PidHolds`: the same for one process (a watch keeps it
-  per process and rereads only what changed: `accelhost.hygiene.incremental`);
+  per process and rereads only what changed: `accelhost.hygiene.facts.rounds`);
 - `held_paths(host, pids=None)` and `path_is_held(host, path)`: the same, as a set of
   paths and as the re-check of one file.
 
-Which file leaked is a rule, not a reading: `accelhost.hygiene.posix_check`.
+Which file leaked is a rule, not a reading: `accelhost.hygiene.doctor.posix`.
 
 Why by path and inode: a process maps `/dev/shm/psm_x` by name, but a file created under
 one name and linked to another is held under the first: glibc's sem_open makes a

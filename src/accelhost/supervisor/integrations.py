@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def run_preflight(host: Host, util: float, device: int | None, log: Callable[[str], None]) -> None:
     """Refuse to start when the engine would not fit; a preflight that cannot read device
     memory only warns (a missing vendor tool must not cause an outage of our own)."""
-    from accelhost.hygiene.device_preflight import preflight
+    from accelhost.hygiene.doctor.preflight import preflight
 
     report = preflight(host, util, device)
     if report.status == "FAIL":

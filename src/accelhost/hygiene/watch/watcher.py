@@ -23,11 +23,9 @@ from typing import Any
 from prometheus_client.registry import CollectorRegistry
 
 from accelhost.errors import AccelhostError, UsageError
-from accelhost.host.base import Host
+from accelhost.host.base import Host, InodeLister
 from accelhost.host.redact import redact_values
-from accelhost.hygiene.attribution import Attribution
-from accelhost.hygiene.checks import run_checks
-from accelhost.hygiene.cleaner import (
+from accelhost.hygiene.clean.cleaner import (
     CleanFilters,
     Journal,
     RemoveSegment,
@@ -35,21 +33,23 @@ from accelhost.hygiene.cleaner import (
     execute,
     plan_clean,
 )
-from accelhost.hygiene.container_evidence import (
+from accelhost.hygiene.clean.journal import rfc3339_now
+from accelhost.hygiene.doctor.checks import run_checks
+from accelhost.hygiene.facts.host import HostFacts, read_facts
+from accelhost.hygiene.facts.rounds import DEFAULT_FULL_EVERY, IncrementalState
+from accelhost.hygiene.judge.attribution import Attribution
+from accelhost.hygiene.judge.containers import (
     ContainerScope,
     HolderMemory,
     containers_named,
     scope_actions,
 )
-from accelhost.hygiene.facts import HostFacts, read_facts
-from accelhost.hygiene.findings import Findings, find
-from accelhost.hygiene.incremental import DEFAULT_FULL_EVERY, IncrementalState, InodeLister
-from accelhost.hygiene.journal import rfc3339_now
+from accelhost.hygiene.judge.findings import Findings, find
+from accelhost.hygiene.judge.rules import LeakVerdict, Orphan, ShmVerdict
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.react import Reactor
 from accelhost.hygiene.report import DoctorReport
-from accelhost.hygiene.rules import LeakVerdict, Orphan, ShmVerdict
-from accelhost.hygiene.watch_metrics import HygieneCollector, Round
+from accelhost.hygiene.watch.metrics import HygieneCollector, Round
+from accelhost.hygiene.watch.react import Reactor
 from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.remove import DEFAULT_GRACE_S
 

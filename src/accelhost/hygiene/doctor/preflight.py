@@ -14,9 +14,9 @@ from typing import Any
 
 from accelhost.formats import mib_bytes
 from accelhost.host.base import Host
-from accelhost.hygiene.devices import DeviceMemory
-from accelhost.hygiene.evidence import unknown
-from accelhost.hygiene.facts import HostFacts, read_facts
+from accelhost.hygiene.doctor.evidence import unknown
+from accelhost.hygiene.facts.devices import DeviceMemory
+from accelhost.hygiene.facts.host import HostFacts, read_facts
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.report import FAIL, OK, SKIP, CheckResult
 

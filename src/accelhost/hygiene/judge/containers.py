@@ -16,11 +16,11 @@ from typing import Any
 
 from accelhost.containers.model import Container
 from accelhost.errors import UsageError
-from accelhost.hygiene.actions import Action, RemoveShmFile, StopProcesses
-from accelhost.hygiene.attribution import Attribution, Inode, LeftBy, container_json
-from accelhost.hygiene.findings import Findings
+from accelhost.hygiene.clean.actions import Action, RemoveShmFile, StopProcesses
+from accelhost.hygiene.judge.attribution import Attribution, Inode, LeftBy, container_json
+from accelhost.hygiene.judge.findings import Findings
+from accelhost.hygiene.judge.rules import LeakVerdict, Orphan, ShmVerdict
 from accelhost.hygiene.report import OK, CheckResult, DoctorReport
-from accelhost.hygiene.rules import LeakVerdict, Orphan, ShmVerdict
 from accelhost.parsers.sysvipc import ShmSegment
 
 Orphans = tuple[Orphan, ...]

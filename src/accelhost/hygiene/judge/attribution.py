@@ -18,7 +18,7 @@ from typing import Any
 from accelhost.containers.model import RUNNING, Container, ContainerView
 from accelhost.errors import UsageError
 from accelhost.hygiene.engines import Catalog
-from accelhost.hygiene.facts import HostFacts
+from accelhost.hygiene.facts.host import HostFacts
 from accelhost.readers.shmfiles import ShmFile
 
 # A leftover born this close outside a container's lifetime is still its (clocks of the

@@ -1,4 +1,4 @@
-"""What the rules (`accelhost.hygiene.rules`) find in one reading of a host: its orphans,
+"""What the rules (`accelhost.hygiene.judge.rules`) find in one reading of a host: its orphans,
 its segments and /dev/shm files judged, and whose each is (`Attribution`). Judged once
 and handed to the checks, the clean plan, the figures and the watch's metrics, so what
 the doctor reports is what the plan removes, and 3,000 files are judged once a round.
@@ -9,10 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from accelhost.hygiene.attribution import Attribution
-from accelhost.hygiene.facts import HostFacts
-from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.rules import (
+from accelhost.hygiene.facts.host import HostFacts
+from accelhost.hygiene.judge.attribution import Attribution
+from accelhost.hygiene.judge.rules import (
     LeakVerdict,
     Orphan,
     ShmVerdict,
@@ -20,6 +19,7 @@ from accelhost.hygiene.rules import (
     judge_segment,
     judge_shm_file,
 )
+from accelhost.hygiene.options import HygieneOptions
 from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.readers.shmfiles import HeldScan
 

@@ -13,25 +13,28 @@ from typing import Any
 
 from accelhost.containers.model import Container
 from accelhost.formats import mib_bytes
-from accelhost.hygiene.container_evidence import annotate_report
-from accelhost.hygiene.container_init import check_container_init
-from accelhost.hygiene.device_preflight import check_preflight, device_holders_of
-from accelhost.hygiene.evidence import (
+from accelhost.hygiene.doctor.container_init import check_container_init
+from accelhost.hygiene.doctor.evidence import (
     device_memory_of_pid,
     orphan_evidence,
     process_evidence,
     segment_evidence,
     unknown,
 )
-from accelhost.hygiene.facts import NOT_RECORDED, HostFacts
-from accelhost.hygiene.findings import Findings, find
-from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.posix_check import (
+from accelhost.hygiene.doctor.posix import (
     check_posix_shm,
     not_in_recording,
     privileged_note,
     unreadable_evidence,
 )
+from accelhost.hygiene.doctor.preflight import check_preflight, device_holders_of
+from accelhost.hygiene.doctor.shm_preflight import with_remove_ipc, with_shm_space
+from accelhost.hygiene.doctor.tuning import check_host_tuning
+from accelhost.hygiene.facts.host import NOT_RECORDED, HostFacts
+from accelhost.hygiene.judge.containers import annotate_report
+from accelhost.hygiene.judge.findings import Findings, find
+from accelhost.hygiene.judge.rules import is_hugetlb
+from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.report import (
     CHECK_NAMES,
     FAIL,
@@ -42,10 +45,7 @@ from accelhost.hygiene.report import (
     CheckResult,
     DoctorReport,
 )
-from accelhost.hygiene.rules import is_hugetlb
-from accelhost.hygiene.shm_preflight import with_remove_ipc, with_shm_space
 from accelhost.hygiene.text import human_bytes
-from accelhost.hygiene.tuning import check_host_tuning
 from accelhost.parsers.devnodes import VENDOR_KIND, is_control_node, node_kind
 
 

@@ -14,16 +14,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from accelhost.hygiene.actions import (
+from accelhost.hygiene.clean.actions import (
     Action,
     CleanFilters,
     RemoveSegment,
     RemoveShmFile,
     StopProcesses,
 )
-from accelhost.hygiene.findings import Findings
+from accelhost.hygiene.judge.findings import Findings
+from accelhost.hygiene.judge.rules import why_not_orphan
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.rules import why_not_orphan
 
 
 @dataclass(frozen=True)

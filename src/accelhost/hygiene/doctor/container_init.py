@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from accelhost.containers.model import RUNNING, Container
-from accelhost.hygiene.attribution import container_json
-from accelhost.hygiene.evidence import unknown
-from accelhost.hygiene.findings import Findings
+from accelhost.hygiene.doctor.evidence import unknown
+from accelhost.hygiene.doctor.posix import not_in_recording
+from accelhost.hygiene.judge.attribution import container_json
+from accelhost.hygiene.judge.findings import Findings
 from accelhost.hygiene.options import ONE_CHILD_INITS, SHELLS, HygieneOptions
-from accelhost.hygiene.posix_check import not_in_recording
 from accelhost.hygiene.report import OK, SKIP, WARN, CheckResult
 
 NAME = "container_init"

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelhost.hygiene.evidence import process_evidence
-from accelhost.hygiene.facts import HostFacts
+from accelhost.hygiene.doctor.evidence import process_evidence
+from accelhost.hygiene.facts.host import HostFacts
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.report import OK, WARN, CheckResult
 

@@ -20,7 +20,7 @@ from accelhost import formats
 from accelhost.formats import mib_bytes
 from accelhost.host.base import Host
 from accelhost.host.live import live_host
-from accelhost.hygiene.actions import (
+from accelhost.hygiene.clean.actions import (
     Action,
     CleanFilters,
     CleanResult,
@@ -30,15 +30,15 @@ from accelhost.hygiene.actions import (
     RemoveShmFile,
     StopProcesses,
 )
-from accelhost.hygiene.attribution import LeftBy
-from accelhost.hygiene.container_evidence import whose_action
-from accelhost.hygiene.facts import HostFacts
-from accelhost.hygiene.findings import Findings, find
-from accelhost.hygiene.journal import DEFAULT_JOURNAL, Journal
+from accelhost.hygiene.clean.journal import DEFAULT_JOURNAL, Journal
+from accelhost.hygiene.clean.stopper import stop_all
+from accelhost.hygiene.clean.targets import Unmatched, unmatched_targets
+from accelhost.hygiene.facts.host import HostFacts
+from accelhost.hygiene.judge.attribution import LeftBy
+from accelhost.hygiene.judge.containers import whose_action
+from accelhost.hygiene.judge.findings import Findings, find
+from accelhost.hygiene.judge.rules import judge_segment, protected_pids
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.rules import judge_segment, protected_pids
-from accelhost.hygiene.stopper import stop_all
-from accelhost.hygiene.targets import Unmatched, unmatched_targets
 from accelhost.hygiene.text import one_line
 from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.readers.procs import ProcessInfo, descendants, read_process

@@ -1,6 +1,6 @@
 """The doctor's POSIX shared-memory check: files under /dev/shm (and `--shm-dir`s, and the
 containers' own /dev/shm) left by processes that are gone, as the rule in
-`accelhost.hygiene.rules` judges them (`judge_shm_file`); and the helpers the other checks
+`accelhost.hygiene.judge.rules` judges them (`judge_shm_file`); and the helpers the other checks
 share to say what they could not see.
 """
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from accelhost.hygiene.evidence import shm_file_evidence, unknown
-from accelhost.hygiene.facts import NOT_RECORDED, HostFacts
-from accelhost.hygiene.findings import Findings
+from accelhost.hygiene.doctor.evidence import shm_file_evidence, unknown
+from accelhost.hygiene.facts.host import NOT_RECORDED, HostFacts
+from accelhost.hygiene.judge.findings import Findings
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.report import OK, SKIP, UNKNOWN, WARN, CheckResult
 from accelhost.hygiene.text import human_bytes

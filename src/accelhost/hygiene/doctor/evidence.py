@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from accelhost.formats import mib_bytes
-from accelhost.hygiene.facts import HostFacts
+from accelhost.hygiene.facts.host import HostFacts
+from accelhost.hygiene.judge.rules import Orphan, is_hugetlb, segment_idle_s
 from accelhost.hygiene.report import UNKNOWN, CheckResult
-from accelhost.hygiene.rules import Orphan, is_hugetlb, segment_idle_s
 from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.readers.procs import ProcessInfo
 from accelhost.readers.shmfiles import ShmFile

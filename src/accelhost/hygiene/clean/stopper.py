@@ -8,8 +8,8 @@ import signal
 from collections.abc import Callable
 
 from accelhost.host.live import live_host
-from accelhost.hygiene.actions import CleanResult, Outcome, StopProcesses
-from accelhost.hygiene.journal import Journal
+from accelhost.hygiene.clean.actions import CleanResult, Outcome, StopProcesses
+from accelhost.hygiene.clean.journal import Journal
 from accelhost.hygiene.text import one_line
 from accelhost.readers.procs import ProcessInfo, read_process
 from accelhost.remove.signals import Pinned, signal_pinned_group

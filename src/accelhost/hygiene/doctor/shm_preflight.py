@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from accelhost.hygiene.facts import HostFacts
+from accelhost.hygiene.facts.host import HostFacts
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.report import FAIL, OK, SKIP, WARN, CheckResult
 

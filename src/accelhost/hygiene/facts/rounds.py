@@ -29,19 +29,18 @@ process before it acts.
 Memory is bounded by the host's processes and files: each map is keyed by what exists now.
 This is the one reader of a host's processes and shm files, for every host: one that lists
 no inode numbers (a snapshot, a recording) is simply read in full every round, so a
-`--snapshot` replay runs the same code as the live look (`accelhost.hygiene.facts`).
+`--snapshot` replay runs the same code as the live look (`accelhost.hygiene.facts.host`).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field, replace
-from typing import Protocol, runtime_checkable
 
 from accelhost.containers.cgroup import CgroupContainer
-from accelhost.host.base import Host
-from accelhost.hygiene.devices import device_paths_held
+from accelhost.host.base import Host, InodeLister
+from accelhost.hygiene.facts.devices import device_paths_held
+from accelhost.hygiene.facts.shmstate import ShmState
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.readers.procs import ProcessInfo, read_process
 from accelhost.readers.shmfiles import (
@@ -50,23 +49,11 @@ from accelhost.readers.shmfiles import (
     ReaderRights,
     ShmFile,
     held_by,
-    list_shm_files,
-    stat_shm_file,
 )
 
 # A process's stat, cmdline and fds are read again in this many rounds after it appeared.
 REREAD_ROUNDS = 1
 DEFAULT_FULL_EVERY = 10
-
-
-@runtime_checkable
-class InodeLister(Protocol):
-    """A live host that lists a directory's names with their inode numbers, and tells a
-    file's birth apart from its stat (`accelhost.host.live.LiveHost`)."""
-
-    def list_dir_inodes(self, path: str) -> dict[str, int] | None: ...
-
-    def birth_time(self, path: str) -> float | None: ...
 
 
 @dataclass(frozen=True)
@@ -113,16 +100,15 @@ class IncrementalState:
     full_scans: int = 0  # rounds that read every process's fds and maps
     _procs: dict[int, _Proc] = field(default_factory=dict)
     _hidden: set[int] = field(default_factory=set)
-    # dir -> name -> (inode, the file or None when it is no regular file)
-    _files: dict[str, dict[str, tuple[int, ShmFile | None]] | None] = field(default_factory=dict)
-    # engine-named files a holder scan found held by nobody, as (path, inode)
-    _confirmed: set[tuple[str, int]] = field(default_factory=set)
     _force_full: bool = True
     _exited: set[int] = field(default_factory=set)  # told by process events, not yet read
-    _listed: frozenset[str] = frozenset()  # the shm files' paths, as last listed
     # each process's container by its cgroup, read once (`containers.reader`)
     _cgroups: dict[tuple[int, int], CgroupContainer | None] = field(default_factory=dict)
     last: RoundCost = field(default_factory=RoundCost)
+    files: ShmState = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.files = ShmState(self.options)
 
     def note_exits(self, pids: Iterable[int]) -> None:
         """Processes the kernel said exited: the next round reads their stat (a zombie
@@ -140,8 +126,8 @@ class IncrementalState:
         cost = RoundCost()
         full = lister is None or self._force_full or self.rounds % self.full_every == 0
         self._force_full = False
-        self._list_files(host, lister, restat=full)
-        maps_only = self._maps_tokens()
+        self.files.relist(host, lister, restat=full)
+        maps_only = self.files.maps_tokens()
         rights = ReaderRights.of(host)
         if lister is not None:
             pids = lister.list_dir_inodes("/proc")
@@ -183,24 +169,24 @@ class IncrementalState:
                 cost.reread += self._reread(host, rec, with_fds=False)
         cost.gone = len(gone)
         if not full:
-            self._restat_confirmed(host)
+            self.files.restat_confirmed(host)
         # also in a full round: a file is confirmed on its stat of this round, never on
         # one taken before its last write (the cleaner would refuse it as changed, forever)
-        candidates = self._candidates(host, now_epoch)
+        candidates = self.files.candidates(host, now_epoch, self._held())
         if full or candidates:
             if not full:
                 for rec in self._procs.values():
                     if not (rec.info.is_kernel_thread or rec.info.is_zombie):
                         rec.holds = held_by(
-                            host, rec.info.pid, rights, maps_only, listed=self._listed
+                            host, rec.info.pid, rights, maps_only, listed=self.files.listed
                         )
             cost.holder_scan = True
             self.full_scans += 1
         held = self._held()  # the round's holders, final from here on
         if cost.holder_scan:
-            self._confirm(now_epoch, held)
+            self.files.confirm(now_epoch, held)
         if lister is not None:
-            self._read_births(lister, held)
+            self.files.read_births(lister, held)
         self.last = cost
         return self._known(held, listed=bool(listing))
 
@@ -223,7 +209,9 @@ class IncrementalState:
         holds = PidHolds(frozenset(), frozenset())
         devices: tuple[str, ...] = ()
         if not (info.is_kernel_thread or info.is_zombie):
-            holds = held_by(host, pid, rights, maps_only, self.options.is_device_path, self._listed)
+            holds = held_by(
+                host, pid, rights, maps_only, self.options.is_device_path, self.files.listed
+            )
             devices = holds.devices
         first = before.get((pid, info.start_ticks), self.rounds)
         self._procs[pid] = _Proc(info, ino, devices, holds, first, self._engine(info))
@@ -257,55 +245,6 @@ class IncrementalState:
 
     # -------------------------------------------------------------- shm files
 
-    def _list_files(self, host: Host, lister: InodeLister | None, restat: bool) -> None:
-        """Bring the shm listing up to date: stat only what appeared or was replaced, or
-        with `restat` (a full look) every file; without a `lister`, the host's listing
-        with every stat and birth it holds."""
-        for directory in self.options.shm_dirs:
-            if lister is None:
-                files = list_shm_files(host, [directory])[directory]
-                self._files[directory] = (
-                    None if files is None else {f.name: (f.inode, f) for f in files}
-                )
-                continue
-            names = lister.list_dir_inodes(directory)
-            if names is None:
-                self._files[directory] = None
-                continue
-            old = self._files.get(directory) or {}
-            base = directory.rstrip("/")
-            new: dict[str, tuple[int, ShmFile | None]] = {}
-            for name, ino in names.items():
-                seen = old.get(name)
-                if seen is not None and seen[0] == ino and not restat:
-                    new[name] = seen
-                else:
-                    new[name] = (ino, stat_shm_file(f"{base}/{name}", host))
-            self._files[directory] = new
-        self._listed = frozenset(f.path for f in self._all_files())
-        self._confirmed &= {(f.path, f.inode) for f in self._all_files()}
-
-    def _read_births(self, lister: InodeLister, held: HeldScan) -> None:
-        """The birth of each file no process holds, once: only such a file's birth is ever
-        asked (it names the container that left it: `container_evidence.left_by_birth`),
-        and a statx is as dear as the stat itself, so the thousands held go without."""
-        for entries in self._files.values():
-            if entries is None:
-                continue
-            for name, (ino, f) in entries.items():
-                if f is not None and f.birth is None and not held.holds(f):
-                    entries[name] = (ino, replace(f, birth=lister.birth_time(f.path)))
-
-    def _all_files(self) -> list[ShmFile]:
-        return [f for d in self._files.values() for _, f in (d or {}).values() if f is not None]
-
-    def _maps_tokens(self) -> tuple[str, ...]:
-        """What a maps line of a shm file contains: its tmpfs's device or its dir's path."""
-        devs = {f.dev for f in self._all_files()}
-        tokens = [f" {os.major(d):02x}:{os.minor(d):02x} " for d in sorted(devs)]
-        tokens += [d.rstrip("/") + "/" for d in self.options.shm_dirs]
-        return tuple(tokens)
-
     def _held(self) -> HeldScan:
         paths: set[str] = set()
         inodes: set[tuple[int, int]] = set()
@@ -325,57 +264,11 @@ class IncrementalState:
             tuple(sorted(privileged)),
         )
 
-    def _restat_confirmed(self, host: Host) -> None:
-        """Stat afresh each engine-named file a holder scan confirmed as held by nobody:
-        it is judged leaked on this stat each round. One written since was written by
-        someone: it is confirmed again (a holder scan) when it is old enough again."""
-        if not self._confirmed:
-            return
-        for entries in self._files.values():
-            for name, (ino, f) in list((entries or {}).items()):
-                if f is None or (f.path, f.inode) not in self._confirmed:
-                    continue
-                fresh = _restat(host, entries, name, ino, f)
-                if fresh is None or (fresh.inode, fresh.mtime) != (f.inode, f.mtime):
-                    self._confirmed.discard((f.path, f.inode))
-
-    def _candidates(self, host: Host, now_epoch: float) -> bool:
-        """Whether some engine-named file, held by nobody we know of and old enough by its
-        last stat, was not yet confirmed by a holder scan (stat'ed afresh first)."""
-        held = self._held()
-        naming_of = self.options.catalog.shm_naming
-        min_age = self.options.shm_min_age_s
-        found = False
-        for entries in self._files.values():
-            for name, (ino, f) in list((entries or {}).items()):
-                if f is None or (f.path, f.inode) in self._confirmed or held.holds(f):
-                    continue
-                age = f.age_s(now_epoch)
-                if age is None or age < min_age or naming_of(name) is None:
-                    continue
-                fresh = _restat(host, entries, name, ino, f)
-                if fresh is not None and (fresh.age_s(now_epoch) or 0.0) >= min_age:
-                    found = True
-        return found
-
-    def _confirm(self, now_epoch: float, held: HeldScan) -> None:
-        """Remember the engine-named files held by nobody and old enough (only those can
-        be removed; each is stat'ed afresh every round from now on)."""
-        naming_of = self.options.catalog.shm_naming
-        self._confirmed = {
-            (f.path, f.inode)
-            for f in self._all_files()
-            if not held.holds(f)
-            and (f.age_s(now_epoch) or 0.0) >= self.options.shm_min_age_s
-            and naming_of(f.name) is not None
-        }
-
     def react_pids(self) -> set[int]:
         """The processes whose exit may leave something to judge: engine processes and
         the holders of engine-named shm files (a watch wakes when one exits)."""
-        named = [
-            f for f in self._all_files() if self.options.catalog.shm_naming(f.name) is not None
-        ]
+        naming_of = self.options.catalog.shm_naming
+        named = [f for f in self.files.every() if naming_of(f.name) is not None]
         paths = {f.path for f in named}
         inodes = {(f.dev, f.inode) for f in named}
         return {
@@ -389,51 +282,14 @@ class IncrementalState:
     def next_due(self, now_epoch: float) -> float | None:
         """Seconds until the next engine-named file, held by nobody we know of, reaches
         --shm-min-age (it is judged then, not at the next round); None when none will."""
-        held = self._held()
-        min_age = self.options.shm_min_age_s
-        waits = [
-            min_age - age
-            for f in self._all_files()
-            if (age := f.age_s(now_epoch)) is not None
-            and age < min_age
-            and not held.holds(f)
-            and self.options.catalog.shm_naming(f.name) is not None
-        ]
-        return max(0.0, min(waits)) if waits else None
+        return self.files.due(now_epoch, self._held())
 
     def _known(self, held: HeldScan, listed: bool) -> KnownProcesses:
         return KnownProcesses(
             processes={pid: rec.info for pid, rec in self._procs.items()} if listed else None,
             device_fds={pid: rec.devices for pid, rec in self._procs.items() if rec.devices},
             hidden=frozenset(self._hidden),
-            shm_files={
-                d: None if e is None else tuple(sorted((f for _, f in e.values() if f), key=_path))
-                for d, e in self._files.items()
-            },
+            shm_files=self.files.snapshot(),
             held=held,
             cgroups=self._cgroups,
         )
-
-
-def _restat(
-    host: Host,
-    entries: dict[str, tuple[int, ShmFile | None]] | None,
-    name: str,
-    ino: int,
-    f: ShmFile,
-) -> ShmFile | None:
-    """`f` stat'ed afresh, its listing entry brought up to date (dropped when it is gone;
-    kept under its listed inode, so the next listing compares with what it listed)."""
-    assert entries is not None
-    fresh = stat_shm_file(f.path, host)
-    if fresh is not None and fresh.inode == f.inode:
-        fresh = replace(fresh, birth=f.birth)  # the same file: born when it was
-    if fresh is None:
-        del entries[name]
-    else:
-        entries[name] = (ino, fresh)
-    return fresh
-
-
-def _path(f: ShmFile) -> str:
-    return f.path

@@ -24,12 +24,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from accelhost.errors import AccelhostError, HostError
-from accelhost.host.base import Host
+from accelhost.host.base import Host, InodeLister
 from accelhost.host.once import read_once
 from accelhost.host.redact import ALLOC_CONF_VARS
-from accelhost.hygiene.container_facts import ContainerFacts, read_container_facts
-from accelhost.hygiene.devices import DeviceMemory, read_ascend, read_nvidia
-from accelhost.hygiene.incremental import IncrementalState, InodeLister
+from accelhost.hygiene.facts.containers import ContainerFacts, read_container_facts
+from accelhost.hygiene.facts.devices import DeviceMemory, read_ascend, read_nvidia
+from accelhost.hygiene.facts.rounds import IncrementalState
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.parsers.hugepages import HugePagePool, parse_count, parse_size_dir
 from accelhost.parsers.meminfo import Meminfo, parse_meminfo
@@ -108,7 +108,7 @@ class HostFacts:
     hidden_pids: frozenset[int] = frozenset()
     processes_partial: str | None = None
     # Containers: which one each process is in, their own /dev/shm, /dev/shm's free space
-    # and logind's RemoveIPC (accelhost.hygiene.container_facts); None: not read.
+    # and logind's RemoveIPC (accelhost.hygiene.facts.containers); None: not read.
     containers: ContainerFacts | None = None
 
     def process_age_s(self, proc: ProcessInfo) -> float | None:

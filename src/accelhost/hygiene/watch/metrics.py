@@ -20,9 +20,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import make_wsgi_app
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from accelhost.hygiene.facts import HostFacts
+from accelhost.hygiene.facts.host import HostFacts
+from accelhost.hygiene.judge.rules import LeakVerdict, Orphan, ShmVerdict
 from accelhost.hygiene.report import CHECK_NAMES, STATUSES, UNKNOWN, DoctorReport
-from accelhost.hygiene.rules import LeakVerdict, Orphan, ShmVerdict
 from accelhost.parsers.sysvipc import ShmSegment
 
 MIB = 2**20
