@@ -59,7 +59,7 @@ class ShmState:
 
     def read_births(self, lister: InodeLister, held: HeldScan) -> None:
         """The birth of each file no process holds, once: only such a file's birth is ever
-        asked (it names the container that left it: `container_evidence.left_by_birth`),
+        asked (it names the container that left it: `Attribution.left_at`),
         and a statx is as dear as the stat itself, so the thousands held go without."""
         for entries in self.by_dir.values():
             if entries is None:
