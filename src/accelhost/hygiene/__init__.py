@@ -20,7 +20,7 @@ serves:
 - `clean/`: what `clean` may do (`actions`), its plan and order (`cleaner`), the stop of
   orphans (`stopper`), its `journal`, and why a named target is not acted on (`targets`);
 - `watch/`: the doctor on a timer (`watcher`), what it exports (`metrics`), what wakes it
-  at once (`react`).
+  at once (`react`), what `--auto-clean` keeps, said once (`kept`).
 Shared by all: `options` (what to look for), `engines` (the engine catalog, the user's
 everywhere), `report`, `render` and `text` (what is shown), and `capabilities` (which Linux
 capabilities each check and each clean action needs: the one table the docs, `--help` and
