@@ -92,3 +92,32 @@ def test_a_semaphore_is_its_size_in_one_page() -> None:
     assert "/dev/shm/sem.mp-3kq9x1ab 32 B (one 4.0 KiB page), root" in text
     assert "/dev/shm/psm_6a1f0c2e 4.0 MiB used (of 240.0 MiB), root" in text
     assert "(of 32 B)" not in text
+
+
+def test_auto_clean_says_once_what_stays_under_its_byte_threshold() -> None:
+    """A leaked file under --clean-leaked-bytes stays: one log line says so, with the
+    command that removes it, and the next round says nothing new."""
+    from accelhost.hygiene.judge.findings import find
+    from accelhost.hygiene.watch.kept import KeptNotes
+
+    fake = FakeHost().shm_file("psm_6a1f0c2e", 4 << 20, 8192, NOW - 7200, inode=501)
+    opts = HygieneOptions(shm_min_age_s=30)
+    files = find(read_facts(fake.host(), opts), opts).leaked_files or []
+    assert [j.file.path for j in files] == ["/dev/shm/psm_6a1f0c2e"]
+    events: list[dict[str, object]] = []
+    notes = KeptNotes(events.append, opts, clean_leaked_bytes=1 << 30)
+    for _round in range(2):
+        notes.say([], [], [], files, 4 << 20)
+    assert events == [
+        {
+            "event": "auto_clean_kept",
+            "kind": "shm_file",
+            "path": "/dev/shm/psm_6a1f0c2e",
+            "bytes": 4 << 20,
+            "reason": "4194304 B leaked in all, under --clean-leaked-bytes 1073741824",
+            "command": "accelhost clean --yes --path /dev/shm/psm_6a1f0c2e --shm-min-age 30",
+        }
+    ]
+    notes.say([], [], [], [], 0)  # gone: a later return is said again
+    notes.say([], [], [], files, 4 << 20)
+    assert len(events) == 2
