@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hygiene_fakes import as_live
 from hygiene_lab import MAKE_SEM_PY, Lab, nobody_python, run_cli, stop_popen
 
 from accelhost.host.live import LiveHost
@@ -223,20 +224,6 @@ def _server_and_leftovers(
     return queue, sem, dead
 
 
-RECORDED, NO_CLEAN = "on the recorded host: ", "; a --snapshot replay cannot be cleaned"
-
-
-def _as_live(report: dict[str, Any]) -> dict[str, Any]:
-    """A replay's report as the live host's: the same judgement, but a fix that cleans
-    says it is for the recorded host (a replay cannot clean)."""
-    for c in report["checks"]:
-        fix = c.get("fix") or ""
-        if fix.startswith(RECORDED):
-            assert fix.endswith(NO_CLEAN)
-            c["fix"] = fix[len(RECORDED) : -len(NO_CLEAN)]
-    return report
-
-
 def test_a_recording_is_judged_as_the_live_host(shm_dirs: list[Path]) -> None:
     """Every check, evidence included, is the same on the live host and on its recording:
     the live server's semaphore is kept (held by inode) and the dead tree's files leaked."""
@@ -248,7 +235,7 @@ def test_a_recording_is_judged_as_the_live_host(shm_dirs: list[Path]) -> None:
         live = _report(read_facts(rec, opts), opts)
         snap = rec.to_snapshot()
         replayed = _report(read_facts(SnapshotHost(snap), opts), opts)
-        assert _as_live(replayed) == live
+        assert as_live(replayed) == live
         posix = {c["name"]: c for c in live["checks"]}["posix_shm"]
         named = {e["path"]: e for e in posix["evidence"] if "path" in e}
         assert str(queue) not in named and str(sem) not in named
@@ -260,7 +247,7 @@ def test_a_recording_is_judged_as_the_live_host(shm_dirs: list[Path]) -> None:
         for entry in snap["stat_dirs"][str(shm_dirs[0])]:
             entry.pop("birth", None)
         blind = read_facts(SnapshotHost(snap), opts)
-        assert _as_live(_report(blind, opts)) == live
+        assert as_live(_report(blind, opts)) == live
         paths = {getattr(a, "path", None) for a in plan_clean(blind, opts)}
         assert str(sem) not in paths and {str(p) for p in dead} <= paths
     finally:
