@@ -20,6 +20,20 @@ SHM_HEADER = (
 )
 
 
+RECORDED, NO_CLEAN = "on the recorded host: ", "; a --snapshot replay cannot be cleaned"
+
+
+def as_live(report: dict[str, Any]) -> dict[str, Any]:
+    """A replay's report (`to_dict`) as the live host's: the same judgement, but a fix that
+    cleans says it is for the recorded host (a replay cannot clean)."""
+    for c in report["checks"]:
+        fix = c.get("fix") or ""
+        if fix.startswith(RECORDED):
+            assert fix.endswith(NO_CLEAN)
+            c["fix"] = fix[len(RECORDED) : -len(NO_CLEAN)]
+    return report
+
+
 @dataclass
 class FakeHost:
     files: dict[str, str] = field(default_factory=dict)

@@ -151,6 +151,7 @@ def test_unasked_auto_clean_removes_only_the_segments_an_engine_made(lab: Lab) -
     from accelhost.hygiene.clean.cleaner import CleanFilters
 
     made: dict[str, tuple[int, int]] = {}
+    events: list[dict[str, object]] = []
     for title in ("VLLM::Worker_TP0", "myapp-setup"):
         proc = subprocess.Popen(
             ["bash", "-c", 'exec -a "$T" "$PY" -c "$H"'],
@@ -171,7 +172,7 @@ def test_unasked_auto_clean_removes_only_the_segments_an_engine_made(lab: Lab) -
             journal=str(lab.tmp / "auto.jsonl"),
             scope=CleanFilters(owners=frozenset({65534})),  # nobody's segments alone
         ),
-        lambda _e: None,
+        events.append,
     )
     watcher.run_once()  # both makers seen alive
     for _shmid, pid in made.values():
@@ -182,6 +183,16 @@ def test_unasked_auto_clean_removes_only_the_segments_an_engine_made(lab: Lab) -
     assert engine_made not in shmids_now() and other in shmids_now()
     check = next(c for c in rnd.report.checks if c.name == "shared_memory")
     assert other in [e.get("shmid") for e in check.evidence]
+
+    # what it keeps, it says, once: why, and the command that would remove it
+    def kept() -> list[dict[str, object]]:
+        return [e for e in events if e["event"] == "auto_clean_kept" and e["shmid"] == other]
+
+    (note,) = kept()
+    assert "no engine process was seen making it" in str(note["reason"])
+    assert note["command"] == f"accelhost clean --yes --shmid {other} --shm-min-age 0"
+    watcher.run_once()
+    assert len(kept()) == 1
 
 
 def test_a_scope_of_files_never_stops_an_orphan(lab: Lab, tmp_path) -> None:

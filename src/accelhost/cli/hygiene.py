@@ -145,13 +145,20 @@ def register(subparsers: Any) -> None:
         help="where to serve /metrics (default 127.0.0.1:9464; port 0 picks one; "
         "'none' serves nothing)",
     )
-    watch.add_argument("--auto-clean", action="store_true", help="clean past the thresholds")
+    watch.add_argument(
+        "--auto-clean",
+        action="store_true",
+        help="clean past the thresholds below; what it keeps (a segment no engine was seen "
+        "making, a tree whose frontend lives) is logged once with the command that removes it",
+    )
     watch.add_argument(
         "--clean-leaked-bytes",
         type=options.whole(0),
         default=1,
         metavar="BYTES",
-        help="auto-clean shared memory once this many bytes are leaked (default 1: any)",
+        help="remove leaked shared memory once this many bytes are leaked (default 1: any): "
+        "/dev/shm files of an engine's naming, and SysV segments this watch saw an engine "
+        "make (never others)",
     )
     watch.add_argument(
         "--clean-orphan-rounds",

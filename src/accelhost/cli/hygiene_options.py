@@ -15,7 +15,7 @@ from accelhost.cli.common import host_from_args
 from accelhost.errors import SnapshotError, UsageError
 from accelhost.host.base import Host
 from accelhost.hygiene.engines import Engine, build_catalog, parse_catalog_file
-from accelhost.hygiene.options import DEFAULT_SHM_DIRS, HygieneOptions
+from accelhost.hygiene.options import DEFAULT_SHM_DIRS, DEFAULT_SHM_MIN_AGE_S, HygieneOptions
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
@@ -63,7 +63,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
         "--shm-min-age",
         dest="shm_min_age",
         type=float,
-        default=60.0,
+        default=DEFAULT_SHM_MIN_AGE_S,
         metavar="SECONDS",
         help="a SysV segment must be idle, a /dev/shm file unchanged, this long to count "
         "as leaked (default 60)",
@@ -99,6 +99,19 @@ def _catalog_engines(path: str | None) -> list[Engine]:
     return parse_catalog_file(text, path)
 
 
+def _catalog_words(args: argparse.Namespace) -> tuple[str, ...]:
+    """The options that built the catalog, as typed: a fix repeats them."""
+    words = ["--engine-catalog", args.engine_catalog] if args.engine_catalog else []
+    for flag, values in (
+        ("--engine-child", args.engine_child),
+        ("--engine-frontend", args.engine_frontend),
+        ("--shm-name", args.shm_name),
+    ):
+        for v in values:
+            words += [flag, v]
+    return tuple(words)
+
+
 def hygiene_options(args: argparse.Namespace) -> HygieneOptions:
     devices = getattr(args, "device", None)
     if devices is not None and getattr(args, "expect_util", None) is None:
@@ -122,6 +135,7 @@ def hygiene_options(args: argparse.Namespace) -> HygieneOptions:
         idle_baseline_mib=args.idle_baseline_mib,
         hugepages_threshold=args.hugepages_threshold,
         catalog=catalog,
+        catalog_words=_catalog_words(args),
         shm_dirs=dirs,
         container_sockets=tuple(getattr(args, "docker_socket", ())),
         cri_sockets=tuple(getattr(args, "cri_socket", ())),

@@ -19,6 +19,8 @@ from accelhost.parsers.devnodes import is_device_node
 
 # The tmpfs dirs shm_open names live in; `--shm-dir` adds to them.
 DEFAULT_SHM_DIRS: tuple[str, ...] = ("/dev/shm",)
+# How long a segment must be idle, a file unchanged, to count as leaked (`--shm-min-age`).
+DEFAULT_SHM_MIN_AGE_S = 60.0
 # Shells, and the inits that exit with their one child (`container_init` tells them apart).
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "busybox"})
 ONE_CHILD_INITS = frozenset({"tini", "tini-static", "dumb-init", "docker-init", "catatonit"})
@@ -41,12 +43,15 @@ DEFAULT_IDLE_BASELINE_MIB = {"ascend": 4096, "nvidia": 1024}
 class HygieneOptions:
     # Paths that are device nodes besides `devnodes`' (`--device-glob`).
     device_globs: tuple[str, ...] = ()
-    shm_min_age_s: float = 60.0
+    shm_min_age_s: float = DEFAULT_SHM_MIN_AGE_S
     expect_util: float | None = None
     device: int | None = None
     devices: tuple[int, ...] = ()
     # The built-in engines with the site's own (`--engine-catalog`, `--engine-child`, ...)
     catalog: Catalog = field(default_factory=build_catalog)
+    # The command-line words that added to `catalog` (`--engine-catalog FILE`, ...): a fix
+    # the doctor prints repeats them, or its clean would judge by another catalog
+    catalog_words: tuple[str, ...] = ()
     shm_dirs: tuple[str, ...] = DEFAULT_SHM_DIRS
     idle_baseline_mib: int | None = None
     hugepages_threshold: float = 0.90

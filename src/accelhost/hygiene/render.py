@@ -11,7 +11,7 @@ from typing import Any
 
 from accelhost.formats import MIB
 from accelhost.hygiene.report import CheckResult, DoctorReport
-from accelhost.hygiene.text import human_bytes, one_line
+from accelhost.hygiene.text import file_bytes, human_bytes, one_line
 from accelhost.parsers.devnodes import is_control_node
 from accelhost.render import render_table
 from accelhost.render.table import Paint
@@ -95,8 +95,7 @@ def evidence_lines(check: CheckResult) -> list[str]:
         elif kind == "shm_file":
             age = e.get("age_s")
             lines.append(
-                f"{e['path']} {human_bytes(e['used_bytes'])} used "
-                f"(of {human_bytes(e['size_bytes'])}), {e['owner']}"
+                f"{e['path']} {file_bytes(e['used_bytes'], e['size_bytes'])}, {e['owner']}"
                 + (f", {_age(age)} old" if age is not None else "")
                 + (f", {e['naming']} naming" if e.get("naming") else "")
                 + f": {e['reason']}"

@@ -21,11 +21,13 @@ from accelhost.hygiene.doctor.evidence import (
     segment_evidence,
     unknown,
 )
+from accelhost.hygiene.doctor.fixes import clean_command, clean_fix
 from accelhost.hygiene.doctor.posix import (
     check_posix_shm,
     not_in_recording,
     privileged_note,
     unreadable_evidence,
+    waiting_note,
 )
 from accelhost.hygiene.doctor.preflight import check_preflight, device_holders_of
 from accelhost.hygiene.doctor.shm_preflight import with_remove_ipc, with_shm_space
@@ -73,9 +75,8 @@ def check_orphan_engines(found: Findings, options: HygieneOptions) -> CheckResul
         for o in orphans
     )
     stuck = [o.proc.pid for o in orphans if o.proc.is_uninterruptible]
-    fix = (
-        "accelhost clean --yes (SIGTERM to each orphan and its descendants, SIGKILL after --grace)"
-    )
+    what = "SIGTERM to each orphan and its descendants, SIGKILL after --grace"
+    fix = clean_fix(options, facts.live, what, "orphans")
     if stuck:
         fix += f"; pids {_in_containers(found, stuck)} are in D state (stuck in the driver: "
         fix += "no signal can stop them, clean will not retry): wait, or reset that device"
@@ -250,8 +251,8 @@ def check_unattributed_memory(found: Findings, options: HygieneOptions) -> Check
         WARN,
         f"memory in use by no listed process: {text}" + (f"; {unread}" if blind else ""),
         tuple(evidence),
-        "look for orphans and leaked segments (accelhost clean); if none, the driver holds "
-        "it: restart the driver or reset the device when it is idle",
+        f"look for orphans and leaked segments ({clean_command(options, yes=False)}); if "
+        "none, the driver holds it: restart the driver or reset the device when it is idle",
     )
 
 
@@ -271,7 +272,8 @@ def check_shared_memory(found: Findings, options: HygieneOptions) -> CheckResult
         if not facts.live and "processes" in facts.not_recorded:
             return not_in_recording(facts, name)
         return unknown(name, "no process table: cannot tell whether creators live")
-    hidden = _hidden_note(facts)
+    waits = [v.waiting_s for _, v in found.segments or () if v.waiting_s is not None]
+    hidden = _hidden_note(facts) + waiting_note(waits, options.shm_min_age_s, "idle")
     if not leaks:
         return CheckResult(name, OK, f"{len(facts.segments)} segment(s), none leaked{hidden}")
     total = sum(s.size for s, _ in leaks)
@@ -284,7 +286,9 @@ def check_shared_memory(found: Findings, options: HygieneOptions) -> CheckResult
         + (f", {huge} HugePages-backed" if huge else "")
         + hidden,
         evidence,
-        "accelhost clean --yes (removes exactly these shmids, re-checked at removal)",
+        clean_fix(
+            options, facts.live, "removes exactly these shmids, re-checked at removal", "segments"
+        ),
     )
 
 
@@ -340,7 +344,9 @@ def check_hugepages(found: Findings, options: HygieneOptions) -> CheckResult:
             FAIL,
             f"HugePages exhausted with {len(leaks)} leaked segment(s): {text}",
             tuple(evidence),
-            "accelhost clean --yes (leaked segments pin HugePages until removed)",
+            clean_fix(
+                options, facts.live, "leaked segments pin HugePages until removed", "segments"
+            ),
         )
     return CheckResult(
         name,

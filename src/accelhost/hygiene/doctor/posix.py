@@ -6,9 +6,11 @@ share to say what they could not see.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from accelhost.hygiene.doctor.evidence import shm_file_evidence, unknown
+from accelhost.hygiene.doctor.fixes import clean_fix
 from accelhost.hygiene.facts.host import NOT_RECORDED, HostFacts
 from accelhost.hygiene.judge.findings import Findings
 from accelhost.hygiene.options import HygieneOptions
@@ -52,6 +54,16 @@ def not_in_recording(facts: HostFacts, name: str, source: str = "processes") -> 
     return unknown(name, facts.errors.get(source, f"{NOT_RECORDED[source]} not read"))
 
 
+def waiting_note(waits: list[float], min_age_s: float, state: str = "old") -> str:
+    """Fresh leftovers are not "none": how many would count but for `--shm-min-age`, and
+    when the first does (`state`: "old" for files, "idle" for segments)."""
+    if not waits:
+        return ""
+    n, first = len(waits), math.ceil(min(waits))
+    counts = "counts" if n == 1 else "the first counts"
+    return f"; {n} candidate(s) not yet {min_age_s:g} s {state} ({counts} in {first} s)"
+
+
 def check_posix_shm(found: Findings, options: HygieneOptions) -> CheckResult:
     facts = found.facts
     if facts.shm_held is None:
@@ -76,6 +88,8 @@ def check_posix_shm(found: Findings, options: HygieneOptions) -> CheckResult:
         where += f" and {len(pods)} container /dev/shm(s)"
     tail = f"; {len(unclaimed)} unnamed file(s) held by nobody" if unclaimed else ""
     tail += privileged_note(scan)
+    waits = [j.waiting_s for j in judged if j.waiting_s is not None]
+    tail += waiting_note(waits, options.shm_min_age_s)
     if blocked:
         tail += f"; {len(blocked)} file(s) cannot be judged ({_blocked_why(scan)})"
     if unread:
@@ -89,7 +103,9 @@ def check_posix_shm(found: Findings, options: HygieneOptions) -> CheckResult:
             f"{len(leaked)} leaked file(s) in {where}, {human_bytes(used)} used "
             f"({', '.join(by)} naming){tail}",
             evidence,
-            "accelhost clean --yes (removes exactly these files, re-checked one by one)",
+            clean_fix(
+                options, facts.live, "removes exactly these files, re-checked one by one", "shm"
+            ),
         )
     if blocked or unread:
         return CheckResult(

@@ -15,6 +15,7 @@ from typing import Any
 from accelhost.formats import mib_bytes
 from accelhost.host.base import Host
 from accelhost.hygiene.doctor.evidence import unknown
+from accelhost.hygiene.doctor.fixes import clean_command
 from accelhost.hygiene.facts.devices import DeviceMemory
 from accelhost.hygiene.facts.host import HostFacts, read_facts
 from accelhost.hygiene.options import HygieneOptions
@@ -237,6 +238,6 @@ def check_preflight(facts: HostFacts, options: HygieneOptions) -> CheckResult:
         FAIL,
         summary,
         evidence,
-        f"free the device (accelhost clean --yes for orphans and leaks) or start with "
+        f"free the device ({clean_command(options)} for orphans and leaks) or start with "
         f"--gpu-memory-utilization {min(d.max_util for d in worst)} or lower",
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from accelhost.hygiene.doctor.fixes import clean_command
 from accelhost.hygiene.facts.host import HostFacts
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.report import FAIL, OK, SKIP, WARN, CheckResult
@@ -18,10 +19,16 @@ from accelhost.hygiene.report import FAIL, OK, SKIP, WARN, CheckResult
 MIB = 1024 * 1024
 # logind leaves system users alone (uid up to SYS_UID_MAX, 999 on Debian and Fedora)
 SYS_UID_MAX = 999
-SHM_FIX = (
-    "remove leaked files (accelhost clean --yes) or increase /dev/shm "
-    "(--shm-size, --ipc=host, or a larger emptyDir sizeLimit)"
-)
+
+
+def shm_fix(options: HygieneOptions) -> str:
+    """Make room in /dev/shm: remove what leaked (the doctor's own scope), or grow it."""
+    return (
+        f"remove leaked files ({clean_command(options, 'shm')}) or increase /dev/shm "
+        "(--shm-size, --ipc=host, or a larger emptyDir sizeLimit)"
+    )
+
+
 REMOVE_IPC_FIX = (
     "RemoveIPC=no under [Login] in /etc/systemd/logind.conf.d/accelhost.conf (then "
     "systemctl restart systemd-logind), or run the engine as a system user or with "
@@ -58,7 +65,7 @@ def with_shm_space(result: CheckResult, facts: HostFacts, options: HygieneOption
     if found is None:
         return result
     summary = found["message"] if result.status == OK else f"{result.summary}; /dev/shm too small"
-    fix = SHM_FIX if result.status == OK else f"{result.fix}; {SHM_FIX}"
+    fix = shm_fix(options) if result.status == OK else f"{result.fix}; {shm_fix(options)}"
     evidence = (*result.evidence, found)
     return replace(result, status=FAIL, summary=summary, evidence=evidence, fix=fix)
 

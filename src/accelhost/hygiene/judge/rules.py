@@ -206,6 +206,8 @@ def find_orphans(
 class LeakVerdict:
     leaked: bool
     reason: str
+    # seconds until a segment that fails only for its age counts as leaked (None: not one)
+    waiting_s: float | None = None
 
 
 def segment_idle_s(seg: ShmSegment, now_epoch: float | None) -> float | None:
@@ -246,7 +248,8 @@ def judge_segment(
         if idle is None:
             return LeakVerdict(False, "age unknown (no clock in the recording)")
         if idle < min_age_s:
-            return LeakVerdict(False, f"idle {idle:.0f} s, under the {min_age_s:g} s grace")
+            why = f"idle {idle:.0f} s, under the {min_age_s:g} s grace"
+            return LeakVerdict(False, why, min_age_s - idle)
     users = f"creator {seg.cpid}" + (
         f" and last user {seg.lpid}" if seg.lpid > 0 and seg.lpid != seg.cpid else ""
     )
@@ -265,6 +268,8 @@ class ShmVerdict:
     unclaimed: bool  # held by nobody, unchanged long enough, but no naming: reported only
     blocked: bool  # cannot tell: some live process's open files were unreadable
     reason: str
+    # seconds until a named file held by nobody counts as leaked (None: not one)
+    waiting_s: float | None = None
 
     @property
     def abandoned(self) -> bool:
@@ -285,11 +290,16 @@ def judge_shm_file(
     where that differs from the host's path (a container's own /dev/shm: `/dev/shm/x`,
     not `/proc/<pid>/root/dev/shm/x`); `note` ends the reason (where it lies)."""
 
-    def verdict(abandoned: bool, why: str, blocked: bool = False) -> ShmVerdict:
+    def verdict(
+        abandoned: bool, why: str, blocked: bool = False, waiting: float | None = None
+    ) -> ShmVerdict:
         if abandoned and naming is None:
             why += "; matches no engine naming: not removed (see --shm-name)"
         named = naming is not None
-        return ShmVerdict(f, naming, abandoned and named, abandoned and not named, blocked, why)
+        wait = waiting if named else None
+        return ShmVerdict(
+            f, naming, abandoned and named, abandoned and not named, blocked, why, wait
+        )
 
     if scan.holds(f) or (holders_name is not None and scan.holds(holders_name)):
         return verdict(False, "held open or mapped by a live process" + note)
@@ -297,7 +307,8 @@ def judge_shm_file(
     if age is None:
         return verdict(False, "age unknown (no clock)" + note)
     if age < min_age_s:
-        return verdict(False, f"unchanged {age:.0f} s, under {min_age_s:g} s{note}")
+        why = f"unchanged {age:.0f} s, under {min_age_s:g} s{note}"
+        return verdict(False, why, waiting=min_age_s - age)
     if not scan.complete:
         shown = ", ".join(str(p) for p in scan.unreadable[:3])
         more = f" and {len(scan.unreadable) - 3} more" if len(scan.unreadable) > 3 else ""

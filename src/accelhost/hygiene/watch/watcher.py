@@ -48,6 +48,7 @@ from accelhost.hygiene.judge.findings import Findings, find
 from accelhost.hygiene.judge.rules import LeakVerdict, Orphan, ShmVerdict
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.report import DoctorReport
+from accelhost.hygiene.watch.kept import KeptNotes
 from accelhost.hygiene.watch.metrics import HygieneCollector, Round
 from accelhost.hygiene.watch.react import Reactor
 from accelhost.parsers.sysvipc import ShmSegment
@@ -117,6 +118,7 @@ class Watcher:
         self._engine_segments: set[tuple[int, int]] = set()  # (shmid, ctime) an engine made
         self._holders = HolderMemory()  # which container held each /dev/shm file
         self._clean_error: str | None = None  # why the last --auto-clean could not act
+        self._kept = KeptNotes(self.log, options, config.clean_leaked_bytes)
         # --container: only what it runs or left (its checks, metrics and auto-clean)
         self._scope = None if options.container is None else ContainerScope(options.container)
 
@@ -259,6 +261,7 @@ class Watcher:
             """Named by id or key, or seen made by an engine (`_note_engine_segments`)."""
             return asked or (seg.shmid, seg.ctime) in self._engine_segments
 
+        unasked = [(s, v) for s, v in leaks if not may_go(s)]
         leaks = [(s, v) for s, v in leaks if may_go(s)]
         shm = [
             j
@@ -268,6 +271,8 @@ class Watcher:
         ]
         leaked = sum(s.size for s, _ in leaks) + sum(j.file.used_bytes for j in shm)
         do_segments = bool(leaks or shm) and leaked >= self.config.clean_leaked_bytes
+        kept_leaks, kept_files = ([], []) if do_segments else (leaks, shm)
+        self._kept.say(orphans, unasked, kept_leaks, kept_files, leaked)
         if not ripe and not do_segments:
             return
         filters = CleanFilters(
