@@ -478,7 +478,8 @@ def test_watch_scoped_to_one_container_judges_and_counts_only_what_it_left() -> 
 def test_watch_container_naming_none_exits_2_at_once(tmp_path: Path) -> None:
     snap = tmp_path / "story.json"
     snap.write_text(json.dumps(story_snapshot()))
-    common = ("watch", "--snapshot", str(snap), "--metrics-addr", "none", "--rounds", "2")
+    common = ("watch", "--snapshot", str(snap), "--metrics-addr", "none", "--rounds", "2",
+              "--interval", "0.1")  # fmt: skip
     bad = _cli(*common, "--container", "nothing-like-it")
     assert bad.returncode == 2 and "known: pause (docker" in bad.stderr, bad.stderr
     assert "round_failed" not in bad.stdout

@@ -128,6 +128,7 @@ def test_auto_clean_never_acts_on_a_tree_whose_frontend_lives(lab: Lab) -> None:
         LiveHost,
         HygieneOptions(),
         WatchConfig(
+            interval_s=0.5,
             auto_clean=True,
             clean_orphan_rounds=1,
             journal=str(lab.tmp / "auto.jsonl"),
