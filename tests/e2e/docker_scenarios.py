@@ -212,9 +212,8 @@ def removed_and_pod(daemon: Daemon, model: Path, timings: Timings) -> Iterator[d
         rec["serving"] = doctor(daemon)
         rec["rm_f"] = remove_and_measure(victim)
         timings.rows.append(rec["rm_f"])
-        # As a user's next command comes: the library reads Docker's events up to a second
-        # or two ago (a later `until` keeps the answer open), so a younger removal is unknown.
-        time.sleep(3)
+        # at once, as a user's next command or a watch's round comes: Docker's events are
+        # read up to the host's clock, so the removal that just returned is known
         rec["after_rm_f"] = doctor(daemon)
 
         old_own = set(pod.own)

@@ -34,9 +34,10 @@ def inspect_path(container_id: str) -> str:
     return f"/containers/{container_id}/json"
 
 
-def events_path(since: int, until: int, runtime: str = "docker") -> str:
-    """Container start/die/destroy events in [since, until] (both given: the answer ends),
-    by the names `runtime` gives them."""
+def events_path(since: int, until: int | str, runtime: str = "docker") -> str:
+    """Container start/die/destroy events in [since, until] (both given: the answer ends;
+    `until` may have a fraction, "SECONDS.MICROS", as Docker and Podman take it), by the
+    names `runtime` gives them."""
     names = PODMAN_ACTIONS if runtime == "podman" else EVENT_ACTIONS
     filters = json.dumps({"type": ["container"], "event": list(names)}, sort_keys=True)
     query = urllib.parse.urlencode({"since": since, "until": until, "filters": filters})

@@ -44,17 +44,22 @@ NOT_CRI = "not a CRI runtime (runtime.v1 not served)"
 # How far back a removed container is still named from the runtime's events (Docker keeps
 # the last 1000 events in memory, since the daemon started).
 EVENTS_WINDOW_S = 7 * 86400
-# `until` stays a second behind the host's clock (boot time + uptime, which can run up to
-# half a second ahead of the daemon's): an `until` in the future keeps the answer open
-# until then. So a container removed within the last second or two is not named yet.
+# An `until` in the future keeps the answer open until then. The host's wall clock
+# (`Host.clock`, the clock the runtime stamps its events with) is `until` itself, to the
+# microsecond: a container removed a moment ago (`docker rm -f` just returned, a watch's
+# round on its processes' deaths) is named. A recording that kept no clock has only boot
+# time + uptime, up to a second off, so its `until` stays a whole second behind (how it
+# was recorded; a younger removal is not named there).
 EVENTS_LAG_S = 1
 MAX_INSPECT = 256  # containers inspected per look: a host with more is named from the list
 
 
-def events_window(now_epoch: float) -> tuple[int, int]:
-    """(since, until): the last week, up to a second ago (see EVENTS_LAG_S)."""
-    until = int(now_epoch) - EVENTS_LAG_S
-    return until - EVENTS_WINDOW_S, until
+def events_window(now_epoch: float, clock: float | None = None) -> tuple[int, str]:
+    """(since, until): the last week, up to the host's clock (see EVENTS_LAG_S)."""
+    if clock is None:
+        until = int(now_epoch) - EVENTS_LAG_S
+        return until - EVENTS_WINDOW_S, str(until)
+    return int(clock) - EVENTS_WINDOW_S, f"{clock:.6f}"
 
 
 def runtime_sockets(host: Host, explicit: Sequence[str] = ()) -> list[str]:
@@ -120,7 +125,7 @@ def _ask_socket(
     # inspect below must not cost them.
     removed: list[Container] = []
     if now_epoch is not None:
-        path = docker_api.events_path(*events_window(now_epoch), runtime)
+        path = docker_api.events_path(*events_window(now_epoch, host.clock()), runtime)
         events = docker_api.parse_events(host.http_get(socket_path, path))
         removed = [c for c in docker_api.removed_containers(events, runtime) if c.id not in found]
     order = sorted(found, key=lambda cid: (cid not in wanted, cid))[:MAX_INSPECT]

@@ -88,6 +88,12 @@ class Host(Protocol):
 
     def getenv(self, name: str) -> str | None: ...
 
+    def clock(self) -> float | None:
+        """The wall clock, as the host's processes and its container runtime stamp time
+        (epoch seconds, to the microsecond); None for a recording that kept none. The
+        kernel's boot time plus uptime is up to a second off it (whole-second boot time)."""
+        ...
+
     def http_get(self, socket_path: str, path: str) -> str | None:
         """A container runtime's API; None unless `200` comes within a second."""
         ...
@@ -129,6 +135,9 @@ class HostWrapper:
     @property
     def recorded_pci(self) -> tuple[str, ...] | None:
         return recorded_pci(self.inner)
+
+    def clock(self) -> float | None:
+        return self.inner.clock()
 
 
 @runtime_checkable

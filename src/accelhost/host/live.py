@@ -10,6 +10,7 @@ import shutil
 import stat as stat_mod
 import struct
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -150,6 +151,9 @@ class LiveHost:
 
     def getenv(self, name: str) -> str | None:
         return self._env.get(name)
+
+    def clock(self) -> float | None:
+        return time.time()
 
     def http_get(self, socket_path: str, path: str) -> str | None:
         from accelhost.host.unixhttp import unix_http_get

@@ -43,6 +43,7 @@ class RecordingHost(HostWrapper):
         self.stats: dict[str, FileStat] = {}
         self.http: dict[str, str] = {}
         self.cri: dict[str, dict[str, Any]] = {}
+        self.clock_read: float | None = None
 
     def _keep(self, section: dict[str, Any], key: str, value: T) -> T:
         """`value` (a list: a copy of it) kept under `key`, unless absent; returned."""
@@ -90,6 +91,11 @@ class RecordingHost(HostWrapper):
     def getenv(self, name: str) -> str | None:
         return self._keep(self.env, name, self.inner.getenv(name))
 
+    def clock(self) -> float | None:
+        # one look reads it once (the runtime's events up to then); the last one is kept
+        self.clock_read = self.inner.clock()
+        return self.clock_read
+
     def http_get(self, socket_path: str, path: str) -> str | None:
         body = self.inner.http_get(socket_path, path)
         kept = self._http_filter(path, body) if self._http_filter and body is not None else body
@@ -114,6 +120,8 @@ class RecordingHost(HostWrapper):
             data["device_type"] = device_type
         if pci:
             data["pci"] = list(pci)
+        if self.clock_read is not None:
+            data["clock"] = self.clock_read
         data["env"] = dict(sorted(self.env.items()))
         data["files"] = dict(sorted(self.files.items()))
         data["dirs"] = dict(sorted(self.dirs.items()))

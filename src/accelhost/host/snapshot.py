@@ -63,6 +63,8 @@ class SnapshotHost:
         self._http: dict[str, str] = dict(data.get("http", {}))
         # what a CRI runtime said on its gRPC socket: endpoint -> accelhost.host.cri's data
         self._cri: dict[str, dict[str, Any]] = dict(data.get("cri", {}))
+        clock = data.get("clock")
+        self._clock: float | None = None if clock is None else float(clock)
         self._commands: dict[str, CommandResult] = {}
         for key, value in data.get("commands", {}).items():
             if isinstance(value, str):
@@ -113,6 +115,10 @@ class SnapshotHost:
 
     def getenv(self, name: str) -> str | None:
         return self._env.get(name)
+
+    def clock(self) -> float | None:
+        """The clock the recording read (older recordings kept none)."""
+        return self._clock
 
     def http_get(self, socket_path: str, path: str) -> str | None:
         return self._http.get(http_key(socket_path, path))
@@ -260,6 +266,9 @@ def _validate(data: Any, source: str) -> None:
     for key in ("machine", "device_type"):
         if key in data and data[key] is not None and not isinstance(data[key], str):
             fail(f"'{key}' must be a string")
+    clock = data.get("clock")
+    if clock is not None and (isinstance(clock, bool) or not isinstance(clock, (int, float))):
+        fail("'clock' must be a number (epoch seconds)")
     pci = data.get("pci")
     if pci is not None and not (isinstance(pci, list) and all(isinstance(a, str) for a in pci)):
         fail("'pci' must be a list of PCI addresses")
