@@ -144,3 +144,55 @@ def test_a_real_tmpfs_at_the_kubelets_path_is_found_with_its_device(tmp_path: Pa
         )
     finally:
         subprocess.run(["umount", str(volume)], check=True)
+
+
+def _volume_at(root: Path) -> Path:
+    volume = root / "pods" / UID / "volumes" / "kubernetes.io~empty-dir" / "dshm"
+    volume.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(volume)], check=True)
+    return volume
+
+
+def test_an_emptydir_unmounted_while_read_is_skipped_and_nothing_under_it_judged(
+    tmp_path: Path,
+) -> None:
+    """The pod goes while a look reads it: the kubelet unmounts its emptyDir after the mount
+    table was read. What lies under the mount point then (here a vLLM-named file on the
+    kubelet root's own disk) is not the volume's: nothing of it is judged, so nothing of it
+    can be removed. The same look with the volume still mounted judges its file."""
+    from accelhost.containers.pod_volumes import MOUNTINFO
+    from accelhost.hygiene.facts.containers import read_container_facts
+
+    root = tmp_path / "kubelet"
+    volume = _volume_at(root)
+    mounted = [True]
+
+    class PodGoesWhileRead(LiveHost):
+        unmount = False
+
+        def read_file(self, path: str) -> str | None:
+            text = super().read_file(path)
+            if path == MOUNTINFO and mounted[0] and self.unmount:
+                subprocess.run(["umount", str(volume)], check=True)
+                mounted[0] = False
+            return text
+
+    try:
+        (volume / "psm_in_volume").write_bytes(b"x")
+        seen = read_container_facts(LiveHost(), {}, None, kubelet_root=str(root))
+        dirs = [d for d in seen.shm_dirs if d.path == str(volume)]
+        assert [os.path.basename(f.path) for d in dirs for f in d.files or ()] == [
+            "psm_in_volume"
+        ], seen.shm_dirs
+        host = PodGoesWhileRead()
+        host.unmount = True
+        (volume / "psm_in_volume").unlink()
+        subprocess.run(["umount", str(volume)], check=True)
+        (volume / "psm_on_disk").write_bytes(b"x")  # under the mount point, on the disk
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(volume)], check=True)
+        gone = read_container_facts(host, {}, None, kubelet_root=str(root))
+        assert not mounted[0]
+        assert not [d for d in gone.shm_dirs if d.path == str(volume)], gone.shm_dirs
+    finally:
+        if mounted[0]:
+            subprocess.run(["umount", str(volume)], check=True)

@@ -136,7 +136,11 @@ def _volume_dirs(host: Host, view: ContainerView, mounts: PodMounts) -> list[Con
         pids = tuple(sorted(p for c in users for p in view.pids_of(c.id)))
         files = list_shm_files(host, [vol.mount_point])[vol.mount_point]
         ids = tuple(sorted(c.id for c in users))
-        listed = None if files is None else tuple(files)
+        here = host.stat(vol.mount_point)
+        if here is not None and here.dev != vol.dev:
+            continue  # unmounted since the mount table was read (its pod went): not judged
+        # unmounted while listed: what is under it now is not the volume's
+        listed = None if files is None else tuple(f for f in files if f.dev == vol.dev)
         held = scan_held(host, pids)
         out.append(ContainerShmDir(vol.mount_point, None, pids, ids, listed, held, vol.pod_uid))
     return out
