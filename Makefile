@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test e2e e2e-docker-tools lint bench proto clean-venv
+.PHONY: run test e2e e2e-setup e2e-docker-tools lint bench proto clean-venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,7 +69,11 @@ e2e-docker-tools:
 			--no-install-recommends docker.io containerd tini gcc libc6-dev >/dev/null; \
 	fi
 
-e2e: $(E2E_STAMP) e2e-docker-tools
+# Everything `make e2e` installs, without running it (.ci/run does this while `make test`
+# runs: the installs wait on the network, the unit tests on the CPU).
+e2e-setup: $(E2E_STAMP) e2e-docker-tools
+
+e2e: e2e-setup
 	$(E2E_BIN)/python -m pytest -q -p no:cacheprovider --durations=0 tests/e2e
 
 # Regenerate the CRI messages after editing api.proto (src/accelhost/host/cri_api/__init__.py
