@@ -123,3 +123,16 @@ def test_container_init_names_the_pod_and_fixes_it_in_kubernetes_words() -> None
     assert 'command: ["accelhost", "run", "--"' in check.fix
     assert "accelhost clean --container serving/vllm-0" in check.fix
     assert "docker" not in check.fix and "--ipc" not in check.fix
+
+
+def test_a_pod_no_runtime_names_is_still_fixed_in_kubernetes_words() -> None:
+    """No CRI socket answers (a runtime not asked, or down): the engine's cgroup still says
+    it is a pod's container, so its fix is the pod spec's, cleaned by the container's id,
+    never Docker's flags."""
+    fake, _ = _host(True)
+    opts = HygieneOptions(kubelet_root=KUBELET)  # no CRI socket named; none at the usual
+    check = run_checks(read_facts(fake.host(), opts), opts, ("container_init",)).checks[0]
+    assert check.status == "WARN", check
+    assert 'command: ["accelhost", "run", "--"' in check.fix, check.fix
+    assert f"accelhost clean --container {LIVE[:12]}" in check.fix, check.fix
+    assert "docker" not in check.fix and "--ipc" not in check.fix, check.fix

@@ -61,11 +61,23 @@ def _who(c: Container) -> str:
     return f"{pod} ({c.name})" if pod and c.name else pod or c.name or c.short_id
 
 
+def _in_pod(c: Container) -> bool:
+    """A pod's container, also where no CRI runtime answered (its cgroup says kubepods)."""
+    return c.pod is not None or c.runtime == "kubernetes"
+
+
 def _fix(risky: list[Container]) -> str:
-    """In the words of where each runs: the pod spec for pods, Docker's flags for others."""
-    pods = sorted({c.pod.label for c in risky if c.pod is not None and c.pod.name})
+    """In the words of where each runs: the pod spec for pods, Docker's flags for others.
+    A pod the runtime did not name is cleaned by its container's id."""
+    pods = sorted(
+        {
+            c.pod.label if c.pod is not None and c.pod.name else c.short_id
+            for c in risky
+            if _in_pod(c)
+        }
+    )
     fixes = [POD_FIX.format(pods=" / ".join(pods))] if pods else []
-    if any(c.pod is None or not c.pod.name for c in risky):
+    if not all(_in_pod(c) for c in risky):
         fixes.append(FIX)
     return "; ".join(fixes)
 
@@ -91,7 +103,7 @@ def _ipc_risk(c: Container, neighbours: list[str]) -> str | None:
     """Why /dev/shm outlives this container's processes (None: it goes with them)."""
     if c.shares_host_ipc or c.ipc_mode == "host":
         return "shares the host's IPC namespace and /dev/shm (--ipc=host)"
-    if c.pod is not None:
+    if _in_pod(c):
         return "a pod's IPC namespace and /dev/shm, which outlive a container's restart"
     if c.ipc_mode and c.ipc_mode.startswith("container:"):
         return f"shares the IPC namespace and /dev/shm of {c.ipc_mode[len('container:') :][:12]}"
