@@ -67,6 +67,10 @@ def vllm_argv(model: Path, port: int, extra: Sequence[str] = ()) -> list[str]:
         "256",
         "--dtype",
         "float32",
+        # No torch.compile: on this 2-core machine the warm-up's Dynamo trace took 20 to
+        # 40 s of CPU per start (of some 60), some 25 starts a run. Nothing accelhost
+        # looks at changes: the same three processes, the same /dev/shm files.
+        "--enforce-eager",
         "--host",
         "127.0.0.1",
         "--port",
