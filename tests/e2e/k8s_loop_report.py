@@ -53,15 +53,11 @@ class Row:
     left_at_restart: set[str] = field(default_factory=set)
 
 
-def _mib(n: int) -> str:
-    return f"{n / MIB:.1f}"
-
-
 def table(rows: list[Row]) -> str:
     head = [
-        "| DaemonSet | attempt | start to files (s) | after the crash: files | apparent MiB "
-        "| used MiB (blocks) | tmpfs used MiB (statvfs) | files gone after the kill (s) "
-        "| at the next start: files | tmpfs used MiB |",
+        "| DaemonSet | attempt | start to its files (s) | after the crash: files | apparent MiB "
+        "| in use KiB (blocks) | tmpfs in use KiB (statvfs) | files gone after the kill (s) "
+        "| at the next start: files | tmpfs in use KiB |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     lines = []
@@ -72,8 +68,8 @@ def table(rows: list[Row]) -> str:
         gone = "-" if r.removed_after_s is None else f"{r.removed_after_s:.1f}"
         lines.append(
             f"| {r.phase} | {r.attempt} | {r.start_to_files_s:.0f} | {a.files} "
-            f"| {_mib(a.apparent)} | {_mib(a.used)} | {_mib(a.fs_used)} | {gone} "
-            f"| {b.files} | {_mib(b.fs_used)} |"
+            f"| {a.apparent / MIB:.0f} | {a.used // 1024} | {a.fs_used // 1024} | {gone} "
+            f"| {b.files} | {b.fs_used // 1024} |"
         )
     return "\n".join(head + lines)
 

@@ -17,7 +17,7 @@ attempt started after a back-off, as the kubelet does:
    through three of the watch's rounds; the watch's log names the pod and the attempt that
    left them (from the CRI), and its /metrics counts no failed round.
 
-The figures are printed as a table at the end and kept as `<basetemp>/inner/e2e0/
+The figures are printed as a table at the end and kept as `<basetemp>/.../inner/e2e0/
 k8s-crash-loop.{md,json}` (docs/kubernetes.md shows a run's).
 
 Isolation: the DaemonSet's watch is hostPID with --auto-clean: it acts on every orphan
