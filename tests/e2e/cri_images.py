@@ -6,6 +6,10 @@
 - the engine's image: empty but for /tmp and /root. The container gets the host's system
   folders, Python installation and virtualenv bind-mounted read-only (as the Docker tests'
   containers do), so the same Python and vLLM run inside.
+- accelhost's image, as contrib/docker/Dockerfile's is for a DaemonSet: as empty, with the
+  same mounts, and an environment in which `accelhost` is on PATH (the virtualenv's bin)
+  and imports this tree's src (PYTHONPATH: the virtualenv's editable install may point at
+  another checkout, as it does in a worktree).
 
 Both are docker-archive tars (`manifest.json`, the config JSON, one layer tar), the format
 `ctr images import` reads; the node imports them into its `k8s.io` namespace, where its
@@ -20,6 +24,7 @@ import json
 import platform
 import shutil
 import subprocess
+import sys
 import tarfile
 import time
 from dataclasses import dataclass
@@ -27,6 +32,8 @@ from pathlib import Path
 
 PAUSE_IMAGE = "localhost/accelhost-e2e/pause:1"
 ENGINE_IMAGE = "localhost/accelhost-e2e/engine:1"
+ACCELHOST_IMAGE = "localhost/accelhost-e2e/accelhost:1"
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # What a pause container must do: nothing, until SIGTERM or SIGINT ends it (the runtime's
 # StopPodSandbox sends SIGTERM, then SIGKILL); reap whatever it inherits, as the real one does.
@@ -127,13 +134,18 @@ def write_images(workdir: Path) -> list[Path]:
     pause = docker_archive(
         PAUSE_IMAGE, [Entry("pause", 0o755, build_pause(workdir))], {"Entrypoint": ["/pause"]}
     )
-    engine = docker_archive(
-        ENGINE_IMAGE,
-        [Entry("tmp", 0o1777), Entry("root", 0o700)],
-        {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]},
+    empty = [Entry("tmp", 0o1777), Entry("root", 0o700)]
+    engine = docker_archive(ENGINE_IMAGE, empty, {"Env": [f"PATH={SYSTEM_PATH}"]})
+    src = Path(__file__).resolve().parents[2] / "src"
+    venv_bin = Path(sys.executable).parent
+    accelhost = docker_archive(
+        ACCELHOST_IMAGE,
+        empty,
+        {"Env": [f"PATH={venv_bin}:{SYSTEM_PATH}", f"PYTHONPATH={src}", "HOME=/root"]},
     )
     tars = []
-    for name, data in (("pause.tar", pause), ("engine.tar", engine)):
+    images = (("pause.tar", pause), ("engine.tar", engine), ("accelhost.tar", accelhost))
+    for name, data in images:
         path = workdir / name
         path.write_bytes(data)
         tars.append(path)

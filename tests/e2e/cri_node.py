@@ -76,7 +76,7 @@ def node_config(default: str, root: Path) -> str:
     cri = 'plugins."io.containerd.grpc.v1.cri"'
     text = re.sub(r'^root = ".*"$', f'root = "{root}/root"', default, count=1, flags=re.M)
     text = re.sub(r'^state = ".*"$', f'state = "{root}/state"', text, count=1, flags=re.M)
-    text = _set(text, "grpc", "address", f'"{root}/containerd.sock"')
+    text = _set(text, "grpc", "address", f'"{root}/state/containerd.sock"')
     text = _set(text, cri, "restrict_oom_score_adj", "true")
     text = _set(text, cri, "sandbox_image", f'"{PAUSE_IMAGE}"')
     text = _set(text, f"{cri}.containerd", "snapshotter", '"native"')
@@ -118,7 +118,9 @@ class Node:
 
     @property
     def socket(self) -> Path:
-        return self.root / "containerd.sock"
+        """In the state folder, as a node's /run/containerd/containerd.sock is (a DaemonSet
+        that mounts the runtime's state folder finds it there)."""
+        return self.state / "containerd.sock"
 
     @property
     def endpoint(self) -> str:

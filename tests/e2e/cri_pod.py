@@ -99,6 +99,10 @@ class Pod:
     qos: str = "burstable"
     volume: str = "dshm"
     container: str = "vllm"
+    # the sandbox's NamespaceOption (network, pid, ipc): the engine's pod shares only its
+    # IPC namespace among its containers; a DaemonSet's hostPID/hostIPC pod says NODE
+    namespaces: tuple[int, int, int] = (NODE, CONTAINER, POD)
+    empty_dir_size: str | None = EMPTY_DIR_SIZE  # None: no emptyDir (nor cache volume)
     sandbox_id: str | None = None
     attempts: list[Attempt] = field(default_factory=list)
     tracked: Tracked = field(default_factory=Tracked)
@@ -133,7 +137,8 @@ class Pod:
 
     def sandbox_config(self) -> Any:
         pb = api()
-        ns = pb.NamespaceOption(network=NODE, pid=CONTAINER, ipc=POD)
+        network, pid, ipc = self.namespaces
+        ns = pb.NamespaceOption(network=network, pid=pid, ipc=ipc)
         return pb.PodSandboxConfig(
             metadata=pb.PodSandboxMetadata(
                 name=self.name, uid=self.uid, namespace=self.namespace, attempt=0
@@ -151,15 +156,13 @@ class Pod:
     def run(self) -> None:
         """The emptyDir first (the kubelet mounts volumes before the sandbox), then the
         sandbox."""
-        self.empty_dir.mkdir(parents=True)
-        self.cache_dir.mkdir()
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={EMPTY_DIR_SIZE}", "tmpfs", str(self.empty_dir)],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert done.returncode == 0, f"mounting the emptyDir: {done.stderr}"
+        if self.empty_dir_size is not None:
+            self.empty_dir.mkdir(parents=True)
+            self.cache_dir.mkdir()
+            size = f"size={self.empty_dir_size}"
+            done = subprocess.run(["mount", "-t", "tmpfs", "-o", size, "tmpfs", str(self.empty_dir)],
+                                  capture_output=True, text=True, check=False)  # fmt: skip
+            assert done.returncode == 0, f"mounting the emptyDir: {done.stderr}"
         self.log_dir.mkdir(parents=True)
         request = api().RunPodSandboxRequest(config=self.sandbox_config())
         self.sandbox_id = str(self.cri.call("RunPodSandbox", request).pod_sandbox_id)
@@ -307,9 +310,10 @@ class Pod:
         self.cri.close()
 
 
-def make_pod(node: Node, namespace: str, name: str) -> Pod:
-    """A pod with a fresh uid; its clean-up is registered with the node before it runs."""
-    pod = Pod(node, Cri(node.endpoint), namespace, name, str(uuid.uuid4()))
+def make_pod(node: Node, namespace: str, name: str, **spec: Any) -> Pod:
+    """A pod with a fresh uid (`spec`: Pod's fields); its clean-up is registered with the
+    node before it runs."""
+    pod = Pod(node, Cri(node.endpoint), namespace, name, str(uuid.uuid4()), **spec)
     node.closers.append(pod.close)
     pod.run()
     return pod

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +32,19 @@ def accelhost(*args: str, timeout: float = 600) -> Answer:
     if "--json" in args and done.stdout.strip():
         data = json.loads(done.stdout)
     return Answer(done.returncode, data, done.stdout, done.stderr)
+
+
+def metrics(addr: str) -> dict[str, float]:
+    """A watch's /metrics at `addr` (HOST:PORT): each sample's name with labels, its value."""
+    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            with contextlib.suppress(ValueError):
+                values[name] = float(value)
+    return values
 
 
 def walk(node: Any) -> Iterator[dict[str, Any]]:

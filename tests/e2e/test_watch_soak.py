@@ -15,18 +15,12 @@ clean-up; the journal names only the orphans and the files the test left, each w
 reason, each removed within `--shm-min-age` + `REACT_BOUND_S` of becoming a leftover;
 /metrics counts no failed round; the watch's resident memory stayed flat.
 
-Isolation: `watch --auto-clean` cannot be limited to this test's servers from the command
-line (`--container` scopes it to one container; the bare servers are in none, and their
-pids are not known when it starts), and on a shared machine it would stop other work's
-orphan engines (a first version of
-this test, run on the host, stopped the stand-in orphans of a unit test running beside
-it). So the test runs itself again in a PID and mount namespace of its own (`unshare
---pid --mount --mount-proc`, `tini` as its PID 1, a private tmpfs on /dev/shm) where it
-starts its servers, its own Docker daemon (so the containers' processes are in that
-namespace and `--ipc=host` means its /dev/shm) and the watch: the watch sees nothing else,
-and whatever is left when PID 1 exits is killed by the kernel. The kernel's process
-events reach only the initial PID namespace, so the watch falls back to rounds (it says
-so: `accelhost_watch_fallback{source="process_events"}`): `--interval 1` there.
+Isolation: the test runs itself again in a PID and mount namespace of its own with a
+private /dev/shm (tests/e2e/isolated.py says why and how), where it starts its servers,
+its own Docker daemon (so the containers' processes are in that namespace and
+`--ipc=host` means its /dev/shm) and the watch. The kernel's process events reach only
+the initial PID namespace, so the watch falls back to rounds (it says so:
+`accelhost_watch_fallback{source="process_events"}`): `--interval 1` there.
 """
 
 from __future__ import annotations
@@ -35,12 +29,9 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
-import sys
 import time
-import urllib.request
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -49,7 +40,8 @@ import pytest
 from docker_daemon import Daemon
 from docker_vllm import remove_unheld, start_vllm
 from engine import Server, accelhost_argv, start_server, wait_gone
-from hostcli import accelhost, check, paths_named, pids_named, walk
+from hostcli import accelhost, metrics, paths_named, pids_named, walk
+from isolated import inside, nothing_to_clean_before, run_isolated
 from procs import Tracked, shm_files_held, wait_for
 
 SHM_MIN_AGE = 2.0
@@ -76,35 +68,10 @@ def _rss_kib(pid: int) -> int:
     return int(found.group(1))
 
 
-def _metrics(addr: str) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=10) as resp:
-        text = resp.read().decode()
-    values = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            with contextlib.suppress(ValueError):
-                values[name] = float(value)
-    return values
-
-
 def _journal(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _nothing_to_clean_before() -> None:
-    """Fail loudly (never skip) if watch --auto-clean would act on someone else's leftovers."""
-    doctor = accelhost("doctor", "--json", "--shm-min-age", str(SHM_MIN_AGE))
-    assert doctor.data is not None, doctor.explain()
-    orphans = pids_named(check(doctor.data, "orphan_engines")["evidence"])
-    leaked = paths_named(check(doctor.data, "posix_shm")["evidence"])
-    assert not orphans and not leaked, (
-        "this host already has orphan engines or leaked engine files that watch --auto-clean "
-        f"would remove (it cannot be limited to this test's): orphans {sorted(orphans)}, "
-        f"files {sorted(leaked)}; the soak does not run here"
-    )
 
 
 def _untouched(server: Server, pids: set[int], files: set[str], when: str) -> None:
@@ -163,13 +130,12 @@ def _stopped_at(entries: list[dict[str, Any]], pid: int) -> float | None:
     return None
 
 
-ISOLATED = "AH_SOAK_ISOLATED"
 INNER_TIMEOUT_S = 600
 
 
 def test_watch_auto_clean_soak_under_churn(request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    if os.environ.get(ISOLATED) != "1":
-        _run_isolated(tmp_path)
+    if not inside():
+        run_isolated(__file__, _TEST, tmp_path, INNER_TIMEOUT_S)
         return
     _soak(
         request.getfixturevalue("tiny_model"),
@@ -179,48 +145,12 @@ def test_watch_auto_clean_soak_under_churn(request: pytest.FixtureRequest, tmp_p
     )
 
 
-def _run_isolated(tmp_path: Path) -> None:
-    """This test again, in a PID and mount namespace of its own with a private /dev/shm.
-
-    The watch there sees only the soak's processes (its servers, its own Docker daemon
-    and containers, started inside) and files; when the namespace's PID 1 (tini) exits, the
-    kernel kills whatever is left in it and the tmpfs goes with it.
-    """
-    for tool in ("unshare", "tini", "mount"):
-        assert shutil.which(tool), f"the soak needs {tool} (util-linux; Debian's tini)"
-    inner = [
-        sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
-        "--basetemp", str(tmp_path / "inner"), f"{__file__}::{_TEST}",
-    ]  # fmt: skip
-    script = 'mount -t tmpfs -o size=4g,mode=1777 ah-soak-shm /dev/shm && exec "$@"'
-    argv = [
-        "unshare", "--pid", "--fork", "--kill-child", "--mount-proc",
-        "--mount", "--propagation", "private",
-        "tini", "-s", "--", "sh", "-c", script, "sh", *inner,
-    ]  # fmt: skip
-    started = time.monotonic()
-    done = subprocess.run(
-        argv,
-        env={**os.environ, ISOLATED: "1"},
-        cwd=Path(__file__).resolve().parents[2],
-        capture_output=True,
-        text=True,
-        timeout=INNER_TIMEOUT_S,
-        check=False,
-    )
-    # (past the timeout, subprocess kills unshare, and --kill-child then the namespace)
-    kept = [ln for ln in done.stdout.splitlines() if "it/s]" not in ln]
-    print("\n".join(kept[-80:]))
-    print(f"soak in its namespace: {time.monotonic() - started:.0f} s, exit {done.returncode}")
-    assert done.returncode == 0, "\n".join(kept[-200:]) + done.stderr[-3000:]
-
-
 _TEST = "test_watch_auto_clean_soak_under_churn"
 
 
 def _soak(tiny_model: Path, e2e_dir: Path, docker_daemon: Daemon, tmp_path: Path) -> None:
     t_begin = time.monotonic()
-    _nothing_to_clean_before()
+    nothing_to_clean_before(SHM_MIN_AGE)
     journal = tmp_path / "j.jsonl"
     wlog = tmp_path / "watch.log"
     watch_argv = accelhost_argv(
@@ -251,7 +181,7 @@ def _soak(tiny_model: Path, e2e_dir: Path, docker_daemon: Daemon, tmp_path: Path
         addr = str(wait_for("watch to serve /metrics", listening, 60))
         wait_for(
             "watch's first round",
-            lambda: _metrics(addr).get("accelhost_watch_runs_total", 0) >= 1,
+            lambda: metrics(addr).get("accelhost_watch_runs_total", 0) >= 1,
             60,
         )
         rss_first = _rss_kib(watch.pid)
@@ -359,16 +289,16 @@ def _soak(tiny_model: Path, e2e_dir: Path, docker_daemon: Daemon, tmp_path: Path
         measured["orphans_gone_seen_by_test_after_kill_s"] = t_orphans_gone - t_kill
 
         # -- the watch itself ----------------------------------------------------------
-        metrics = _metrics(addr)
-        assert metrics.get("accelhost_watch_round_failures_total") == 0.0, metrics
-        assert metrics.get("accelhost_watch_runs_total", 0) >= 3, metrics
+        scraped = metrics(addr)
+        assert scraped.get("accelhost_watch_round_failures_total") == 0.0, scraped
+        assert scraped.get("accelhost_watch_runs_total", 0) >= 3, scraped
         rss_end = _rss_kib(watch.pid)
         measured["rss_first_kib"] = rss_first
         measured["rss_end_kib"] = rss_end
         assert rss_end <= rss_first + RSS_MARGIN_KIB, f"RSS grew {rss_first} -> {rss_end} KiB"
-        fallbacks = {k: v for k, v in metrics.items() if k.startswith("accelhost_watch_fallback")}
+        fallbacks = {k: v for k, v in scraped.items() if k.startswith("accelhost_watch_fallback")}
         measured["soak_s"] = time.monotonic() - t_begin
-        report = {"measured": measured, "fallback": fallbacks, "runs": metrics.get(
+        report = {"measured": measured, "fallback": fallbacks, "runs": scraped.get(
             "accelhost_watch_runs_total")}  # fmt: skip
         (e2e_dir / "watch-soak.json").write_text(json.dumps(report, indent=2))
         print("\nwatch soak:", json.dumps(report, indent=2))

@@ -7,6 +7,7 @@ containerd does; its answer is recorded into the host, as `snapshot` records one
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -18,6 +19,7 @@ from accelhost.host.live import LiveHost
 from accelhost.hygiene.doctor.checks import run_checks
 from accelhost.hygiene.facts.host import read_facts
 from accelhost.hygiene.options import HygieneOptions
+from accelhost.hygiene.watch.watcher import WatchConfig, Watcher
 from container_hosts import cid, put_in_container
 from cri_server import FakeContainer, FakeCri, FakePod, cri_server
 
@@ -136,3 +138,20 @@ def test_a_pod_no_runtime_names_is_still_fixed_in_kubernetes_words() -> None:
     assert 'command: ["accelhost", "run", "--"' in check.fix, check.fix
     assert f"accelhost clean --container {LIVE[:12]}" in check.fix, check.fix
     assert "docker" not in check.fix and "--ipc" not in check.fix, check.fix
+
+
+def test_a_watch_judges_a_young_emptydir_file_when_it_comes_of_age() -> None:
+    """A crashed attempt's file in its pod's emptyDir, 2 s old under --shm-min-age 5: the
+    watch's next round is due in 3 s, not one --interval later (before, only the host's
+    shm dirs were scheduled: with --interval 5 such a file went up to 10 s after a crash,
+    past the kubelet's first restart)."""
+    fake, opts = _host(False)
+    born = NOW - 2
+    fake.stat_dirs[VOLUME] = [
+        FileStat(OLD, "file", 1 << 20, 2048, 0, "root", born, born, DEV, 11, birth=born)
+    ]
+    opts = dataclasses.replace(opts, shm_min_age_s=5.0)
+    watcher = Watcher(fake.host, opts, WatchConfig(interval_s=5.0), lambda _e: None)
+    watcher.run_once()
+    assert watcher._state.next_due(NOW) == pytest.approx(3.0)
+    assert watcher._state.next_due(NOW + 4) == 0.0  # overdue: at once

@@ -106,6 +106,10 @@ class IncrementalState:
     _cgroups: dict[tuple[int, int], CgroupContainer | None] = field(default_factory=dict)
     last: RoundCost = field(default_factory=RoundCost)
     files: ShmState = field(init=False)
+    # when (the facts' clock) the first unheld engine file the last round judged too young
+    # reaches --shm-min-age, wherever it lies: also a container's own /dev/shm or a pod's
+    # emptyDir, which `files` does not list
+    _young_due: float | None = None
 
     def __post_init__(self) -> None:
         self.files = ShmState(self.options)
@@ -279,10 +283,21 @@ class IncrementalState:
             or not inodes.isdisjoint(rec.holds.inodes)
         }
 
+    def note_waiting(self, waits: Iterable[float | None], now_epoch: float | None) -> None:
+        """The last round's verdicts' waits (seconds until a file counts as leaked): a
+        crashed attempt's files in its pod's emptyDir are judged when they come of age,
+        not one --interval later (the kubelet restarts the pod 10 s after a crash)."""
+        young = [w for w in waits if w is not None]
+        self._young_due = None if now_epoch is None or not young else now_epoch + min(young)
+
     def next_due(self, now_epoch: float) -> float | None:
         """Seconds until the next engine-named file, held by nobody we know of, reaches
         --shm-min-age (it is judged then, not at the next round); None when none will."""
-        return self.files.due(now_epoch, self._held())
+        listed = self.files.due(now_epoch, self._held())
+        if self._young_due is None:
+            return listed
+        young = max(0.0, self._young_due - now_epoch)
+        return young if listed is None else min(listed, young)
 
     def _known(self, held: HeldScan, listed: bool) -> KnownProcesses:
         return KnownProcesses(

@@ -166,6 +166,7 @@ class Watcher:
             self._orphans_looked = {(o.proc.pid, o.proc.start_ticks) for o in orphans or ()}
         facts, att = found.facts, found.attribution
         self._note_engine_segments(facts)
+        self._state.note_waiting((v.waiting_s for v in found.shm or ()), facts.now_epoch)
         if facts.now_epoch is not None:
             self._clock_offset = facts.now_epoch - time.time()
         chosen = None if self._scope is None else self._scope.resolve(att)
