@@ -34,7 +34,9 @@ def accelhost(*argv: str) -> subprocess.CompletedProcess[str]:
 def test_a_silent_cri_socket_is_one_line_and_the_checks_still_run() -> None:
     with silent_socket() as path:
         done = accelhost("doctor", "--json", "--cri-socket", "unix://" + path)
-    assert done.returncode in (0, 1), done.stderr
+    # the verdict is this machine's (2: a check cannot tell, e.g. a device node another
+    # test holds open with no device tool here); that the checks ran is the report itself
+    assert done.returncode in (0, 1, 2) and not done.stderr, done.stderr
     checks = {c["name"]: c for c in json.loads(done.stdout)["checks"]}
     assert {"orphan_engines", "posix_shm", "container_init"} <= set(checks)
     said = [c["summary"] for c in checks.values() if path in c["summary"]]

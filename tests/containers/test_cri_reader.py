@@ -129,8 +129,10 @@ def test_the_reader_names_a_pods_attempts_from_the_runtime(runtime: Any) -> None
     view = read_containers(LiveCri(m.snapshot()), procs, NOW, cri_sockets=[path])
     live = view.of_pid(4242)
     assert live is not None and live.id == LIVE and live.attempt == 1
-    assert live.label == f"engine (kubernetes {LIVE[:12]}, pod serving/vllm-0)"
+    # named by the runtime that answered, as its exited attempt is (not the cgroup's word)
+    assert live.label == f"engine (containerd {LIVE[:12]}, pod serving/vllm-0)"
     assert view.containers[CRASHED].state == EXITED  # no process: the runtime's record
+    assert view.containers[CRASHED].runtime == live.runtime
     pause = view.of_pid(4100)
     assert pause is not None and pause.is_sandbox
     assert path in view.runtimes and view.notes == ()

@@ -144,12 +144,15 @@ def _ask_socket(
 
 
 def _merge(seen: CgroupContainer, record: Container | None) -> Container:
-    """The cgroup's facts (runtime, id, pod uid) with the runtime's names where it answered."""
+    """The cgroup's facts (runtime, id, pod uid) with the runtime's names where it answered.
+    The runtime that answered names itself (a pod's containers are `containerd`'s whether
+    they run or exited; the cgroup can only say `kubernetes`)."""
     pod = record.pod if record else None
     if seen.pod_uid is not None:
         pod = Pod(pod.namespace if pod else None, pod.name if pod else None, seen.pod_uid)
-    base = record or Container(runtime=seen.runtime, id=seen.container_id, name=seen.name)
-    return replace(base, runtime=seen.runtime or base.runtime, state=RUNNING, pod=pod)
+    if record is None:
+        return Container(seen.runtime, seen.container_id, seen.name, state=RUNNING, pod=pod)
+    return replace(record, runtime=record.runtime or seen.runtime, state=RUNNING, pod=pod)
 
 
 def read_containers(
