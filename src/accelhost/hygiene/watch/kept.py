@@ -47,42 +47,24 @@ class KeptNotes:
         what stays below the byte threshold (empty when the round cleans); `leaked`: the
         bytes the threshold was weighed on."""
         under = UNDER_THRESHOLD.format(leaked=leaked, limit=self.clean_leaked_bytes)
-        notes: list[tuple[Hashable, dict[str, Any]]] = []
+        # (key, kind, what names it, why it stays, the clean option that names it)
+        kept: list[tuple[Hashable, str, dict[str, Any], str, tuple[str, str]]] = []
         for o in orphans:
             if o.group_frontend is not None:
                 why = FRONTEND_LIVES.format(pid=o.group_frontend)
-                notes.append(
-                    self._note(
-                        ("pid", o.proc.pid, o.proc.start_ticks),
-                        "orphan",
-                        {"pid": o.proc.pid},
-                        why,
-                        ("--pid", str(o.proc.pid)),
-                    )
-                )
-        for seg, why in [(s, NOT_AN_ENGINES) for s, _ in unasked] + [
-            (s, under) for s, _ in waiting
-        ]:
-            notes.append(
-                self._note(
-                    ("shmid", seg.shmid, seg.ctime),
-                    "segment",
-                    {"shmid": seg.shmid, "bytes": seg.size},
-                    why,
-                    ("--shmid", str(seg.shmid)),
-                )
-            )
-        for j in files:
-            f = j.file
-            notes.append(
-                self._note(
-                    ("path", f.path, f.inode),
-                    "shm_file",
-                    {"path": f.path, "bytes": f.used_bytes},
-                    under,
-                    ("--path", f.path),
-                )
-            )
+                pid = o.proc.pid
+                kept.append((("pid", pid, o.proc.start_ticks), "orphan", {"pid": pid}, why,
+                             ("--pid", str(pid))))  # fmt: skip
+        segments = [(s, NOT_AN_ENGINES) for s, _ in unasked] + [(s, under) for s, _ in waiting]
+        for seg, why in segments:
+            kept.append((("shmid", seg.shmid, seg.ctime), "segment",
+                         {"shmid": seg.shmid, "bytes": seg.size}, why,
+                         ("--shmid", str(seg.shmid))))  # fmt: skip
+        for f in (j.file for j in files):
+            kept.append((("path", f.path, f.inode), "shm_file",
+                         {"path": f.path, "bytes": f.used_bytes}, under,
+                         ("--path", f.path)))  # fmt: skip
+        notes = [self._note(*entry) for entry in kept]
         for key, event in notes:
             if key not in self._said:
                 self.log(event)
