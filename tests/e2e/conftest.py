@@ -45,7 +45,9 @@ class ServerSpec:
 
 SERVER_SPECS: dict[str, ServerSpec] = {
     # Started by a deployment script that exits: healthy, and must never be touched.
-    "healthy": ServerSpec(launcher="script"),
+    # vLLM's own OpenMP binding, as users get it (every other server starts with "nobind":
+    # engine.BASE_ENV), for the plugin's "does nothing" test to find where vLLM put it.
+    "healthy": ServerSpec(launcher="script", env={"VLLM_CPU_OMP_THREADS_BIND": "auto"}),
     # Its API server is SIGKILLed: EngineCore and Worker are left as orphans.
     "victim_api": ServerSpec(),
     # Every process of it is SIGKILLed: its /dev/shm files are left.
