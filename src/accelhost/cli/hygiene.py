@@ -351,8 +351,6 @@ def watch_main(args: argparse.Namespace) -> int:
         raise UsageError("--interval must be at least 0.1 seconds")
     if args.full_every < 1:
         raise UsageError("--full-every must be at least 1")
-    if args.grace < 0:
-        raise UsageError("--grace must not be negative")
     if args.auto_clean and args.snapshot:
         raise UsageError("--auto-clean acts on this host; it cannot run on a --snapshot")
     if args.auto_clean:
