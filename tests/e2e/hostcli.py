@@ -47,6 +47,16 @@ def metrics(addr: str) -> dict[str, float]:
     return values
 
 
+def say_at_end(request: Any, text: str) -> None:
+    """Print a run's figures in the session's output, also from a fixture's teardown and
+    after a failure (a fixture's output is captured)."""
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None:
+        with capture.global_and_fixture_disabled():
+            reporter.write_line(text)
+
+
 def walk(node: Any) -> Iterator[dict[str, Any]]:
     """Every dictionary inside a JSON answer, depth first."""
     if isinstance(node, dict):

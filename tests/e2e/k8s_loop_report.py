@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hostcli import say_at_end
 
 MIB = 2**20
 WATCH = "accelhost_watch_"  # the DaemonSet's own figures kept: rounds, their cost
@@ -94,8 +95,4 @@ def report(request: pytest.FixtureRequest, e2e_dir: Path, rec: dict[str, Any]) -
     watch = body["watch"]
     cost = "".join(f"\n  {k}: {v:g}" for k, v in watch.items() if "fallback" not in k)
     out = f"\n== the pod's crash loop, as this run saw it\n{text}\n{timings}{cost}"
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if reporter is not None and capture is not None:
-        with capture.global_and_fixture_disabled():
-            reporter.write_line(out)
+    say_at_end(request, out)

@@ -32,7 +32,7 @@ from docker_accelhost import (
 from docker_daemon import Daemon
 from docker_scenarios import DEVICE_NODE, Timings, engine_and_tini, removed_and_pod, seed_beside_run
 from docker_vllm import Stopped
-from hostcli import check, paths_named
+from hostcli import check, paths_named, say_at_end
 
 
 @pytest.fixture(scope="module")
@@ -42,11 +42,7 @@ def timings(request: pytest.FixtureRequest, e2e_dir: Path) -> Iterator[Timings]:
         yield measured
     finally:
         table = measured.markdown()
-        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-        capture = request.config.pluginmanager.get_plugin("capturemanager")
-        if reporter is not None and capture is not None:
-            with capture.global_and_fixture_disabled():  # teardown output is captured
-                reporter.write_line("\n== the Docker table, as this run measured it\n" + table)
+        say_at_end(request, "\n== the Docker table, as this run measured it\n" + table)
         (e2e_dir / "docker-table.md").write_text(table + "\n")
 
 

@@ -28,7 +28,7 @@ from cri_node import Node, start_node
 from cri_pod import EXITED, Attempt, Pod, make_pod
 from docker_accelhost import has_option, leftover_items
 from engine import accelhost_argv
-from hostcli import Answer, check, paths_named
+from hostcli import Answer, check, paths_named, say_at_end
 from procs import SHM_DIR, wait_for
 
 NAMESPACE, POD_NAME = "ah-e2e", "vllm-0"
@@ -115,11 +115,7 @@ def _report(request: pytest.FixtureRequest, e2e_dir: Path, rec: dict[str, Any]) 
     lines = [f"  {k}: {v:.1f} s" for k, v in rec["timings"].items()]
     lines += [f"  {k}: {_summary(rec.get(k))}" for k in DOCTOR_MOMENTS]
     text = "\n== the CRI node's pod, as this run saw it\n" + "\n".join(lines)
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    capture = request.config.pluginmanager.get_plugin("capturemanager")
-    if reporter is not None and capture is not None:
-        with capture.global_and_fixture_disabled():  # fixture output is captured
-            reporter.write_line(text)
+    say_at_end(request, text)
 
 
 @pytest.fixture(scope="module")
