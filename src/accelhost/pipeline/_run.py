@@ -12,14 +12,14 @@ import contextlib
 import os
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from accelhost.pipeline._channel import Aborted, Channel
-from accelhost.pipeline._errors import PipelineError, annotate, check_batch, stop_error
+from accelhost.pipeline._errors import PipelineError, annotate, check_batch, exc_note, stop_error
 from accelhost.pipeline._stage import OnError, Stage
 
 if TYPE_CHECKING:
@@ -46,16 +46,14 @@ class RunSettings:
         return self.queue_size * (len(self.stages) + 1) + ahead
 
 
+@dataclass(slots=True, eq=False)
 class Env:
     """One item on its way: its seq restores input order, its item names an error."""
 
-    __slots__ = ("seq", "item", "value", "error")
-
-    def __init__(self, seq: int, item: Any) -> None:
-        self.seq = seq
-        self.item = item
-        self.value = item
-        self.error: BaseException | None = None
+    seq: int
+    item: Any
+    value: Any
+    error: BaseException | None = None
 
 
 @dataclass(eq=False)
@@ -255,6 +253,28 @@ class Run:
             raise exc
         if self.aborted:
             raise PipelineError("the pipeline was aborted")
+
+
+_QUIET = (Aborted, asyncio.CancelledError)
+
+
+@contextlib.contextmanager
+def ending(
+    r: Run, out: Channel[Env], quiet: tuple[type[BaseException], ...] = _QUIET, note: str = ""
+) -> Iterator[None]:
+    """How every producer (the feeder, each stage worker) ends: on `quiet` (`Aborted`, a
+    task's cancellation) quietly, on any other error by failing the run (with `note`
+    added); its output channel always learns that it is done."""
+    try:
+        yield
+    except quiet:
+        pass
+    except BaseException as exc:
+        if note:
+            exc_note(exc, note)
+        r.fail(exc)
+    finally:
+        out.producer_done()
 
 
 def _steadily(step: Callable[[], object], held: BaseException | None) -> BaseException | None:
