@@ -89,16 +89,10 @@ def simulated(pre_s: float, device_s: float, post_s: float, n: int) -> Workload:
     pre = functools.partial(_sim_cpu, pre_s, 3)
     device = functools.partial(_sim_device, device_s)
     post = functools.partial(_sim_cpu, post_s, 2)
-    slowest = max(pre_s, device_s, post_s)
+    slowest = max(pre_s, device_s, post_s) or None  # every stage free: no bound
     label = f"pre {pre_s * 1e3:g} ms, device {device_s * 1e3:g} ms, post {post_s * 1e3:g} ms"
     return Workload(
-        pre,
-        device,
-        post,
-        list(range(n)),
-        slowest if slowest > 0 else None,
-        label,
-        stage_s=(pre_s, device_s, post_s),
+        pre, device, post, list(range(n)), slowest, label, stage_s=(pre_s, device_s, post_s)
     )
 
 
@@ -225,7 +219,6 @@ def run_asyncio_recipe(wl: Workload, progress: Progress) -> Result:
 def run_accelhost(
     wl: Workload,
     progress: Progress,
-    queue_size: int = 64,
     trace: str | None = None,
     cpu_kind: str = "thread",
 ) -> Result:
@@ -238,7 +231,6 @@ def run_accelhost(
             Stage(wl.pre, name="pre", kind=cpu_kind),  # type: ignore[arg-type]
             Stage(device, name="device", device=True),
             Stage(wl.post, name="post", kind=cpu_kind),  # type: ignore[arg-type]
-            queue_size=queue_size,
             trace=trace is not None,
         )
         pipes.append(pipe)
@@ -371,9 +363,4 @@ def real_workload(n: int) -> Workload:
         )
     from accelhost.bench.realwork import build
 
-    pre, device, post, items = build(n)
-    label = "real: tokenizers + torch model, 16 sentences per item"
-    wl = Workload(pre, device, post, items, None, label, measure_bound=True)
-    for item in items[:8]:  # warm-up: first calls allocate and compile
-        post(device(pre(item)))
-    return wl
+    return build(n)

@@ -8,8 +8,9 @@ GIL, and Python-side decoding.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
+
+from accelhost.bench.pipeline import Workload
 
 CORPUS = """\
 An inference server spends its life in three rooms. In the first, requests arrive as
@@ -37,11 +38,9 @@ def sentences() -> list[str]:
     return [s.strip() + "." for s in text.split(".") if s.strip()]
 
 
-def build(
-    n: int, batch: int = 16, seq_len: int = 64
-) -> tuple[Callable[[Any], Any], Callable[[Any], Any], Callable[[Any], Any], list[list[str]]]:
-    """Stage functions and `n` items, each a batch of `batch` sentences (as a server's
-    dynamic batcher would hand over)."""
+def build(n: int, batch: int = 16, seq_len: int = 64) -> Workload:
+    """The workload of `n` items, each a batch of `batch` sentences (as a server's dynamic
+    batcher would hand over), warmed up: first calls allocate and compile."""
     import torch  # type: ignore[import-not-found,unused-ignore]
     from tokenizers import (  # type: ignore[import-not-found,unused-ignore]
         Tokenizer,
@@ -85,4 +84,7 @@ def build(
         return [str(t) for t in tok.decode_batch(out.tolist())]
 
     items = [[lines[(i * batch + j) % len(lines)] for j in range(batch)] for i in range(n)]
-    return tokenize, forward, detokenize, items
+    label = f"real: tokenizers + torch model, {batch} sentences per item"
+    for item in items[:8]:
+        detokenize(forward(tokenize(item)))
+    return Workload(tokenize, forward, detokenize, items, None, label, measure_bound=True)

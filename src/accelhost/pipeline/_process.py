@@ -22,9 +22,7 @@ from typing import Any, NoReturn
 
 from accelhost.pipeline._channel import Aborted
 from accelhost.pipeline._errors import PipelineError, annotate, exc_note
-from accelhost.pipeline._run import Env, ProcessLink, Run, Worker, ending
-
-Reply = tuple[bool, Any, float, float]
+from accelhost.pipeline._run import Env, ProcessLink, Reply, Run, Worker, ending
 
 
 def start_process(r: Run, w: Worker) -> None:
@@ -64,9 +62,7 @@ def process_driver(r: Run, w: Worker) -> None:
             while (envs := inq.get_batch(size, wait_s)) is not None:
                 good = _send(r, w, [e for e in envs if e.error is None], batched)
                 if good:
-                    ok, value, t0, t1 = _receive(r, w, good, batched)
-                    w.did(t0, t1, good[0].seq, len(good))
-                    r.outcome(w, good, ok, value, batched)
+                    r.outcome(w, good, _receive(r, w, good, batched), batched)
                 outq.put_many(envs)
             if not r.aborted:  # the end of the input: the child may stop on its own
                 with contextlib.suppress(OSError):

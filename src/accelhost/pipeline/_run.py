@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 # in the reorder buffer) besides those the queues hold.
 AHEAD = 64
 
+# what one call of a stage function gave: (ok, its value or error, t_start, t_end)
+Reply = tuple[bool, Any, float, float]
+
 
 @dataclass(frozen=True)
 class RunSettings:
@@ -76,14 +79,6 @@ class Worker:
     thread: threading.Thread | None = None
     link: ProcessLink | None = None
 
-    def did(self, t0: float, t1: float, first: int, n: int) -> None:
-        """Count one call of the stage function on `n` items from seq `first`."""
-        self.busy += t1 - t0
-        self.items += n
-        self.calls += 1
-        if self.spans is not None:
-            self.spans.append((t0, t1, first, n))
-
 
 @dataclass(eq=False)
 class Run:
@@ -127,9 +122,15 @@ class Run:
                 self.error = exc
         self.abort()
 
-    def outcome(self, w: Worker, good: list[Env], ok: bool, value: Any, batched: bool) -> None:
-        """Store what one call returned in its items (a batch: one result each), or its
-        error in all of them."""
+    def outcome(self, w: Worker, good: list[Env], reply: Reply, batched: bool) -> None:
+        """Count one call of the stage function on `good` and store what it returned in
+        its items (a batch: one result each), or its error in all of them."""
+        ok, value, t0, t1 = reply
+        w.busy += t1 - t0
+        w.items += len(good)
+        w.calls += 1
+        if w.spans is not None:
+            w.spans.append((t0, t1, good[0].seq, len(good)))
         if ok and batched:
             try:
                 value = check_batch(w.stage, self.settings.stages[w.stage].label, good, value)

@@ -82,8 +82,7 @@ def thread_worker(r: Run, w: Worker) -> None:
                     ok, value = True, fn([e.value for e in good])
                 except Exception as exc:
                     ok, value = False, exc
-                w.did(t0, perf_counter(), good[0].seq, len(good))
-                r.outcome(w, good, ok, value, batched=True)
+                r.outcome(w, good, (ok, value, t0, perf_counter()), batched=True)
             outq.put_many(envs)
 
 
@@ -129,6 +128,5 @@ async def _async_worker(r: Run, w: Worker) -> None:
                     )
                 except Exception as exc:
                     ok, value = False, exc
-                w.did(t0, perf_counter(), good[0].seq, len(good))
-                r.outcome(w, good, ok, value, batched)
+                r.outcome(w, good, (ok, value, t0, perf_counter()), batched)
             await outq.aput_many(envs)
