@@ -132,7 +132,7 @@ class Pipeline:
     def _start(self) -> Run:
         if self._active:
             raise PipelineError("this pipeline is already running; create another one")
-        r = Run.create(self._settings())
+        r = Run(self._settings())
         self._run = r
         self._active = True
         try:

@@ -77,31 +77,19 @@ def trace_events(r: Run) -> list[dict[str, Any]]:
             events.append({"ph": "M", "pid": pid, "tid": tid, "name": name, "args": args})
         for start, end, seq, count in w.spans or []:
             name = f"#{seq}" if count == 1 else f"batch #{seq}+{count}"
-            events.append(
-                {
-                    "ph": "X",
-                    "pid": pid,
-                    "tid": tid,
-                    "name": name,
-                    "cat": st.name,
-                    "ts": round((start - t0) * 1e6, 3),
-                    "dur": round((end - start) * 1e6, 3),
-                    "args": {"first_item": seq, "items": count},
-                }
-            )
+            span = {"ph": "X", "pid": pid, "tid": tid, "name": name, "cat": st.name}
+            args = {"first_item": seq, "items": count}
+            events.append({**span, "ts": _us(start - t0), "dur": _us(end - start), "args": args})
     for si, ch in enumerate(r.channels):
         label = f"queue before {stages[si].name}" if si < len(stages) else "output queue"
+        counter = {"ph": "C", "pid": pid, "name": label}
         for t, depth in ch.depth_trace or []:
-            events.append(
-                {
-                    "ph": "C",
-                    "pid": pid,
-                    "name": label,
-                    "ts": round((t - t0) * 1e6, 3),
-                    "args": {"depth": depth},
-                }
-            )
+            events.append({**counter, "ts": _us(t - t0), "args": {"depth": depth}})
     return events
+
+
+def _us(seconds: float) -> float:
+    return round(seconds * 1e6, 3)
 
 
 # per stage: (metric name after the prefix, key of the stage's row, counter?, help)

@@ -83,8 +83,10 @@ class Worker:
 @dataclass(eq=False)
 class Run:
     settings: RunSettings
-    channels: list[Channel[Env]]
-    workers: list[Worker] = field(default_factory=list)
+    # channel i feeds stage i (the last, the caller); its producers: the feeder, or the
+    # workers of stage i - 1
+    channels: list[Channel[Env]] = field(init=False)
+    workers: list[Worker] = field(init=False)
     # threads that are not stage workers: the feeder, the async stages' event loop
     helpers: list[threading.Thread] = field(default_factory=list)
     t_start: float = field(default_factory=perf_counter)
@@ -105,16 +107,14 @@ class Run:
     pending: dict[int, Env] = field(default_factory=dict)
     next_seq: int = 0
 
-    @classmethod
-    def create(cls, settings: RunSettings) -> Run:
-        size, trace = settings.queue_size, settings.trace
-        channels: list[Channel[Env]] = [Channel(size, 1, trace)]
-        channels += [Channel(size, st.workers, trace) for st in settings.stages]
-        run = cls(settings, channels)
-        for si, st in enumerate(settings.stages):
-            for wi in range(st.workers):
-                run.workers.append(Worker(si, wi, spans=[] if trace else None))
-        return run
+    def __post_init__(self) -> None:
+        stages, size, trace = self.settings.stages, self.settings.queue_size, self.settings.trace
+        self.channels = [Channel(size, n, trace) for n in (1, *(st.workers for st in stages))]
+        self.workers = [
+            Worker(si, wi, spans=[] if trace else None)
+            for si, st in enumerate(stages)
+            for wi in range(st.workers)
+        ]
 
     def fail(self, exc: BaseException) -> None:
         with self.lock:
