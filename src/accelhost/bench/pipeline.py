@@ -335,25 +335,3 @@ def table_rows(report: dict[str, Any]) -> list[list[str]]:
 
 
 TABLE_HEADERS = ("method", "items", "seconds", "items/s", "device busy", "efficiency", "vs serial")
-
-
-def real_workload(n: int) -> Workload:
-    """A real tokenizer and a small torch model, both built here, on bundled text."""
-    import importlib
-    import warnings
-
-    missing = []
-    for name in ("torch", "tokenizers"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch's CPU build warns when numpy is absent
-            try:
-                importlib.import_module(name)
-            except ImportError:
-                missing.append(name)
-    if missing:
-        raise AccelhostError(
-            f"--real needs {' and '.join(missing)}: pip install 'accelhost[torch,real]'"
-        )
-    from accelhost.bench.realwork import build
-
-    return build(n)
