@@ -34,26 +34,26 @@ class Setup:
 
 
 def to_dict(setup: Setup, outcome: Outcome, comparison: Comparison) -> dict[str, Any]:
-    data = {"format": formats.BENCH_BIND, **comparison.to_dict()}
+    metric = setup.figure.metric
+    data = {
+        "format": formats.BENCH_BIND,
+        **comparison.to_dict(),
+        "figure": "metric" if metric else "wall_time_s",
+        "metric": metric.pattern if metric else None,
+        "command": list(setup.argv),
+        "cpus": list(setup.binding.cpus),
+        "unbound_cpus": list(setup.unbound_cpus),
+        "binding": setup.binding.to_dict(),
+        "host": setup.host,
+        "repeats": setup.repeats,
+        "warmup": setup.warmup,
+        "order": ORDER,
+        "interrupted": outcome.interrupted,
+        "stopped_early": outcome.gave_up,
+        "runs": [r.to_dict() for r in outcome.runs],
+    }
     for arm in (UNBOUND, BOUND):
         data["arms"][arm]["failed"] = _failed(outcome.runs, arm)
-    data.update(
-        {
-            "figure": "metric" if setup.figure.metric else "wall_time_s",
-            "metric": setup.figure.metric.pattern if setup.figure.metric else None,
-            "command": list(setup.argv),
-            "cpus": list(setup.binding.cpus),
-            "unbound_cpus": list(setup.unbound_cpus),
-            "binding": setup.binding.to_dict(),
-            "host": setup.host,
-            "repeats": setup.repeats,
-            "warmup": setup.warmup,
-            "order": ORDER,
-            "interrupted": outcome.interrupted,
-            "stopped_early": outcome.gave_up,
-            "runs": [r.to_dict() for r in outcome.runs],
-        }
-    )
     return data
 
 
@@ -78,30 +78,23 @@ def text(setup: Setup, outcome: Outcome, comparison: Comparison) -> str:
         ),
         "",
     ]
-    if c.ratio is None:
-        lines.append("ratio of medians bound/unbound: none")
-    else:
-        ci = (
+    ratio = "none" if c.ratio is None else _num(c.ratio)
+    if c.ci is not None:  # there is an interval only where there is a ratio
+        ratio += (
             f" ({c.confidence * 100:g} % interval {_num(c.ci[0])} .. {_num(c.ci[1])}; "
             f"bootstrap, {c.resamples} resamples, seed {c.seed})"
-            if c.ci is not None
-            else ""
         )
-        lines.append(f"ratio of medians bound/unbound: {_num(c.ratio)}{ci}")
-    lines.append(f"verdict: {c.verdict} ({c.why})")
+    lines += [f"ratio of medians bound/unbound: {ratio}", f"verdict: {c.verdict} ({c.why})"]
     bad = [r for r in outcome.runs if r.status != OK]
     if bad:
-        lines.append("")
-        lines.append("runs without a figure (not counted):")
+        lines += ["", "runs without a figure (not counted):"]
         lines += [f"  run {r.slot.index} {_where(r)}: {r.status}: {r.detail}" for r in bad]
     if outcome.interrupted:
-        lines.append("")
         done = sum(1 for r in outcome.runs if r.status != "interrupted")
-        lines.append(f"interrupted: {done} of the planned runs finished")
+        lines += ["", f"interrupted: {done} of the planned runs finished"]
     if outcome.gave_up is not None:
-        lines.append("")
         planned = 2 * (setup.warmup + setup.repeats)
-        lines.append(f"stopped after {len(outcome.runs)} of {planned} runs: {outcome.gave_up}")
+        lines += ["", f"stopped after {len(outcome.runs)} of {planned} runs: {outcome.gave_up}"]
     return "\n".join(lines)
 
 

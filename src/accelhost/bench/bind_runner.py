@@ -16,7 +16,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 # Imported here, in the parent: the bound child runs them between fork and exec, where
@@ -131,17 +131,8 @@ class Run:
         return self.status == OK and not self.slot.warmup
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.slot.index,
-            "arm": self.slot.arm,
-            "round": self.slot.round,
-            "warmup": self.slot.warmup,
-            "status": self.status,
-            "value": self.value,
-            "seconds": round(self.seconds, 6),
-            "returncode": self.returncode,
-            "detail": self.detail,
-        }
+        rest = asdict(self)
+        return {**rest.pop("slot"), **rest, "seconds": round(self.seconds, 6)}
 
 
 @dataclass(frozen=True)

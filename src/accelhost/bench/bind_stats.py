@@ -13,7 +13,7 @@ import math
 import random
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 BETTER = "better"
@@ -61,16 +61,7 @@ class ArmStats:
         return len(self.values)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "runs": self.runs,
-            "values": list(self.values),
-            "mean": self.mean,
-            "median": self.median,
-            "min": self.min,
-            "max": self.max,
-            "p90": self.p90,
-            "spread": self.spread,
-        }
+        return {"runs": self.runs, **asdict(self), "values": list(self.values)}
 
 
 def arm_stats(values: Sequence[float]) -> ArmStats:
@@ -153,22 +144,14 @@ class Comparison:
     verdict: str
     why: str  # one line: what the verdict rests on
     higher_is_better: bool
-    confidence: float
-    resamples: int
-    seed: int
+    confidence: float = DEFAULT_CONFIDENCE
+    resamples: int = DEFAULT_RESAMPLES
+    seed: int = DEFAULT_SEED
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "arms": {"unbound": self.unbound.to_dict(), "bound": self.bound.to_dict()},
-            "ratio": self.ratio,
-            "ci": list(self.ci) if self.ci is not None else None,
-            "verdict": self.verdict,
-            "why": self.why,
-            "higher_is_better": self.higher_is_better,
-            "confidence": self.confidence,
-            "resamples": self.resamples,
-            "seed": self.seed,
-        }
+        rest = {f.name: getattr(self, f.name) for f in fields(self)[2:]}  # after the arms
+        arms = {"unbound": self.unbound.to_dict(), "bound": self.bound.to_dict()}
+        return {"arms": arms, **rest, "ci": list(self.ci) if self.ci is not None else None}
 
 
 def compare(
@@ -176,31 +159,19 @@ def compare(
     bound: Sequence[float],
     *,
     higher_is_better: bool = False,
-    confidence: float = DEFAULT_CONFIDENCE,
-    resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
 ) -> Comparison:
     ratio = ratio_of_medians(bound, unbound)
-    ci = bootstrap_ci(bound, unbound, confidence=confidence, resamples=resamples, seed=seed)
+    ci = bootstrap_ci(bound, unbound, seed=seed)
     result = verdict(ci, higher_is_better=higher_is_better)
+    why = _why(result, len(unbound), len(bound), ratio, higher_is_better)
     return Comparison(
-        arm_stats(unbound),
-        arm_stats(bound),
-        ratio,
-        ci,
-        result,
-        _why(result, len(unbound), len(bound), ratio, higher_is_better, confidence),
-        higher_is_better,
-        confidence,
-        resamples,
-        seed,
+        arm_stats(unbound), arm_stats(bound), ratio, ci, result, why, higher_is_better, seed=seed
     )
 
 
-def _why(
-    result: str, n_unbound: int, n_bound: int, ratio: float | None, hib: bool, conf: float
-) -> str:
-    pct = f"{conf * 100:g} %"
+def _why(result: str, n_unbound: int, n_bound: int, ratio: float | None, hib: bool) -> str:
+    pct = f"{DEFAULT_CONFIDENCE * 100:g} %"
     good = "higher" if hib else "lower"
     if result == INCONCLUSIVE:
         if min(n_unbound, n_bound) < MIN_RUNS:

@@ -53,24 +53,10 @@ class Workload:
     items: list[Any]
     slowest_s: float | None  # None: every stage is free, the bound is infinite
     label: str
-    device_busy_s: float = 0.0
     # real stages: the bound is the slowest stage's mean time in the serial run
     measure_bound: bool = False
     # the simulated stages' nominal costs (pre, device, post) in seconds; None when real
     stage_s: tuple[float, float, float] | None = None
-
-    def timed_device(self) -> Callable[[Any], Any]:
-        fn = self.device
-        clock = time.perf_counter
-
-        def device(value: Any) -> Any:
-            t0 = clock()
-            try:
-                return fn(value)
-            finally:
-                self.device_busy_s += clock() - t0
-
-        return device
 
 
 def _sim_cpu(seconds: float, factor: int, x: int) -> int:
@@ -89,16 +75,10 @@ def simulated(pre_s: float, device_s: float, post_s: float, n: int) -> Workload:
     pre = functools.partial(_sim_cpu, pre_s, 3)
     device = functools.partial(_sim_device, device_s)
     post = functools.partial(_sim_cpu, post_s, 2)
-    slowest = max(pre_s, device_s, post_s)
+    slowest = max(pre_s, device_s, post_s) or None  # every stage free: no bound
     label = f"pre {pre_s * 1e3:g} ms, device {device_s * 1e3:g} ms, post {post_s * 1e3:g} ms"
     return Workload(
-        pre,
-        device,
-        post,
-        list(range(n)),
-        slowest if slowest > 0 else None,
-        label,
-        stage_s=(pre_s, device_s, post_s),
+        pre, device, post, list(range(n)), slowest, label, stage_s=(pre_s, device_s, post_s)
     )
 
 
@@ -145,19 +125,18 @@ class Result:
     items: int
     seconds: float
     device_busy_s: float
-    slowest_s: float | None
     outputs: list[Any] = field(repr=False, default_factory=list)
 
-    def as_dict(self, serial_items_per_s: float | None) -> dict[str, Any]:
+    def as_dict(self, slowest_s: float | None, serial_items_per_s: float | None) -> dict[str, Any]:
         ips = self.items / self.seconds if self.seconds > 0 else float("inf")
-        eff = None if self.slowest_s is None else ips * self.slowest_s
+        eff = None if slowest_s is None else ips * slowest_s
         return {
             "items": self.items,
             "seconds": round(self.seconds, 4),
             "items_per_s": round(ips, 2),
             "device_busy": round(self.device_busy_s / self.seconds, 4) if self.seconds else 0.0,
             "efficiency": None if eff is None else round(eff, 4),
-            "bound_items_per_s": None if self.slowest_s is None else round(1 / self.slowest_s, 2),
+            "bound_items_per_s": None if slowest_s is None else round(1 / slowest_s, 2),
             "vs_serial": round(ips / serial_items_per_s, 3) if serial_items_per_s else None,
         }
 
@@ -165,13 +144,22 @@ class Result:
 def _measure(
     wl: Workload, progress: Progress, label: str, body: Callable[[Callable[[Any], Any]], list[Any]]
 ) -> Result:
-    wl.device_busy_s = 0.0
+    busy_s = 0.0
+
+    def device(value: Any) -> Any:
+        nonlocal busy_s
+        t0 = time.perf_counter()
+        try:
+            return wl.device(value)
+        finally:
+            busy_s += time.perf_counter() - t0
+
     progress.start(label)
     t0 = time.perf_counter()
-    outputs = body(wl.timed_device())
+    outputs = body(device)
     seconds = time.perf_counter() - t0
     progress.finish()
-    return Result(len(outputs), seconds, wl.device_busy_s, wl.slowest_s, outputs)
+    return Result(len(outputs), seconds, busy_s, outputs)
 
 
 def run_serial(wl: Workload, progress: Progress) -> Result:
@@ -193,7 +181,6 @@ def run_serial(wl: Workload, progress: Progress) -> Result:
     res = _measure(wl, progress, "serial", body)
     if wl.measure_bound:
         wl.slowest_s = max(stage_s) / len(wl.items)
-        res.slowest_s = wl.slowest_s
     return res
 
 
@@ -225,7 +212,6 @@ def run_asyncio_recipe(wl: Workload, progress: Progress) -> Result:
 def run_accelhost(
     wl: Workload,
     progress: Progress,
-    queue_size: int = 64,
     trace: str | None = None,
     cpu_kind: str = "thread",
 ) -> Result:
@@ -238,7 +224,6 @@ def run_accelhost(
             Stage(wl.pre, name="pre", kind=cpu_kind),  # type: ignore[arg-type]
             Stage(device, name="device", device=True),
             Stage(wl.post, name="post", kind=cpu_kind),  # type: ignore[arg-type]
-            queue_size=queue_size,
             trace=trace is not None,
         )
         pipes.append(pipe)
@@ -285,7 +270,7 @@ def bench(
             raise AccelhostError(f"bench: {name} returned different results from the serial loop")
     s = results["serial"]
     serial_ips = s.items / s.seconds if s.seconds > 0 else None
-    return {name: res.as_dict(serial_ips) for name, res in results.items()}
+    return {name: res.as_dict(wl.slowest_s, serial_ips) for name, res in results.items()}
 
 
 def document(wl: Workload, report: dict[str, Any], cpu_kind: str) -> dict[str, Any]:
@@ -350,30 +335,3 @@ def table_rows(report: dict[str, Any]) -> list[list[str]]:
 
 
 TABLE_HEADERS = ("method", "items", "seconds", "items/s", "device busy", "efficiency", "vs serial")
-
-
-def real_workload(n: int) -> Workload:
-    """A real tokenizer and a small torch model, both built here, on bundled text."""
-    import importlib
-    import warnings
-
-    missing = []
-    for name in ("torch", "tokenizers"):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch's CPU build warns when numpy is absent
-            try:
-                importlib.import_module(name)
-            except ImportError:
-                missing.append(name)
-    if missing:
-        raise AccelhostError(
-            f"--real needs {' and '.join(missing)}: pip install 'accelhost[torch,real]'"
-        )
-    from accelhost.bench.realwork import build
-
-    pre, device, post, items = build(n)
-    label = "real: tokenizers + torch model, 16 sentences per item"
-    wl = Workload(pre, device, post, items, None, label, measure_bound=True)
-    for item in items[:8]:  # warm-up: first calls allocate and compile
-        post(device(pre(item)))
-    return wl

@@ -8,8 +8,12 @@ GIL, and Python-side decoding.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+import warnings
 from typing import Any
+
+from accelhost.bench.pipeline import Workload
+from accelhost.errors import AccelhostError
 
 CORPUS = """\
 An inference server spends its life in three rooms. In the first, requests arrive as
@@ -37,11 +41,21 @@ def sentences() -> list[str]:
     return [s.strip() + "." for s in text.split(".") if s.strip()]
 
 
-def build(
-    n: int, batch: int = 16, seq_len: int = 64
-) -> tuple[Callable[[Any], Any], Callable[[Any], Any], Callable[[Any], Any], list[list[str]]]:
-    """Stage functions and `n` items, each a batch of `batch` sentences (as a server's
-    dynamic batcher would hand over)."""
+def real_workload(n: int, batch: int = 16, seq_len: int = 64) -> Workload:
+    """The workload of `n` items, each a batch of `batch` sentences (as a server's dynamic
+    batcher would hand over), warmed up: first calls allocate and compile."""
+    missing = []
+    for name in ("torch", "tokenizers"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's CPU build warns when numpy is absent
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                missing.append(name)
+    if missing:
+        raise AccelhostError(
+            f"--real needs {' and '.join(missing)}: pip install 'accelhost[torch,real]'"
+        )
     import torch  # type: ignore[import-not-found,unused-ignore]
     from tokenizers import (  # type: ignore[import-not-found,unused-ignore]
         Tokenizer,
@@ -85,4 +99,7 @@ def build(
         return [str(t) for t in tok.decode_batch(out.tolist())]
 
     items = [[lines[(i * batch + j) % len(lines)] for j in range(batch)] for i in range(n)]
-    return tokenize, forward, detokenize, items
+    label = f"real: tokenizers + torch model, {batch} sentences per item"
+    for item in items[:8]:
+        detokenize(forward(tokenize(item)))
+    return Workload(tokenize, forward, detokenize, items, None, label, measure_bound=True)

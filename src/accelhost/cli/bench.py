@@ -108,7 +108,9 @@ def handle_pipeline(args: argparse.Namespace) -> int:
         except AccelhostError as exc:
             raise UsageError(str(exc)) from exc
     if args.real:
-        wl = bench.real_workload(n)
+        from accelhost.bench.realwork import real_workload
+
+        wl = real_workload(n)
     else:
         wl = bench.simulated(costs["pre"], costs["device"], costs["post"], n)
     progress = bench.Progress(n)  # one bar per method, redrawn from zero

@@ -22,26 +22,6 @@ class Aborted(Exception):
     """Raised by every blocking operation once the pipeline is being torn down."""
 
 
-def collect_batch(
-    inq: Channel[T], items: list[T], max_size: int, wait_s: float
-) -> tuple[list[T], bool]:
-    """Top up a batch until it is full or its first item waited wait_s; (batch, eof)."""
-    if len(items) >= max_size or wait_s <= 0:
-        return items, False
-    deadline = perf_counter() + wait_s
-    while len(items) < max_size:
-        left = deadline - perf_counter()
-        if left <= 0:
-            break
-        more = inq.get_many(max_size - len(items), timeout=left)
-        if more is None:
-            return items, True
-        if not more:  # timed out, or hurried
-            break
-        items.extend(more)
-    return items, False
-
-
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)
@@ -211,6 +191,29 @@ class Channel(Generic[T]):
                     await asyncio.wait({entry[1]}, timeout=left)
             finally:
                 self._forget(self._aget, entry)
+
+    def get_batch(self, size: int, wait_s: float) -> list[T] | None:
+        """Up to `size` items: waits for the first, then takes more as they come until
+        `wait_s` after it (a batch filling up; cut short by `hurry`); None at end of stream."""
+        items = self.get_many(size)
+        deadline = perf_counter() + wait_s
+        while items and len(items) < size and (left := deadline - perf_counter()) > 0:
+            more = self.get_many(size - len(items), timeout=left)
+            if not more:  # timed out or hurried; at the end, the next call returns None
+                break
+            items.extend(more)
+        return items
+
+    async def aget_batch(self, size: int, wait_s: float) -> list[T] | None:
+        """`get_batch` for an event loop."""
+        items = await self.aget_many(size)
+        deadline = perf_counter() + wait_s
+        while items and len(items) < size and (left := deadline - perf_counter()) > 0:
+            more = await self.aget_many(size - len(items), timeout=left)
+            if not more:
+                break
+            items.extend(more)
+        return items
 
     def _forget(self, waiters: list[Waiter], entry: Waiter) -> None:
         with self._lock, contextlib.suppress(ValueError):

@@ -6,14 +6,12 @@ buffer that hands the results out (bounded: under `ordered` the feeder lets at m
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
-from collections.abc import AsyncIterable, Iterable, Iterator
+from collections.abc import AsyncIterable, Iterable
 from typing import Any
 
-from accelhost.pipeline._channel import Aborted, Channel
-from accelhost.pipeline._errors import exc_note
-from accelhost.pipeline._run import Env, Run
+from accelhost.pipeline._channel import Aborted
+from accelhost.pipeline._run import Env, Run, ending
 
 
 def start_feeder(r: Run, iterable: Iterable[Any]) -> None:
@@ -25,46 +23,35 @@ def start_feeder(r: Run, iterable: Iterable[Any]) -> None:
     feeder.start()
 
 
-@contextlib.contextmanager
-def _feeding(r: Run) -> Iterator[tuple[Channel[Env], bool, int]]:
-    """An error of the input iterable fails the run; the first channel always learns
-    that its one producer is done."""
-    first = r.channels[0]
-    try:
-        yield first, r.settings.ordered, r.settings.window()
-    except (Aborted, asyncio.CancelledError):
-        pass
-    except BaseException as exc:
-        exc_note(exc, "accelhost.pipeline: raised by the input iterable")
-        r.fail(exc)
-    finally:
-        first.producer_done()
+_NOTE = "accelhost.pipeline: raised by the input iterable"
 
 
 def feed(r: Run, iterable: Iterable[Any]) -> None:
-    with _feeding(r) as (first, ordered, window):
+    first, window = r.channels[0], r.settings.window()
+    with ending(r, first, note=_NOTE):
         for item in iterable:
             if r.aborted:
                 break
-            if ordered and r.fed - r.released >= window:
+            if r.settings.ordered and r.fed - r.released >= window:
                 _window_wait(r, window)
-            first.put_many([Env(r.fed, item)])
+            first.put_many([Env(r.fed, item, item)])
             r.fed += 1
 
 
 async def afeed(r: Run, aiterable: AsyncIterable[Any]) -> None:
-    with _feeding(r) as (first, ordered, window):
+    first, window = r.channels[0], r.settings.window()
+    with ending(r, first, note=_NOTE):
         async for item in aiterable:
             if r.aborted:
                 break
-            if ordered and r.fed - r.released >= window:
+            if r.settings.ordered and r.fed - r.released >= window:
                 _hurry(r, True)
                 while r.fed - r.released >= window:
                     if r.aborted:
                         raise Aborted
                     await asyncio.sleep(0.001)
                 _hurry(r, False)
-            await first.aput_many([Env(r.fed, item)])
+            await first.aput_many([Env(r.fed, item, item)])
             r.fed += 1
 
 

@@ -9,12 +9,11 @@ from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable
 from time import perf_counter
 from typing import Any
 
-from accelhost.pipeline import _ends, _launch
+from accelhost.pipeline import _ends, _workers
 from accelhost.pipeline._errors import PipelineError
+from accelhost.pipeline._report import collector, stats, trace_events
 from accelhost.pipeline._run import Run, RunSettings
 from accelhost.pipeline._stage import OnError, Stage
-from accelhost.pipeline._stats import stats
-from accelhost.pipeline._trace import trace_events
 
 
 class Pipeline:
@@ -119,8 +118,6 @@ class Pipeline:
 
     def prometheus_collector(self, prefix: str = "accelhost_pipeline", pipeline: str = "default"):  # type: ignore[no-untyped-def]
         """A prometheus-client collector reading `stats()` at each scrape."""
-        from accelhost.pipeline._metrics import collector
-
         return collector(self.stats, lambda: self._run, prefix, pipeline)
 
     def write_trace(self, path: str | os.PathLike[str]) -> None:
@@ -135,11 +132,11 @@ class Pipeline:
     def _start(self) -> Run:
         if self._active:
             raise PipelineError("this pipeline is already running; create another one")
-        r = Run.create(self._settings())
+        r = Run(self._settings())
         self._run = r
         self._active = True
         try:
-            _launch.start(r)
+            _workers.start(r)
         except BaseException:
             self._end(r, clean=False)
             raise

@@ -12,14 +12,14 @@ import contextlib
 import os
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from accelhost.pipeline._channel import Aborted, Channel
-from accelhost.pipeline._errors import PipelineError, annotate, check_batch, stop_error
+from accelhost.pipeline._errors import PipelineError, annotate, check_batch, exc_note, stop_error
 from accelhost.pipeline._stage import OnError, Stage
 
 if TYPE_CHECKING:
@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 # Under `ordered`, how many items per stage worker may pass a slow item (and wait for it
 # in the reorder buffer) besides those the queues hold.
 AHEAD = 64
+
+# what one call of a stage function gave: (ok, its value or error, t_start, t_end)
+Reply = tuple[bool, Any, float, float]
 
 
 @dataclass(frozen=True)
@@ -46,16 +49,14 @@ class RunSettings:
         return self.queue_size * (len(self.stages) + 1) + ahead
 
 
+@dataclass(slots=True, eq=False)
 class Env:
     """One item on its way: its seq restores input order, its item names an error."""
 
-    __slots__ = ("seq", "item", "value", "error")
-
-    def __init__(self, seq: int, item: Any) -> None:
-        self.seq = seq
-        self.item = item
-        self.value = item
-        self.error: BaseException | None = None
+    seq: int
+    item: Any
+    value: Any
+    error: BaseException | None = None
 
 
 @dataclass(eq=False)
@@ -78,20 +79,14 @@ class Worker:
     thread: threading.Thread | None = None
     link: ProcessLink | None = None
 
-    def did(self, t0: float, t1: float, first: int, n: int) -> None:
-        """Count one call of the stage function on `n` items from seq `first`."""
-        self.busy += t1 - t0
-        self.items += n
-        self.calls += 1
-        if self.spans is not None:
-            self.spans.append((t0, t1, first, n))
-
 
 @dataclass(eq=False)
 class Run:
     settings: RunSettings
-    channels: list[Channel[Env]]
-    workers: list[Worker] = field(default_factory=list)
+    # channel i feeds stage i (the last, the caller); its producers: the feeder, or the
+    # workers of stage i - 1
+    channels: list[Channel[Env]] = field(init=False)
+    workers: list[Worker] = field(init=False)
     # threads that are not stage workers: the feeder, the async stages' event loop
     helpers: list[threading.Thread] = field(default_factory=list)
     t_start: float = field(default_factory=perf_counter)
@@ -112,16 +107,14 @@ class Run:
     pending: dict[int, Env] = field(default_factory=dict)
     next_seq: int = 0
 
-    @classmethod
-    def create(cls, settings: RunSettings) -> Run:
-        size, trace = settings.queue_size, settings.trace
-        channels: list[Channel[Env]] = [Channel(size, 1, trace)]
-        channels += [Channel(size, st.workers, trace) for st in settings.stages]
-        run = cls(settings, channels)
-        for si, st in enumerate(settings.stages):
-            for wi in range(st.workers):
-                run.workers.append(Worker(si, wi, spans=[] if trace else None))
-        return run
+    def __post_init__(self) -> None:
+        stages, size, trace = self.settings.stages, self.settings.queue_size, self.settings.trace
+        self.channels = [Channel(size, n, trace) for n in (1, *(st.workers for st in stages))]
+        self.workers = [
+            Worker(si, wi, spans=[] if trace else None)
+            for si, st in enumerate(stages)
+            for wi in range(st.workers)
+        ]
 
     def fail(self, exc: BaseException) -> None:
         with self.lock:
@@ -129,9 +122,15 @@ class Run:
                 self.error = exc
         self.abort()
 
-    def outcome(self, w: Worker, good: list[Env], ok: bool, value: Any, batched: bool) -> None:
-        """Store what one call returned in its items (a batch: one result each), or its
-        error in all of them."""
+    def outcome(self, w: Worker, good: list[Env], reply: Reply, batched: bool) -> None:
+        """Count one call of the stage function on `good` and store what it returned in
+        its items (a batch: one result each), or its error in all of them."""
+        ok, value, t0, t1 = reply
+        w.busy += t1 - t0
+        w.items += len(good)
+        w.calls += 1
+        if w.spans is not None:
+            w.spans.append((t0, t1, good[0].seq, len(good)))
         if ok and batched:
             try:
                 value = check_batch(w.stage, self.settings.stages[w.stage].label, good, value)
@@ -255,6 +254,28 @@ class Run:
             raise exc
         if self.aborted:
             raise PipelineError("the pipeline was aborted")
+
+
+_QUIET = (Aborted, asyncio.CancelledError)
+
+
+@contextlib.contextmanager
+def ending(
+    r: Run, out: Channel[Env], quiet: tuple[type[BaseException], ...] = _QUIET, note: str = ""
+) -> Iterator[None]:
+    """How every producer (the feeder, each stage worker) ends: on `quiet` (`Aborted`, a
+    task's cancellation) quietly, on any other error by failing the run (with `note`
+    added); its output channel always learns that it is done."""
+    try:
+        yield
+    except quiet:
+        pass
+    except BaseException as exc:
+        if note:
+            exc_note(exc, note)
+        r.fail(exc)
+    finally:
+        out.producer_done()
 
 
 def _steadily(step: Callable[[], object], held: BaseException | None) -> BaseException | None:

@@ -119,10 +119,6 @@ class PinnedBuffers:
         self._lock = threading.Lock()
         self.allocations = 0
 
-    def _alloc(self, nbytes: int) -> torch.Tensor:
-        self.allocations += 1
-        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.backend.pins_memory)
-
     @contextmanager
     def staged(self, like: torch.Tensor) -> Iterator[tuple[torch.Tensor, _Slot]]:
         """A buffer shaped like `like`, holding a copy of it; the slot takes the copy's event."""
@@ -134,8 +130,10 @@ class PinnedBuffers:
             if slot is not None and slot.event is not None:
                 slot.event.synchronize()  # this one earlier copy, not the whole device
             if slot is None or slot.storage.numel() < nbytes:
-                slot = _Slot(self._alloc(max(nbytes, 1)))
+                pin = self.backend.pins_memory
+                slot = _Slot(torch.empty(max(nbytes, 1), dtype=torch.uint8, pin_memory=pin))
                 self._slots[i] = slot
+                self.allocations += 1
             slot.event = None
             view = slot.storage[:nbytes].view(like.dtype).view(like.shape)
             view.copy_(like)

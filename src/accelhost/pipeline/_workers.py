@@ -1,19 +1,50 @@
-"""The loops of a thread stage's worker and of an async stage's worker.
+"""Starting a run's workers, and the loops of the thread and async stages' workers.
 
-Every worker loop ends on end of stream, `Aborted` (or a task's cancellation), or an error
-reported with `fail`, and always calls `producer_done` on its output channel.
+Processes start first, then their driver threads, the thread stages' workers and the
+async stages' event loop. A failed start leaves the run as far as it got, every started
+worker in its records, for the caller to tear down.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import Any
 
-from accelhost.pipeline._channel import Aborted, collect_batch
-from accelhost.pipeline._run import Run, Worker
+from accelhost.pipeline._channel import Aborted
+from accelhost.pipeline._process import process_driver, start_process
+from accelhost.pipeline._run import Run, Worker, ending
+
+
+def start(r: Run) -> None:
+    stages = r.settings.stages
+    if any(st.kind == "process" for st in stages):
+        r.abort_r, r.abort_w = os.pipe()
+    for w in r.workers:
+        if stages[w.stage].kind == "process":
+            start_process(r, w)
+    async_workers = [w for w in r.workers if stages[w.stage].kind == "async"]
+    for w in r.workers:
+        st = stages[w.stage]
+        if st.kind != "async":
+            target = thread_worker if st.kind == "thread" else process_driver
+            name = f"accelhost-pipeline-{w.stage + 1}-{st.name}-{w.index}"
+            w.thread = threading.Thread(target=target, args=(r, w), name=name, daemon=True)
+            w.thread.start()
+    if async_workers:
+        ready = threading.Event()
+        t = threading.Thread(
+            target=loop_main,
+            args=(r, async_workers, ready),
+            name="accelhost-pipeline-loop",
+            daemon=True,
+        )
+        r.helpers.append(t)
+        t.start()
+        ready.wait()
 
 
 def thread_worker(r: Run, w: Worker) -> None:
@@ -21,7 +52,8 @@ def thread_worker(r: Run, w: Worker) -> None:
     st = r.settings.stages[si]
     fn, batch = st.fn, st.batch
     inq, outq = r.channels[si], r.channels[si + 1]
-    try:
+    # a BaseException from the stage (CancelledError too) fails the run
+    with ending(r, outq, quiet=(Aborted,)):
         if batch is None:  # the hot path of cheap stages: kept short
             get, put, spans = inq.get_many, outq.put_many, w.spans
             while (envs := get(1)) is not None:
@@ -42,8 +74,7 @@ def thread_worker(r: Run, w: Worker) -> None:
                 put(envs)
             return
         size, wait_s = batch.max_size, batch.max_wait_ms / 1000
-        while (got := inq.get_many(size)) is not None:
-            envs, eof = collect_batch(inq, got, size, wait_s)
+        while (envs := inq.get_batch(size, wait_s)) is not None:
             good = [e for e in envs if e.error is None]
             if good:
                 t0 = perf_counter()
@@ -51,17 +82,8 @@ def thread_worker(r: Run, w: Worker) -> None:
                     ok, value = True, fn([e.value for e in good])
                 except Exception as exc:
                     ok, value = False, exc
-                w.did(t0, perf_counter(), good[0].seq, len(good))
-                r.outcome(w, good, ok, value, batched=True)
+                r.outcome(w, good, (ok, value, t0, perf_counter()), batched=True)
             outq.put_many(envs)
-            if eof:
-                return
-    except Aborted:
-        pass
-    except BaseException as exc:  # a bug here or a BaseException from the stage
-        r.fail(exc)
-    finally:
-        outq.producer_done()
 
 
 def loop_main(r: Run, workers: list[Worker], ready: threading.Event) -> None:
@@ -94,18 +116,8 @@ async def _async_worker(r: Run, w: Worker) -> None:
     batched = st.batch is not None
     size = st.batch.max_size if st.batch is not None else 1
     wait_s = st.batch.max_wait_ms / 1000 if st.batch is not None else 0.0
-    try:
-        while (envs := await inq.aget_many(size)) is not None:
-            eof = False
-            deadline = perf_counter() + wait_s
-            while len(envs) < size and (left := deadline - perf_counter()) > 0:
-                more = await inq.aget_many(size - len(envs), timeout=left)
-                if more is None:
-                    eof = True
-                    break
-                if not more:  # hurried (see Channel.hurry)
-                    break
-                envs.extend(more)
+    with ending(r, outq):
+        while (envs := await inq.aget_batch(size, wait_s)) is not None:
             good = [e for e in envs if e.error is None]
             if good:
                 t0 = perf_counter()
@@ -116,14 +128,5 @@ async def _async_worker(r: Run, w: Worker) -> None:
                     )
                 except Exception as exc:
                     ok, value = False, exc
-                w.did(t0, perf_counter(), good[0].seq, len(good))
-                r.outcome(w, good, ok, value, batched)
+                r.outcome(w, good, (ok, value, t0, perf_counter()), batched)
             await outq.aput_many(envs)
-            if eof:
-                return
-    except (Aborted, asyncio.CancelledError):
-        pass
-    except BaseException as exc:
-        r.fail(exc)
-    finally:
-        outq.producer_done()
