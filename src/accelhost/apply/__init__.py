@@ -7,7 +7,7 @@ Applying a plan is two phases so that `--dry-run` shows exactly what a real run 
 `build` reads the host and returns step dataclasses (`steps`); `execute` runs them and
 reports each outcome. `driver` is the one bind driver behind `bind`, `exec`, `run --bind`
 and `worker.bind_current_process`. Around them: `threads` (list, match and pin threads),
-`irq` and `irqbalance` (device interrupts), `memory` and `migrate` (NUMA pages), `traps`
+`irq` (device interrupts, irqbalance), `memory` and `migrate` (NUMA pages), `traps`
 (warnings before binding), `identity` (which device a process holds, or a worker's local
 rank uses), `hostcheck` (a plan made for another host is refused), `verify` (drift).
 Files are read through the host door, except, on purpose, the thread names of the bind's
@@ -19,3 +19,4 @@ applier on its first call, so that it stays cheap to import inside inference wor
 DEFAULT_MIGRATE_BUDGET_MS = 1000
 # Where the IRQ masks found at bind time are saved for `unbind --irq` (`--state-dir`):
 DEFAULT_STATE_DIR = "/var/lib/accelhost"
+IRQBALANCE_MODES = ("stop", "ban", "keep")

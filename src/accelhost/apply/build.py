@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR, irqbalance, traps
+from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR, traps
 from accelhost.apply import irq as irqmod
 from accelhost.apply.memory import memory_nodes, node_of_cpu
 from accelhost.apply.migrate import build_move
@@ -161,10 +161,9 @@ def device_irqs(
             else " and `npu-smi info -t board` gave none"
         )
         return [], f"no PCI address for device {dev.device}: the plan has no 'pci'{asked}"
+    ascend = plan.device_type in IRQ_ASCEND_FAMILIES
     try:
-        if plan.device_type in IRQ_ASCEND_FAMILIES or irqmod.has_sq_irq(live, root, pci):
-            return irqmod.ascend_irqs(live, root, pci, dev.irq, dev.device), None
-        return irqmod.generic_irqs(live, root, pci, dev.irq, dev.device), None
+        return irqmod.find_irqs(live, root, pci, dev.irq, dev.device, ascend), None
     except irqmod.IrqLookupError as exc:
         return [], str(exc)
 
@@ -196,18 +195,18 @@ def build_irq(
     warnings = traps.irq_writable_warning(irqmod.irq_writable(root))
     state = irqmod.state_path(options.state_dir)
     mode = options.irqbalance
-    if mode != "keep" and irqbalance.is_active(host or live_host()):
+    if mode != "keep" and irqmod.is_active(host or live_host()):
         if mode == "stop":
             warnings.append(
-                f"{irqbalance.SERVICE} is active: stopping it for the whole host so it does "
+                f"{irqmod.SERVICE} is active: stopping it for the whole host so it does "
                 "not move the IRQs back (`accelhost unbind --irq` starts it again; "
                 "--irqbalance=ban is kinder)"
             )
             steps.append(IrqBalance("stop", state_path=state))
         else:
-            path = irqbalance.config_path(root)
+            path = irqmod.config_path(root)
             original = live.read_file(path) or ""
-            text = irqbalance.banned_config(original, dev.irq, [i.irq for i in irqs])
+            text = irqmod.banned_config(original, dev.irq, [i.irq for i in irqs])
             steps.append(
                 IrqBalance(
                     "ban", cpus=dev.irq, config_path=path, config_text=text, state_path=state
@@ -329,8 +328,8 @@ def _undo_irqbalance(ib: dict[str, Any], path: str, host: Host) -> IrqBalance:
     """Start irqbalance again (after `stop`) or put its file back (after `ban`), unless it
     was disabled or masked, or the file edited, since: that is someone's will, left as is."""
     if ib["action"] == "stop":
-        now = irqbalance.unit_state(host) if ib.get("enabled") else None
-        off = irqbalance.turned_off_since(ib, now)
+        now = irqmod.unit_state(host) if ib.get("enabled") else None
+        off = irqmod.turned_off_since(ib, now)
         return IrqBalance("leave-stopped" if off else "start", state_path=path)
     cfg: str = ib["config_path"]  # load_state checked it after a ban
     if "written" in ib and live_host().read_file(cfg) not in ib["written"]:

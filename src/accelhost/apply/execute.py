@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from accelhost.apply import irq as irqmod
-from accelhost.apply import irqbalance
 from accelhost.apply.memory import set_mempolicy
 from accelhost.apply.migrate import MoveRegions, run_move
 from accelhost.apply.steps import (
@@ -203,7 +202,7 @@ def _irqbalance(step: IrqBalance, host: Host | None) -> tuple[str, str]:
     (or left it, as someone changed it since: the `leave-*` actions)."""
     host = host or live_host()
     if step.action == "stop" and step.state_path:
-        record = {"action": "stop", "enabled": irqbalance.unit_state(host)}
+        record = {"action": "stop", "enabled": irqmod.unit_state(host)}
         irqmod.remember_irqbalance(step.state_path, record)
     elif step.action == "ban":
         assert step.config_path is not None
