@@ -25,7 +25,7 @@ from accelhost.apply.build import (
 )
 from accelhost.apply.execute import execute, plan_only
 from accelhost.apply.hostcheck import refuse_foreign
-from accelhost.apply.steps import ApplyReport, Step, StepResult, ThreadAffinity
+from accelhost.apply.steps import ApplyReport, StepResult, ThreadAffinity
 from accelhost.apply.threads import thread_steps
 from accelhost.cpulist import format_cpulist
 from accelhost.errors import ApplyError, PlanError
@@ -107,17 +107,20 @@ def bind(
     plan = with_roles(plan, device, roles)  # an unknown device or bad role: before anything
     refuse_foreign(plan, options.allow_foreign)
     pid = options.pid if argv is None else os.getpid()
+    worker_skipped = plan.worker_skip(device)
+    why = f"worker CPU binding skipped for device {device}: {worker_skipped}"
     skip = arch_skip(plan, any_arch)
+    if skip is None and worker_skipped is not None and argv is not None:
+        skip = why  # `exec` pins no host threads for a skipped worker: it starts unbound
     if skip is not None:
         return ApplyReport.skip(skip, device=device, pid=pid, dry_run=dry_run, device_found=found)
-    if plan.worker_skip(device) is not None:
-        return host_threads_only(plan, device, options, argv is not None, dry_run, host, found)
-    if argv is not None:
+    if worker_skipped is not None:
+        prepared = _host_threads_only(plan, options, why)
+    elif argv is not None:
         prepared = _exec_notes(plan, device, build_exec(plan, device, list(argv), options, host))
-        results = plan_only(prepared.steps) if dry_run else execute(prepared.steps, host)
     else:
         prepared = build_bind(plan, device, options, host)
-        results = plan_only(prepared.steps) if dry_run else run_steps(prepared, pid, host)
+    results = plan_only(prepared.steps) if dry_run else run_steps(prepared, pid, host)
     warnings = list(prepared.warnings)
     if argv is None and pid is not None and options.threads:
         got = {r.step.role for r in results if type(r.step) is ThreadAffinity and r.step.pid == pid}
@@ -130,41 +133,18 @@ def bind(
         device=device,
         pid=pid,
         device_found=found,
+        worker_skipped=worker_skipped,
     )
 
 
-def host_threads_only(
-    plan: Plan,
-    device: int,
-    options: BindOptions,
-    exec_: bool,
-    dry_run: bool,
-    host: Host | None,
-    found: Identified | None,
-) -> ApplyReport:
+def _host_threads_only(plan: Plan, options: BindOptions, why: str) -> Prepared:
     """A device whose worker plan was skipped: like the reference, leave the worker as it
-    is (threads, memory) and pin the host's UVB poll threads, whoever owns them. `exec`
-    pins no host threads (not even with a whole plan): the command starts unbound."""
-    reason = plan.worker_skip(device)
-    why = f"worker CPU binding skipped for device {device}: {reason}"
-    pid = options.pid
-    if exec_:
-        return ApplyReport.skip(why, device=device, pid=pid, dry_run=dry_run, device_found=found)
-    steps: list[Step] = []
+    is (threads, memory) and pin the host's UVB poll threads, whoever owns them."""
     warnings = [f"{why} Only the host's threads are bound."]
-    if options.threads and options.host_threads:
-        steps, more = host_thread_steps(live_host(), plan, None)
-        warnings += more
-    results = plan_only(steps) if dry_run else execute(steps, host)
-    return ApplyReport(
-        results=tuple(results),
-        warnings=tuple(warnings),
-        dry_run=dry_run,
-        device=device,
-        pid=pid,
-        device_found=found,
-        worker_skipped=reason,
-    )
+    if not (options.threads and options.host_threads):
+        return Prepared((), tuple(warnings))
+    steps, more = host_thread_steps(live_host(), plan, None)
+    return Prepared(tuple(steps), (*warnings, *more))
 
 
 def run_steps(prepared: Prepared, pid: int | None, host: Host | None) -> list[StepResult]:
