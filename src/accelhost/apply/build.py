@@ -4,6 +4,7 @@ exactly what `execute` then carries out."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -64,18 +65,16 @@ class Prepared:
     main: tuple[int, ...] = ()
 
 
+def host_role(plan: Plan) -> ThreadRole | None:
+    """950: the host's UVB poll threads as a role; None when the plan pins none."""
+    ht = plan.host_threads
+    return ThreadRole("host", ht.pattern, ht.cpus) if ht is not None and ht.cpus else None
+
+
 def roles_of(plan: Plan, dev: DevicePlan) -> list[ThreadRole]:
     """The device's thread roles and (950) the host threads, in the order they win (last)."""
-    roles = dev.roles()
-    ht = plan.host_threads
-    if ht is not None and ht.cpus:
-        roles.append(host_role(plan))
-    return roles
-
-
-def host_role(plan: Plan) -> ThreadRole:
-    assert plan.host_threads is not None
-    return ThreadRole("host", plan.host_threads.pattern, plan.host_threads.cpus)
+    host = host_role(plan)
+    return dev.roles() if host is None else [*dev.roles(), host]
 
 
 def target_node(dev: DevicePlan, root: str) -> int | None:
@@ -104,43 +103,41 @@ def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None 
         warnings += clobbered or traps.omp_warnings(env, f"process {pid}")
         warnings += traps.outside_cpuset_warning(pid, planned, live)
     if options.threads and options.host_threads:
-        ht_steps, ht_warnings = host_thread_steps(live, plan, pid)
-        steps += ht_steps
-        warnings += ht_warnings
+        _extend((steps, warnings), host_thread_steps(live, plan, pid))
     if pid is not None and options.memory:
         steps += _memory_steps(dev, pid, options.host_root, options.migrate_budget_ms)
     if options.irq:
-        irq_steps, irq_warnings, irq_notes = build_irq(plan, dev, options, host)
-        steps += irq_steps
-        warnings += irq_warnings
-        notes += irq_notes
+        _extend((steps, warnings, notes), build_irq(plan, dev, options, host))
     return Prepared(tuple(steps), tuple(warnings), tuple(notes), tuple(roles), dev.main)
 
 
-def host_thread_steps(live: Host, plan: Plan, pid: int | None) -> tuple[list[Step], list[str]]:
+def _extend(lists: Sequence[list[Any]], parts: Sequence[Sequence[Any]]) -> None:
+    """Add each part of a builder's answer (steps, warnings, notes) to its own list."""
+    for into, part in zip(lists, parts, strict=True):
+        into.extend(part)
+
+
+def host_thread_steps(
+    live: Host, plan: Plan, pid: int | None
+) -> tuple[list[ThreadAffinity], list[str]]:
     """950: the host's UVB poll threads, whoever owns them (those of `pid`, the bound
     process, are among its own thread steps already)."""
-    ht = plan.host_threads
-    if ht is None or not ht.cpus:
+    role = host_role(plan)
+    if role is None:
         return [], []
-    found = scan_named_threads(RoleMatcher(host_role(plan)), live)
-    steps: list[Step] = [ThreadAffinity(p, t, n, "host", ht.cpus) for p, t, n in found if p != pid]
-    return steps, traps.host_threads_warning(len(found), ht.pattern, live)
+    found = scan_named_threads(RoleMatcher(role), live)
+    steps = [ThreadAffinity(p, t, n, "host", role.cpus) for p, t, n in found if p != pid]
+    return steps, traps.host_threads_warning(len(found), role.pattern, live)
 
 
 def _memory_steps(dev: DevicePlan, pid: int, root: str, budget_ms: int) -> list[Step]:
     nodes = memory_nodes(root)
     node = target_node(dev, root)
+    if node is None and len(nodes) > 1:
+        why = f"the NUMA node of CPU {dev.pool[0]} is unknown"
+        return [Unresolved(f"move pages of process {pid}", why)]
     if node is None:
-        if len(nodes) <= 1:
-            node = nodes[0] if nodes else 0
-        else:
-            return [
-                Unresolved(
-                    f"move pages of process {pid}",
-                    f"the NUMA node of CPU {dev.pool[0]} is unknown",
-                )
-            ]
+        node = nodes[0] if nodes else 0
     # Region by region within the budget (apply/migrate.py), never the whole process.
     step = build_move(pid, node, budget_ms, nodes, root)
     if isinstance(step, str):
@@ -195,7 +192,7 @@ def build_irq(
     warnings = traps.irq_writable_warning(irqmod.irq_writable(root))
     state = irqmod.state_path(options.state_dir)
     mode = options.irqbalance
-    if mode != "keep" and irqmod.is_active(host or live_host()):
+    if mode != "keep" and irqmod.is_active(host or live):
         if mode == "stop":
             warnings.append(
                 f"{irqmod.SERVICE} is active: stopping it for the whole host so it does "
@@ -204,14 +201,12 @@ def build_irq(
             )
             steps.append(IrqBalance("stop", state_path=state))
         else:
-            path = irqmod.config_path(root)
-            original = live.read_file(path) or ""
-            text = irqmod.banned_config(original, dev.irq, [i.irq for i in irqs])
-            steps.append(
-                IrqBalance(
-                    "ban", cpus=dev.irq, config_path=path, config_text=text, state_path=state
-                )
+            cfg = irqmod.config_path(root)
+            text = irqmod.banned_config(live.read_file(cfg) or "", dev.irq, [i.irq for i in irqs])
+            ban = IrqBalance(
+                "ban", cpus=dev.irq, config_path=cfg, config_text=text, state_path=state
             )
+            steps.append(ban)
     elif mode == "keep":
         warnings.append(
             "--irqbalance=keep: if irqbalance runs, it may move these IRQs back within seconds"
@@ -222,16 +217,8 @@ def build_irq(
         bound = tuple((i.irq, cpu_mask(i.cpus)) for i in irqs)
         steps.append(SaveIrqState(state, dev.device, os.path.abspath(root), saved, bound))
     for i in irqs:
-        steps.append(
-            IrqAffinity(
-                i.irq,
-                i.cpus,
-                cpu_mask(i.cpus),
-                irqmod.affinity_path(root, i.irq),
-                i.purpose,
-                previous[i.irq],
-            )
-        )
+        path = irqmod.affinity_path(root, i.irq)
+        steps.append(IrqAffinity(i.irq, i.cpus, cpu_mask(i.cpus), path, i.purpose, previous[i.irq]))
     return steps, warnings, []
 
 
@@ -245,10 +232,7 @@ def build_exec(
     warnings += traps.outside_cpuset_warning(os.getpid(), dev.main)
     notes: list[str] = []
     if options.irq:
-        irq_steps, irq_warnings, irq_notes = build_irq(plan, dev, options, host)
-        steps += irq_steps
-        warnings += irq_warnings
-        notes += irq_notes
+        _extend((steps, warnings, notes), build_irq(plan, dev, options, host))
     if dev.main:
         steps.append(OwnAffinity(dev.main))
     if options.memory:
@@ -269,7 +253,6 @@ def build_unbind_irq(
     device: int | None = None,
     root: str | None = None,
     forget: bool = False,
-    host: Host | None = None,
 ) -> Prepared:
     """Put back the masks saved at bind time; restart/restore irqbalance once none remain.
 
@@ -319,7 +302,7 @@ def build_unbind_irq(
         keys.extend(k for k, _ in lost)
     ib = data.get("irqbalance")
     if ib and len(keys) == len(data["irqs"]) and ib.get("action") in ("stop", "ban"):
-        steps.append(_undo_irqbalance(ib, path, host or live))
+        steps.append(_undo_irqbalance(ib, path, live))
     notes = [] if steps else [f"no saved IRQ masks in {path}: nothing to restore"]
     return Prepared(tuple(steps), (), tuple(notes))
 
@@ -332,7 +315,7 @@ def _undo_irqbalance(ib: dict[str, Any], path: str, host: Host) -> IrqBalance:
         off = irqmod.turned_off_since(ib, now)
         return IrqBalance("leave-stopped" if off else "start", state_path=path)
     cfg: str = ib["config_path"]  # load_state checked it after a ban
-    if "written" in ib and live_host().read_file(cfg) not in ib["written"]:
+    if "written" in ib and host.read_file(cfg) not in ib["written"]:
         return IrqBalance("leave-config", config_path=cfg, state_path=path)
     return IrqBalance("restore", config_path=cfg, config_text=ib.get("original"), state_path=path)
 
