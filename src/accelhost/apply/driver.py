@@ -7,12 +7,18 @@ pid or a command is asking); `--thread-role` specs go through the planner's own
 while binding are pinned for up to RETRY_ROUNDS rounds; a device whose worker plan was
 skipped (Ascend 950) gets only the host threads' pins, as the reference still gives them;
 one `ApplyReport` says it all.
+
+Whether a plan is this host's is decided by the hardware recorded in `Plan.host` and each
+device's `pci`: CPUs not online here, other NUMA nodes, a PCI address this host lacks. The
+hostname is only named: a container has one of its own, and a plan is as good on a twin
+machine. A plan without `host` is not checked; a fact this host does not show is not
+compared.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -24,15 +30,17 @@ from accelhost.apply.build import (
     host_thread_steps,
 )
 from accelhost.apply.execute import execute, plan_only
-from accelhost.apply.hostcheck import refuse_foreign
 from accelhost.apply.steps import ApplyReport, StepResult, ThreadAffinity
 from accelhost.apply.threads import thread_steps
+from accelhost.apply.traps import online_cpus
 from accelhost.cpulist import format_cpulist
-from accelhost.errors import ApplyError, PlanError
+from accelhost.errors import ApplyError, ForeignPlanError, PlanError
 from accelhost.family import ASCEND_FAMILIES
 from accelhost.host.live import live_host
+from accelhost.parsers.sysfs import PCI_DEVICES
 from accelhost.planner.roles import RoleSpec, add_roles
-from accelhost.plans import Plan, ThreadRole
+from accelhost.plans import HOSTNAME, Plan, PlannedHost, ThreadRole
+from accelhost.readers.cpus import read_sysfs_nodes
 
 if TYPE_CHECKING:
     from accelhost.apply.identity import Identified
@@ -46,6 +54,63 @@ ARM_PREFIX = "arm"
 # Threads an engine starts while we pin: list again this many times at most. An engine
 # that keeps starting threads is not warmed up yet; what comes later `verify` will name.
 RETRY_ROUNDS = 3
+FORCE = "--force (allow_foreign=True) applies it anyway"
+
+
+def differences(
+    made: PlannedHost,
+    plan: Plan,
+    online: Sequence[int] | None,
+    nodes: Sequence[int] | None,
+    pci: Collection[str] | None,
+) -> list[str]:
+    """What of the plan's host is not so here; None for a fact this host does not show."""
+    out: list[str] = []
+    if online is not None:
+        here = set(online)
+        missing = [c for c in made.allowed_cpus if c not in here]
+        if missing:
+            out.append(
+                f"its CPUs {format_cpulist(missing)} are not online here "
+                f"(here: {format_cpulist(online)})"
+            )
+    if nodes is not None and made.numa_nodes and tuple(nodes) != tuple(made.numa_nodes):
+        out.append(
+            f"NUMA nodes {format_cpulist(made.numa_nodes)} there, {format_cpulist(nodes)} here"
+        )
+    if pci is not None:
+        here_pci = {p.lower() for p in pci}
+        out += [
+            f"device {d.device}'s PCI address {d.pci} is not on this host"
+            for d in plan.devices
+            if d.pci and d.pci.strip().lower() not in here_pci
+        ]
+    return out
+
+
+def foreign(plan: Plan, host: Host | None = None) -> ForeignPlanError | None:
+    """Why `plan` was made for another host; None when it is this host's."""
+    made = plan.host
+    if made is None:
+        return None
+    h = host or live_host()
+    _, node_cpus = read_sysfs_nodes(h)
+    pci = h.list_dir(PCI_DEVICES) or None  # no sysfs here: nothing to compare
+    diffs = differences(made, plan, online_cpus(h), sorted(node_cpus) or None, pci)
+    if not diffs:
+        return None
+    here = (h.read_file(HOSTNAME) or "").strip() or "unnamed"
+    return ForeignPlanError(made.hostname or "unnamed", here, tuple(diffs), FORCE)
+
+
+def refuse_foreign(plan: Plan, allow_foreign: bool = False, host: Host | None = None) -> None:
+    """ForeignPlanError (an ApplyError, exit 1) for a plan made for another host, unless
+    `allow_foreign`."""
+    if allow_foreign:
+        return
+    why = foreign(plan, host)
+    if why is not None:
+        raise why
 
 
 def is_arm(machine: str) -> bool:

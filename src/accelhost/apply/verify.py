@@ -6,7 +6,7 @@ may move IRQs: one line per thread or IRQ that drifted, naming both values.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from accelhost import formats
@@ -35,19 +35,17 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Drift:
     kind: str  # "thread" or "irq"
-    ident: int
+    id: int
     name: str
     expected: str
     actual: str
 
     @property
     def line(self) -> str:
-        if self.kind == "thread":
-            return (
-                f"thread {self.ident} ({self.name}) drifted: plan CPUs {self.expected}, "
-                f"actual {self.actual}"
-            )
-        return f"IRQ {self.ident} ({self.name}) drifted: plan {self.expected}, actual {self.actual}"
+        what, plan = ("thread", "plan CPUs") if self.kind == "thread" else ("IRQ", "plan")
+        return (
+            f"{what} {self.id} ({self.name}) drifted: {plan} {self.expected}, actual {self.actual}"
+        )
 
 
 @dataclass(frozen=True)
@@ -121,17 +119,7 @@ class VerifyReport:
             "exit_code": self.exit_status,
             "checked_threads": self.checked_threads,
             "checked_irqs": self.checked_irqs,
-            "drifts": [
-                {
-                    "kind": d.kind,
-                    "id": d.ident,
-                    "name": d.name,
-                    "expected": d.expected,
-                    "actual": d.actual,
-                    "line": d.line,
-                }
-                for d in self.drifts
-            ],
+            "drifts": [{**asdict(d), "line": d.line} for d in self.drifts],
             "info": list(self.info),
             "memory": None if self.memory is None else self.memory.to_dict(),
         }
