@@ -152,12 +152,10 @@ def device_irqs(
     # sysfs names devices in lower case; npu-smi (and so hand-written plans) in upper case.
     pci = (dev.pci or _board_pci(plan, dev, host) or "").strip().lower()
     if not pci:
-        asked = (
-            ""
-            if plan.device_type in ("nvidia", "pci")
-            else " and `npu-smi info -t board` gave none"
-        )
-        return [], f"no PCI address for device {dev.device}: the plan has no 'pci'{asked}"
+        why = f"no PCI address for device {dev.device}: the plan has no 'pci'"
+        if plan.device_type not in ("nvidia", "pci"):
+            why += " and `npu-smi info -t board` gave none"
+        return [], why
     ascend = plan.device_type in IRQ_ASCEND_FAMILIES
     try:
         return irqmod.find_irqs(live, root, pci, dev.irq, dev.device, ascend), None
@@ -189,7 +187,7 @@ def build_irq(
         what = f"bind the IRQs of device {dev.device} to CPUs {format_cpulist(dev.irq)}"
         return [Unresolved(what, problem)], [], []
     steps: list[Step] = []
-    warnings = traps.irq_writable_warning(irqmod.irq_writable(root))
+    warnings = traps.irq_writable_warning(root)
     state = irqmod.state_path(options.state_dir)
     mode = options.irqbalance
     if mode != "keep" and irqmod.is_active(host or live):
@@ -329,7 +327,6 @@ def build_unbind_threads(pid: int) -> Prepared:
         # No sysfs either: what this process may use. The syscall, not Cpus_allowed_list:
         # it is the mask the kernel enforces for the calling thread, read in one call.
         cpus = tuple(sorted(os.sched_getaffinity(0)))
-    steps: list[Step] = [
-        ThreadAffinity(pid, t.tid, t.name, "unbind", cpus) for t in list_threads(pid)
-    ]
-    return Prepared(tuple(steps))
+    return Prepared(
+        tuple(ThreadAffinity(pid, t.tid, t.name, "unbind", cpus) for t in list_threads(pid))
+    )

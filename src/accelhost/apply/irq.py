@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from accelhost.host.base import Host
 
 SQ_MARK = "sq_send_trigger_irq"
-STATE_FORMAT = formats.IRQ_STATE
 STATE_FILE = "irq-state.json"
 SERVICE = "irqbalance.service"
 CONFIG_PATHS = ("/etc/default/irqbalance", "/etc/sysconfig/irqbalance")
@@ -141,10 +140,6 @@ def unrestorable(host: Host, root: str, irq: int) -> str | None:
     return None
 
 
-def irq_writable(root: str) -> bool:
-    return os.access(rooted(root, "/proc/irq"), os.W_OK)
-
-
 # --- saved state (for `unbind --irq`) --------------------------------------------------
 
 
@@ -162,7 +157,7 @@ def load_state(path: str) -> dict[str, Any]:
     from accelhost.host.live import live_host
 
     text = live_host().read_file(path)
-    empty: dict[str, Any] = {"format": STATE_FORMAT, "irqs": {}, "irqbalance": None}
+    empty: dict[str, Any] = {"format": formats.IRQ_STATE, "irqs": {}, "irqbalance": None}
     if text is None:
         if os.path.exists(path):
             raise ApplyError(f"cannot read the saved IRQ state {path}")
@@ -178,8 +173,8 @@ def load_state(path: str) -> dict[str, Any]:
         data = json.loads(text)
     except ValueError:
         raise bad("not valid JSON") from None
-    if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
-        raise bad(f"format is not {STATE_FORMAT!r}")
+    if not isinstance(data, dict) or data.get("format") != formats.IRQ_STATE:
+        raise bad(f"format is not {formats.IRQ_STATE!r}")
     data.setdefault("irqs", {})
     data.setdefault("irqbalance", None)
     irqs, ib = data["irqs"], data["irqbalance"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
+from accelhost.apply.irq import rooted
 from accelhost.cpulist import format_cpulist, parse_cpulist
 from accelhost.errors import ParseError
 from accelhost.host.base import Host
@@ -76,8 +77,8 @@ def outside_cpuset_warning(pid: int, planned: Sequence[int], host: Host | None =
     ]
 
 
-def irq_writable_warning(writable: bool) -> list[str]:
-    if writable:
+def irq_writable_warning(root: str) -> list[str]:
+    if os.access(rooted(root, "/proc/irq"), os.W_OK):
         return []
     return [
         "/proc/irq is not writable. If running in Docker, start the container with "

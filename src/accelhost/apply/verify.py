@@ -57,14 +57,11 @@ class Placement:
     resident_bytes: dict[int, int]
 
     @property
-    def total(self) -> int:
-        return sum(self.resident_bytes.values())
-
-    @property
     def on_node_share(self) -> float | None:
-        if self.node is None or not self.total:
+        total = sum(self.resident_bytes.values())
+        if self.node is None or not total:
             return None
-        return self.resident_bytes.get(self.node, 0) / self.total
+        return self.resident_bytes.get(self.node, 0) / total
 
     @property
     def line(self) -> str:
@@ -101,7 +98,7 @@ class VerifyReport:
         which is "cannot tell", never a match; 0: all that was checked matches."""
         if self.drifts:
             return 1
-        return 2 if not (self.checked_threads or self.checked_irqs) else 0
+        return 0 if self.checked_threads or self.checked_irqs else 2
 
     def lines(self) -> list[str]:
         out = [d.line for d in self.drifts]
