@@ -50,7 +50,6 @@ NON_ARM = "CPU binding skipped: non-ARM CPU detected."
 # The reference's test of `uname -m`, lower-cased: these names, or any starting with "arm"
 # (armv8l, armv8b, armv7l, armv6l, ...: 32-bit ARM kernels and compat personalities too).
 ARM_MACHINES = ("aarch64", "arm64")
-ARM_PREFIX = "arm"
 # Threads an engine starts while we pin: list again this many times at most. An engine
 # that keeps starting threads is not warmed up yet; what comes later `verify` will name.
 RETRY_ROUNDS = 3
@@ -106,9 +105,7 @@ def foreign(plan: Plan, host: Host | None = None) -> ForeignPlanError | None:
 def refuse_foreign(plan: Plan, allow_foreign: bool = False, host: Host | None = None) -> None:
     """ForeignPlanError (an ApplyError, exit 1) for a plan made for another host, unless
     `allow_foreign`."""
-    if allow_foreign:
-        return
-    why = foreign(plan, host)
+    why = None if allow_foreign else foreign(plan, host)
     if why is not None:
         raise why
 
@@ -116,7 +113,7 @@ def refuse_foreign(plan: Plan, allow_foreign: bool = False, host: Host | None = 
 def is_arm(machine: str) -> bool:
     """Whether the reference counts `machine` (`uname -m`) as ARM, and so binds there."""
     name = machine.lower()
-    return name in ARM_MACHINES or name.startswith(ARM_PREFIX)
+    return name in ARM_MACHINES or name.startswith("arm")
 
 
 def arch_skip(plan: Plan, any_arch: bool, machine: str | None = None) -> str | None:

@@ -34,9 +34,7 @@ def _cpuset(pid: int | str, host: Host) -> tuple[int, ...] | None:
 
 
 def omp_warnings(env: Mapping[str, str] | None, who: str) -> list[str]:
-    if env is None:
-        return []
-    found = [f"{name}={env[name]}" for name in OMP_VARS if name in env]
+    found = [f"{name}={env[name]}" for name in OMP_VARS if env is not None and name in env]
     if not found:
         return []
     return [
@@ -98,11 +96,8 @@ def in_container(host: Host | None = None) -> bool:
 def host_threads_warning(found: int, pattern: str, host: Host | None = None) -> list[str]:
     if found:
         return []
-    hint = (
-        " In Docker these host threads are only visible with '--pid=host'."
-        if in_container(host)
-        else ""
-    )
+    docker = " In Docker these host threads are only visible with '--pid=host'."
+    hint = docker if in_container(host) else ""
     return [f"no '{pattern}' threads found on this host; nothing to pin for them.{hint}"]
 
 
