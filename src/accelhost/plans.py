@@ -90,7 +90,7 @@ class HostThreads:
 @dataclass(frozen=True)
 class PlannedHost:
     """The host a plan was made for, so that applying it elsewhere is refused
-    (`accelhost.apply.hostcheck`): another machine's CPU ids mean other CPUs here."""
+    (`accelhost.apply.driver`): another machine's CPU ids mean other CPUs here."""
 
     hostname: str | None
     allowed_cpus: tuple[int, ...]

@@ -8,8 +8,7 @@ import os
 
 from apply_helpers import thread_cpus
 
-from accelhost.apply.irq import parse_interrupts
-from accelhost.apply.irqbalance import banned_config
+from accelhost.apply.irq import banned_config, parse_interrupts
 from accelhost.apply.steps import (
     FAILED,
     OK,

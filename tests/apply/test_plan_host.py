@@ -15,7 +15,7 @@ from apply_helpers import thread_cpus
 
 import accelhost
 from accelhost.api import plan
-from accelhost.apply.hostcheck import differences
+from accelhost.apply.driver import differences
 from accelhost.plans import Plan, PlannedHost
 
 # CPU 65000 is online on no machine this runs on; node 1 and this PCI address are not here
@@ -160,7 +160,7 @@ def test_a_refusal_names_what_differs_first_and_counts_the_rest(plan_file, cli) 
     assert "allow_foreign" not in line and "00ff:c1:00.0" not in line
     assert len(line) < 200
     # The library keeps every difference, for a worker's log.
-    from accelhost.apply.hostcheck import foreign
+    from accelhost.apply.driver import foreign
 
     why = foreign(Plan.from_dict({"devices": devices, "host": host}))
     assert why is not None and len(why.differences) == 18

@@ -6,16 +6,17 @@ pages, IRQ masks, irqbalance).
 Applying a plan is two phases so that `--dry-run` shows exactly what a real run does:
 `build` reads the host and returns step dataclasses (`steps`); `execute` runs them and
 reports each outcome. `driver` is the one bind driver behind `bind`, `exec`, `run --bind`
-and `worker.bind_current_process`. Around them: `threads` (list, match and pin threads),
-`irq` and `irqbalance` (device interrupts), `memory` and `migrate` (NUMA pages), `traps`
-(warnings before binding), `identity` (which device a process holds, or a worker's local
-rank uses), `hostcheck` (a plan made for another host is refused), `verify` (drift).
-Files are read through the host door, except, on purpose, the thread names of the bind's
-hot path (`threads`), opened relative to an open task directory. `worker` imports the
-applier on its first call, so that it stays cheap to import inside inference workers.
+and `worker.bind_current_process`; it refuses a plan made for another host. Around them:
+`threads` (list, match and pin threads), `irq` (device interrupts, irqbalance), `memory`
+and `migrate` (NUMA pages), `traps` (warnings before binding), `identity` (which device a
+process holds, or a worker's local rank uses), `verify` (drift). Files are read through
+the host door, except, on purpose, the thread names of the bind's hot path (`threads`),
+opened relative to an open task directory. `worker` imports the applier on its first
+call, so that it stays cheap to import inside inference workers.
 """
 
 # Option defaults live here so the CLI and a worker can name them without the applier.
 DEFAULT_MIGRATE_BUDGET_MS = 1000
 # Where the IRQ masks found at bind time are saved for `unbind --irq` (`--state-dir`):
 DEFAULT_STATE_DIR = "/var/lib/accelhost"
+IRQBALANCE_MODES = ("stop", "ban", "keep")

@@ -4,10 +4,11 @@ exactly what `execute` then carries out."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR, irqbalance, traps
+from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR, traps
 from accelhost.apply import irq as irqmod
 from accelhost.apply.memory import memory_nodes, node_of_cpu
 from accelhost.apply.migrate import build_move
@@ -64,18 +65,16 @@ class Prepared:
     main: tuple[int, ...] = ()
 
 
+def host_role(plan: Plan) -> ThreadRole | None:
+    """950: the host's UVB poll threads as a role; None when the plan pins none."""
+    ht = plan.host_threads
+    return ThreadRole("host", ht.pattern, ht.cpus) if ht is not None and ht.cpus else None
+
+
 def roles_of(plan: Plan, dev: DevicePlan) -> list[ThreadRole]:
     """The device's thread roles and (950) the host threads, in the order they win (last)."""
-    roles = dev.roles()
-    ht = plan.host_threads
-    if ht is not None and ht.cpus:
-        roles.append(host_role(plan))
-    return roles
-
-
-def host_role(plan: Plan) -> ThreadRole:
-    assert plan.host_threads is not None
-    return ThreadRole("host", plan.host_threads.pattern, plan.host_threads.cpus)
+    host = host_role(plan)
+    return dev.roles() if host is None else [*dev.roles(), host]
 
 
 def target_node(dev: DevicePlan, root: str) -> int | None:
@@ -104,43 +103,41 @@ def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None 
         warnings += clobbered or traps.omp_warnings(env, f"process {pid}")
         warnings += traps.outside_cpuset_warning(pid, planned, live)
     if options.threads and options.host_threads:
-        ht_steps, ht_warnings = host_thread_steps(live, plan, pid)
-        steps += ht_steps
-        warnings += ht_warnings
+        _extend((steps, warnings), host_thread_steps(live, plan, pid))
     if pid is not None and options.memory:
         steps += _memory_steps(dev, pid, options.host_root, options.migrate_budget_ms)
     if options.irq:
-        irq_steps, irq_warnings, irq_notes = build_irq(plan, dev, options, host)
-        steps += irq_steps
-        warnings += irq_warnings
-        notes += irq_notes
+        _extend((steps, warnings, notes), build_irq(plan, dev, options, host))
     return Prepared(tuple(steps), tuple(warnings), tuple(notes), tuple(roles), dev.main)
 
 
-def host_thread_steps(live: Host, plan: Plan, pid: int | None) -> tuple[list[Step], list[str]]:
+def _extend(lists: Sequence[list[Any]], parts: Sequence[Sequence[Any]]) -> None:
+    """Add each part of a builder's answer (steps, warnings, notes) to its own list."""
+    for into, part in zip(lists, parts, strict=True):
+        into.extend(part)
+
+
+def host_thread_steps(
+    live: Host, plan: Plan, pid: int | None
+) -> tuple[list[ThreadAffinity], list[str]]:
     """950: the host's UVB poll threads, whoever owns them (those of `pid`, the bound
     process, are among its own thread steps already)."""
-    ht = plan.host_threads
-    if ht is None or not ht.cpus:
+    role = host_role(plan)
+    if role is None:
         return [], []
-    found = scan_named_threads(RoleMatcher(host_role(plan)), live)
-    steps: list[Step] = [ThreadAffinity(p, t, n, "host", ht.cpus) for p, t, n in found if p != pid]
-    return steps, traps.host_threads_warning(len(found), ht.pattern, live)
+    found = scan_named_threads(RoleMatcher(role), live)
+    steps = [ThreadAffinity(p, t, n, "host", role.cpus) for p, t, n in found if p != pid]
+    return steps, traps.host_threads_warning(len(found), role.pattern, live)
 
 
 def _memory_steps(dev: DevicePlan, pid: int, root: str, budget_ms: int) -> list[Step]:
     nodes = memory_nodes(root)
     node = target_node(dev, root)
+    if node is None and len(nodes) > 1:
+        why = f"the NUMA node of CPU {dev.pool[0]} is unknown"
+        return [Unresolved(f"move pages of process {pid}", why)]
     if node is None:
-        if len(nodes) <= 1:
-            node = nodes[0] if nodes else 0
-        else:
-            return [
-                Unresolved(
-                    f"move pages of process {pid}",
-                    f"the NUMA node of CPU {dev.pool[0]} is unknown",
-                )
-            ]
+        node = nodes[0] if nodes else 0
     # Region by region within the budget (apply/migrate.py), never the whole process.
     step = build_move(pid, node, budget_ms, nodes, root)
     if isinstance(step, str):
@@ -155,16 +152,13 @@ def device_irqs(
     # sysfs names devices in lower case; npu-smi (and so hand-written plans) in upper case.
     pci = (dev.pci or _board_pci(plan, dev, host) or "").strip().lower()
     if not pci:
-        asked = (
-            ""
-            if plan.device_type in ("nvidia", "pci")
-            else " and `npu-smi info -t board` gave none"
-        )
-        return [], f"no PCI address for device {dev.device}: the plan has no 'pci'{asked}"
+        why = f"no PCI address for device {dev.device}: the plan has no 'pci'"
+        if plan.device_type not in ("nvidia", "pci"):
+            why += " and `npu-smi info -t board` gave none"
+        return [], why
+    ascend = plan.device_type in IRQ_ASCEND_FAMILIES
     try:
-        if plan.device_type in IRQ_ASCEND_FAMILIES or irqmod.has_sq_irq(live, root, pci):
-            return irqmod.ascend_irqs(live, root, pci, dev.irq, dev.device), None
-        return irqmod.generic_irqs(live, root, pci, dev.irq, dev.device), None
+        return irqmod.find_irqs(live, root, pci, dev.irq, dev.device, ascend), None
     except irqmod.IrqLookupError as exc:
         return [], str(exc)
 
@@ -193,26 +187,24 @@ def build_irq(
         what = f"bind the IRQs of device {dev.device} to CPUs {format_cpulist(dev.irq)}"
         return [Unresolved(what, problem)], [], []
     steps: list[Step] = []
-    warnings = traps.irq_writable_warning(irqmod.irq_writable(root))
+    warnings = traps.irq_writable_warning(root)
     state = irqmod.state_path(options.state_dir)
     mode = options.irqbalance
-    if mode != "keep" and irqbalance.is_active(host or live_host()):
+    if mode != "keep" and irqmod.is_active(host or live):
         if mode == "stop":
             warnings.append(
-                f"{irqbalance.SERVICE} is active: stopping it for the whole host so it does "
+                f"{irqmod.SERVICE} is active: stopping it for the whole host so it does "
                 "not move the IRQs back (`accelhost unbind --irq` starts it again; "
                 "--irqbalance=ban is kinder)"
             )
             steps.append(IrqBalance("stop", state_path=state))
         else:
-            path = irqbalance.config_path(root)
-            original = live.read_file(path) or ""
-            text = irqbalance.banned_config(original, dev.irq, [i.irq for i in irqs])
-            steps.append(
-                IrqBalance(
-                    "ban", cpus=dev.irq, config_path=path, config_text=text, state_path=state
-                )
+            cfg = irqmod.config_path(root)
+            text = irqmod.banned_config(live.read_file(cfg) or "", dev.irq, [i.irq for i in irqs])
+            ban = IrqBalance(
+                "ban", cpus=dev.irq, config_path=cfg, config_text=text, state_path=state
             )
+            steps.append(ban)
     elif mode == "keep":
         warnings.append(
             "--irqbalance=keep: if irqbalance runs, it may move these IRQs back within seconds"
@@ -223,16 +215,8 @@ def build_irq(
         bound = tuple((i.irq, cpu_mask(i.cpus)) for i in irqs)
         steps.append(SaveIrqState(state, dev.device, os.path.abspath(root), saved, bound))
     for i in irqs:
-        steps.append(
-            IrqAffinity(
-                i.irq,
-                i.cpus,
-                cpu_mask(i.cpus),
-                irqmod.affinity_path(root, i.irq),
-                i.purpose,
-                previous[i.irq],
-            )
-        )
+        path = irqmod.affinity_path(root, i.irq)
+        steps.append(IrqAffinity(i.irq, i.cpus, cpu_mask(i.cpus), path, i.purpose, previous[i.irq]))
     return steps, warnings, []
 
 
@@ -246,10 +230,7 @@ def build_exec(
     warnings += traps.outside_cpuset_warning(os.getpid(), dev.main)
     notes: list[str] = []
     if options.irq:
-        irq_steps, irq_warnings, irq_notes = build_irq(plan, dev, options, host)
-        steps += irq_steps
-        warnings += irq_warnings
-        notes += irq_notes
+        _extend((steps, warnings, notes), build_irq(plan, dev, options, host))
     if dev.main:
         steps.append(OwnAffinity(dev.main))
     if options.memory:
@@ -270,7 +251,6 @@ def build_unbind_irq(
     device: int | None = None,
     root: str | None = None,
     forget: bool = False,
-    host: Host | None = None,
 ) -> Prepared:
     """Put back the masks saved at bind time; restart/restore irqbalance once none remain.
 
@@ -320,7 +300,7 @@ def build_unbind_irq(
         keys.extend(k for k, _ in lost)
     ib = data.get("irqbalance")
     if ib and len(keys) == len(data["irqs"]) and ib.get("action") in ("stop", "ban"):
-        steps.append(_undo_irqbalance(ib, path, host or live))
+        steps.append(_undo_irqbalance(ib, path, live))
     notes = [] if steps else [f"no saved IRQ masks in {path}: nothing to restore"]
     return Prepared(tuple(steps), (), tuple(notes))
 
@@ -329,11 +309,11 @@ def _undo_irqbalance(ib: dict[str, Any], path: str, host: Host) -> IrqBalance:
     """Start irqbalance again (after `stop`) or put its file back (after `ban`), unless it
     was disabled or masked, or the file edited, since: that is someone's will, left as is."""
     if ib["action"] == "stop":
-        now = irqbalance.unit_state(host) if ib.get("enabled") else None
-        off = irqbalance.turned_off_since(ib, now)
+        now = irqmod.unit_state(host) if ib.get("enabled") else None
+        off = irqmod.turned_off_since(ib, now)
         return IrqBalance("leave-stopped" if off else "start", state_path=path)
     cfg: str = ib["config_path"]  # load_state checked it after a ban
-    if "written" in ib and live_host().read_file(cfg) not in ib["written"]:
+    if "written" in ib and host.read_file(cfg) not in ib["written"]:
         return IrqBalance("leave-config", config_path=cfg, state_path=path)
     return IrqBalance("restore", config_path=cfg, config_text=ib.get("original"), state_path=path)
 
@@ -347,7 +327,6 @@ def build_unbind_threads(pid: int) -> Prepared:
         # No sysfs either: what this process may use. The syscall, not Cpus_allowed_list:
         # it is the mask the kernel enforces for the calling thread, read in one call.
         cpus = tuple(sorted(os.sched_getaffinity(0)))
-    steps: list[Step] = [
-        ThreadAffinity(pid, t.tid, t.name, "unbind", cpus) for t in list_threads(pid)
-    ]
-    return Prepared(tuple(steps))
+    return Prepared(
+        tuple(ThreadAffinity(pid, t.tid, t.name, "unbind", cpus) for t in list_threads(pid))
+    )

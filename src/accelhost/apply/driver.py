@@ -7,12 +7,18 @@ pid or a command is asking); `--thread-role` specs go through the planner's own
 while binding are pinned for up to RETRY_ROUNDS rounds; a device whose worker plan was
 skipped (Ascend 950) gets only the host threads' pins, as the reference still gives them;
 one `ApplyReport` says it all.
+
+Whether a plan is this host's is decided by the hardware recorded in `Plan.host` and each
+device's `pci`: CPUs not online here, other NUMA nodes, a PCI address this host lacks. The
+hostname is only named: a container has one of its own, and a plan is as good on a twin
+machine. A plan without `host` is not checked; a fact this host does not show is not
+compared.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -24,15 +30,17 @@ from accelhost.apply.build import (
     host_thread_steps,
 )
 from accelhost.apply.execute import execute, plan_only
-from accelhost.apply.hostcheck import refuse_foreign
-from accelhost.apply.steps import ApplyReport, Step, StepResult, ThreadAffinity
+from accelhost.apply.steps import ApplyReport, StepResult, ThreadAffinity
 from accelhost.apply.threads import thread_steps
+from accelhost.apply.traps import online_cpus
 from accelhost.cpulist import format_cpulist
-from accelhost.errors import ApplyError, PlanError
+from accelhost.errors import ApplyError, ForeignPlanError, PlanError
 from accelhost.family import ASCEND_FAMILIES
 from accelhost.host.live import live_host
+from accelhost.parsers.sysfs import PCI_DEVICES
 from accelhost.planner.roles import RoleSpec, add_roles
-from accelhost.plans import Plan, ThreadRole
+from accelhost.plans import HOSTNAME, Plan, PlannedHost, ThreadRole
+from accelhost.readers.cpus import read_sysfs_nodes
 
 if TYPE_CHECKING:
     from accelhost.apply.identity import Identified
@@ -42,16 +50,70 @@ NON_ARM = "CPU binding skipped: non-ARM CPU detected."
 # The reference's test of `uname -m`, lower-cased: these names, or any starting with "arm"
 # (armv8l, armv8b, armv7l, armv6l, ...: 32-bit ARM kernels and compat personalities too).
 ARM_MACHINES = ("aarch64", "arm64")
-ARM_PREFIX = "arm"
 # Threads an engine starts while we pin: list again this many times at most. An engine
 # that keeps starting threads is not warmed up yet; what comes later `verify` will name.
 RETRY_ROUNDS = 3
+FORCE = "--force (allow_foreign=True) applies it anyway"
+
+
+def differences(
+    made: PlannedHost,
+    plan: Plan,
+    online: Sequence[int] | None,
+    nodes: Sequence[int] | None,
+    pci: Collection[str] | None,
+) -> list[str]:
+    """What of the plan's host is not so here; None for a fact this host does not show."""
+    out: list[str] = []
+    if online is not None:
+        here = set(online)
+        missing = [c for c in made.allowed_cpus if c not in here]
+        if missing:
+            out.append(
+                f"its CPUs {format_cpulist(missing)} are not online here "
+                f"(here: {format_cpulist(online)})"
+            )
+    if nodes is not None and made.numa_nodes and tuple(nodes) != tuple(made.numa_nodes):
+        out.append(
+            f"NUMA nodes {format_cpulist(made.numa_nodes)} there, {format_cpulist(nodes)} here"
+        )
+    if pci is not None:
+        here_pci = {p.lower() for p in pci}
+        out += [
+            f"device {d.device}'s PCI address {d.pci} is not on this host"
+            for d in plan.devices
+            if d.pci and d.pci.strip().lower() not in here_pci
+        ]
+    return out
+
+
+def foreign(plan: Plan, host: Host | None = None) -> ForeignPlanError | None:
+    """Why `plan` was made for another host; None when it is this host's."""
+    made = plan.host
+    if made is None:
+        return None
+    h = host or live_host()
+    _, node_cpus = read_sysfs_nodes(h)
+    pci = h.list_dir(PCI_DEVICES) or None  # no sysfs here: nothing to compare
+    diffs = differences(made, plan, online_cpus(h), sorted(node_cpus) or None, pci)
+    if not diffs:
+        return None
+    here = (h.read_file(HOSTNAME) or "").strip() or "unnamed"
+    return ForeignPlanError(made.hostname or "unnamed", here, tuple(diffs), FORCE)
+
+
+def refuse_foreign(plan: Plan, allow_foreign: bool = False, host: Host | None = None) -> None:
+    """ForeignPlanError (an ApplyError, exit 1) for a plan made for another host, unless
+    `allow_foreign`."""
+    why = None if allow_foreign else foreign(plan, host)
+    if why is not None:
+        raise why
 
 
 def is_arm(machine: str) -> bool:
     """Whether the reference counts `machine` (`uname -m`) as ARM, and so binds there."""
     name = machine.lower()
-    return name in ARM_MACHINES or name.startswith(ARM_PREFIX)
+    return name in ARM_MACHINES or name.startswith("arm")
 
 
 def arch_skip(plan: Plan, any_arch: bool, machine: str | None = None) -> str | None:
@@ -107,17 +169,20 @@ def bind(
     plan = with_roles(plan, device, roles)  # an unknown device or bad role: before anything
     refuse_foreign(plan, options.allow_foreign)
     pid = options.pid if argv is None else os.getpid()
+    worker_skipped = plan.worker_skip(device)
+    why = f"worker CPU binding skipped for device {device}: {worker_skipped}"
     skip = arch_skip(plan, any_arch)
+    if skip is None and worker_skipped is not None and argv is not None:
+        skip = why  # `exec` pins no host threads for a skipped worker: it starts unbound
     if skip is not None:
         return ApplyReport.skip(skip, device=device, pid=pid, dry_run=dry_run, device_found=found)
-    if plan.worker_skip(device) is not None:
-        return host_threads_only(plan, device, options, argv is not None, dry_run, host, found)
-    if argv is not None:
+    if worker_skipped is not None:
+        prepared = _host_threads_only(plan, options, why)
+    elif argv is not None:
         prepared = _exec_notes(plan, device, build_exec(plan, device, list(argv), options, host))
-        results = plan_only(prepared.steps) if dry_run else execute(prepared.steps, host)
     else:
         prepared = build_bind(plan, device, options, host)
-        results = plan_only(prepared.steps) if dry_run else run_steps(prepared, pid, host)
+    results = plan_only(prepared.steps) if dry_run else run_steps(prepared, pid, host)
     warnings = list(prepared.warnings)
     if argv is None and pid is not None and options.threads:
         got = {r.step.role for r in results if type(r.step) is ThreadAffinity and r.step.pid == pid}
@@ -130,41 +195,18 @@ def bind(
         device=device,
         pid=pid,
         device_found=found,
+        worker_skipped=worker_skipped,
     )
 
 
-def host_threads_only(
-    plan: Plan,
-    device: int,
-    options: BindOptions,
-    exec_: bool,
-    dry_run: bool,
-    host: Host | None,
-    found: Identified | None,
-) -> ApplyReport:
+def _host_threads_only(plan: Plan, options: BindOptions, why: str) -> Prepared:
     """A device whose worker plan was skipped: like the reference, leave the worker as it
-    is (threads, memory) and pin the host's UVB poll threads, whoever owns them. `exec`
-    pins no host threads (not even with a whole plan): the command starts unbound."""
-    reason = plan.worker_skip(device)
-    why = f"worker CPU binding skipped for device {device}: {reason}"
-    pid = options.pid
-    if exec_:
-        return ApplyReport.skip(why, device=device, pid=pid, dry_run=dry_run, device_found=found)
-    steps: list[Step] = []
+    is (threads, memory) and pin the host's UVB poll threads, whoever owns them."""
     warnings = [f"{why} Only the host's threads are bound."]
-    if options.threads and options.host_threads:
-        steps, more = host_thread_steps(live_host(), plan, None)
-        warnings += more
-    results = plan_only(steps) if dry_run else execute(steps, host)
-    return ApplyReport(
-        results=tuple(results),
-        warnings=tuple(warnings),
-        dry_run=dry_run,
-        device=device,
-        pid=pid,
-        device_found=found,
-        worker_skipped=reason,
-    )
+    if not (options.threads and options.host_threads):
+        return Prepared((), tuple(warnings))
+    steps, more = host_thread_steps(live_host(), plan, None)
+    return Prepared(tuple(steps), (*warnings, *more))
 
 
 def run_steps(prepared: Prepared, pid: int | None, host: Host | None) -> list[StepResult]:

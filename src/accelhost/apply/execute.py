@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from accelhost.apply import irq as irqmod
-from accelhost.apply import irqbalance
 from accelhost.apply.memory import set_mempolicy
 from accelhost.apply.migrate import MoveRegions, run_move
 from accelhost.apply.steps import (
@@ -38,8 +38,6 @@ if TYPE_CHECKING:
     from accelhost.host.base import Host
 
 log = logging.getLogger("accelhost.apply")
-
-UNSAVED = "not written: the current masks could not be saved for `unbind --irq`"
 
 
 def plan_only(steps: Sequence[Step]) -> list[StepResult]:
@@ -80,13 +78,7 @@ def execute(steps: Sequence[Step], host: Host | None = None) -> list[StepResult]
             except (OverflowError, ValueError) as exc:  # a CPU id no kernel has
                 status, detail = FAILED, _bad_cpus(exc)
             else:
-                if got == cpus:
-                    result = make(step, OK)
-                    if debug:
-                        log.debug("%s", result.line)
-                    append(result)
-                    continue
-                status, detail = FAILED, _kernel_set(got)
+                status, detail = (OK, "") if got == cpus else (FAILED, _kernel_set(got))
         elif isinstance(step, ExecCommand):
             continue
         elif isinstance(step, MoveRegions):  # its result carries per-node memory for --json
@@ -103,6 +95,7 @@ def execute(steps: Sequence[Step], host: Host | None = None) -> list[StepResult]
     return results
 
 
+@dataclass
 class _IrqGuard:
     """Runs the steps other than threads, minding the IRQ state saved for `unbind --irq`.
 
@@ -111,14 +104,13 @@ class _IrqGuard:
     restore fails is kept, so that the next `unbind --irq` retries it.
     """
 
-    def __init__(self, host: Host | None) -> None:
-        self.host = host
-        self.unsaved = False
-        self.not_restored: set[str] = set()
+    host: Host | None
+    unsaved: bool = False
+    not_restored: set[str] = field(default_factory=set)
 
     def run(self, step: Step) -> tuple[str, str]:
         if self.unsaved and isinstance(step, IrqAffinity):
-            return FAILED, UNSAVED
+            return FAILED, "not written: the current masks could not be saved for `unbind --irq`"
         try:
             status, detail = self._run(step)
         except OSError as exc:
@@ -133,12 +125,39 @@ class _IrqGuard:
         return status, detail
 
     def _run(self, step: Step) -> tuple[str, str]:
+        if isinstance(step, OwnAffinity):
+            try:
+                os.sched_setaffinity(0, step.cpus)
+            except (OverflowError, ValueError) as exc:  # a CPU id no kernel has
+                return FAILED, _bad_cpus(exc)
+            got = os.sched_getaffinity(0)
+            return (OK, "") if got == set(step.cpus) else (FAILED, _kernel_set(got))
+        if isinstance(step, MemPolicy):
+            try:
+                set_mempolicy(step.mode, [step.node])
+            except SyscallUnavailable as exc:
+                return FAILED, f"set_mempolicy(2) unavailable: {exc}"
+            return OK, ""
+        if isinstance(step, SaveIrqState):
+            added = irqmod.remember_masks(step.path, step.root, step.device, step.masks, step.bound)
+            kept = len(step.masks) - len(added)
+            return OK, (f"{kept} kept from an earlier bind" if kept else "")
+        if isinstance(step, IrqAffinity):
+            irqmod.write_mask(step.path, step.mask)
+            now = live_host().read_file(step.path)
+            if now is not None and set(parse_cpu_mask(now)) != set(step.cpus):
+                return FAILED, f"the kernel kept mask {now.strip()}"
+            return OK, ""
         if isinstance(step, ForgetIrqState):
             keys = tuple(k for k in step.keys if k not in self.not_restored)
             irqmod.forget(step.path, keys)
             kept = len(step.keys) - len(keys)
             return OK, (f"kept {kept} whose restore failed, to retry" if kept else "")
-        return _run(step, self.host)
+        if isinstance(step, IrqBalance):
+            return _irqbalance(step, self.host or live_host())
+        if isinstance(step, Unresolved):
+            return FAILED, step.reason
+        raise TypeError(f"unknown step {type(step).__name__}")
 
 
 def _oserror(exc: OSError) -> str:
@@ -148,33 +167,6 @@ def _oserror(exc: OSError) -> str:
 
 def _bad_cpus(exc: Exception) -> str:
     return f"no such CPU on any kernel ({exc})"
-
-
-def _run(step: Step, host: Host | None) -> tuple[str, str]:
-    if isinstance(step, OwnAffinity):
-        try:
-            os.sched_setaffinity(0, step.cpus)
-        except (OverflowError, ValueError) as exc:  # a CPU id no kernel has
-            return FAILED, _bad_cpus(exc)
-        got = os.sched_getaffinity(0)
-        return (OK, "") if got == set(step.cpus) else (FAILED, _kernel_set(got))
-    if isinstance(step, MemPolicy):
-        try:
-            set_mempolicy(step.mode, [step.node])
-        except SyscallUnavailable as exc:
-            return FAILED, f"set_mempolicy(2) unavailable: {exc}"
-        return OK, ""
-    if isinstance(step, SaveIrqState):
-        added = irqmod.remember_masks(step.path, step.root, step.device, step.masks, step.bound)
-        kept = len(step.masks) - len(added)
-        return OK, (f"{kept} kept from an earlier bind" if kept else "")
-    if isinstance(step, IrqAffinity):
-        return _irq(step)
-    if isinstance(step, IrqBalance):
-        return _irqbalance(step, host)
-    if isinstance(step, Unresolved):
-        return FAILED, step.reason
-    raise TypeError(f"unknown step {type(step).__name__}")
 
 
 def _thread_error(exc: OSError) -> tuple[str, str]:
@@ -189,42 +181,27 @@ def _kernel_set(got: set[int]) -> str:
     return f"the kernel set CPUs {format_cpulist(got)} instead (cpuset)"
 
 
-def _irq(step: IrqAffinity) -> tuple[str, str]:
-    irqmod.write_mask(step.path, step.mask)
-    now = live_host().read_file(step.path)
-    if now is not None and set(parse_cpu_mask(now)) != set(step.cpus):
-        return FAILED, f"the kernel kept mask {now.strip()}"
-    return OK, ""
-
-
-def _irqbalance(step: IrqBalance, host: Host | None) -> tuple[str, str]:
+def _irqbalance(step: IrqBalance, host: Host) -> tuple[str, str]:
     """Stop or start irqbalance, or ban the IRQ CPUs in its configuration and restore it;
     what a bind changes is saved first, and forgotten once `unbind --irq` has put it back
     (or left it, as someone changed it since: the `leave-*` actions)."""
-    host = host or live_host()
+    path, text = step.config_path, step.config_text
     if step.action == "stop" and step.state_path:
-        record = {"action": "stop", "enabled": irqbalance.unit_state(host)}
+        record = {"action": "stop", "enabled": irqmod.unit_state(host)}
         irqmod.remember_irqbalance(step.state_path, record)
     elif step.action == "ban":
-        assert step.config_path is not None
+        assert path is not None
         if step.state_path:
-            original = live_host().read_file(step.config_path)
-            irqmod.remember_irqbalance(
-                step.state_path,
-                {
-                    "action": "ban",
-                    "config_path": step.config_path,
-                    "original": original,
-                    "written": [step.config_text or ""],
-                },
-            )
-        irqmod.write_atomic(step.config_path, step.config_text or "")
+            original = live_host().read_file(path)
+            record = {"action": "ban", "config_path": path, "original": original}
+            irqmod.remember_irqbalance(step.state_path, {**record, "written": [text or ""]})
+        irqmod.write_atomic(path, text or "")
     elif step.action == "restore":
-        assert step.config_path is not None
-        if step.config_text is not None:
-            irqmod.write_atomic(step.config_path, step.config_text)
-        elif os.path.exists(step.config_path):
-            os.unlink(step.config_path)
+        assert path is not None
+        if text is not None:
+            irqmod.write_atomic(path, text)
+        elif os.path.exists(path):
+            os.unlink(path)
     if not step.action.startswith("leave"):
         # restore: try-restart, as irqbalance may have been stopped since on purpose
         verb = {"ban": "restart", "restore": "try-restart"}.get(step.action, step.action)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from accelhost.cpulist import MAX_DEVICES
 from accelhost.errors import ApplyError, UsageError
 from accelhost.family import ASCEND_FAMILIES
+from accelhost.host.live import live_host
 from accelhost.parsers.devnodes import (
     BUILTIN_NODES,
     VENDOR_KIND,
@@ -31,19 +32,13 @@ from accelhost.parsers.devnodes import (
     sysfs_device_link,
 )
 from accelhost.planner.visible import by_uuid, is_uuid, visible_entries
+from accelhost.plans import Plan, load_plan
 
 if TYPE_CHECKING:
     from accelhost.host.base import Host
-    from accelhost.plans import Plan
 
 NVIDIA_GPUS = "/proc/driver/nvidia/gpus"
 _TRAILING_NUMBER = re.compile("(?<![0-9])[0-9]{1,5}$")
-
-
-def _host(host: Host | None) -> Host:
-    from accelhost.host.live import live_host
-
-    return host or live_host()
 
 
 @dataclass(frozen=True)
@@ -204,7 +199,7 @@ def held_nodes(pid: int, globs: Sequence[str] = (), host: Host | None = None) ->
     """The device nodes `pid` holds open, each with its PCI address where one is known."""
     from accelhost.readers.procs import open_fds
 
-    h = _host(host)
+    h = host or live_host()
     minors: dict[int, str] | None = None
     out = []
     for node in nodes_of_targets((open_fds(h, pid) or {}).values(), globs):
@@ -226,17 +221,15 @@ def device_of_pid(
     pid: int, plan: Plan | None = None, globs: Sequence[str] = (), host: Host | None = None
 ) -> Identified:
     """The one device `pid` holds open; UsageError (exit 2) for none or several."""
-    h = _host(host)
+    h = host or live_host()
     found = device_of_nodes(pid, held_nodes(pid, globs, h), plan_pci(plan) if plan else None)
     if plan is not None:
         ours = namespace_ids(plan.device_type, h)
         if keyed_by_ordinal(plan, ours) and found.device in ours:
             key = ours.index(found.device)
-            return Identified(key, f"{found.how}; plan device {key}: {KEYED_BY_ORDINAL}")
+            how = "the plan numbers this container's NPUs 0, 1, ... as its npu-smi does"
+            return Identified(key, f"{found.how}; plan device {key}: {how}")
     return found
-
-
-KEYED_BY_ORDINAL = "the plan numbers this container's NPUs 0, 1, ... as its npu-smi does"
 
 
 def keyed_by_ordinal(plan: Plan, nodes: Sequence[int]) -> bool:
@@ -272,7 +265,7 @@ def device_of_local_rank(
     host: Host | None = None,
 ) -> Identified:
     """The host id (a plan key) of the device worker `local_rank` of this process uses."""
-    h = _host(host)
+    h = host or live_host()
     family = plan.device_type
     gpus = nvidia_gpus(h)
     by_pci = plan_pci(plan)
@@ -301,12 +294,7 @@ def device_for_command(
 ) -> Identified:
     """`bind`/`verify --pid P` without --device: the device P holds, joined to the plan
     file's `pci` when it has them (when planning this host, the node's number)."""
-    h = _host(host)
+    h = host or live_host()
     if h.list_dir(f"/proc/{pid}") is None:
         raise ApplyError(f"process {pid} does not exist")
-    plan = None
-    if plan_path:
-        from accelhost.plans import load_plan
-
-        plan = load_plan(plan_path)
-    return device_of_pid(pid, plan, globs, h)
+    return device_of_pid(pid, load_plan(plan_path) if plan_path else None, globs, h)

@@ -1,4 +1,5 @@
-"""Device interrupts: which IRQs belong to a device, their masks, and the saved state.
+"""Device interrupts: which IRQs belong to a device, their masks, the saved state, and
+irqbalance, which, left running, rewrites the masks within seconds.
 
 Every path is under a root (`--host-root`): node agents see the host at /host and tests
 use a fake tree. The files are read through the host door: the caller passes a `Host`
@@ -7,6 +8,10 @@ Ascend, as vllm-ascend binds them: the SQ IRQ is the first `sq_send_trigger_irq`
 /proc/interrupts that is one of the device's MSI IRQs, and the CQ IRQ is the next number
 (docs/bind.md, "IRQs"). Other PCI devices: every MSI/MSI-X IRQ of the device, spread one
 CPU each, round robin over the reserved IRQ CPUs.
+
+The reference stops irqbalance for the whole host and never restarts it. Kinder options:
+`ban` adds the reserved CPUs to its own banned list (IRQBALANCE_BANNED_CPULIST, irqbalance
+1.8+) and restarts it; `keep` leaves it alone with a warning. `unbind --irq` undoes either.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -22,15 +28,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from accelhost import formats
-from accelhost.cpulist import parse_cpu_mask
-from accelhost.errors import ApplyError
+from accelhost.cpulist import format_cpulist, parse_cpu_mask, parse_cpulist
+from accelhost.errors import ApplyError, ParseError
 
 if TYPE_CHECKING:
     from accelhost.host.base import Host
 
 SQ_MARK = "sq_send_trigger_irq"
-STATE_FORMAT = formats.IRQ_STATE
 STATE_FILE = "irq-state.json"
+SERVICE = "irqbalance.service"
+CONFIG_PATHS = ("/etc/default/irqbalance", "/etc/sysconfig/irqbalance")
+_BANNED = re.compile(r'^\s*(?:export\s+)?IRQBALANCE_BANNED_CPULIST\s*=\s*"?([^"#]*)"?')
+_ARGS = re.compile(r'^\s*(?:export\s+)?IRQBALANCE_ARGS\s*=\s*"?([^"#]*)"?')
 
 
 def rooted(root: str, path: str) -> str:
@@ -70,54 +79,37 @@ class IrqLookupError(Exception):
     """The device's IRQs cannot be found; the message says which fact was missing."""
 
 
-def ascend_irqs(
-    host: Host, root: str, pci: str, irq_cpus: tuple[int, ...], device: int
+def find_irqs(
+    host: Host, root: str, pci: str, irq_cpus: tuple[int, ...], device: int, ascend: bool
 ) -> list[DeviceIrq]:
-    """SQ gets irq_cpus[0] (pool[0]), CQ = SQ + 1 gets irq_cpus[1] (pool[1])."""
+    """An Ascend device (`ascend`, or one that shows the SQ interrupt: hand-written plans
+    name no family): the SQ IRQ gets irq_cpus[0] (pool[0]), CQ = SQ + 1 irq_cpus[1]
+    (pool[1]). Another: one CPU per MSI IRQ, round robin, so no reserved CPU takes every
+    interrupt."""
     msi = msi_irqs(host, root, pci)
     if msi is None:
         raise IrqLookupError(f"no {rooted(root, f'/sys/bus/pci/devices/{pci}/msi_irqs')}")
     text = host.read_file(rooted(root, "/proc/interrupts"))
+    wanted = set(msi)
+    lines = parse_interrupts(text or "")
+    sq = next((irq for irq, line in lines if SQ_MARK in line and irq in wanted), None)
+    if not ascend and sq is None:
+        if not msi:
+            raise IrqLookupError(f"{pci} has no MSI IRQs")
+        return [
+            DeviceIrq(irq, f"MSI {k} of device {device} ({pci})", (irq_cpus[k % len(irq_cpus)],))
+            for k, irq in enumerate(msi)
+        ]
     if text is None:
         raise IrqLookupError(f"cannot read {rooted(root, '/proc/interrupts')}")
-    wanted = set(msi)
-    sq = next(
-        (irq for irq, line in parse_interrupts(text) if SQ_MARK in line and irq in wanted), None
-    )
     if sq is None:
         raise IrqLookupError(f"no '{SQ_MARK}' IRQ of {pci} in /proc/interrupts")
     if sq + 1 not in wanted:  # the next number is another device's (a NIC's, a disk's)
         raise IrqLookupError(f"IRQ {sq + 1} (CQ = SQ {sq} + 1) is not an MSI IRQ of {pci}")
-    cq_cpus = irq_cpus[1:2] or irq_cpus[:1]
     return [
         DeviceIrq(sq, f"SQ of NPU {device} ({pci})", irq_cpus[:1]),
-        DeviceIrq(sq + 1, f"CQ of NPU {device} ({pci})", cq_cpus),
+        DeviceIrq(sq + 1, f"CQ of NPU {device} ({pci})", irq_cpus[1:2] or irq_cpus[:1]),
     ]
-
-
-def generic_irqs(
-    host: Host, root: str, pci: str, irq_cpus: tuple[int, ...], device: int
-) -> list[DeviceIrq]:
-    """One CPU per MSI IRQ, round robin, so no reserved CPU takes every interrupt."""
-    msi = msi_irqs(host, root, pci)
-    if msi is None:
-        raise IrqLookupError(f"no {rooted(root, f'/sys/bus/pci/devices/{pci}/msi_irqs')}")
-    if not msi:
-        raise IrqLookupError(f"{pci} has no MSI IRQs")
-    return [
-        DeviceIrq(irq, f"MSI {k} of device {device} ({pci})", (irq_cpus[k % len(irq_cpus)],))
-        for k, irq in enumerate(msi)
-    ]
-
-
-def has_sq_irq(host: Host, root: str, pci: str) -> bool:
-    """Whether the device shows Ascend's SQ interrupt (hand-written plans name no family)."""
-    msi = msi_irqs(host, root, pci)
-    text = host.read_file(rooted(root, "/proc/interrupts"))
-    if not msi or text is None:
-        return False
-    wanted = set(msi)
-    return any(SQ_MARK in line and irq in wanted for irq, line in parse_interrupts(text))
 
 
 def affinity_path(root: str, irq: int) -> str:
@@ -148,10 +140,6 @@ def unrestorable(host: Host, root: str, irq: int) -> str | None:
     return None
 
 
-def irq_writable(root: str) -> bool:
-    return os.access(rooted(root, "/proc/irq"), os.W_OK)
-
-
 # --- saved state (for `unbind --irq`) --------------------------------------------------
 
 
@@ -169,7 +157,7 @@ def load_state(path: str) -> dict[str, Any]:
     from accelhost.host.live import live_host
 
     text = live_host().read_file(path)
-    empty: dict[str, Any] = {"format": STATE_FORMAT, "irqs": {}, "irqbalance": None}
+    empty: dict[str, Any] = {"format": formats.IRQ_STATE, "irqs": {}, "irqbalance": None}
     if text is None:
         if os.path.exists(path):
             raise ApplyError(f"cannot read the saved IRQ state {path}")
@@ -185,8 +173,8 @@ def load_state(path: str) -> dict[str, Any]:
         data = json.loads(text)
     except ValueError:
         raise bad("not valid JSON") from None
-    if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
-        raise bad(f"format is not {STATE_FORMAT!r}")
+    if not isinstance(data, dict) or data.get("format") != formats.IRQ_STATE:
+        raise bad(f"format is not {formats.IRQ_STATE!r}")
     data.setdefault("irqs", {})
     data.setdefault("irqbalance", None)
     irqs, ib = data["irqs"], data["irqbalance"]
@@ -231,21 +219,18 @@ def write_atomic(path: str, text: str) -> None:
         raise
 
 
-def store_state(path: str, data: dict[str, Any]) -> None:
-    """Write atomically: a crash mid-write must not lose the masks to restore."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
 @contextlib.contextmanager
-def locked(path: str) -> Iterator[None]:
-    """Hold an exclusive lock for a read-modify-write of the state file: two workers bound
-    at the same time (`exec ... &` twice) must not lose each other's saved masks."""
+def editing(path: str) -> Iterator[dict[str, Any]]:
+    """The saved state for a read-modify-write, stored back (atomically: a crash mid-write
+    must not lose the masks to restore) when the block ends. Under an exclusive lock: two
+    workers bound at the same time (`exec ... &` twice) must not lose each other's masks."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        data = load_state(path)
+        yield data
+        write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
     finally:
         os.close(fd)  # closing releases the lock
 
@@ -259,9 +244,8 @@ def remember_masks(
 ) -> list[int]:
     """Save masks not saved yet (a second bind must not overwrite the true originals), and
     add the masks about to be written to each IRQ's `bound` list (see `set_since_bind`)."""
-    with locked(path):
-        data = load_state(path)
-        added = []
+    added = []
+    with editing(path) as data:
         for irq, mask in masks:
             key = state_key(root, irq)
             if key not in data["irqs"]:
@@ -277,8 +261,7 @@ def remember_masks(
             rec = data["irqs"].get(state_key(root, irq))
             if rec is not None and mask not in rec.setdefault("bound", []):
                 rec["bound"].append(mask)
-        store_state(path, data)
-        return added
+    return added
 
 
 def set_since_bind(record: dict[str, Any], now: str | None) -> bool:
@@ -294,23 +277,80 @@ def set_since_bind(record: dict[str, Any], now: str | None) -> bool:
 def remember_irqbalance(path: str, record: dict[str, Any]) -> None:
     """Keep the first (true) original; a later ban adds its text to the `written` ones, so
     that `unbind --irq` restores the file only while it is one a bind left."""
-    with locked(path):
-        data = load_state(path)
-        ib = data.get("irqbalance")
+    with editing(path) as data:
+        ib = data["irqbalance"]
         if ib is None:
             data["irqbalance"] = record
         elif "written" in ib and ib.get("config_path") == record.get("config_path"):
             ib["written"] += [t for t in record.get("written", []) if t not in ib["written"]]
-        else:
-            return
-        store_state(path, data)
 
 
 def forget(path: str, keys: Iterable[str], irqbalance: bool = False) -> None:
-    with locked(path):
-        data = load_state(path)
+    with editing(path) as data:
         for key in keys:
             data["irqs"].pop(key, None)
         if irqbalance:
             data["irqbalance"] = None
-        store_state(path, data)
+
+
+# --- irqbalance ------------------------------------------------------------------------
+
+
+def is_active(host: Host) -> bool:
+    """True when systemd says the service runs; no systemd (a container) means not active."""
+    result = host.run(["systemctl", "is-active", SERVICE])
+    return result is not None and result.ok and result.stdout.strip() == "active"
+
+
+def unit_state(host: Host) -> str | None:
+    """`systemctl is-enabled`'s answer (enabled, disabled, masked...); None: cannot tell.
+    Disabled exits 1, so the answer is read whatever the status."""
+    result = host.run(["systemctl", "is-enabled", SERVICE])
+    return (result.stdout.strip() or None) if result is not None else None
+
+
+def turned_off_since(record: dict[str, Any], now: str | None) -> bool:
+    """Whether irqbalance was disabled or masked after the bind that stopped it: `systemctl
+    start` ignores `disable` and would run it against that. (No state at bind: cannot tell.)"""
+    was = record.get("enabled")
+    return was is not None and now != was and now in ("disabled", "masked", "masked-runtime")
+
+
+def config_path(root: str) -> str:
+    """The distribution's irqbalance environment file (Debian, then Red Hat)."""
+    paths = [rooted(root, path) for path in CONFIG_PATHS]
+    return next((path for path in paths if os.path.exists(path)), paths[0])
+
+
+def banned_config(original: str, cpus: Iterable[int], irqs: Iterable[int] = ()) -> str:
+    """`original` with `cpus` added to the banned CPUs and `irqs` to the banned IRQs.
+
+    Banning the CPUs keeps other interrupts off the reserved CPUs; banning our IRQs
+    (`--banirq` in IRQBALANCE_ARGS) stops irqbalance from moving them off those CPUs.
+    Other lines are kept as they are.
+    """
+    lines = original.splitlines()
+    wanted = set(cpus)
+    ban_args = [f"--banirq={irq}" for irq in irqs]
+    found_cpus = found_args = False
+    for i, line in enumerate(lines):
+        m = _BANNED.match(line)
+        if m and not found_cpus:
+            with contextlib.suppress(ParseError):
+                wanted |= set(parse_cpulist(m.group(1).strip()))
+            lines[i] = f'IRQBALANCE_BANNED_CPULIST="{format_cpulist(wanted)}"'
+            found_cpus = True
+            continue
+        a = _ARGS.match(line)
+        if a and not found_args:
+            args = a.group(1).split()
+            args += [b for b in ban_args if b not in args]
+            lines[i] = f'IRQBALANCE_ARGS="{" ".join(args)}"'
+            found_args = True
+    if not found_cpus or (ban_args and not found_args):
+        lines.append("# added by accelhost bind --irqbalance=ban; undo: accelhost unbind --irq")
+    if not found_cpus:
+        lines.append(f'IRQBALANCE_BANNED_CPULIST="{format_cpulist(wanted)}"')
+    if ban_args and not found_args:
+        lines.append(f'IRQBALANCE_ARGS="{" ".join(ban_args)}"')
+    return "\n".join(lines) + "\n"

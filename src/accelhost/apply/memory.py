@@ -16,11 +16,8 @@ from accelhost.errors import ParseError
 from accelhost.host.live import live_host
 from accelhost.kernel.libc import syscall
 
-MPOL_DEFAULT = 0
-MPOL_PREFERRED = 1
-MPOL_BIND = 2
-MODES = {"preferred": MPOL_PREFERRED, "bind": MPOL_BIND}
-MODE_NAMES = {MPOL_DEFAULT: "default", MPOL_PREFERRED: "preferred", MPOL_BIND: "bind"}
+# MPOL_DEFAULT, MPOL_PREFERRED and MPOL_BIND of <linux/mempolicy.h>, by name.
+MODES = {"default": 0, "preferred": 1, "bind": 2}
 
 MPOL_MF_MOVE = 1 << 1  # only pages mapped by this process alone (no CAP_SYS_NICE needed)
 
@@ -60,7 +57,8 @@ def get_mempolicy() -> tuple[str, list[int]]:
     args = (ctypes.byref(mode), mask, ctypes.c_ulong(maxnode), None, ctypes.c_ulong(0))
     syscall("get_mempolicy", *args)
     nodes = [w * 64 + b for w, v in enumerate(mask) for b in range(64) if v >> b & 1]
-    return MODE_NAMES.get(mode.value, str(mode.value)), nodes
+    names = {number: name for name, number in MODES.items()}
+    return names.get(mode.value, str(mode.value)), nodes
 
 
 def memory_nodes(root: str = "/") -> list[int]:

@@ -71,7 +71,6 @@ class Selection:
 
     regions: tuple[Region, ...]
     skipped: tuple[tuple[str, int, int], ...]  # (reason, mappings, resident kB)
-    in_place: int  # mappings with every resident page on the target already
 
 
 def select_regions(
@@ -84,37 +83,33 @@ def select_regions(
     no more than `room_kb` of them: move_pages(2) allocates on that node alone, reclaiming
     there (the page cache and pages of the processes there) when it is short of memory."""
     chosen: list[Region] = []
-    skipped: dict[str, list[int]] = {}
-    in_place = 0
+    skipped: dict[str, tuple[int, int]] = {}  # reason -> (mappings, kB)
+
+    def skip(reason: str, kb: int) -> None:
+        mappings, total = skipped.get(reason, (0, 0))
+        skipped[reason] = (mappings + 1, total + kb)
+
     for area in areas:
         reason = skip_reason(area)
-        if reason is not None:
-            counts = skipped.setdefault(reason, [0, 0])
-            counts[0] += 1
-            counts[1] += area.rss_kb
-            continue
         info = numa.get(area.start)
-        off = 0 if info is None else sum(n for node, n in info.pages.items() if node != to_node)
-        if info is None or not off:
-            in_place += 1
-            continue
-        chosen.append(Region(area.start, area.end, info.page_kb, off, area.path))
+        if reason is not None:
+            skip(reason, area.rss_kb)
+        elif info is not None:
+            off = sum(n for node, n in info.pages.items() if node != to_node)
+            if off:  # else every resident page is on the target already
+                chosen.append(Region(area.start, area.end, info.page_kb, off, area.path))
     chosen.sort(key=lambda r: (-r.off_node, r.start))
     if room_kb is not None:
         fits = []
         for region in chosen:
             kb = region.off_node * region.page_kb
             if kb > room_kb:
-                counts = skipped.setdefault(f"no room on node {to_node}", [0, 0])
-                counts[0] += 1
-                counts[1] += kb
+                skip(f"no room on node {to_node}", kb)
                 continue
             room_kb -= kb
             fits.append(region)
         chosen = fits
-    return Selection(
-        tuple(chosen), tuple((r, c[0], c[1]) for r, c in sorted(skipped.items())), in_place
-    )
+    return Selection(tuple(chosen), tuple((r, *counts) for r, counts in sorted(skipped.items())))
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ a result once made; the report that holds them is frozen.
 
 from __future__ import annotations
 
+import shlex
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -185,8 +186,6 @@ class ExecCommand(Step):
     argv: tuple[str, ...]
 
     def describe(self) -> str:
-        import shlex
-
         return f"exec {shlex.join(self.argv)}"
 
 
@@ -258,23 +257,14 @@ class ApplyReport:
         part at best (2: its host threads; 1: not even those)."""
         if self.skipped is not None:
             return EXIT_NOTHING
+        # Failed when run; in a dry run, what cannot be prepared.
+        bad = sum(r.status == FAILED or isinstance(r.step, Unresolved) for r in self.results)
         if self.worker_skipped is not None:
-            done = [
-                r
-                for r in self.results
-                if (r.status == PLANNED and not isinstance(r.step, Unresolved))
-                or r.status in (OK, NOOP)
-            ]
+            done = sum(r.status != SKIPPED for r in self.results) - bad
             return EXIT_PARTIAL if done else EXIT_NOTHING
-        if self.dry_run:
-            bad = sum(isinstance(r.step, Unresolved) for r in self.results)
-            return EXIT_PARTIAL if bad else EXIT_OK
-        failed = len(self.failed)
-        if not failed:
+        if not bad:
             return EXIT_OK
-        if failed == len(self.results):
-            return EXIT_NOTHING
-        return EXIT_PARTIAL
+        return EXIT_NOTHING if bad == len(self.results) and not self.dry_run else EXIT_PARTIAL
 
     @property
     def ok(self) -> bool:

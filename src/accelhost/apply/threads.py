@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from accelhost.apply.steps import ThreadAffinity
 from accelhost.errors import ApplyError
 from accelhost.plans import ThreadRole
+from accelhost.readers.procs import list_pids
 
 if TYPE_CHECKING:
     from accelhost.host.base import Host
@@ -170,8 +171,7 @@ def scan_named_threads(matcher: RoleMatcher, host: Host) -> list[tuple[int, int,
     """(pid, tid, name) of every thread on the host whose name matches (950 UVB threads),
     through the host door: unlike a bind's own threads, this walk is not on the hot path."""
     out: list[tuple[int, int, str]] = []
-    pids = [int(n) for n in host.list_dir("/proc") or () if n.isdigit()]
-    for pid in sorted(pids):
+    for pid in list_pids(host):
         tids = [int(n) for n in host.list_dir(f"/proc/{pid}/task") or () if n.isdigit()]
         for tid in sorted(tids):
             text = host.read_file(f"/proc/{pid}/task/{tid}/comm")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
+from accelhost.apply.irq import rooted
 from accelhost.cpulist import format_cpulist, parse_cpulist
 from accelhost.errors import ParseError
 from accelhost.host.base import Host
@@ -33,9 +34,7 @@ def _cpuset(pid: int | str, host: Host) -> tuple[int, ...] | None:
 
 
 def omp_warnings(env: Mapping[str, str] | None, who: str) -> list[str]:
-    if env is None:
-        return []
-    found = [f"{name}={env[name]}" for name in OMP_VARS if name in env]
+    found = [f"{name}={env[name]}" for name in OMP_VARS if env is not None and name in env]
     if not found:
         return []
     return [
@@ -76,8 +75,8 @@ def outside_cpuset_warning(pid: int, planned: Sequence[int], host: Host | None =
     ]
 
 
-def irq_writable_warning(writable: bool) -> list[str]:
-    if writable:
+def irq_writable_warning(root: str) -> list[str]:
+    if os.access(rooted(root, "/proc/irq"), os.W_OK):
         return []
     return [
         "/proc/irq is not writable. If running in Docker, start the container with "
@@ -97,11 +96,8 @@ def in_container(host: Host | None = None) -> bool:
 def host_threads_warning(found: int, pattern: str, host: Host | None = None) -> list[str]:
     if found:
         return []
-    hint = (
-        " In Docker these host threads are only visible with '--pid=host'."
-        if in_container(host)
-        else ""
-    )
+    docker = " In Docker these host threads are only visible with '--pid=host'."
+    hint = docker if in_container(host) else ""
     return [f"no '{pattern}' threads found on this host; nothing to pin for them.{hint}"]
 
 

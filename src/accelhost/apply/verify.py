@@ -6,22 +6,23 @@ may move IRQs: one line per thread or IRQ that drifted, naming both values.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from accelhost import formats
 from accelhost.apply import traps
-from accelhost.apply.build import BindOptions, device_irqs, host_role, roles_of, target_node
+from accelhost.apply.build import (
+    BindOptions,
+    device_irqs,
+    host_thread_steps,
+    roles_of,
+    target_node,
+)
 from accelhost.apply.driver import role_warnings
 from accelhost.apply.irq import read_mask
 from accelhost.apply.memory import kb_per_node, parse_numa_regions, read_proc
-from accelhost.apply.threads import (
-    RoleMatcher,
-    assign,
-    get_affinity,
-    list_threads,
-    scan_named_threads,
-)
+from accelhost.apply.steps import ThreadAffinity
+from accelhost.apply.threads import get_affinity, thread_steps
 from accelhost.cpulist import cpu_mask, format_cpulist, parse_cpu_mask
 from accelhost.formats import human_bytes
 from accelhost.host.live import live_host
@@ -34,19 +35,17 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Drift:
     kind: str  # "thread" or "irq"
-    ident: int
+    id: int
     name: str
     expected: str
     actual: str
 
     @property
     def line(self) -> str:
-        if self.kind == "thread":
-            return (
-                f"thread {self.ident} ({self.name}) drifted: plan CPUs {self.expected}, "
-                f"actual {self.actual}"
-            )
-        return f"IRQ {self.ident} ({self.name}) drifted: plan {self.expected}, actual {self.actual}"
+        what, plan = ("thread", "plan CPUs") if self.kind == "thread" else ("IRQ", "plan")
+        return (
+            f"{what} {self.id} ({self.name}) drifted: {plan} {self.expected}, actual {self.actual}"
+        )
 
 
 @dataclass(frozen=True)
@@ -58,14 +57,11 @@ class Placement:
     resident_bytes: dict[int, int]
 
     @property
-    def total(self) -> int:
-        return sum(self.resident_bytes.values())
-
-    @property
     def on_node_share(self) -> float | None:
-        if self.node is None or not self.total:
+        total = sum(self.resident_bytes.values())
+        if self.node is None or not total:
             return None
-        return self.resident_bytes.get(self.node, 0) / self.total
+        return self.resident_bytes.get(self.node, 0) / total
 
     @property
     def line(self) -> str:
@@ -102,7 +98,7 @@ class VerifyReport:
         which is "cannot tell", never a match; 0: all that was checked matches."""
         if self.drifts:
             return 1
-        return 2 if not (self.checked_threads or self.checked_irqs) else 0
+        return 0 if self.checked_threads or self.checked_irqs else 2
 
     def lines(self) -> list[str]:
         out = [d.line for d in self.drifts]
@@ -120,17 +116,7 @@ class VerifyReport:
             "exit_code": self.exit_status,
             "checked_threads": self.checked_threads,
             "checked_irqs": self.checked_irqs,
-            "drifts": [
-                {
-                    "kind": d.kind,
-                    "id": d.ident,
-                    "name": d.name,
-                    "expected": d.expected,
-                    "actual": d.actual,
-                    "line": d.line,
-                }
-                for d in self.drifts
-            ],
+            "drifts": [{**asdict(d), "line": d.line} for d in self.drifts],
             "info": list(self.info),
             "memory": None if self.memory is None else self.memory.to_dict(),
         }
@@ -146,30 +132,26 @@ def verify(plan: Plan, device: int, options: BindOptions, host: Host | None = No
         info.append(f"worker CPU binding skipped for device {device}: {skipped}")
     pid = options.pid
     live = live_host()  # the process's and the IRQ tree's files; `host` answers commands
-    checks: list[tuple[int, str, str, tuple[int, ...]]] = []  # (tid, name, role, plan CPUs)
+    checks: list[ThreadAffinity] = []
     if dev is not None and pid is not None and options.threads:
         roles = roles_of(plan, dev)
-        assigned = assign(list_threads(pid), dev.main, roles)
-        info.extend(f"warning: {w}" for w in role_warnings(roles, {a.role for a in assigned}, pid))
+        checks += thread_steps(pid, dev.main, roles)
+        given = {t.role for t in checks}
+        info.extend(f"warning: {w}" for w in role_warnings(roles, given, pid))
         planned = [*dev.main, *(c for r in roles for c in r.cpus)]
         info.extend(f"warning: {w}" for w in traps.clobber_warnings(pid, planned, live))
-        checks += [(a.tid, a.name, a.role, a.cpus) for a in assigned]
-    ht = plan.host_threads
-    if options.threads and options.host_threads and ht is not None and ht.cpus:
-        want = tuple(sorted(set(ht.cpus)))
-        named = scan_named_threads(RoleMatcher(host_role(plan)), live)
+    if options.threads and options.host_threads:
         # The process's own host threads are among its threads above: checked once.
-        own = pid if dev is not None else None
-        checks += [(tid, name, "host", want) for owner, tid, name in named if owner != own]
+        checks += host_thread_steps(live, plan, pid if dev is not None else None)[0]
     threads = 0
-    for tid, name, role, cpus in checks:
-        actual = get_affinity(tid)
+    for t in checks:
+        actual = get_affinity(t.tid)
         if actual is None:  # exited meanwhile
             continue
         threads += 1
-        if set(actual) != set(cpus):
-            expected = f"{format_cpulist(cpus)} [{role}]"
-            drifts.append(Drift("thread", tid, name, expected, format_cpulist(actual)))
+        if set(actual) != set(t.cpus):
+            expected = f"{format_cpulist(t.cpus)} [{t.role}]"
+            drifts.append(Drift("thread", t.tid, t.name, expected, format_cpulist(actual)))
     irqs = 0
     if dev is not None and options.irq and dev.irq and plan.device_type != "950":
         found, problem = device_irqs(plan, dev, options.host_root, host, live)

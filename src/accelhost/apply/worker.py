@@ -104,15 +104,10 @@ def _log(report: ApplyReport, strict: bool) -> None:
         log.warning("%s", warning)
     for note in report.notes:
         log.info("%s", note)
-    failed = report.failed
+    failed, steps = report.failed, len(report.results)
     if not failed:
-        log.info(
-            "bound process %d to device %d (%d steps)",
-            report.pid,
-            report.device,
-            len(report.results),
-        )
+        log.info("bound process %d to device %d (%d steps)", report.pid, report.device, steps)
         return
-    log.warning("%d of %d binding steps failed", len(failed), len(report.results))
+    log.warning("%d of %d binding steps failed", len(failed), steps)
     if strict:
         raise ApplyError("; ".join(f"{r.step.describe()}: {r.detail}" for r in failed))

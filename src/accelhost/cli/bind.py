@@ -241,8 +241,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from accelhost.apply.driver import with_roles
-    from accelhost.apply.hostcheck import refuse_foreign
+    from accelhost.apply.driver import refuse_foreign, with_roles
     from accelhost.apply.verify import verify
 
     roles = thread_roles(args)

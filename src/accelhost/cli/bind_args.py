@@ -12,8 +12,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR
-from accelhost.apply.irqbalance import MODES as IRQBALANCE_MODES
+from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR, IRQBALANCE_MODES
 from accelhost.cli import options
 from accelhost.cli.common import one_device, planning_kwargs
 from accelhost.errors import UsageError

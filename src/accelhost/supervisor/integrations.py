@@ -53,7 +53,7 @@ def bind_plan(
         raise UsageError(f"--bind takes one device, got {device_text!r}")
     device = ids[0]
     from accelhost.apply import driver
-    from accelhost.apply.hostcheck import refuse_foreign
+    from accelhost.apply.driver import refuse_foreign
     from accelhost.planner.roles import parse_role_spec
     from accelhost.plans import load_plan
 
