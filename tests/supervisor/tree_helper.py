@@ -73,7 +73,12 @@ def main() -> None:
         start_sleeper(out, ign, setsid=True)
         note(out)
         if "--exit-0" in flags:
-            time.sleep(0.5)
+            # exit only once the three others have written their pids (a loaded machine
+            # can take longer than any fixed pause to start three interpreters)
+            pids = os.path.join(out, "pids")
+            deadline = time.monotonic() + 60
+            while len(os.listdir(pids)) < 4 and time.monotonic() < deadline:
+                time.sleep(0.05)
             os._exit(0)
         while True:
             time.sleep(3600)
