@@ -1,7 +1,8 @@
 """The command-line shell: parses arguments, calls the library, renders results.
 
-What lives where: `main` (the dispatcher: imports only the module of the command run;
-its help formatter wraps every command's help to the terminal), `streams` (standard output
+What lives where: `main` (the dispatcher: each command's name and help line, and the
+module of the command run is the only one it imports, none for `accelhost --help`; its
+help formatter wraps every command's help to the terminal), `streams` (standard output
 and error while a command runs: a reader that goes away ends the output, not the status),
 `options` (every option more than one command takes, defined once: `--device LIST`,
 `--grace`, `--plan`, `--pid`, ...), `common` (what the commands share besides options:

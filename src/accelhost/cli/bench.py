@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from accelhost.cli import options
-from accelhost.cli.common import add_command, command_after_dashes, one_device, print_json
+from accelhost.cli.common import command, command_after_dashes, one_device, print_json
 from accelhost.errors import AccelhostError, ApplyError, ParseError, UsageError
 from accelhost.render import render_table
 
@@ -23,14 +23,12 @@ from accelhost.render import render_table
 STAGE_TIMES = ("pre", "device", "post")
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "bench",
-        help="measure how well the host feeds a device",
-        description="Measure before you trust: `bench pipeline` runs one workload as a "
+def build_bench(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Measure before you trust: `bench pipeline` runs one workload as a "
         "serial loop, as the asyncio recipe and through accelhost.pipeline and compares "
         "their throughput; `bench bind` runs a command unbound and bound, in turns, and "
-        "says whether the binding helps it on this host.",
+        "says whether the binding helps it on this host."
     )
     sub = parser.add_subparsers(dest="bench_command", metavar="BENCH")
     p = sub.add_parser(
@@ -147,7 +145,8 @@ EPILOG = (
 
 
 def register_bind(sub: Any) -> None:
-    p = add_command(sub, "bind", cmd_bench_bind, BIND_HELP, BIND_DESCRIPTION, epilog=EPILOG)
+    p = sub.add_parser("bind", help=BIND_HELP)
+    command(p, cmd_bench_bind, BIND_DESCRIPTION, EPILOG)
     options.plan_file(p, "bind as this plan binds --device N")
     options.device(p, "with --plan: the device whose CPUs and memory node to use", one=True)
     p.add_argument("--cpus", metavar="LIST", help="bind to these CPUs instead of a plan's")

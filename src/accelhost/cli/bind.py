@@ -24,7 +24,7 @@ from accelhost.cli.bind_args import (
     warn,
 )
 from accelhost.cli.common import (
-    add_command,
+    command,
     command_after_dashes,
     fit,
     one_device,
@@ -38,27 +38,23 @@ if TYPE_CHECKING:
     from accelhost.apply.steps import ApplyReport
     from accelhost.plans import Plan
 
-BIND_HELP = "bind a running worker to its device's CPUs, memory node and IRQs"
 BIND_DESCRIPTION = (
     "Pin every thread of a process to the plan's CPUs for one device (ACL "
     "and release threads to their own CPUs), move its memory to the device's NUMA node "
     "and the device's IRQs onto the reserved IRQ CPUs."
 )
-EXEC_HELP = "start a command already bound to a device's CPUs and NUMA node"
 EXEC_DESCRIPTION = (
     "Set this process's CPUs and memory policy, bind the device's IRQs, then "
     "replace it with COMMAND, which is bound from its first instruction. Threads created "
     "later (ACL, release) inherit the main CPUs; re-pin them from the worker with "
     "accelhost.bind_current_process() or with `accelhost bind`."
 )
-VERIFY_HELP = "check that a worker's threads and the device IRQs still match the plan"
 VERIFY_DESCRIPTION = (
     "Compare every thread's affinity and the device's IRQ masks with the "
     "plan, and show where the process's memory lives. Exit 0 when all match, 1 with one "
     "line per thread or IRQ that drifted, 2 when nothing could be checked (cannot tell) "
     "or on a usage error."
 )
-UNBIND_HELP = "restore IRQ masks saved at bind time, or free a process's threads"
 UNBIND_DESCRIPTION = (
     "--irq puts back the IRQ masks (and irqbalance) as they were before "
     "`bind`; --pid gives every thread of a process its whole cpuset again."
@@ -80,8 +76,8 @@ UNBIND_EPILOG = (
 HELD_DEVICE = "; without it, the device the --pid process holds open"
 
 
-def register(sub: Any) -> None:
-    bind = add_command(sub, "bind", cmd_bind, BIND_HELP, BIND_DESCRIPTION, epilog=EPILOG)
+def build_bind(bind: argparse.ArgumentParser) -> None:
+    command(bind, cmd_bind, BIND_DESCRIPTION, EPILOG)
     plan_options(bind, "apply", f"the device whose plan to apply{HELD_DEVICE}")
     options.pid(bind, "the worker (required unless --irq-only)")
     options.dry_run(bind)
@@ -94,7 +90,9 @@ def register(sub: Any) -> None:
     options.thread_role(bind)
     options.json_output(bind)
 
-    ex = add_command(sub, "exec", cmd_exec, EXEC_HELP, EXEC_DESCRIPTION, epilog=EXEC_EPILOG)
+
+def build_exec(ex: argparse.ArgumentParser) -> None:
+    command(ex, cmd_exec, EXEC_DESCRIPTION, EXEC_EPILOG)
     plan_options(ex, "apply", "the device whose plan to apply")
     options.dry_run(ex)
     options.no_irq(ex, "do not move them")
@@ -108,7 +106,9 @@ def register(sub: Any) -> None:
         "cmd_argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- COMMAND [ARG...]"
     )
 
-    ver = add_command(sub, "verify", cmd_verify, VERIFY_HELP, VERIFY_DESCRIPTION)
+
+def build_verify(ver: argparse.ArgumentParser) -> None:
+    command(ver, cmd_verify, VERIFY_DESCRIPTION)
     plan_options(ver, "check against", f"the device whose plan to check{HELD_DEVICE}")
     options.pid(ver, "the worker (omit to check IRQs only)")
     options.no_irq(ver, "do not check them")
@@ -117,14 +117,9 @@ def register(sub: Any) -> None:
     options.thread_role(ver)
     options.json_output(ver)
 
-    un = add_command(
-        sub,
-        "unbind",
-        cmd_unbind,
-        UNBIND_HELP,
-        UNBIND_DESCRIPTION,
-        epilog=UNBIND_EPILOG,
-    )
+
+def build_unbind(un: argparse.ArgumentParser) -> None:
+    command(un, cmd_unbind, UNBIND_DESCRIPTION, UNBIND_EPILOG)
     un.add_argument("--irq", action="store_true", help="restore the saved IRQ masks")
     options.pid(un, "give this process's threads all allowed CPUs")
     options.device(un, "with --irq: only this device's IRQs", one=True)

@@ -113,20 +113,16 @@ def planning_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def add_command(
-    sub: Any,
-    name: str,
+def command(
+    parser: argparse.ArgumentParser,
     func: Callable[[argparse.Namespace], int],
-    help: str,
     description: str,
-    **kwargs: Any,
-) -> argparse.ArgumentParser:
-    """One sub-command: its parser, with `func` as the handler main.py calls."""
-    parser: argparse.ArgumentParser = sub.add_parser(
-        name, help=help, description=description, **kwargs
-    )
+    epilog: str | None = None,
+) -> None:
+    """Make `parser`, made by main.py with the command's help line, the command's own."""
+    parser.description = description
+    parser.epilog = epilog
     parser.set_defaults(func=func)
-    return parser
 
 
 def _isatty(stream: TextIO) -> bool:

@@ -1,9 +1,10 @@
 """`accelhost` entry point: a thin dispatcher over one module per command.
 
-Only the module of the command being run is imported, so `accelhost plan` does not pay for
-the pipeline or the supervisor. Each module exposes `register(subparsers)`, which adds its
-parser(s) with `set_defaults(func=handler)`; a handler takes the parsed arguments and
-returns the exit status.
+`accelhost --help` (and no command, or an unknown one) needs only the commands' names and
+help lines, which are here; a command's own parser is built, by its module's
+`build_<command>(parser)`, only when that command is run, so `accelhost plan` does not pay
+for the pipeline or the supervisor, nor `accelhost --help` for any of them. A builder sets
+the handler (`func`): it takes the parsed arguments and returns the exit status.
 """
 
 from __future__ import annotations
@@ -16,20 +17,20 @@ from typing import Any, NoReturn
 
 from accelhost.errors import AccelhostError, ForeignPlanError, PlanError, UsageError
 
-# command name -> module that registers it (one module may register several commands)
-COMMANDS: dict[str, str] = {
-    "topo": "accelhost.cli.topo",
-    "plan": "accelhost.cli.plan",
-    "snapshot": "accelhost.cli.snapshot",
-    "bind": "accelhost.cli.bind",
-    "exec": "accelhost.cli.bind",
-    "verify": "accelhost.cli.bind",
-    "unbind": "accelhost.cli.bind",
-    "doctor": "accelhost.cli.hygiene",
-    "clean": "accelhost.cli.hygiene",
-    "watch": "accelhost.cli.hygiene",
-    "run": "accelhost.cli.run",
-    "bench": "accelhost.cli.bench",
+# command -> its line in `accelhost --help`, and the module of `accelhost.cli` building it
+COMMANDS: dict[str, tuple[str, str]] = {
+    "topo": ("CPUs, NUMA nodes, allowed CPUs and accelerators of this host", "topo"),
+    "plan": ("the CPU plan of every visible accelerator", "plan"),
+    "snapshot": ("record this host into one JSON file", "snapshot"),
+    "bind": ("bind a running worker to its device's CPUs, memory node and IRQs", "bind"),
+    "exec": ("start a command already bound to a device's CPUs and NUMA node", "bind"),
+    "verify": ("check that a worker's threads and the device IRQs still match the plan", "bind"),
+    "unbind": ("restore IRQ masks saved at bind time, or free a process's threads", "bind"),
+    "doctor": ("what is wrong on this host, the evidence, the fix", "hygiene"),
+    "clean": ("remove orphan engines and leaked shared memory (dry run unless --yes)", "hygiene"),
+    "watch": ("run the checks every --interval and serve Prometheus metrics", "hygiene"),
+    "run": ("supervise an engine so that nothing of it outlives it", "run"),
+    "bench": ("measure how well the host feeds a device", "bench"),
 }
 
 DESCRIPTION = (
@@ -99,15 +100,19 @@ class Parser(argparse.ArgumentParser):
         raise ArgumentsRefused(message)
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+def build_parser(only: str | None = None, *, full: bool = True) -> argparse.ArgumentParser:
+    """`accelhost`'s parser: every command's name and help line, and the whole parser of
+    `only`, or with no `only` of every command (`full`) or of none (for the top-level help,
+    which so imports no command module)."""
     from accelhost import __version__
 
     parser = Parser(prog="accelhost", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"accelhost {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    modules = [COMMANDS[only]] if only in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
-    for name in modules:
-        importlib.import_module(name).register(sub)
+    for name, (line, module) in COMMANDS.items():
+        command = sub.add_parser(name, help=line)
+        if name == only or (only is None and full):
+            getattr(importlib.import_module(f"accelhost.cli.{module}"), f"build_{name}")(command)
     return parser
 
 
@@ -128,17 +133,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(args_list: list[str]) -> int:
     first = next((a for a in args_list if not a.startswith("-")), None)
     if args_list == ["--version"]:
-        # argparse's answer without registering every command (half of start-up)
+        # argparse's answer without building the parser
         from accelhost import __version__
 
         print(f"accelhost {__version__}")
         return 0
     try:
-        parser = build_parser(first if first in COMMANDS else None)
+        parser = build_parser(first if first in COMMANDS else None, full=False)
         args, extra = parser.parse_known_args(args_list)
         if extra:  # said by the command that was given them, not by `accelhost`
-            words = [getattr(args, "command", None), getattr(args, "bench_command", None)]
-            prog = " ".join(["accelhost", *(w for w in words if w)])
+            prog = f"accelhost {_named(args)}".rstrip()
             Parser(prog=prog).error(f"unrecognized arguments: {' '.join(extra)}")
     except ArgumentsRefused as exc:
         _json_failure(_asked_json(args_list), _document(args_list), 2, exc.reason)
@@ -169,11 +173,14 @@ def _failed(args: argparse.Namespace, status: int, line: str, reason: str) -> in
     """One line on standard error; with --json also the command's document on standard
     output, so that `accelhost plan --json > plan.json` never leaves an empty file."""
     print(line, file=sys.stderr)
-    words = [getattr(args, "command", None), getattr(args, "bench_command", None)]
-    _json_failure(
-        bool(getattr(args, "json", False)), " ".join(w for w in words if w), status, reason
-    )
+    _json_failure(bool(getattr(args, "json", False)), _named(args), status, reason)
     return status
+
+
+def _named(args: argparse.Namespace) -> str:
+    """The command that was run as its document is named: `plan`, `bench pipeline`."""
+    words = [getattr(args, "command", None), getattr(args, "bench_command", None)]
+    return " ".join(w for w in words if w)
 
 
 def _json_failure(wanted: bool, command: str, status: int, reason: str) -> None:

@@ -7,8 +7,8 @@ is passed to `add_argument` twice anywhere in `accelhost.cli`. Where a command u
 option for a narrower purpose, it passes `context`: a few words put in front of the one
 help text, never a second meaning. Options only one command has stay with that command.
 
-This module imports only argparse and the vocabulary: `accelhost --help` registers every
-command through it.
+This module imports only argparse and the vocabulary: `accelhost CMD --help` builds its
+parser through it.
 """
 
 from __future__ import annotations

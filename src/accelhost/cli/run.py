@@ -13,10 +13,9 @@ import sys
 from typing import Any
 
 from accelhost.cli import options
-from accelhost.cli.common import add_command, command_after_dashes, host_from_args, one_device
+from accelhost.cli.common import command, command_after_dashes, host_from_args, one_device
 from accelhost.errors import SnapshotError, UsageError
 
-HELP = "supervise an engine so that nothing of it outlives it"
 DESCRIPTION = (
     "Run CMD as a supervised engine: signals are passed to it, every process it starts is "
     "reaped, and when it ends (or on SIGTERM/SIGINT/SIGQUIT) its whole tree is stopped "
@@ -27,8 +26,8 @@ DESCRIPTION = (
 EPILOG = "Example: accelhost run --grace 30 --fail-on-exit 'VLLM::EngineCore' -- vllm serve MODEL"
 
 
-def register(subparsers: Any) -> None:
-    p = add_command(subparsers, "run", handler, HELP, DESCRIPTION, epilog=EPILOG)
+def build_run(p: argparse.ArgumentParser) -> None:
+    command(p, handler, DESCRIPTION, EPILOG)
     options.grace(p, "the command's tree")
     p.add_argument(
         "--kill-wait",

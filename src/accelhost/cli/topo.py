@@ -9,7 +9,7 @@ from typing import Any
 from accelhost import formats
 from accelhost.cli import options
 from accelhost.cli.common import (
-    add_command,
+    command,
     host_from_args,
     pci_from_args,
     print_json,
@@ -19,7 +19,6 @@ from accelhost.cpulist import format_cpulist
 from accelhost.render import render_table
 from accelhost.topology import Topology
 
-HELP = "CPUs, NUMA nodes, allowed CPUs and accelerators of this host"
 DESCRIPTION = (
     "Show what this host looks like: CPUs, NUMA nodes with their CPU ranges, "
     "the allowed CPUs (and the cgroup cpuset when it differs), accelerators and their "
@@ -168,8 +167,8 @@ def run_topo(args: argparse.Namespace) -> int:
     return 1 if topo.unread else 0  # a device tool that failed: no device known, not none
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = add_command(sub, "topo", run_topo, HELP, DESCRIPTION)
+def build_topo(parser: argparse.ArgumentParser) -> None:
+    command(parser, run_topo, DESCRIPTION)
     options.snapshot(parser)
     options.device_type(parser)
     options.pci(parser)
