@@ -8,6 +8,6 @@ and error while a command runs: a reader that goes away ends the output, not the
 `--grace`, `--plan`, `--pid`, ...), `common` (what the commands share besides options:
 one device, the host, JSON output, roles and planning keywords), `topo`, `plan`,
 `snapshot`, `bind` with `bind_args` (bind, exec, verify, unbind), `hygiene` with
-`hygiene_options` and `container_args` (doctor, clean, watch), `run`, `bench` (bench
+`hygiene_options` (doctor, clean, watch), `run`, `bench` (bench
 pipeline and bench bind). Nothing outside this package imports it.
 """

@@ -19,8 +19,12 @@ from accelhost.cli.common import command, command_after_dashes, one_device, prin
 from accelhost.errors import AccelhostError, ApplyError, ParseError, UsageError
 from accelhost.render import render_table
 
-# the stages whose cost `bench pipeline` takes, each as --STAGE-time
-STAGE_TIMES = ("pre", "device", "post")
+# the stages whose cost `bench pipeline` takes, each as --STAGE-time: its default, and what
+STAGES = {
+    "pre": ("10ms", "CPU time of preprocessing (GIL held)"),
+    "device": ("50ms", "device time (GIL released)"),
+    "post": ("20ms", "CPU time of postprocessing (GIL held)"),
+}
 
 
 def build_bench(parser: argparse.ArgumentParser) -> None:
@@ -38,11 +42,7 @@ def build_bench(parser: argparse.ArgumentParser) -> None:
         "recipe, accelhost.pipeline) and compare items/s, device-busy fraction and "
         "efficiency = achieved / (1 / slowest stage).",
     )
-    for stage, default, what in (
-        ("pre", "10ms", "CPU time of preprocessing (GIL held)"),
-        ("device", "50ms", "device time (GIL released)"),
-        ("post", "20ms", "CPU time of postprocessing (GIL held)"),
-    ):
+    for stage, (default, what) in STAGES.items():
         p.add_argument(
             f"--{stage}-time",
             default=default,
@@ -52,7 +52,6 @@ def build_bench(parser: argparse.ArgumentParser) -> None:
         )
     p.add_argument(
         "--items",
-        default=None,
         help="items per method (default 100, or 20000 when every stage costs nothing)",
     )
     p.add_argument(
@@ -82,7 +81,7 @@ def handle_pipeline(args: argparse.Namespace) -> int:
     from accelhost.bench import pipeline as bench
 
     costs = {}
-    for stage in STAGE_TIMES:
+    for stage in STAGES:
         try:
             costs[stage] = bench.parse_duration(getattr(args, f"{stage}_time"))
         except ValueError as exc:
@@ -232,31 +231,24 @@ def _measure(
     import socket
 
     from accelhost.bench import bind_report as report
-    from accelhost.bench.bind_runner import (
-        BOUND,
-        UNBOUND,
-        BindingError,
-        Figure,
-        run_all,
-        schedule,
-    )
+    from accelhost.bench import bind_runner as runner
     from accelhost.bench.bind_stats import compare
 
     few = report.repeats_warning(args.repeats)
     for line in [*bound.warnings, *([few] if few else [])]:
         print(f"accelhost: warning: {line}", file=sys.stderr)
-    figure = Figure(metric)
-    slots = schedule(args.repeats, args.warmup)
+    figure = runner.Figure(metric)
+    slots = runner.schedule(args.repeats, args.warmup)
     progress = report.Progress(len(slots))
     try:
-        outcome = run_all(argv, bound, figure, slots, grace=args.grace, on_run=progress)
-    except BindingError as exc:
+        outcome = runner.run_all(argv, bound, figure, slots, grace=args.grace, on_run=progress)
+    except runner.BindingError as exc:
         raise ApplyError(f"cannot bind the bound arm: {exc}") from None
     finally:
         progress.done()
     comparison = compare(
-        outcome.values(UNBOUND),
-        outcome.values(BOUND),
+        outcome.values(runner.UNBOUND),
+        outcome.values(runner.BOUND),
         higher_is_better=args.higher_is_better,
         seed=args.seed,
     )

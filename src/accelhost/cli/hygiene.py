@@ -17,7 +17,6 @@ import threading
 
 from accelhost.cli import options
 from accelhost.cli.common import colour_wanted, command, fit, print_json, terminal_columns
-from accelhost.cli.container_args import add_container_options
 from accelhost.cli.hygiene_options import add_common, add_preflight, hygiene_host, hygiene_options
 from accelhost.errors import AccelhostError, UsageError
 from accelhost.hygiene.capabilities import help_epilog
@@ -41,7 +40,6 @@ CLEAN_DESCRIPTION = "Show what would be removed and why; with --yes, do it, jour
 def build_doctor(doctor: argparse.ArgumentParser) -> None:
     command(doctor, doctor_main, DOCTOR_DESCRIPTION, help_epilog("doctor"))
     add_common(doctor)
-    add_container_options(doctor)
     add_preflight(doctor)
     options.json_output(doctor)
     doctor.add_argument(
@@ -63,7 +61,6 @@ def build_doctor(doctor: argparse.ArgumentParser) -> None:
 def build_clean(clean: argparse.ArgumentParser) -> None:
     command(clean, clean_main, CLEAN_DESCRIPTION, help_epilog("clean"))
     add_common(clean)
-    add_container_options(clean)
     options.json_output(clean)
     clean.add_argument("--yes", action="store_true", help="act (default: dry run)")
     options.grace(clean, "an orphan")
@@ -98,7 +95,6 @@ def build_clean(clean: argparse.ArgumentParser) -> None:
 def build_watch(watch: argparse.ArgumentParser) -> None:
     command(watch, watch_main, WATCH_DESCRIPTION, help_epilog("watch"))
     add_common(watch)
-    add_container_options(watch)
     add_preflight(watch)
     watch.add_argument(
         "--interval",

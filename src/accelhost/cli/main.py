@@ -131,56 +131,47 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(args_list: list[str]) -> int:
-    first = next((a for a in args_list if not a.startswith("-")), None)
-    if args_list == ["--version"]:
-        # argparse's answer without building the parser
-        from accelhost import __version__
-
-        print(f"accelhost {__version__}")
-        return 0
+    named = _named(args_list)
+    first = named.partition(" ")[0]
     try:
         parser = build_parser(first if first in COMMANDS else None, full=False)
         args, extra = parser.parse_known_args(args_list)
         if extra:  # said by the command that was given them, not by `accelhost`
-            prog = f"accelhost {_named(args)}".rstrip()
-            Parser(prog=prog).error(f"unrecognized arguments: {' '.join(extra)}")
+            Parser(prog=f"accelhost {named}".rstrip()).error(
+                f"unrecognized arguments: {' '.join(extra)}"
+            )
     except ArgumentsRefused as exc:
-        _json_failure(_asked_json(args_list), _document(args_list), 2, exc.reason)
+        _json_failure(_asked_json(args_list), named, 2, exc.reason)
         raise  # argparse's SystemExit(2), as callers of main() have always seen it
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()
         return 2
+    json = bool(getattr(args, "json", False))
     try:
         return int(func(args) or 0)
     except UsageError as exc:
         # the same status argparse gives its own usage errors
-        return _failed(args, 2, f"accelhost {args.command}: {exc}", str(exc))
+        return _failed(json, named, 2, f"accelhost {args.command}: {exc}", str(exc))
     except PlanError as exc:
-        return _failed(args, 1, f"accelhost: cannot plan: {exc.reason}", exc.reason)
+        return _failed(json, named, 1, f"accelhost: cannot plan: {exc.reason}", exc.reason)
     except ForeignPlanError as exc:
         # the library's words list every difference and name allow_foreign=True
         line = exc.short("--force applies it anyway")
-        return _failed(args, 1, f"accelhost: {line}", line)
+        return _failed(json, named, 1, f"accelhost: {line}", line)
     except AccelhostError as exc:
-        return _failed(args, 1, f"accelhost: {exc}", str(exc))
+        return _failed(json, named, 1, f"accelhost: {exc}", str(exc))
     except KeyboardInterrupt:
         print("accelhost: interrupted", file=sys.stderr)
         return 130
 
 
-def _failed(args: argparse.Namespace, status: int, line: str, reason: str) -> int:
+def _failed(json: bool, command: str, status: int, line: str, reason: str) -> int:
     """One line on standard error; with --json also the command's document on standard
     output, so that `accelhost plan --json > plan.json` never leaves an empty file."""
     print(line, file=sys.stderr)
-    _json_failure(bool(getattr(args, "json", False)), _named(args), status, reason)
+    _json_failure(json, command, status, reason)
     return status
-
-
-def _named(args: argparse.Namespace) -> str:
-    """The command that was run as its document is named: `plan`, `bench pipeline`."""
-    words = [getattr(args, "command", None), getattr(args, "bench_command", None)]
-    return " ".join(w for w in words if w)
 
 
 def _json_failure(wanted: bool, command: str, status: int, reason: str) -> None:
@@ -199,8 +190,9 @@ def _asked_json(args_list: list[str]) -> bool:
     return "--json" in words
 
 
-def _document(args_list: list[str]) -> str:
-    """The command (`plan`, `bench pipeline`) a refused command line names, for its format."""
+def _named(args_list: list[str]) -> str:
+    """The command (`plan`, `bench pipeline`) a command line names, as its document is
+    named: no top-level option takes a value, so it is the first word or two."""
     words = [a for a in args_list if not a.startswith("-")][:2]
     if words[:1] == ["bench"]:
         return " ".join(words)

@@ -286,3 +286,26 @@ def planning(p: Parser) -> None:
         metavar="K",
         help="reserve the first K CPUs of each pool for the device's MSI-X IRQs",
     )
+
+
+def cri_socket(p: Parser) -> None:
+    p.add_argument(
+        "--cri-socket",
+        action="append",
+        default=[],
+        metavar="ENDPOINT",
+        help="ask the CRI runtime (Kubernetes' gRPC API) on this unix socket for pods and "
+        "containers, PATH or unix://PATH (repeatable; after CONTAINER_RUNTIME_ENDPOINT, "
+        "before containerd's, CRI-O's and cri-dockerd's usual sockets; one second each at "
+        "most)",
+    )
+
+
+def kubelet_root(p: Parser) -> None:
+    p.add_argument(
+        "--kubelet-root",
+        metavar="DIR",
+        help="the kubelet's --root-dir, under which pods' emptyDir volumes are mounted "
+        "(default /var/lib/kubelet, unsaid where absent; in a DaemonSet, where its "
+        "hostPath is mounted)",
+    )

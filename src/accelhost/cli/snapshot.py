@@ -11,7 +11,6 @@ from typing import Any
 
 from accelhost.cli import options
 from accelhost.cli.common import command, dumps_json, pci_from_args
-from accelhost.cli.container_args import cri_socket, kubelet_root
 from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
 
@@ -105,5 +104,5 @@ def build_snapshot(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plan-only", action="store_true", help="record only what the planner reads"
     )
-    cri_socket(parser)
-    kubelet_root(parser)
+    options.cri_socket(parser)
+    options.kubelet_root(parser)
