@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from accelhost.cli import options
-from accelhost.cli.common import command, command_after_dashes, one_device, print_json
+from accelhost.cli.common import command, command_after_dashes, one_device, print_json, warn
 from accelhost.errors import AccelhostError, ApplyError, ParseError, UsageError
 from accelhost.render import render_table
 
@@ -235,8 +235,7 @@ def _measure(
     from accelhost.bench.bind_stats import compare
 
     few = report.repeats_warning(args.repeats)
-    for line in [*bound.warnings, *([few] if few else [])]:
-        print(f"accelhost: warning: {line}", file=sys.stderr)
+    warn([*bound.warnings, *([few] if few else [])])
     figure = runner.Figure(metric)
     slots = runner.schedule(args.repeats, args.warmup)
     progress = report.Progress(len(slots))

@@ -13,25 +13,7 @@ import sys
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from accelhost.cli import options
-from accelhost.cli.bind_args import (
-    bind_options,
-    device_of,
-    irq_options,
-    load_plan,
-    migrate_option,
-    plan_options,
-    warn,
-)
-from accelhost.cli.common import (
-    command,
-    command_after_dashes,
-    fit,
-    one_device,
-    print_json,
-    terminal_columns,
-    thread_roles,
-)
+from accelhost.cli import bind_args, common, options
 from accelhost.errors import ApplyError, UsageError
 
 if TYPE_CHECKING:
@@ -77,28 +59,28 @@ HELD_DEVICE = "; without it, the device the --pid process holds open"
 
 
 def build_bind(bind: argparse.ArgumentParser) -> None:
-    command(bind, cmd_bind, BIND_DESCRIPTION, EPILOG)
-    plan_options(bind, "apply", f"the device whose plan to apply{HELD_DEVICE}")
+    common.command(bind, cmd_bind, BIND_DESCRIPTION, EPILOG)
+    bind_args.plan_options(bind, "apply", f"the device whose plan to apply{HELD_DEVICE}")
     options.pid(bind, "the worker (required unless --irq-only)")
     options.dry_run(bind)
     bind.add_argument("--irq-only", action="store_true", help="run only the IRQ step")
     options.no_irq(bind, "do not move them")
     options.no_memory(bind, "do not move the process's pages")
-    migrate_option(bind)
+    bind_args.migrate_option(bind)
     options.device_glob(bind)
-    irq_options(bind)
+    bind_args.irq_options(bind)
     options.thread_role(bind)
     options.json_output(bind)
 
 
 def build_exec(ex: argparse.ArgumentParser) -> None:
-    command(ex, cmd_exec, EXEC_DESCRIPTION, EXEC_EPILOG)
-    plan_options(ex, "apply", "the device whose plan to apply")
+    common.command(ex, cmd_exec, EXEC_DESCRIPTION, EXEC_EPILOG)
+    bind_args.plan_options(ex, "apply", "the device whose plan to apply")
     options.dry_run(ex)
     options.no_irq(ex, "do not move them")
     options.no_memory(ex, "set no memory policy")
     options.membind(ex)
-    irq_options(ex)
+    bind_args.irq_options(ex)
     options.thread_role(ex)
     options.json_output(ex)
     # not "command": main.py names the subcommand so (its errors say "accelhost exec: ...")
@@ -108,8 +90,8 @@ def build_exec(ex: argparse.ArgumentParser) -> None:
 
 
 def build_verify(ver: argparse.ArgumentParser) -> None:
-    command(ver, cmd_verify, VERIFY_DESCRIPTION)
-    plan_options(ver, "check against", f"the device whose plan to check{HELD_DEVICE}")
+    common.command(ver, cmd_verify, VERIFY_DESCRIPTION)
+    bind_args.plan_options(ver, "check against", f"the device whose plan to check{HELD_DEVICE}")
     options.pid(ver, "the worker (omit to check IRQs only)")
     options.no_irq(ver, "do not check them")
     options.host_root(ver)
@@ -119,7 +101,7 @@ def build_verify(ver: argparse.ArgumentParser) -> None:
 
 
 def build_unbind(un: argparse.ArgumentParser) -> None:
-    command(un, cmd_unbind, UNBIND_DESCRIPTION, UNBIND_EPILOG)
+    common.command(un, cmd_unbind, UNBIND_DESCRIPTION, UNBIND_EPILOG)
     un.add_argument("--irq", action="store_true", help="restore the saved IRQ masks")
     options.pid(un, "give this process's threads all allowed CPUs")
     options.device(un, "with --irq: only this device's IRQs", one=True)
@@ -149,16 +131,16 @@ def _print_report(args: argparse.Namespace, rep: ApplyReport, out: Any = None) -
     """The report as JSON or lines; the same for bind, exec and unbind, dry run or not."""
     stream = out or sys.stdout
     if args.json:
-        print_json(rep.to_dict(), stream)
+        common.print_json(rep.to_dict(), stream)
         return
     if rep.device_found is not None:
         print(rep.device_found.line(), file=stream)
-    warn(rep.warnings)
+    common.warn(rep.warnings)
     if rep.skipped is not None:
         print(f"accelhost: {rep.skipped}", file=sys.stderr)
-    columns = terminal_columns(stream)
+    columns = common.terminal_columns(stream)
     for line in rep.lines():
-        for part in fit(line, columns):
+        for part in common.fit(line, columns):
             print(part, file=stream)
     # A failed step is its `[failed]` line above, with the reason, once: the summary and
     # the exit status (2, or 1 when nothing else ran) say that something failed.
@@ -175,17 +157,17 @@ def cmd_bind(args: argparse.Namespace) -> int:
         raise UsageError("--irq-only and --no-irq exclude each other")
     if args.pid is None and not args.irq_only:
         raise UsageError("--pid PID is required (or --irq-only to bind the device's IRQs only)")
-    roles = thread_roles(args)
-    device, found = device_of(args, "bind")
+    roles = common.thread_roles(args)
+    device, found = bind_args.device_of(args, "bind")
     if args.pid is not None and not args.irq_only and not os.path.isdir(f"/proc/{args.pid}"):
         raise ApplyError(f"process {args.pid} does not exist")
-    plan = load_plan(args, device)
+    plan = bind_args.load_plan(args, device)
     if args.irq_only and plan.device_type != "950" and not plan.device(device).irq:
         raise ApplyError(
             f"--irq-only: the plan reserves no IRQ CPUs for device {device} "
             "(its 'irq' list is empty): nothing to bind"
         )
-    options = bind_options(
+    options = bind_args.bind_options(
         args,
         pid=None if args.irq_only else args.pid,
         threads=not args.irq_only,
@@ -205,24 +187,23 @@ def cmd_bind(args: argparse.Namespace) -> int:
 def cmd_exec(args: argparse.Namespace) -> int:
     from accelhost.apply import driver
 
-    argv = command_after_dashes(
+    argv = common.command_after_dashes(
         args.cmd_argv, "no command to run: accelhost exec --device N -- COMMAND [ARG...]"
     )
-    roles = thread_roles(args)
-    device, _ = device_of(args, "exec")
-    plan = load_plan(args, device)
-    options = bind_options(
+    roles = common.thread_roles(args)
+    device, _ = bind_args.device_of(args, "exec")
+    plan = bind_args.load_plan(args, device)
+    options = bind_args.bind_options(
         args, membind=args.membind, memory=not args.no_memory, irq=not args.no_irq
     )
     _quiet_library_log()
     rep = driver.bind(
         plan, device, options, argv=argv, roles=roles, dry_run=args.dry_run, any_arch=True
     )
+    # Once it runs, the command owns standard output: the report goes to standard error.
+    _print_report(args, rep, sys.stdout if args.dry_run else sys.stderr)
     if args.dry_run:
-        _print_report(args, rep)
         return rep.exit_status
-    # The command owns standard output from here on: the report goes to standard error.
-    _print_report(args, rep, sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -240,21 +221,21 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from accelhost.apply.hostcheck import refuse_foreign
     from accelhost.apply.verify import verify
 
-    roles = thread_roles(args)
-    device, found = device_of(args, "verify")
+    roles = common.thread_roles(args)
+    device, found = bind_args.device_of(args, "verify")
     if args.pid is not None and not os.path.isdir(f"/proc/{args.pid}"):
         raise ApplyError(f"process {args.pid} does not exist")
-    plan = with_roles(load_plan(args, device), device, roles)
+    plan = with_roles(bind_args.load_plan(args, device), device, roles)
     if args.pid is None and not _irqs_to_check(plan, device, args.no_irq):
         raise UsageError(
             f"nothing to check: give --pid PID (the plan has no IRQ CPUs for device {device}"
             + (", and --no-irq was given)" if args.no_irq else ")")
         )
-    options = bind_options(args, pid=args.pid, irq=not args.no_irq)
+    options = bind_args.bind_options(args, pid=args.pid, irq=not args.no_irq)
     refuse_foreign(plan, options.allow_foreign)
     rep = verify(plan, device, options)
     if args.json:
-        print_json({**rep.to_dict(), **({"device_found": found.to_dict()} if found else {})})
+        common.print_json({**rep.to_dict(), **({"device_found": found.to_dict()} if found else {})})
     else:
         if found:
             print(found.line())
@@ -280,7 +261,7 @@ def cmd_unbind(args: argparse.Namespace) -> int:
         raise UsageError("say what to unbind: --irq (restore IRQ masks) and/or --pid PID")
     if args.forget and not args.irq:
         raise UsageError("--forget drops saved IRQ masks: it goes with --irq")
-    device = one_device(args, "unbind")
+    device = common.one_device(args, "unbind")
     steps: list[Any] = []
     notes: list[str] = []
     if args.pid is not None:

@@ -9,13 +9,12 @@ planning this host through `load_plan`, and the applier's options through `bind_
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import TYPE_CHECKING, Any
 
 from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR
 from accelhost.apply.irqbalance import MODES as IRQBALANCE_MODES
 from accelhost.cli import options
-from accelhost.cli.common import one_device, planning_kwargs
+from accelhost.cli.common import one_device, planning_kwargs, warn
 from accelhost.errors import UsageError
 
 if TYPE_CHECKING:
@@ -121,8 +120,3 @@ def bind_options(args: argparse.Namespace, **kw: Any) -> BindOptions:
         allow_foreign=getattr(args, "force", False),
         **kw,
     )
-
-
-def warn(lines: Any) -> None:
-    for line in lines:
-        print(f"accelhost: warning: {line}", file=sys.stderr)

@@ -93,7 +93,6 @@ def device(p: Parser, context: str, one: bool = False) -> None:
     p.add_argument(
         "--device",
         "--devices",
-        dest="device",
         type=device_ids,
         metavar="LIST",
         help=f"{context} ({ids})",
@@ -135,7 +134,6 @@ def snapshot(p: Parser, note: str = "") -> None:
 
 
 def grace(p: Parser, what: str) -> None:
-
     p.add_argument(
         "--grace",
         type=seconds,
