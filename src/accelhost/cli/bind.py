@@ -13,6 +13,7 @@ import sys
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR
 from accelhost.cli import bind_args, common, options
 from accelhost.errors import ApplyError, UsageError
 
@@ -58,6 +59,16 @@ UNBIND_EPILOG = (
 HELD_DEVICE = "; without it, the device the --pid process holds open"
 
 
+def _budget_ms(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected milliseconds, 0 or more, got {text!r}")
+    return value
+
+
 def build_bind(bind: argparse.ArgumentParser) -> None:
     common.command(bind, cmd_bind, BIND_DESCRIPTION, EPILOG)
     bind_args.plan_options(bind, "apply", f"the device whose plan to apply{HELD_DEVICE}")
@@ -66,7 +77,14 @@ def build_bind(bind: argparse.ArgumentParser) -> None:
     bind.add_argument("--irq-only", action="store_true", help="run only the IRQ step")
     options.no_irq(bind, "do not move them")
     options.no_memory(bind, "do not move the process's pages")
-    bind_args.migrate_option(bind)
+    bind.add_argument(
+        "--migrate-budget-ms",
+        type=_budget_ms,
+        default=DEFAULT_MIGRATE_BUDGET_MS,
+        metavar="MS",
+        help="stop moving memory pages after this long, between two batches "
+        f"(default {DEFAULT_MIGRATE_BUDGET_MS})",
+    )
     options.device_glob(bind)
     bind_args.irq_options(bind)
     options.thread_role(bind)
@@ -252,7 +270,6 @@ def _irqs_to_check(plan: Plan, device: int, no_irq: bool) -> bool:
 
 
 def cmd_unbind(args: argparse.Namespace) -> int:
-    from accelhost.apply import DEFAULT_STATE_DIR
     from accelhost.apply.build import build_unbind_irq, build_unbind_threads
     from accelhost.apply.execute import execute, plan_only
     from accelhost.apply.steps import ApplyReport

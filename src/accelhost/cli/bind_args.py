@@ -1,17 +1,13 @@
-"""Option groups and argument handling shared by `bind`, `exec`, `verify` and `unbind`.
-
-The options themselves are defined once in `options`; here they are grouped as the bind
-family takes them, and the values read back the same way for every command: `--device`
-through `device_of` (one device; #12's identity lookup when it is left out), `--plan` or
-planning this host through `load_plan`, and the applier's options through `bind_options`.
-"""
+"""Option groups and argument handling shared by `bind`, `exec`, `verify` and `unbind`:
+the options of `options` grouped as the bind family takes them, and their values read back
+the same way for every command."""
 
 from __future__ import annotations
 
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR
+from accelhost.apply import DEFAULT_STATE_DIR
 from accelhost.apply.irqbalance import MODES as IRQBALANCE_MODES
 from accelhost.cli import options
 from accelhost.cli.common import one_device, planning_kwargs, warn
@@ -23,27 +19,6 @@ if TYPE_CHECKING:
     from accelhost.plans import Plan
 
 
-def _budget_ms(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected milliseconds, 0 or more, got {text!r}")
-    return value
-
-
-def migrate_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--migrate-budget-ms",
-        type=_budget_ms,
-        default=DEFAULT_MIGRATE_BUDGET_MS,
-        metavar="MS",
-        help="stop moving memory pages after this long, between two batches "
-        f"(default {DEFAULT_MIGRATE_BUDGET_MS})",
-    )
-
-
 def plan_options(p: argparse.ArgumentParser, verb: str, device: str) -> None:
     """--plan, --device, and how to plan this host when no --plan is given, in the
     command's own words: `verb` is what it does with the plan ("apply", "check against"),
@@ -52,7 +27,7 @@ def plan_options(p: argparse.ArgumentParser, verb: str, device: str) -> None:
     options.force(p, verb)
     # Optional at parse time: a command that still needs it says so (`give --device`).
     options.device(p, device, one=True)
-    planning = p.add_argument_group(options.PLANNING_TITLE)
+    planning = p.add_argument_group("planning this host (without --plan)")
     options.device_type(planning)
     options.planning(planning)
 

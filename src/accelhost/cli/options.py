@@ -28,7 +28,6 @@ HOST_ROOT_HELP = (
     "prefix of every /proc and /sys path of the IRQ and memory steps (node agents see the "
     "host at /host)"
 )
-PLANNING_TITLE = "planning this host (without --plan)"
 FORCE_HELP = (
     "a --plan made for another host (one whose CPUs, NUMA nodes or devices are not this "
     "host's; refused without it)"
