@@ -1,14 +1,16 @@
 """`accelhost run [options] -- CMD ...`: supervise one engine (see docs/run.md).
 
-This may be PID 1 of every inference container, so the module imports argparse and
-nothing else at the top; the supervisor, the preflight and the applier come in only when
-the handler runs and needs them.
+This may be PID 1 of every inference container, so the module imports nothing heavy at
+the top (what argparse loads anyway); the supervisor, the preflight and the applier come in
+only when the handler runs and needs them.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
+import re
 import sys
 from typing import Any
 
@@ -111,8 +113,6 @@ def build_run(p: argparse.ArgumentParser) -> None:
 
 def _check(args: argparse.Namespace) -> int | None:
     """Usage errors (exit 2) before anything starts; returns the preflight's device."""
-    import math
-
     if not math.isfinite(args.scan_interval):
         raise UsageError("--scan-interval must be a number of seconds")
     if args.scan_interval <= 0:
@@ -128,8 +128,6 @@ def _check(args: argparse.Namespace) -> int | None:
             "--keep-shm and --private-ipc do not go together (the kernel "
             "frees a private namespace's memory with its last process)"
         )
-    import re
-
     for pattern in args.fail_on_exit:
         try:
             re.compile(pattern)
