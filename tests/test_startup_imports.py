@@ -28,13 +28,24 @@ def _loaded(*argv: str) -> set[str]:
     return set(json.loads(res.stderr.strip().splitlines()[-1]))
 
 
-def test_version_registers_no_command() -> None:
-    loaded = _loaded("--version")
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], [], ["bogus"]])
+def test_the_top_level_loads_no_command_module(argv: list[str]) -> None:
+    """`accelhost --help` (no command, a wrong one, --version) needs the commands' names and
+    help lines only: no command's module, nor what their options import."""
+    loaded = _loaded(*argv)
     assert not {m for m in loaded if m.startswith(("accelhost.cli.", "accelhost.hygiene"))} - {
         "accelhost.cli.main",
         "accelhost.cli.streams",
     }
-    assert "accelhost.planner" not in loaded and "accelhost.supervisor" not in loaded
+    for module in ("accelhost.planner", "accelhost.supervisor", "dataclasses", "pathlib"):
+        assert module not in loaded, module
+
+
+def test_a_command_loads_its_own_module_only() -> None:
+    loaded = _loaded("plan", "--help")
+    assert "accelhost.cli.plan" in loaded
+    for module in ("topo", "bind", "hygiene", "run", "bench", "snapshot"):
+        assert f"accelhost.cli.{module}" not in loaded, module
 
 
 def test_an_ascend_plan_loads_no_gpu_reader_nor_the_supervisor() -> None:

@@ -15,22 +15,24 @@ import sys
 from typing import Any
 
 from accelhost.cli import options
-from accelhost.cli.common import add_command, command_after_dashes, one_device, print_json
+from accelhost.cli.common import command, command_after_dashes, one_device, print_json, warn
 from accelhost.errors import AccelhostError, ApplyError, ParseError, UsageError
 from accelhost.render import render_table
 
-# the stages whose cost `bench pipeline` takes, each as --STAGE-time
-STAGE_TIMES = ("pre", "device", "post")
+# the stages whose cost `bench pipeline` takes, each as --STAGE-time: its default, and what
+STAGES = {
+    "pre": ("10ms", "CPU time of preprocessing (GIL held)"),
+    "device": ("50ms", "device time (GIL released)"),
+    "post": ("20ms", "CPU time of postprocessing (GIL held)"),
+}
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "bench",
-        help="measure how well the host feeds a device",
-        description="Measure before you trust: `bench pipeline` runs one workload as a "
+def build_bench(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Measure before you trust: `bench pipeline` runs one workload as a "
         "serial loop, as the asyncio recipe and through accelhost.pipeline and compares "
         "their throughput; `bench bind` runs a command unbound and bound, in turns, and "
-        "says whether the binding helps it on this host.",
+        "says whether the binding helps it on this host."
     )
     sub = parser.add_subparsers(dest="bench_command", metavar="BENCH")
     p = sub.add_parser(
@@ -40,11 +42,7 @@ def register(subparsers: Any) -> None:
         "recipe, accelhost.pipeline) and compare items/s, device-busy fraction and "
         "efficiency = achieved / (1 / slowest stage).",
     )
-    for stage, default, what in (
-        ("pre", "10ms", "CPU time of preprocessing (GIL held)"),
-        ("device", "50ms", "device time (GIL released)"),
-        ("post", "20ms", "CPU time of postprocessing (GIL held)"),
-    ):
+    for stage, (default, what) in STAGES.items():
         p.add_argument(
             f"--{stage}-time",
             default=default,
@@ -54,7 +52,6 @@ def register(subparsers: Any) -> None:
         )
     p.add_argument(
         "--items",
-        default=None,
         help="items per method (default 100, or 20000 when every stage costs nothing)",
     )
     p.add_argument(
@@ -84,7 +81,7 @@ def handle_pipeline(args: argparse.Namespace) -> int:
     from accelhost.bench import pipeline as bench
 
     costs = {}
-    for stage in STAGE_TIMES:
+    for stage in STAGES:
         try:
             costs[stage] = bench.parse_duration(getattr(args, f"{stage}_time"))
         except ValueError as exc:
@@ -149,7 +146,8 @@ EPILOG = (
 
 
 def register_bind(sub: Any) -> None:
-    p = add_command(sub, "bind", cmd_bench_bind, BIND_HELP, BIND_DESCRIPTION, epilog=EPILOG)
+    p = sub.add_parser("bind", help=BIND_HELP)
+    command(p, cmd_bench_bind, BIND_DESCRIPTION, EPILOG)
     options.plan_file(p, "bind as this plan binds --device N")
     options.device(p, "with --plan: the device whose CPUs and memory node to use", one=True)
     p.add_argument("--cpus", metavar="LIST", help="bind to these CPUs instead of a plan's")
@@ -235,31 +233,23 @@ def _measure(
     import socket
 
     from accelhost.bench import bind_report as report
-    from accelhost.bench.bind_runner import (
-        BOUND,
-        UNBOUND,
-        BindingError,
-        Figure,
-        run_all,
-        schedule,
-    )
+    from accelhost.bench import bind_runner as runner
     from accelhost.bench.bind_stats import compare
 
     few = report.repeats_warning(args.repeats)
-    for line in [*bound.warnings, *([few] if few else [])]:
-        print(f"accelhost: warning: {line}", file=sys.stderr)
-    figure = Figure(metric)
-    slots = schedule(args.repeats, args.warmup)
+    warn([*bound.warnings, *([few] if few else [])])
+    figure = runner.Figure(metric)
+    slots = runner.schedule(args.repeats, args.warmup)
     progress = report.Progress(len(slots))
     try:
-        outcome = run_all(argv, bound, figure, slots, grace=args.grace, on_run=progress)
-    except BindingError as exc:
+        outcome = runner.run_all(argv, bound, figure, slots, grace=args.grace, on_run=progress)
+    except runner.BindingError as exc:
         raise ApplyError(f"cannot bind the bound arm: {exc}") from None
     finally:
         progress.done()
     comparison = compare(
-        outcome.values(UNBOUND),
-        outcome.values(BOUND),
+        outcome.values(runner.UNBOUND),
+        outcome.values(runner.BOUND),
         higher_is_better=args.higher_is_better,
         seed=args.seed,
     )

@@ -13,52 +13,31 @@ import sys
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from accelhost.cli import options
-from accelhost.cli.bind_args import (
-    bind_options,
-    device_of,
-    irq_options,
-    load_plan,
-    migrate_option,
-    plan_options,
-    warn,
-)
-from accelhost.cli.common import (
-    add_command,
-    command_after_dashes,
-    fit,
-    one_device,
-    print_json,
-    terminal_columns,
-    thread_roles,
-)
+from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR
+from accelhost.cli import bind_args, common, options
 from accelhost.errors import ApplyError, UsageError
 
 if TYPE_CHECKING:
     from accelhost.apply.steps import ApplyReport
     from accelhost.plans import Plan
 
-BIND_HELP = "bind a running worker to its device's CPUs, memory node and IRQs"
 BIND_DESCRIPTION = (
     "Pin every thread of a process to the plan's CPUs for one device (ACL "
     "and release threads to their own CPUs), move its memory to the device's NUMA node "
     "and the device's IRQs onto the reserved IRQ CPUs."
 )
-EXEC_HELP = "start a command already bound to a device's CPUs and NUMA node"
 EXEC_DESCRIPTION = (
     "Set this process's CPUs and memory policy, bind the device's IRQs, then "
     "replace it with COMMAND, which is bound from its first instruction. Threads created "
     "later (ACL, release) inherit the main CPUs; re-pin them from the worker with "
     "accelhost.bind_current_process() or with `accelhost bind`."
 )
-VERIFY_HELP = "check that a worker's threads and the device IRQs still match the plan"
 VERIFY_DESCRIPTION = (
     "Compare every thread's affinity and the device's IRQ masks with the "
     "plan, and show where the process's memory lives. Exit 0 when all match, 1 with one "
     "line per thread or IRQ that drifted, 2 when nothing could be checked (cannot tell) "
     "or on a usage error."
 )
-UNBIND_HELP = "restore IRQ masks saved at bind time, or free a process's threads"
 UNBIND_DESCRIPTION = (
     "--irq puts back the IRQ masks (and irqbalance) as they were before "
     "`bind`; --pid gives every thread of a process its whole cpuset again."
@@ -80,27 +59,46 @@ UNBIND_EPILOG = (
 HELD_DEVICE = "; without it, the device the --pid process holds open"
 
 
-def register(sub: Any) -> None:
-    bind = add_command(sub, "bind", cmd_bind, BIND_HELP, BIND_DESCRIPTION, epilog=EPILOG)
-    plan_options(bind, "apply", f"the device whose plan to apply{HELD_DEVICE}")
+def _budget_ms(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected milliseconds, 0 or more, got {text!r}")
+    return value
+
+
+def build_bind(bind: argparse.ArgumentParser) -> None:
+    common.command(bind, cmd_bind, BIND_DESCRIPTION, EPILOG)
+    bind_args.plan_options(bind, "apply", f"the device whose plan to apply{HELD_DEVICE}")
     options.pid(bind, "the worker (required unless --irq-only)")
     options.dry_run(bind)
     bind.add_argument("--irq-only", action="store_true", help="run only the IRQ step")
     options.no_irq(bind, "do not move them")
     options.no_memory(bind, "do not move the process's pages")
-    migrate_option(bind)
+    bind.add_argument(
+        "--migrate-budget-ms",
+        type=_budget_ms,
+        default=DEFAULT_MIGRATE_BUDGET_MS,
+        metavar="MS",
+        help="stop moving memory pages after this long, between two batches "
+        f"(default {DEFAULT_MIGRATE_BUDGET_MS})",
+    )
     options.device_glob(bind)
-    irq_options(bind)
+    bind_args.irq_options(bind)
     options.thread_role(bind)
     options.json_output(bind)
 
-    ex = add_command(sub, "exec", cmd_exec, EXEC_HELP, EXEC_DESCRIPTION, epilog=EXEC_EPILOG)
-    plan_options(ex, "apply", "the device whose plan to apply")
+
+def build_exec(ex: argparse.ArgumentParser) -> None:
+    common.command(ex, cmd_exec, EXEC_DESCRIPTION, EXEC_EPILOG)
+    bind_args.plan_options(ex, "apply", "the device whose plan to apply")
     options.dry_run(ex)
     options.no_irq(ex, "do not move them")
     options.no_memory(ex, "set no memory policy")
     options.membind(ex)
-    irq_options(ex)
+    bind_args.irq_options(ex)
     options.thread_role(ex)
     options.json_output(ex)
     # not "command": main.py names the subcommand so (its errors say "accelhost exec: ...")
@@ -108,8 +106,10 @@ def register(sub: Any) -> None:
         "cmd_argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="-- COMMAND [ARG...]"
     )
 
-    ver = add_command(sub, "verify", cmd_verify, VERIFY_HELP, VERIFY_DESCRIPTION)
-    plan_options(ver, "check against", f"the device whose plan to check{HELD_DEVICE}")
+
+def build_verify(ver: argparse.ArgumentParser) -> None:
+    common.command(ver, cmd_verify, VERIFY_DESCRIPTION)
+    bind_args.plan_options(ver, "check against", f"the device whose plan to check{HELD_DEVICE}")
     options.pid(ver, "the worker (omit to check IRQs only)")
     options.no_irq(ver, "do not check them")
     options.host_root(ver)
@@ -117,14 +117,9 @@ def register(sub: Any) -> None:
     options.thread_role(ver)
     options.json_output(ver)
 
-    un = add_command(
-        sub,
-        "unbind",
-        cmd_unbind,
-        UNBIND_HELP,
-        UNBIND_DESCRIPTION,
-        epilog=UNBIND_EPILOG,
-    )
+
+def build_unbind(un: argparse.ArgumentParser) -> None:
+    common.command(un, cmd_unbind, UNBIND_DESCRIPTION, UNBIND_EPILOG)
     un.add_argument("--irq", action="store_true", help="restore the saved IRQ masks")
     options.pid(un, "give this process's threads all allowed CPUs")
     options.device(un, "with --irq: only this device's IRQs", one=True)
@@ -154,16 +149,16 @@ def _print_report(args: argparse.Namespace, rep: ApplyReport, out: Any = None) -
     """The report as JSON or lines; the same for bind, exec and unbind, dry run or not."""
     stream = out or sys.stdout
     if args.json:
-        print_json(rep.to_dict(), stream)
+        common.print_json(rep.to_dict(), stream)
         return
     if rep.device_found is not None:
         print(rep.device_found.line(), file=stream)
-    warn(rep.warnings)
+    common.warn(rep.warnings)
     if rep.skipped is not None:
         print(f"accelhost: {rep.skipped}", file=sys.stderr)
-    columns = terminal_columns(stream)
+    columns = common.terminal_columns(stream)
     for line in rep.lines():
-        for part in fit(line, columns):
+        for part in common.fit(line, columns):
             print(part, file=stream)
     # A failed step is its `[failed]` line above, with the reason, once: the summary and
     # the exit status (2, or 1 when nothing else ran) say that something failed.
@@ -180,17 +175,17 @@ def cmd_bind(args: argparse.Namespace) -> int:
         raise UsageError("--irq-only and --no-irq exclude each other")
     if args.pid is None and not args.irq_only:
         raise UsageError("--pid PID is required (or --irq-only to bind the device's IRQs only)")
-    roles = thread_roles(args)
-    device, found = device_of(args, "bind")
+    roles = common.thread_roles(args)
+    device, found = bind_args.device_of(args, "bind")
     if args.pid is not None and not args.irq_only and not os.path.isdir(f"/proc/{args.pid}"):
         raise ApplyError(f"process {args.pid} does not exist")
-    plan = load_plan(args, device)
+    plan = bind_args.load_plan(args, device)
     if args.irq_only and plan.device_type != "950" and not plan.device(device).irq:
         raise ApplyError(
             f"--irq-only: the plan reserves no IRQ CPUs for device {device} "
             "(its 'irq' list is empty): nothing to bind"
         )
-    options = bind_options(
+    options = bind_args.bind_options(
         args,
         pid=None if args.irq_only else args.pid,
         threads=not args.irq_only,
@@ -210,24 +205,23 @@ def cmd_bind(args: argparse.Namespace) -> int:
 def cmd_exec(args: argparse.Namespace) -> int:
     from accelhost.apply import driver
 
-    argv = command_after_dashes(
+    argv = common.command_after_dashes(
         args.cmd_argv, "no command to run: accelhost exec --device N -- COMMAND [ARG...]"
     )
-    roles = thread_roles(args)
-    device, _ = device_of(args, "exec")
-    plan = load_plan(args, device)
-    options = bind_options(
+    roles = common.thread_roles(args)
+    device, _ = bind_args.device_of(args, "exec")
+    plan = bind_args.load_plan(args, device)
+    options = bind_args.bind_options(
         args, membind=args.membind, memory=not args.no_memory, irq=not args.no_irq
     )
     _quiet_library_log()
     rep = driver.bind(
         plan, device, options, argv=argv, roles=roles, dry_run=args.dry_run, any_arch=True
     )
+    # Once it runs, the command owns standard output: the report goes to standard error.
+    _print_report(args, rep, sys.stdout if args.dry_run else sys.stderr)
     if args.dry_run:
-        _print_report(args, rep)
         return rep.exit_status
-    # The command owns standard output from here on: the report goes to standard error.
-    _print_report(args, rep, sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     try:
@@ -244,21 +238,21 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from accelhost.apply.driver import refuse_foreign, with_roles
     from accelhost.apply.verify import verify
 
-    roles = thread_roles(args)
-    device, found = device_of(args, "verify")
+    roles = common.thread_roles(args)
+    device, found = bind_args.device_of(args, "verify")
     if args.pid is not None and not os.path.isdir(f"/proc/{args.pid}"):
         raise ApplyError(f"process {args.pid} does not exist")
-    plan = with_roles(load_plan(args, device), device, roles)
+    plan = with_roles(bind_args.load_plan(args, device), device, roles)
     if args.pid is None and not _irqs_to_check(plan, device, args.no_irq):
         raise UsageError(
             f"nothing to check: give --pid PID (the plan has no IRQ CPUs for device {device}"
             + (", and --no-irq was given)" if args.no_irq else ")")
         )
-    options = bind_options(args, pid=args.pid, irq=not args.no_irq)
+    options = bind_args.bind_options(args, pid=args.pid, irq=not args.no_irq)
     refuse_foreign(plan, options.allow_foreign)
     rep = verify(plan, device, options)
     if args.json:
-        print_json({**rep.to_dict(), **({"device_found": found.to_dict()} if found else {})})
+        common.print_json({**rep.to_dict(), **({"device_found": found.to_dict()} if found else {})})
     else:
         if found:
             print(found.line())
@@ -275,7 +269,6 @@ def _irqs_to_check(plan: Plan, device: int, no_irq: bool) -> bool:
 
 
 def cmd_unbind(args: argparse.Namespace) -> int:
-    from accelhost.apply import DEFAULT_STATE_DIR
     from accelhost.apply.build import build_unbind_irq, build_unbind_threads
     from accelhost.apply.execute import execute, plan_only
     from accelhost.apply.steps import ApplyReport
@@ -284,7 +277,7 @@ def cmd_unbind(args: argparse.Namespace) -> int:
         raise UsageError("say what to unbind: --irq (restore IRQ masks) and/or --pid PID")
     if args.forget and not args.irq:
         raise UsageError("--forget drops saved IRQ masks: it goes with --irq")
-    device = one_device(args, "unbind")
+    device = common.one_device(args, "unbind")
     steps: list[Any] = []
     notes: list[str] = []
     if args.pid is not None:

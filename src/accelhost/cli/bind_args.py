@@ -1,47 +1,21 @@
-"""Option groups and argument handling shared by `bind`, `exec`, `verify` and `unbind`.
-
-The options themselves are defined once in `options`; here they are grouped as the bind
-family takes them, and the values read back the same way for every command: `--device`
-through `device_of` (one device; #12's identity lookup when it is left out), `--plan` or
-planning this host through `load_plan`, and the applier's options through `bind_options`.
-"""
+"""Option groups and argument handling shared by `bind`, `exec`, `verify` and `unbind`:
+the options of `options` grouped as the bind family takes them, and their values read back
+the same way for every command."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import TYPE_CHECKING, Any
 
-from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR, IRQBALANCE_MODES
+from accelhost.apply import DEFAULT_STATE_DIR, IRQBALANCE_MODES
 from accelhost.cli import options
-from accelhost.cli.common import one_device, planning_kwargs
+from accelhost.cli.common import one_device, planning_kwargs, warn
 from accelhost.errors import UsageError
 
 if TYPE_CHECKING:
     from accelhost.apply.build import BindOptions
     from accelhost.apply.identity import Identified
     from accelhost.plans import Plan
-
-
-def _budget_ms(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected milliseconds, 0 or more, got {text!r}")
-    return value
-
-
-def migrate_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--migrate-budget-ms",
-        type=_budget_ms,
-        default=DEFAULT_MIGRATE_BUDGET_MS,
-        metavar="MS",
-        help="stop moving memory pages after this long, between two batches "
-        f"(default {DEFAULT_MIGRATE_BUDGET_MS})",
-    )
 
 
 def plan_options(p: argparse.ArgumentParser, verb: str, device: str) -> None:
@@ -52,7 +26,7 @@ def plan_options(p: argparse.ArgumentParser, verb: str, device: str) -> None:
     options.force(p, verb)
     # Optional at parse time: a command that still needs it says so (`give --device`).
     options.device(p, device, one=True)
-    planning = p.add_argument_group(options.PLANNING_TITLE)
+    planning = p.add_argument_group("planning this host (without --plan)")
     options.device_type(planning)
     options.planning(planning)
 
@@ -120,8 +94,3 @@ def bind_options(args: argparse.Namespace, **kw: Any) -> BindOptions:
         allow_foreign=getattr(args, "force", False),
         **kw,
     )
-
-
-def warn(lines: Any) -> None:
-    for line in lines:
-        print(f"accelhost: warning: {line}", file=sys.stderr)

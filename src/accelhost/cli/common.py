@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from accelhost.errors import ParseError, UsageError
@@ -80,6 +81,11 @@ def print_json(data: Any, out: TextIO | None = None) -> None:
     print(dumps_json(data), file=out)
 
 
+def warn(lines: Iterable[str]) -> None:
+    for line in lines:
+        print(f"accelhost: warning: {line}", file=sys.stderr)
+
+
 def thread_roles(args: argparse.Namespace) -> list[RoleSpec]:
     """--thread-role through the planner's one role parser: the same words for a bad spec
     in plan, bind, exec and verify."""
@@ -91,9 +97,7 @@ def thread_roles(args: argparse.Namespace) -> list[RoleSpec]:
 def command_after_dashes(argv: Sequence[str], missing: str) -> list[str]:
     """The COMMAND of `... -- COMMAND [ARG...]` (exec, run, bench bind); UsageError
     `missing` when there is none."""
-    words = list(argv)
-    if words and words[0] == "--":
-        words = words[1:]
+    words = list(argv[1:] if argv[:1] == ["--"] else argv)
     if not words:
         raise UsageError(missing)
     return words
@@ -113,20 +117,16 @@ def planning_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def add_command(
-    sub: Any,
-    name: str,
+def command(
+    parser: argparse.ArgumentParser,
     func: Callable[[argparse.Namespace], int],
-    help: str,
     description: str,
-    **kwargs: Any,
-) -> argparse.ArgumentParser:
-    """One sub-command: its parser, with `func` as the handler main.py calls."""
-    parser: argparse.ArgumentParser = sub.add_parser(
-        name, help=help, description=description, **kwargs
-    )
+    epilog: str | None = None,
+) -> None:
+    """Make `parser`, made by main.py with the command's help line, the command's own."""
+    parser.description = description
+    parser.epilog = epilog
     parser.set_defaults(func=func)
-    return parser
 
 
 def _isatty(stream: TextIO) -> bool:

@@ -14,17 +14,14 @@ import pwd
 import signal
 import sys
 import threading
-from typing import Any
 
 from accelhost.cli import options
-from accelhost.cli.common import add_command, colour_wanted, fit, print_json, terminal_columns
-from accelhost.cli.container_args import add_container_options
+from accelhost.cli.common import colour_wanted, command, fit, print_json, terminal_columns
 from accelhost.cli.hygiene_options import add_common, add_preflight, hygiene_host, hygiene_options
 from accelhost.errors import AccelhostError, UsageError
 from accelhost.hygiene.capabilities import help_epilog
 from accelhost.hygiene.report import CHECK_NAMES
 
-DOCTOR_HELP = "what is wrong on this host, the evidence, the fix"
 DOCTOR_DESCRIPTION = (
     "Run the hygiene checks: orphan engines, device holders, device memory "
     "held by nothing, leaked shared memory (SysV and /dev/shm), HugePages, preflight, "
@@ -32,29 +29,17 @@ DOCTOR_DESCRIPTION = (
     "healthy (OK/WARN), 1 a problem (FAIL), 2 could not tell "
     "(a check could not run, or a bad command line)."
 )
-WATCH_HELP = "run the checks every --interval and serve Prometheus metrics"
 WATCH_DESCRIPTION = (
     "Keep watching: log check changes as JSON lines, serve metrics, and "
     "with --auto-clean remove orphans and leaked shared memory past a threshold "
     "(never a tree whose engine frontend lives)."
 )
-
-
-CLEAN_HELP = "remove orphan engines and leaked shared memory (dry run unless --yes)"
 CLEAN_DESCRIPTION = "Show what would be removed and why; with --yes, do it, journaled."
 
 
-def register(subparsers: Any) -> None:
-    doctor = add_command(
-        subparsers,
-        "doctor",
-        doctor_main,
-        DOCTOR_HELP,
-        DOCTOR_DESCRIPTION,
-        epilog=help_epilog("doctor"),
-    )
+def build_doctor(doctor: argparse.ArgumentParser) -> None:
+    command(doctor, doctor_main, DOCTOR_DESCRIPTION, help_epilog("doctor"))
     add_common(doctor)
-    add_container_options(doctor)
     add_preflight(doctor)
     options.json_output(doctor)
     doctor.add_argument(
@@ -72,16 +57,10 @@ def register(subparsers: Any) -> None:
         "carries that line as brief)",
     )
 
-    clean = add_command(
-        subparsers,
-        "clean",
-        clean_main,
-        CLEAN_HELP,
-        CLEAN_DESCRIPTION,
-        epilog=help_epilog("clean"),
-    )
+
+def build_clean(clean: argparse.ArgumentParser) -> None:
+    command(clean, clean_main, CLEAN_DESCRIPTION, help_epilog("clean"))
     add_common(clean)
-    add_container_options(clean)
     options.json_output(clean)
     clean.add_argument("--yes", action="store_true", help="act (default: dry run)")
     options.grace(clean, "an orphan")
@@ -112,16 +91,10 @@ def register(subparsers: Any) -> None:
         "--key", action="append", default=[], help="only segments with this key (0x... or decimal)"
     )
 
-    watch = add_command(
-        subparsers,
-        "watch",
-        watch_main,
-        WATCH_HELP,
-        WATCH_DESCRIPTION,
-        epilog=help_epilog("watch"),
-    )
+
+def build_watch(watch: argparse.ArgumentParser) -> None:
+    command(watch, watch_main, WATCH_DESCRIPTION, help_epilog("watch"))
     add_common(watch)
-    add_container_options(watch)
     add_preflight(watch)
     watch.add_argument(
         "--interval",
@@ -395,6 +368,3 @@ def watch_main(args: argparse.Namespace) -> int:
             server.server_close()
     log({"event": "stopped"})
     return 0
-
-
-__all__ = ["register"]

@@ -19,6 +19,8 @@ from accelhost.hygiene.options import DEFAULT_SHM_DIRS, DEFAULT_SHM_MIN_AGE_S, H
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
+    """What doctor, clean and watch all take: the host, the engine catalog, shared memory,
+    the containers (the runtime sockets to ask, the kubelet's root, the one to look at)."""
     options.snapshot(p)
     options.device_glob(p)
     p.add_argument(
@@ -81,6 +83,25 @@ def add_common(p: argparse.ArgumentParser) -> None:
         default=0.90,
         metavar="FRACTION",
         help="WARN when a HugePages pool is used above this (default 0.90)",
+    )
+    p.add_argument(
+        "--docker-socket",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="ask the Docker (or Podman) API on this unix socket first for container names "
+        "(repeatable; then DOCKER_HOST=unix://..., /var/run/docker.sock, "
+        "/run/podman/podman.sock; one second each at most)",
+    )
+    options.cri_socket(p)
+    options.kubelet_root(p)
+    p.add_argument(
+        "--container",
+        metavar="NAME|ID",
+        help="only what this container runs or left behind (a name, a pod "
+        "`namespace/name`, or an id prefix); naming none, or several of no one pod, is "
+        "exit 2 with those it could mean "
+        "(watch: in its first round; a container that goes later stays its scope)",
     )
 
 

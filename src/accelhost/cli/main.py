@@ -1,9 +1,10 @@
 """`accelhost` entry point: a thin dispatcher over one module per command.
 
-Only the module of the command being run is imported, so `accelhost plan` does not pay for
-the pipeline or the supervisor. Each module exposes `register(subparsers)`, which adds its
-parser(s) with `set_defaults(func=handler)`; a handler takes the parsed arguments and
-returns the exit status.
+`accelhost --help` (and no command, or an unknown one) needs only the commands' names and
+help lines, which are here; a command's own parser is built, by its module's
+`build_<command>(parser)`, only when that command is run, so `accelhost plan` does not pay
+for the pipeline or the supervisor, nor `accelhost --help` for any of them. A builder sets
+the handler (`func`): it takes the parsed arguments and returns the exit status.
 """
 
 from __future__ import annotations
@@ -16,20 +17,20 @@ from typing import Any, NoReturn
 
 from accelhost.errors import AccelhostError, ForeignPlanError, PlanError, UsageError
 
-# command name -> module that registers it (one module may register several commands)
-COMMANDS: dict[str, str] = {
-    "topo": "accelhost.cli.topo",
-    "plan": "accelhost.cli.plan",
-    "snapshot": "accelhost.cli.snapshot",
-    "bind": "accelhost.cli.bind",
-    "exec": "accelhost.cli.bind",
-    "verify": "accelhost.cli.bind",
-    "unbind": "accelhost.cli.bind",
-    "doctor": "accelhost.cli.hygiene",
-    "clean": "accelhost.cli.hygiene",
-    "watch": "accelhost.cli.hygiene",
-    "run": "accelhost.cli.run",
-    "bench": "accelhost.cli.bench",
+# command -> its line in `accelhost --help`, and the module of `accelhost.cli` building it
+COMMANDS: dict[str, tuple[str, str]] = {
+    "topo": ("CPUs, NUMA nodes, allowed CPUs and accelerators of this host", "topo"),
+    "plan": ("the CPU plan of every visible accelerator", "plan"),
+    "snapshot": ("record this host into one JSON file", "snapshot"),
+    "bind": ("bind a running worker to its device's CPUs, memory node and IRQs", "bind"),
+    "exec": ("start a command already bound to a device's CPUs and NUMA node", "bind"),
+    "verify": ("check that a worker's threads and the device IRQs still match the plan", "bind"),
+    "unbind": ("restore IRQ masks saved at bind time, or free a process's threads", "bind"),
+    "doctor": ("what is wrong on this host, the evidence, the fix", "hygiene"),
+    "clean": ("remove orphan engines and leaked shared memory (dry run unless --yes)", "hygiene"),
+    "watch": ("run the checks every --interval and serve Prometheus metrics", "hygiene"),
+    "run": ("supervise an engine so that nothing of it outlives it", "run"),
+    "bench": ("measure how well the host feeds a device", "bench"),
 }
 
 DESCRIPTION = (
@@ -99,15 +100,19 @@ class Parser(argparse.ArgumentParser):
         raise ArgumentsRefused(message)
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+def build_parser(only: str | None = None, *, full: bool = True) -> argparse.ArgumentParser:
+    """`accelhost`'s parser: every command's name and help line, and the whole parser of
+    `only`, or with no `only` of every command (`full`) or of none (for the top-level help,
+    which so imports no command module)."""
     from accelhost import __version__
 
     parser = Parser(prog="accelhost", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"accelhost {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    modules = [COMMANDS[only]] if only in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
-    for name in modules:
-        importlib.import_module(name).register(sub)
+    for name, (line, module) in COMMANDS.items():
+        command = sub.add_parser(name, help=line)
+        if name == only or (only is None and full):
+            getattr(importlib.import_module(f"accelhost.cli.{module}"), f"build_{name}")(command)
     return parser
 
 
@@ -126,53 +131,46 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(args_list: list[str]) -> int:
-    first = next((a for a in args_list if not a.startswith("-")), None)
-    if args_list == ["--version"]:
-        # argparse's answer without registering every command (half of start-up)
-        from accelhost import __version__
-
-        print(f"accelhost {__version__}")
-        return 0
+    named = _named(args_list)
+    first = named.partition(" ")[0]
     try:
-        parser = build_parser(first if first in COMMANDS else None)
+        parser = build_parser(first if first in COMMANDS else None, full=False)
         args, extra = parser.parse_known_args(args_list)
         if extra:  # said by the command that was given them, not by `accelhost`
-            words = [getattr(args, "command", None), getattr(args, "bench_command", None)]
-            prog = " ".join(["accelhost", *(w for w in words if w)])
-            Parser(prog=prog).error(f"unrecognized arguments: {' '.join(extra)}")
+            Parser(prog=f"accelhost {named}".rstrip()).error(
+                f"unrecognized arguments: {' '.join(extra)}"
+            )
     except ArgumentsRefused as exc:
-        _json_failure(_asked_json(args_list), _document(args_list), 2, exc.reason)
+        _json_failure(_asked_json(args_list), named, 2, exc.reason)
         raise  # argparse's SystemExit(2), as callers of main() have always seen it
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()
         return 2
+    json = bool(getattr(args, "json", False))
     try:
         return int(func(args) or 0)
     except UsageError as exc:
         # the same status argparse gives its own usage errors
-        return _failed(args, 2, f"accelhost {args.command}: {exc}", str(exc))
+        return _failed(json, named, 2, f"accelhost {args.command}: {exc}", str(exc))
     except PlanError as exc:
-        return _failed(args, 1, f"accelhost: cannot plan: {exc.reason}", exc.reason)
+        return _failed(json, named, 1, f"accelhost: cannot plan: {exc.reason}", exc.reason)
     except ForeignPlanError as exc:
         # the library's words list every difference and name allow_foreign=True
         line = exc.short("--force applies it anyway")
-        return _failed(args, 1, f"accelhost: {line}", line)
+        return _failed(json, named, 1, f"accelhost: {line}", line)
     except AccelhostError as exc:
-        return _failed(args, 1, f"accelhost: {exc}", str(exc))
+        return _failed(json, named, 1, f"accelhost: {exc}", str(exc))
     except KeyboardInterrupt:
         print("accelhost: interrupted", file=sys.stderr)
         return 130
 
 
-def _failed(args: argparse.Namespace, status: int, line: str, reason: str) -> int:
+def _failed(json: bool, command: str, status: int, line: str, reason: str) -> int:
     """One line on standard error; with --json also the command's document on standard
     output, so that `accelhost plan --json > plan.json` never leaves an empty file."""
     print(line, file=sys.stderr)
-    words = [getattr(args, "command", None), getattr(args, "bench_command", None)]
-    _json_failure(
-        bool(getattr(args, "json", False)), " ".join(w for w in words if w), status, reason
-    )
+    _json_failure(json, command, status, reason)
     return status
 
 
@@ -192,8 +190,9 @@ def _asked_json(args_list: list[str]) -> bool:
     return "--json" in words
 
 
-def _document(args_list: list[str]) -> str:
-    """The command (`plan`, `bench pipeline`) a refused command line names, for its format."""
+def _named(args_list: list[str]) -> str:
+    """The command (`plan`, `bench pipeline`) a command line names, as its document is
+    named: no top-level option takes a value, so it is the first word or two."""
     words = [a for a in args_list if not a.startswith("-")][:2]
     if words[:1] == ["bench"]:
         return " ".join(words)

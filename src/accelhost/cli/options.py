@@ -7,8 +7,8 @@ is passed to `add_argument` twice anywhere in `accelhost.cli`. Where a command u
 option for a narrower purpose, it passes `context`: a few words put in front of the one
 help text, never a second meaning. Options only one command has stay with that command.
 
-This module imports only argparse and the vocabulary: `accelhost --help` registers every
-command through it.
+This module imports only argparse and the vocabulary: `accelhost CMD --help` builds its
+parser through it.
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ HOST_ROOT_HELP = (
     "prefix of every /proc and /sys path of the IRQ and memory steps (node agents see the "
     "host at /host)"
 )
-PLANNING_TITLE = "planning this host (without --plan)"
 FORCE_HELP = (
     "a --plan made for another host (one whose CPUs, NUMA nodes or devices are not this "
     "host's; refused without it)"
@@ -93,7 +92,6 @@ def device(p: Parser, context: str, one: bool = False) -> None:
     p.add_argument(
         "--device",
         "--devices",
-        dest="device",
         type=device_ids,
         metavar="LIST",
         help=f"{context} ({ids})",
@@ -135,7 +133,6 @@ def snapshot(p: Parser, note: str = "") -> None:
 
 
 def grace(p: Parser, what: str) -> None:
-
     p.add_argument(
         "--grace",
         type=seconds,
@@ -285,4 +282,27 @@ def planning(p: Parser) -> None:
         default=0,
         metavar="K",
         help="reserve the first K CPUs of each pool for the device's MSI-X IRQs",
+    )
+
+
+def cri_socket(p: Parser) -> None:
+    p.add_argument(
+        "--cri-socket",
+        action="append",
+        default=[],
+        metavar="ENDPOINT",
+        help="ask the CRI runtime (Kubernetes' gRPC API) on this unix socket for pods and "
+        "containers, PATH or unix://PATH (repeatable; after CONTAINER_RUNTIME_ENDPOINT, "
+        "before containerd's, CRI-O's and cri-dockerd's usual sockets; one second each at "
+        "most)",
+    )
+
+
+def kubelet_root(p: Parser) -> None:
+    p.add_argument(
+        "--kubelet-root",
+        metavar="DIR",
+        help="the kubelet's --root-dir, under which pods' emptyDir volumes are mounted "
+        "(default /var/lib/kubelet, unsaid where absent; in a DaemonSet, where its "
+        "hostPath is mounted)",
     )

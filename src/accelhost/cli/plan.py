@@ -7,7 +7,7 @@ import sys
 
 from accelhost.cli import options
 from accelhost.cli.common import (
-    add_command,
+    command,
     host_from_args,
     planning_kwargs,
     print_json,
@@ -18,7 +18,6 @@ from accelhost.cpulist import format_cpulist
 from accelhost.plans import Plan
 from accelhost.render import render_table
 
-HELP = "the CPU plan of every visible accelerator"
 DESCRIPTION = (
     "Compute the CPU pool of each visible accelerator and split it into roles "
     "(IRQ, main, ACL, release). On Ascend it equals vllm-ascend's CPU binding (v0.23.0 "
@@ -86,8 +85,8 @@ def run_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = add_command(sub, "plan", run_plan, HELP, DESCRIPTION)
+def build_plan(parser: argparse.ArgumentParser) -> None:
+    command(parser, run_plan, DESCRIPTION)
     options.snapshot(parser)
     options.device_type(parser)
     options.device(

@@ -1,22 +1,23 @@
 """`accelhost run [options] -- CMD ...`: supervise one engine (see docs/run.md).
 
-This may be PID 1 of every inference container, so the module imports argparse and
-nothing else at the top; the supervisor, the preflight and the applier come in only when
-the handler runs and needs them.
+This may be PID 1 of every inference container, so the module imports nothing heavy at
+the top (what argparse loads anyway); the supervisor, the preflight and the applier come in
+only when the handler runs and needs them.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import math
+import re
 import sys
 from typing import Any
 
 from accelhost.cli import options
-from accelhost.cli.common import add_command, command_after_dashes, host_from_args, one_device
+from accelhost.cli.common import command, command_after_dashes, host_from_args, one_device
 from accelhost.errors import SnapshotError, UsageError
 
-HELP = "supervise an engine so that nothing of it outlives it"
 DESCRIPTION = (
     "Run CMD as a supervised engine: signals are passed to it, every process it starts is "
     "reaped, and when it ends (or on SIGTERM/SIGINT/SIGQUIT) its whole tree is stopped "
@@ -27,8 +28,8 @@ DESCRIPTION = (
 EPILOG = "Example: accelhost run --grace 30 --fail-on-exit 'VLLM::EngineCore' -- vllm serve MODEL"
 
 
-def register(subparsers: Any) -> None:
-    p = add_command(subparsers, "run", handler, HELP, DESCRIPTION, epilog=EPILOG)
+def build_run(p: argparse.ArgumentParser) -> None:
+    command(p, handler, DESCRIPTION, EPILOG)
     options.grace(p, "the command's tree")
     p.add_argument(
         "--kill-wait",
@@ -112,8 +113,6 @@ def register(subparsers: Any) -> None:
 
 def _check(args: argparse.Namespace) -> int | None:
     """Usage errors (exit 2) before anything starts; returns the preflight's device."""
-    import math
-
     if not math.isfinite(args.scan_interval):
         raise UsageError("--scan-interval must be a number of seconds")
     if args.scan_interval <= 0:
@@ -129,8 +128,6 @@ def _check(args: argparse.Namespace) -> int | None:
             "--keep-shm and --private-ipc do not go together (the kernel "
             "frees a private namespace's memory with its last process)"
         )
-    import re
-
     for pattern in args.fail_on_exit:
         try:
             re.compile(pattern)

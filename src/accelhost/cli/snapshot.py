@@ -10,8 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from accelhost.cli import options
-from accelhost.cli.common import add_command, dumps_json, pci_from_args
-from accelhost.cli.container_args import cri_socket, kubelet_root
+from accelhost.cli.common import command, dumps_json, pci_from_args
 from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
 
@@ -55,7 +54,6 @@ def record_snapshot(
     return rec.to_snapshot(device_type=topo.family, pci=pci)
 
 
-HELP = "record this host into one JSON file"
 DESCRIPTION = (
     "Record what the planner and the doctor read on this host (commands, "
     "files, directories, environment) into one JSON file. Replay it with --snapshot on "
@@ -98,13 +96,13 @@ def run_snapshot(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = add_command(sub, "snapshot", run_snapshot, HELP, DESCRIPTION)
+def build_snapshot(parser: argparse.ArgumentParser) -> None:
+    command(parser, run_snapshot, DESCRIPTION)
     parser.add_argument("-o", "--output", metavar="FILE", help="where to write (default: stdout)")
     options.device_type(parser)
     options.pci(parser)
     parser.add_argument(
         "--plan-only", action="store_true", help="record only what the planner reads"
     )
-    cri_socket(parser)
-    kubelet_root(parser)
+    options.cri_socket(parser)
+    options.kubelet_root(parser)

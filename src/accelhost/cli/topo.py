@@ -9,7 +9,7 @@ from typing import Any
 from accelhost import formats
 from accelhost.cli import options
 from accelhost.cli.common import (
-    add_command,
+    command,
     host_from_args,
     pci_from_args,
     print_json,
@@ -19,7 +19,6 @@ from accelhost.cpulist import format_cpulist
 from accelhost.render import render_table
 from accelhost.topology import Topology
 
-HELP = "CPUs, NUMA nodes, allowed CPUs and accelerators of this host"
 DESCRIPTION = (
     "Show what this host looks like: CPUs, NUMA nodes with their CPU ranges, "
     "the allowed CPUs (and the cgroup cpuset when it differs), accelerators and their "
@@ -95,15 +94,28 @@ def render_topology(topo: Topology, columns: int | None = None) -> str:
     else:
         lines.append("NUMA nodes: unknown (lscpu and sysfs give none)")
     lines.append("")
-    if not topo.accelerators and topo.unread:
+    if topo.accelerators:
+        headers, rows = _device_rows(topo)
+        lines.append(f"accelerators: {len(rows)} ({topo.family or 'unknown family'})")
+        lines.append(render_table(headers, rows, columns=columns))
+    elif topo.unread:
         lines.append("accelerators: cannot tell")
-    elif not topo.accelerators:
+    else:
         family = f" ({topo.family})" if topo.family else ""
         lines.append(
             f"accelerators: none found{family} (no npu-smi, no nvidia-smi, no --pci device)"
         )
-    elif topo.family in ("nvidia", "pci"):
-        rows = [
+    lines.extend(f"note: {note}" for note in topo.notes)
+    lines.extend(f"cannot tell: {why}" for why in topo.unread)
+    return "\n".join(lines)
+
+
+def _device_rows(topo: Topology) -> tuple[list[str], list[tuple[object, ...]]]:
+    """The accelerators table: a GPU's (or --pci device's) uuid, an Ascend chip's npu/chip
+    ids and whether a process runs on it."""
+    if topo.family in ("nvidia", "pci"):
+        headers = ["device", "pci", "numa", "affinity", "uuid"]
+        return headers, [
             (
                 acc.index,
                 acc.pci or "-",
@@ -113,21 +125,9 @@ def render_topology(topo: Topology, columns: int | None = None) -> str:
             )
             for acc in topo.accelerators
         ]
-        lines.append(f"accelerators: {len(rows)} ({topo.family})")
-        lines.append(
-            render_table(["device", "pci", "numa", "affinity", "uuid"], rows, columns=columns)
-        )
-    else:
-        lines.extend(_ascend_rows(topo, columns))
-    lines.extend(f"note: {note}" for note in topo.notes)
-    lines.extend(f"cannot tell: {why}" for why in topo.unread)
-    return "\n".join(lines)
-
-
-def _ascend_rows(topo: Topology, columns: int | None) -> list[str]:
     running = {(p.npu_id, p.chip_id) for p in topo.processes}
     running_npu = {p.npu_id for p in topo.processes}
-    rows = []
+    rows: list[tuple[object, ...]] = []
     for acc in topo.accelerators:
         aff = topo.affinity.get(acc.index, ())
         nodes = sorted({topo.cpu_node[c] for c in aff if c in topo.cpu_node})
@@ -145,15 +145,7 @@ def _ascend_rows(topo: Topology, columns: int | None) -> list[str]:
                 "?" if topo.unread and not busy else "yes" if busy else "no",
             )
         )
-    family = topo.family or "unknown family"
-    return [
-        f"accelerators: {len(rows)} ({family})",
-        render_table(
-            ["device", "name", "npu/chip", "pci", "affinity", "nodes", "in use"],
-            rows,
-            columns=columns,
-        ),
-    ]
+    return ["device", "name", "npu/chip", "pci", "affinity", "nodes", "in use"], rows
 
 
 def run_topo(args: argparse.Namespace) -> int:
@@ -168,8 +160,8 @@ def run_topo(args: argparse.Namespace) -> int:
     return 1 if topo.unread else 0  # a device tool that failed: no device known, not none
 
 
-def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = add_command(sub, "topo", run_topo, HELP, DESCRIPTION)
+def build_topo(parser: argparse.ArgumentParser) -> None:
+    command(parser, run_topo, DESCRIPTION)
     options.snapshot(parser)
     options.device_type(parser)
     options.pci(parser)
