@@ -15,6 +15,7 @@ the one connection; those not back by the deadline are simply missing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -26,17 +27,12 @@ MAX_STATUSES = 512  # containers asked for their status in one look (the rest: l
 KEPT_LABEL_PREFIX = "io.kubernetes."
 
 
-def socket_path(endpoint: str) -> str | None:
-    """The path of a `unix://` endpoint or of a plain absolute path; None for any other
-    transport (crictl also takes `tcp://` and `npipe://`, which no local runtime uses)."""
-    path = endpoint[len("unix://") :] if endpoint.startswith("unix://") else endpoint
-    return path if path.startswith("/") else None
-
-
 def cri_look(endpoint: str, timeout: float = LOOK_TIMEOUT_S) -> dict[str, Any] | None:
-    """What the runtime at `endpoint` says, or `{"error": why}`; None: no such socket."""
-    path = socket_path(endpoint)
-    if path is None:
+    """What the runtime at `endpoint` (a `unix://` endpoint or a socket path) says, or
+    `{"error": why}`; None: no such socket. crictl also takes `tcp://` and `npipe://`,
+    which no local runtime uses."""
+    path = endpoint.removeprefix("unix://")
+    if not path.startswith("/"):
         return {"error": "not a unix socket endpoint"}
     try:
         mode = os.stat(path).st_mode
@@ -49,7 +45,7 @@ def cri_look(endpoint: str, timeout: float = LOOK_TIMEOUT_S) -> dict[str, Any] |
     import grpc
 
     from accelhost.host.cri_api import api_pb2 as pb
-    from accelhost.host.cri_api.client import connect, rpc
+    from accelhost.host.cri_api.client import connect, method, rpc
 
     deadline = time.monotonic() + timeout
 
@@ -62,7 +58,16 @@ def cri_look(endpoint: str, timeout: float = LOOK_TIMEOUT_S) -> dict[str, Any] |
         pods = rpc(channel, "ListPodSandbox", pb.ListPodSandboxRequest(), left())
         listed = rpc(channel, "ListContainers", pb.ListContainersRequest(), left())
         containers = [_container(c) for c in listed.containers]
-        statuses = _statuses(channel, [c["id"] for c in containers], left())
+        # every status asked at once; those not back by the deadline are left out
+        ask, wait = method(channel, "ContainerStatus"), left()
+        pending = {
+            cid: ask.future(pb.ContainerStatusRequest(container_id=cid, verbose=True), timeout=wait)
+            for cid in [c["id"] for c in containers[:MAX_STATUSES]]
+        }
+        statuses: dict[str, Any] = {}
+        for cid, future in pending.items():
+            with contextlib.suppress(grpc.RpcError):  # removed since the listing, or late
+                statuses[cid] = _status(future.result())
     except grpc.RpcError as exc:
         return {"error": _why(exc, timeout)}
     finally:
@@ -77,32 +82,6 @@ def cri_look(endpoint: str, timeout: float = LOOK_TIMEOUT_S) -> dict[str, Any] |
         "containers": containers,
         "statuses": statuses,
     }
-
-
-def _statuses(channel: Any, ids: list[str], timeout: float) -> dict[str, Any]:
-    """id -> what `ContainerStatus` (verbose) said, for those answered within `timeout`."""
-    import grpc
-
-    from accelhost.host.cri_api import api_pb2 as pb
-    from accelhost.host.cri_api.client import method_path
-
-    call = channel.unary_unary(
-        method_path("ContainerStatus"),
-        request_serializer=lambda m: m.SerializeToString(),
-        response_deserializer=pb.ContainerStatusResponse.FromString,
-    )
-    pending = {
-        cid: call.future(pb.ContainerStatusRequest(container_id=cid, verbose=True), timeout=timeout)
-        for cid in ids[:MAX_STATUSES]
-    }
-    out: dict[str, Any] = {}
-    for cid, future in pending.items():
-        try:
-            answer = future.result()
-        except grpc.RpcError:  # removed since the listing, or past the deadline
-            continue
-        out[cid] = _status(answer)
-    return out
 
 
 def _labels(labels: Any) -> dict[str, str]:
