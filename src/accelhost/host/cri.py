@@ -25,6 +25,8 @@ from typing import Any
 LOOK_TIMEOUT_S = 1.0
 MAX_STATUSES = 512  # containers asked for their status in one look (the rest: listing only)
 KEPT_LABEL_PREFIX = "io.kubernetes."
+# A containerd without its CRI plugin (Docker's own) answers so
+NOT_CRI = "not a CRI runtime (runtime.v1 not served)"
 
 
 def cri_look(endpoint: str, timeout: float = LOOK_TIMEOUT_S) -> dict[str, Any] | None:
@@ -162,7 +164,7 @@ def _why(exc: Any, timeout: float) -> str:
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return f"no answer within {timeout:g} s"
     if code == grpc.StatusCode.UNIMPLEMENTED:
-        return "not a CRI runtime (runtime.v1 not served)"
+        return NOT_CRI
     if "Failed parsing HTTP/2" in details or code == grpc.StatusCode.INTERNAL:
         return "answers something that is not the CRI's gRPC"
     if "Connection refused" in details:
