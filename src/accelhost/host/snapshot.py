@@ -34,14 +34,16 @@ class SnapshotHost:
 
     # Every answer is in memory and never changes: `read_once` need not wrap it.
     answers_fixed = True
+    is_live = False
 
     def __init__(self, data: Mapping[str, Any], source: str = "<snapshot>") -> None:
         _validate(data, source)
         self.source = source
-        self._machine: str = data.get("machine", "unknown")
-        self._device_type: str | None = data.get("device_type")
+        self.machine: str = data.get("machine", "unknown")
+        self.device_type: str | None = data.get("device_type")
+        # the `--pci` addresses the host was recorded with: a replay plans them again
         pci = data.get("pci")
-        self._pci: tuple[str, ...] | None = None if pci is None else tuple(pci)
+        self.recorded_pci: tuple[str, ...] | None = None if pci is None else tuple(pci)
         self._env: dict[str, str] = dict(data.get("env", {}))
         self._files: dict[str, str] = dict(data.get("files", {}))
         self._dirs: dict[str, list[str]] = {k: list(v) for k, v in data.get("dirs", {}).items()}
@@ -71,23 +73,6 @@ class SnapshotHost:
                 self._commands[key] = CommandResult(value, 0)
             else:
                 self._commands[key] = CommandResult(value.get("stdout", ""), value.get("rc", 0))
-
-    @property
-    def machine(self) -> str:
-        return self._machine
-
-    @property
-    def device_type(self) -> str | None:
-        return self._device_type
-
-    @property
-    def recorded_pci(self) -> tuple[str, ...] | None:
-        """The `--pci` addresses the host was recorded with: a replay plans them again."""
-        return self._pci
-
-    @property
-    def is_live(self) -> bool:
-        return False
 
     def run(self, argv: Sequence[str]) -> CommandResult | None:
         return self._commands.get(command_key(argv))
