@@ -49,10 +49,5 @@ def parse_nspid(status: str | None) -> tuple[int, ...]:
 
 def read_namespaces(host: Host, pid: int) -> Namespaces:
     """The namespaces of one process (absent links stay None: gone, or not ours to read)."""
-    links = {k: parse_ns_link(host.read_link(f"/proc/{pid}/ns/{k}")) for k in NS_KINDS}
-    return Namespaces(
-        pid=links["pid"],
-        ipc=links["ipc"],
-        mnt=links["mnt"],
-        nspid=parse_nspid(host.read_file(f"/proc/{pid}/status")),
-    )
+    pid_ns, ipc, mnt = (parse_ns_link(host.read_link(f"/proc/{pid}/ns/{k}")) for k in NS_KINDS)
+    return Namespaces(pid_ns, ipc, mnt, parse_nspid(host.read_file(f"/proc/{pid}/status")))

@@ -53,16 +53,9 @@ class Host(Protocol):
     """One machine, live or recorded. Absent things (a command not installed, a missing
     file, an unset variable) are `None`, never exceptions."""
 
-    @property
-    def machine(self) -> str: ...
-
-    @property
-    def device_type(self) -> str | None:
-        """An explicit accelerator family recorded with the host (snapshots), else None."""
-        ...
-
-    @property
-    def is_live(self) -> bool: ...
+    machine: str
+    device_type: str | None  # an explicit accelerator family recorded with it (snapshots)
+    is_live: bool
 
     def run(self, argv: Sequence[str]) -> CommandResult | None: ...
 

@@ -69,10 +69,8 @@ class SnapshotHost:
         self._clock: float | None = None if clock is None else float(clock)
         self._commands: dict[str, CommandResult] = {}
         for key, value in data.get("commands", {}).items():
-            if isinstance(value, str):
-                self._commands[key] = CommandResult(value, 0)
-            else:
-                self._commands[key] = CommandResult(value.get("stdout", ""), value.get("rc", 0))
+            said: dict[str, Any] = {"stdout": value} if isinstance(value, str) else value
+            self._commands[key] = CommandResult(said.get("stdout", ""), said.get("rc", 0))
 
     def run(self, argv: Sequence[str]) -> CommandResult | None:
         return self._commands.get(command_key(argv))
