@@ -1,12 +1,11 @@
 """One look at a host's containers, through the host door (the package's one reader).
 
 Each process's cgroup says which container; the namespaces say who shares whose IPC
-namespace and which process is a container's PID 1; names come from Docker's or Podman's
-API on each unix socket that answers, and from each CRI runtime's gRPC socket that answers
-(`Host.cri_look`: pods, attempts, sandboxes, live and exited). Without any answer, the
-cgroup's id is all that is said, and `notes` says why, once; a CRI socket that was named
-(`--cri-socket`, `CONTAINER_RUNTIME_ENDPOINT`) or that is there but silent or not the CRI
-gets one note of its own.
+namespace and which process is a container's PID 1; names come from each Docker or Podman
+API socket (`Host.http_get`) and each CRI socket (`Host.cri_look`) that answers. Without
+any answer, a container is named by its cgroup id only, never guessed, and `notes` says
+why, once; a CRI socket that was named, or is there but silent or not the CRI, gets one
+note of its own.
 """
 
 from __future__ import annotations
@@ -43,12 +42,10 @@ CRI_ENDPOINT_ENV = "CONTAINER_RUNTIME_ENDPOINT"
 # How far back a removed container is still named from the runtime's events (Docker keeps
 # the last 1000 events in memory, since the daemon started).
 EVENTS_WINDOW_S = 7 * 86400
-# An `until` in the future keeps the answer open until then. The host's wall clock
-# (`Host.clock`, the clock the runtime stamps its events with) is `until` itself, to the
-# microsecond: a container removed a moment ago (`docker rm -f` just returned, a watch's
-# round on its processes' deaths) is named. A recording that kept no clock has only boot
-# time + uptime, up to a second off, so its `until` stays a whole second behind (how it
-# was recorded; a younger removal is not named there).
+# An `until` in the future keeps the answer open until then: `until` is the host's wall
+# clock (`Host.clock`, which stamps the runtime's events) to the microsecond, so a container
+# removed a moment ago is named. A recording without a clock has only boot time + uptime,
+# up to a second off: its `until` stays a whole second behind (a younger removal unnamed).
 EVENTS_LAG_S = 1
 MAX_INSPECT = 256  # containers inspected per look: a host with more is named from the list
 

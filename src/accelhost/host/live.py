@@ -80,16 +80,12 @@ class LiveHost:
         # reads many small /proc and /sys files (the one file reader of live code).
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                chunks = list(iter(lambda: os.read(fd, 65536), b""))
+            finally:
+                os.close(fd)
         except OSError:
             return None
-        chunks = []
-        try:
-            while chunk := os.read(fd, 65536):
-                chunks.append(chunk)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
         return b"".join(chunks).decode("utf-8", "replace")
 
     def list_dir(self, path: str) -> list[str] | None:
