@@ -10,6 +10,7 @@ note of its own.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import replace
 from typing import Literal
@@ -23,12 +24,13 @@ from accelhost.containers.model import (
     RUNNING,
     Container,
     ContainerView,
+    Namespaces,
     Pod,
 )
-from accelhost.containers.namespaces import Namespaces, parse_ns_link, read_namespaces
 from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
 from accelhost.host.cri import NOT_CRI
+from accelhost.parsers.procstat import parse_status_field
 from accelhost.readers.procs import ProcessInfo
 
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/podman/podman.sock")
@@ -47,6 +49,7 @@ EVENTS_WINDOW_S = 7 * 86400
 # removed a moment ago is named. A recording without a clock has only boot time + uptime,
 # up to a second off: its `until` stays a whole second behind (a younger removal unnamed).
 EVENTS_LAG_S = 1
+_NS_LINK = re.compile(r"^([a-z_]{1,32}):\[(\d{1,20})\]$")
 MAX_INSPECT = 256  # containers inspected per look: a host with more is named from the list
 
 
@@ -266,3 +269,28 @@ def _with_processes(
     ipcs = {namespaces[p].ipc for p in pids if namespaces[p].ipc is not None}
     shares = None if not ipcs or host_ipc is None else host_ipc in ipcs
     return replace(c, pid1_command=procs[init].command, shares_host_ipc=shares)
+
+
+def parse_ns_link(target: str | None) -> int | None:
+    """`ipc:[4026531839]` -> 4026531839; None for anything else."""
+    if not target:
+        return None
+    m = _NS_LINK.match(target.strip())
+    return int(m.group(2)) if m else None
+
+
+def parse_nspid(status: str | None) -> tuple[int, ...]:
+    """The `NSpid:` values of a /proc/PID/status text (empty when absent or malformed)."""
+    values = (parse_status_field(status or "", "NSpid") or "").split()
+    if values and len(values) <= 64 and all(v.isascii() and v.isdigit() for v in values):
+        return tuple(int(v) for v in values)
+    return ()
+
+
+def read_namespaces(host: Host, pid: int) -> Namespaces:
+    """The namespaces of one process (absent links stay None: gone, or not ours to read);
+    `NSpid:` ending in 1 marks a container's PID 1."""
+    pid_ns, ipc, mnt = (
+        parse_ns_link(host.read_link(f"/proc/{pid}/ns/{k}")) for k in ("pid", "ipc", "mnt")
+    )
+    return Namespaces(pid_ns, ipc, mnt, parse_nspid(host.read_file(f"/proc/{pid}/status")))
