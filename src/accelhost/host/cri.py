@@ -1,16 +1,12 @@
 """One look at a CRI runtime over its gRPC socket, as plain data: the live side of
 `Host.cri_look`, so that a snapshot records the answers and a replay parses them the same.
 
-What is kept is what `accelhost.containers.cri_answers` reads, nothing more: the runtime's
-name and version; each pod sandbox's id, metadata, state, creation time and `io.kubernetes.*`
-labels; each container's id, sandbox, metadata, image, state, creation time and
-`io.kubernetes.*` labels; and from `ContainerStatus` (verbose) its start and finish times,
-exit code, mounts and PID. Annotations and the verbose `info` JSON (the OCI spec, with the
-container's environment) are dropped here: a snapshot travels in bug reports.
+What is kept is what `accelhost.containers.cri_answers` reads, nothing more: annotations,
+other labels than `io.kubernetes.*` and the verbose `info` JSON (the OCI spec, with the
+container's environment) but its PID are dropped here, as a snapshot travels in bug reports.
 
 A look is bounded by one deadline for all its calls (`LOOK_TIMEOUT_S`): a socket that
-accepts and never answers costs that second, once. The statuses are asked all at once over
-the one connection; those not back by the deadline are simply missing.
+accepts and never answers costs that second, once.
 """
 
 from __future__ import annotations
