@@ -201,24 +201,19 @@ def removed_containers(events: list[RuntimeEvent], runtime: str = "docker") -> l
     by_id: dict[str, list[RuntimeEvent]] = {}
     for ev in sorted(events, key=lambda e: e.time):
         by_id.setdefault(ev.container_id, []).append(ev)
-    out = []
-    for cid, evs in by_id.items():
-        if not any(e.action == "destroy" for e in evs):
-            continue
-        starts = [e.time for e in evs if e.action == "start"]
-        dies = [e.time for e in evs if e.action == "die"]
-        out.append(
-            Container(
-                runtime=runtime,
-                id=cid,
-                name=next((e.name for e in reversed(evs) if e.name), None),
-                image=next((e.image for e in reversed(evs) if e.image), None),
-                state=GONE,
-                started=starts[0] if starts else None,
-                finished=dies[-1] if dies else None,
-            )
+    return [
+        Container(
+            runtime=runtime,
+            id=cid,
+            name=next((e.name for e in reversed(evs) if e.name), None),
+            image=next((e.image for e in reversed(evs) if e.image), None),
+            state=GONE,
+            started=next((e.time for e in evs if e.action == "start"), None),
+            finished=next((e.time for e in reversed(evs) if e.action == "die"), None),
         )
-    return out
+        for cid, evs in by_id.items()
+        if any(e.action == "destroy" for e in evs)
+    ]
 
 
 def _kube_labels(labels: Any) -> dict[str, str]:

@@ -68,14 +68,12 @@ class Container:
         """`--container NAME|ID`: its name (with or without Docker's `/`), a pod's
         `namespace/name` or pod name, or an id prefix of at least 4 characters."""
         w = wanted.strip().lstrip("/")
-        if not w:
-            return False
-        if self.name and w == self.name:
-            return True
         pod = self.pod
-        if pod and pod.name and w in (pod.name, f"{pod.namespace}/{pod.name}"):
-            return True
-        return len(w) >= 4 and self.id.startswith(w.lower())
+        names = [
+            self.name,
+            *((pod.name, f"{pod.namespace}/{pod.name}") if pod and pod.name else ()),
+        ]
+        return bool(w) and (w in names or (len(w) >= 4 and self.id.startswith(w.lower())))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)  # every field, in order; the pod as a dict too

@@ -116,6 +116,11 @@ class SnapshotHost:
 # by name, `birth` left out when the kernel kept none.
 _STAT_INTS = ("size", "blocks", "uid", "dev", "inode")
 _STAT_FLOATS = ("mtime", "ctime")
+_STAT_TYPES = (
+    (("name", "kind", "owner"), str, "a string"),
+    (_STAT_INTS, int, "an integer"),
+    ((*_STAT_FLOATS, "birth"), int | float, "a number"),
+)
 
 
 def stat_to_dict(st: FileStat) -> dict[str, Any]:
@@ -138,22 +143,16 @@ def stat_from_dict(data: Mapping[str, Any]) -> FileStat:
 
 
 def _stat_problem(entry: Any) -> str | None:
-    """What is wrong with one recorded `FileStat`, or None."""
+    """What is wrong with one recorded `FileStat`, or None (a bool is no number here)."""
     if not isinstance(entry, dict):
         return "is not an object"
-    for key in ("name", "kind", "owner"):
-        if not isinstance(entry.get(key), str):
-            return f"needs a string {key!r}"
-    for key in _STAT_INTS:
-        value = entry.get(key)
-        if not isinstance(value, int) or isinstance(value, bool):
-            return f"needs an integer {key!r}"
-    for key in (*_STAT_FLOATS, "birth"):
-        value = entry.get(key)
-        if key == "birth" and value is None:
-            continue  # not kept by the kernel
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            return f"needs a number {key!r}"
+    for keys, kind, what in _STAT_TYPES:
+        for key in keys:
+            value = entry.get(key)
+            if (not isinstance(value, kind) or isinstance(value, bool)) and not (
+                key == "birth" and value is None  # not kept by the kernel
+            ):
+                return f"needs {what} {key!r}"
     return None
 
 
