@@ -2,14 +2,13 @@
 
 What lives where:
 - `cgroup`: the pure parser of /proc/PID/cgroup (every runtime's path shape, v1 and v2);
-- `namespaces`: /proc/PID/ns/{pid,ipc,mnt} and `NSpid`, read through the host door;
 - `docker_api`: Docker's (and Podman's) API answers, parsed (pure);
 - `cri_answers`: a CRI runtime's answers (`Host.cri_look`'s plain data), parsed (pure);
 - `pod_volumes`: pods' emptyDir tmpfs volumes and sandbox shm mounts from the mount table;
-- `model`: `Container` (what evidence shows) and `ContainerView` (one look at a host);
-- `reader`: `read_containers`, the one reader (cgroups, namespaces, Docker sockets through
-  `Host.http_get`, CRI sockets through `Host.cri_look`): a snapshot replays it; without a
-  runtime that answers, a container is named by its cgroup id only, never guessed.
+- `model`: `Container` (what evidence shows), `Namespaces` (a process's) and
+  `ContainerView` (one look at a host);
+- `reader`: `read_containers`, the one reader (cgroups, namespaces, runtimes), through the
+  host door (a snapshot replays it).
 """
 
 from accelhost.containers.model import Container, ContainerView, Pod

@@ -110,21 +110,18 @@ def parse_cgroup_path(path: str) -> CgroupContainer | None:
         if by_name is not False:
             found = by_name
             continue
-        for rx, runtime in _SCOPES:
-            m = rx.match(part)
-            if m:
-                found = CgroupContainer(runtime, m.group(1))
-                break
-        else:
-            if _BARE_ID.match(part):
-                if before == "docker":
-                    found = CgroupContainer("docker", part)
-                elif before.startswith("libpod"):
-                    found = CgroupContainer("podman", part)
-                elif pod_uid is not None:
-                    found = CgroupContainer("kubernetes", part)
-                else:  # containerd's `/<namespace>/<id>`, or any `--cgroup-parent`
-                    found = CgroupContainer("containerd" if parts[:n] == ["default"] else "", part)
+        scoped = next(((rt, m[1]) for rx, rt in _SCOPES if (m := rx.match(part))), None)
+        if scoped:
+            found = CgroupContainer(*scoped)
+        elif _BARE_ID.match(part):
+            if before == "docker":
+                found = CgroupContainer("docker", part)
+            elif before.startswith("libpod"):
+                found = CgroupContainer("podman", part)
+            elif pod_uid is not None:
+                found = CgroupContainer("kubernetes", part)
+            else:  # containerd's `/<namespace>/<id>`, or any `--cgroup-parent`
+                found = CgroupContainer("containerd" if parts[:n] == ["default"] else "", part)
     if found is not None and pod_uid is not None:
         return replace(found, pod_uid=pod_uid, qos=qos)
     return found

@@ -59,11 +59,8 @@ def parse_cri_look(endpoint: str, answer: Any) -> CriAnswer | None:
     name = text_of(version.get("runtime_name"))
     runtime = RUNTIME_WORDS.get(name or "", "kubernetes")
     said = " ".join(x for x in (name, text_of(version.get("runtime_version"))) if x)
-    sandboxes: dict[str, Container] = {}
-    for item in _items(data.get("sandboxes")):
-        box = _sandbox(item, runtime)
-        if box is not None:
-            sandboxes[box.id] = box
+    boxes = (_sandbox(item, runtime) for item in _items(data.get("sandboxes")))
+    sandboxes = {box.id: box for box in boxes if box is not None}
     statuses = as_object(data.get("statuses"))
     containers: dict[str, Container] = dict(sandboxes)
     pids: dict[str, int] = {}
@@ -130,9 +127,7 @@ def _container(
     labels = item.get("labels")
     sandbox_id = _id(item.get("sandbox_id"))
     box = sandboxes.get(sandbox_id) if sandbox_id else None
-    name = text_of(item.get("name")) or text_of(
-        as_object(labels).get("io.kubernetes.container.name")
-    )
+    name = text_of(item.get("name")) or text_of(as_object(labels).get(CONTAINER_NAME_LABEL))
     state = _STATES.get(str(status.get("state") or item.get("state")))
     return Container(
         runtime=runtime,

@@ -18,20 +18,17 @@ from accelhost.containers.model import EXITED, GONE, RUNNING, Container, Pod
 LIST_PATH = "/containers/json?all=1"
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _TIME = re.compile(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(\.\d{1,9})?(Z|[+-]\d\d:\d\d)$")
-POD_NAME, POD_NAMESPACE, POD_UID = (
-    "io.kubernetes.pod.name",
-    "io.kubernetes.pod.namespace",
-    "io.kubernetes.pod.uid",
-)
+_POD_LABELS = ("io.kubernetes.pod.name", "io.kubernetes.pod.namespace", "io.kubernetes.pod.uid")
+# Docker's words for a container's state, as accelhost's
+_STATES = {
+    **dict.fromkeys(("running", "paused", "restarting"), RUNNING),
+    **dict.fromkeys(("exited", "dead", "created", "removing"), EXITED),
+}
 EVENT_ACTIONS = ("start", "die", "destroy")
 # Podman's compatible API names a container's end and removal its own way ("died" in
 # Action, "remove"), and filters by those names: each is read as Docker's.
 PODMAN_ACTIONS = ("start", "die", "died", "remove")
 _AS_DOCKER = {**{a: a for a in EVENT_ACTIONS}, "died": "die", "remove": "destroy"}
-
-
-def inspect_path(container_id: str) -> str:
-    return f"/containers/{container_id}/json"
 
 
 def events_path(since: int, until: int | str, runtime: str = "docker") -> str:
@@ -92,20 +89,14 @@ def text_of(value: Any) -> str | None:
 
 
 def _state(word: Any) -> str | None:
-    if not isinstance(word, str):
-        return None
-    if word in ("running", "paused", "restarting"):
-        return RUNNING
-    if word in ("exited", "dead", "created", "removing"):
-        return EXITED
-    return None
+    return _STATES.get(word) if isinstance(word, str) else None
 
 
 def pod_of(labels: Any) -> Pod | None:
     """The Kubernetes pod a container's labels name, if any (Docker's and CRI's alike)."""
     if not isinstance(labels, dict):
         return None
-    name, ns, uid = (text_of(labels.get(k)) for k in (POD_NAME, POD_NAMESPACE, POD_UID))
+    name, ns, uid = (text_of(labels.get(k)) for k in _POD_LABELS)
     return Pod(ns, name, uid) if (name or uid) else None
 
 
@@ -135,13 +126,9 @@ def parse_container_list(text: str | None, runtime: str = "docker") -> list[Cont
     return out
 
 
-@dataclass(frozen=True)
-class Inspected:
-    container: Container
-    init_pid: int | None  # State.Pid on the host (0 when not running)
-
-
-def parse_inspect(text: str | None, runtime: str = "docker") -> Inspected | None:
+def parse_inspect(text: str | None, runtime: str = "docker") -> tuple[Container, int | None] | None:
+    """`GET /containers/ID/json` -> the container and its PID 1 on the host (None when it
+    does not run: Docker says 0)."""
     data = load_json(text)
     if not isinstance(data, dict):
         return None
@@ -155,7 +142,7 @@ def parse_inspect(text: str | None, runtime: str = "docker") -> Inspected | None
     args = _list(data.get("Args"))
     argv = ([path] if path else []) + [a for a in args if isinstance(a, str)]
     pid, restarts = state.get("Pid"), data.get("RestartCount")
-    return Inspected(
+    return (
         Container(
             runtime=runtime,
             id=cid,
@@ -214,24 +201,19 @@ def removed_containers(events: list[RuntimeEvent], runtime: str = "docker") -> l
     by_id: dict[str, list[RuntimeEvent]] = {}
     for ev in sorted(events, key=lambda e: e.time):
         by_id.setdefault(ev.container_id, []).append(ev)
-    out = []
-    for cid, evs in by_id.items():
-        if not any(e.action == "destroy" for e in evs):
-            continue
-        starts = [e.time for e in evs if e.action == "start"]
-        dies = [e.time for e in evs if e.action == "die"]
-        out.append(
-            Container(
-                runtime=runtime,
-                id=cid,
-                name=next((e.name for e in reversed(evs) if e.name), None),
-                image=next((e.image for e in reversed(evs) if e.image), None),
-                state=GONE,
-                started=starts[0] if starts else None,
-                finished=dies[-1] if dies else None,
-            )
+    return [
+        Container(
+            runtime=runtime,
+            id=cid,
+            name=next((e.name for e in reversed(evs) if e.name), None),
+            image=next((e.image for e in reversed(evs) if e.image), None),
+            state=GONE,
+            started=next((e.time for e in evs if e.action == "start"), None),
+            finished=next((e.time for e in reversed(evs) if e.action == "die"), None),
         )
-    return out
+        for cid, evs in by_id.items()
+        if any(e.action == "destroy" for e in evs)
+    ]
 
 
 def _kube_labels(labels: Any) -> dict[str, str]:
@@ -246,16 +228,10 @@ def trim_answer(path: str, body: str, redact: Any = None) -> str:
         kept = []
         for ev in parse_events(body):
             attrs = {k: v for k, v in (("name", ev.name), ("image", ev.image)) if v}
+            actor = {"ID": ev.container_id, "Attributes": attrs}
+            ev_time = {"time": int(ev.time), "timeNano": int(ev.time * 1e9)}
             kept.append(
-                json.dumps(
-                    {
-                        "Type": "container",
-                        "Action": ev.action,
-                        "Actor": {"ID": ev.container_id, "Attributes": attrs},
-                        "time": int(ev.time),
-                        "timeNano": int(ev.time * 1e9),
-                    }
-                )
+                json.dumps({"Type": "container", "Action": ev.action, "Actor": actor, **ev_time})
             )
         return "".join(line + "\n" for line in kept)
     data = load_json(body)

@@ -8,8 +8,6 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from accelhost.containers.namespaces import Namespaces
-
 RUNNING, EXITED, GONE = "running", "exited", "gone"
 NO_RUNTIME_NOTE = "name unknown: no runtime socket answered"
 
@@ -70,17 +68,32 @@ class Container:
         """`--container NAME|ID`: its name (with or without Docker's `/`), a pod's
         `namespace/name` or pod name, or an id prefix of at least 4 characters."""
         w = wanted.strip().lstrip("/")
-        if not w:
-            return False
-        if self.name and w == self.name:
-            return True
         pod = self.pod
-        if pod and pod.name and w in (pod.name, f"{pod.namespace}/{pod.name}"):
-            return True
-        return len(w) >= 4 and self.id.startswith(w.lower())
+        names = [
+            self.name,
+            *((pod.name, f"{pod.namespace}/{pod.name}") if pod and pod.name else ()),
+        ]
+        return bool(w) and (w in names or (len(w) >= 4 and self.id.startswith(w.lower())))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)  # every field, in order; the pod as a dict too
+
+
+@dataclass(frozen=True)
+class Namespaces:
+    """A process's namespace inode numbers (None: the link could not be read) and its
+    NSpid chain. Two processes share /dev/shm and System V segments exactly when their
+    `ns/ipc` links match, whatever the runtime called it."""
+
+    pid: int | None = None
+    ipc: int | None = None
+    mnt: int | None = None
+    nspid: tuple[int, ...] = ()
+
+    @property
+    def is_namespace_init(self) -> bool:
+        """PID 1 of a nested PID namespace (a container's init), not the host's PID 1."""
+        return len(self.nspid) > 1 and self.nspid[-1] == 1
 
 
 @dataclass(frozen=True)

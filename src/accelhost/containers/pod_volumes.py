@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from accelhost.host.base import Host
 
@@ -31,7 +31,7 @@ CRIO_RUNROOT = "/run/containers/storage"
 MOUNTINFO = "/proc/self/mountinfo"
 EMPTY_DIR = "kubernetes.io~empty-dir"
 _OCTAL = re.compile(r"\\([0-7]{3})")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = "[0-9a-f]{64}"
 _DEV = re.compile(r"^(\d{1,10}):(\d{1,10})$")
 
 
@@ -113,14 +113,6 @@ def parse_mountinfo(text: str) -> list[Mount]:
     return out
 
 
-def _under(path: str, root: str) -> list[str] | None:
-    """The parts of `path` below `root`, or None when it is not below it."""
-    base = root.rstrip("/") + "/"
-    if not path.startswith(base):
-        return None
-    return path[len(base) :].split("/")
-
-
 def parse_pod_mounts(
     text: str,
     kubelet_root: str = DEFAULT_KUBELET_ROOT,
@@ -128,37 +120,28 @@ def parse_pod_mounts(
 ) -> PodMounts:
     """Pods' emptyDir tmpfs volumes and sandbox shm mounts in a mount table. A mount point
     listed twice (mounted over, or seen through two binds) counts once, its last line."""
+
+    def below(root: str, shape: str) -> re.Pattern[str]:
+        return re.compile(re.escape(root.rstrip("/")) + shape)
+
+    volume = below(kubelet_root, rf"/pods/([^/]+)/volumes/{re.escape(EMPTY_DIR)}/([^/]+)")
+    sandboxes = (
+        (
+            "containerd",
+            below(containerd_state, rf"/io\.containerd\.grpc\.v1\.cri/sandboxes/({_HEX64})/shm"),
+        ),
+        ("cri-o", below(CRIO_RUNROOT, rf"/overlay-containers/({_HEX64})/userdata/shm")),
+    )
     volumes: dict[str, PodVolume] = {}
     shms: dict[str, SandboxShm] = {}
     for m in parse_mountinfo(text):
         if m.fstype != "tmpfs":
             continue
-        parts = _under(m.mount_point, kubelet_root)
-        if (
-            parts
-            and len(parts) == 5
-            and parts[0] == "pods"
-            and parts[2:4] == ["volumes", EMPTY_DIR]
-        ):
-            uid, name = parts[1], parts[4]
-            if uid and name:
-                volumes[m.mount_point] = PodVolume(uid, name, m.mount_point, m.dev)
-            continue
-        for runtime, root, shape in (
-            (
-                "containerd",
-                containerd_state,
-                ("io.containerd.grpc.v1.cri", "sandboxes", None, "shm"),
-            ),
-            ("cri-o", CRIO_RUNROOT, ("overlay-containers", None, "userdata", "shm")),
-        ):
-            parts = _under(m.mount_point, root)
-            if parts is None or len(parts) != len(shape):
-                continue
-            if all(want is None or got == want for got, want in zip(parts, shape, strict=True)):
-                sid = parts[shape.index(None)]
-                if _HEX64.match(sid):
-                    shms[m.mount_point] = SandboxShm(sid, runtime, m.mount_point, m.dev)
+        if found := volume.fullmatch(m.mount_point):
+            volumes[m.mount_point] = PodVolume(found[1], found[2], m.mount_point, m.dev)
+        for runtime, shape in sandboxes:
+            if found := shape.fullmatch(m.mount_point):
+                shms[m.mount_point] = SandboxShm(found[1], runtime, m.mount_point, m.dev)
     return PodMounts(tuple(volumes.values()), tuple(shms.values()))
 
 
@@ -181,5 +164,4 @@ def read_pod_mounts(
     if text is None:  # said where a kubelet root was named: elsewhere, likely no kubelet
         said = () if kubelet_root is None else (f"{MOUNTINFO} not read: pods' volumes not seen",)
         return PodMounts(notes=(*notes, *said))
-    got = parse_pod_mounts(text, root, containerd_state)
-    return PodMounts(got.volumes, got.sandbox_shms, tuple(notes))
+    return replace(parse_pod_mounts(text, root, containerd_state), notes=tuple(notes))

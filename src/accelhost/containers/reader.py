@@ -1,16 +1,16 @@
 """One look at a host's containers, through the host door (the package's one reader).
 
 Each process's cgroup says which container; the namespaces say who shares whose IPC
-namespace and which process is a container's PID 1; names come from Docker's or Podman's
-API on each unix socket that answers, and from each CRI runtime's gRPC socket that answers
-(`Host.cri_look`: pods, attempts, sandboxes, live and exited). Without any answer, the
-cgroup's id is all that is said, and `notes` says why, once; a CRI socket that was named
-(`--cri-socket`, `CONTAINER_RUNTIME_ENDPOINT`) or that is there but silent or not the CRI
-gets one note of its own.
+namespace and which process is a container's PID 1; names come from each Docker or Podman
+API socket (`Host.http_get`) and each CRI socket (`Host.cri_look`) that answers. Without
+any answer, a container is named by its cgroup id only, never guessed, and `notes` says
+why, once; a CRI socket that was named, or is there but silent or not the CRI, gets one
+note of its own.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import replace
 from typing import Literal
@@ -24,11 +24,13 @@ from accelhost.containers.model import (
     RUNNING,
     Container,
     ContainerView,
+    Namespaces,
     Pod,
 )
-from accelhost.containers.namespaces import Namespaces, parse_ns_link, read_namespaces
 from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
+from accelhost.host.cri import NOT_CRI
+from accelhost.parsers.procstat import parse_status_field
 from accelhost.readers.procs import ProcessInfo
 
 DOCKER_SOCKETS = ("/var/run/docker.sock", "/run/podman/podman.sock")
@@ -39,18 +41,15 @@ CRI_SOCKETS = (
     "/var/run/cri-dockerd.sock",
 )
 CRI_ENDPOINT_ENV = "CONTAINER_RUNTIME_ENDPOINT"
-# A containerd without its CRI plugin (Docker's own) says so: not worth a line unless named
-NOT_CRI = "not a CRI runtime (runtime.v1 not served)"
 # How far back a removed container is still named from the runtime's events (Docker keeps
 # the last 1000 events in memory, since the daemon started).
 EVENTS_WINDOW_S = 7 * 86400
-# An `until` in the future keeps the answer open until then. The host's wall clock
-# (`Host.clock`, the clock the runtime stamps its events with) is `until` itself, to the
-# microsecond: a container removed a moment ago (`docker rm -f` just returned, a watch's
-# round on its processes' deaths) is named. A recording that kept no clock has only boot
-# time + uptime, up to a second off, so its `until` stays a whole second behind (how it
-# was recorded; a younger removal is not named there).
+# An `until` in the future keeps the answer open until then: `until` is the host's wall
+# clock (`Host.clock`, which stamps the runtime's events) to the microsecond, so a container
+# removed a moment ago is named. A recording without a clock has only boot time + uptime,
+# up to a second off: its `until` stays a whole second behind (a younger removal unnamed).
 EVENTS_LAG_S = 1
+_NS_LINK = re.compile(r"^([a-z_]{1,32}):\[(\d{1,20})\]$")
 MAX_INSPECT = 256  # containers inspected per look: a host with more is named from the list
 
 
@@ -68,7 +67,7 @@ def runtime_sockets(host: Host, explicit: Sequence[str] = ()) -> list[str]:
     out = list(explicit)
     docker_host = host.getenv("DOCKER_HOST") or ""
     if docker_host.startswith("unix://"):
-        out.append(docker_host[len("unix://") :])
+        out.append(docker_host.removeprefix("unix://"))
     out.extend(DOCKER_SOCKETS)
     runtime_dir = host.getenv("XDG_RUNTIME_DIR")
     if runtime_dir and runtime_dir.startswith("/"):
@@ -80,15 +79,10 @@ def cri_endpoints(host: Host, explicit: Sequence[str] = ()) -> list[tuple[str, b
     """(endpoint, named by the user): `CONTAINER_RUNTIME_ENDPOINT` (as crictl reads it,
     `unix:///...`), then `--cri-socket` endpoints, then the usual sockets."""
     named = [host.getenv(CRI_ENDPOINT_ENV) or "", *explicit]
-    out = {_socket_of(e): True for e in named if e.strip()}
+    out = {e.strip().removeprefix("unix://"): True for e in named if e.strip()}
     for path in CRI_SOCKETS:
         out.setdefault(path, False)
     return list(out.items())
-
-
-def _socket_of(endpoint: str) -> str:
-    e = endpoint.strip()
-    return e[len("unix://") :] if e.startswith("unix://") else e
 
 
 def ask_cri(host: Host, explicit: Sequence[str] = ()) -> tuple[list[CriAnswer], list[str]]:
@@ -102,20 +96,16 @@ def ask_cri(host: Host, explicit: Sequence[str] = ()) -> tuple[list[CriAnswer], 
                 notes.append(f"CRI socket {endpoint}: no such socket")
         elif got.answered:
             answers.append(got)
-        elif named or got.error != NOT_CRI:
+        elif named or got.error != NOT_CRI:  # Docker's own containerd: not worth a line
             notes.append(f"CRI socket {endpoint}: {got.error}")
     return answers, notes
-
-
-def _runtime_of_socket(path: str) -> str:
-    return "podman" if "podman" in path else "docker"
 
 
 def _ask_socket(
     host: Host, socket_path: str, wanted: set[str], now_epoch: float | None
 ) -> tuple[dict[str, tuple[Container, int | None]], list[Container]] | None:
     """id -> (container, init pid) from one socket, plus removed ones; None: no answer."""
-    runtime = _runtime_of_socket(socket_path)
+    runtime = "podman" if "podman" in socket_path else "docker"
     answer = host.http_get(socket_path, docker_api.LIST_PATH)
     listed = docker_api.parse_container_list(answer, runtime)
     if listed is None:
@@ -127,19 +117,17 @@ def _ask_socket(
     if now_epoch is not None:
         path = docker_api.events_path(*events_window(now_epoch, host.clock()), runtime)
         events = docker_api.parse_events(host.http_get(socket_path, path))
-        removed = [c for c in docker_api.removed_containers(events, runtime) if c.id not in found]
+        removed = docker_api.removed_containers(events, runtime)
     order = sorted(found, key=lambda cid: (cid not in wanted, cid))[:MAX_INSPECT]
     for cid in order:
-        answer = host.http_get(socket_path, docker_api.inspect_path(cid))
-        got = docker_api.parse_inspect(answer, runtime)
-        if got is None or got.container.id != cid:
+        got = docker_api.parse_inspect(
+            host.http_get(socket_path, f"/containers/{cid}/json"), runtime
+        )
+        if got is None or got[0].id != cid:
             # slow or garbled: ask it nothing more (a doctor waits a second, not one a
             # container); the listing's names stand
             break
-        merged = got.container
-        if merged.state is None:
-            merged = replace(merged, state=found[cid][0].state)
-        found[cid] = (merged, got.init_pid)
+        found[cid] = (replace(got[0], state=got[0].state or found[cid][0].state), got[1])
     return found, removed
 
 
@@ -167,8 +155,65 @@ def read_containers(
     `cgroups`: what an earlier look read of each process (by pid and start time), used
     and brought up to date (a watch keeps it between rounds; bounded by the processes).
     `sockets`: Docker API sockets to ask first; `cri_sockets`: CRI endpoints to ask."""
+    seen = _read_cgroups(host, procs, {} if cgroups is None else cgroups)
+    wanted = {c.container_id for c in seen.values()}
+    records: dict[str, tuple[Container, int | None]] = {}  # id -> (its record, its PID 1)
+    removed: list[Container] = []
+    answered: list[str] = []
+    for socket_path in runtime_sockets(host, sockets):
+        got = _ask_socket(host, socket_path, wanted, now_epoch)
+        if got is not None:
+            answered.append(socket_path)
+            for cid, answer in got[0].items():
+                records.setdefault(cid, answer)
+            removed += got[1]
+    cri, cri_notes = ask_cri(host, cri_sockets)
+    for runtime in cri:
+        answered.append(runtime.endpoint.strip().removeprefix("unix://"))
+        for cid, c in runtime.containers.items():
+            records.setdefault(cid, (c, runtime.pids.get(cid)))
+    # A bare id under a parent no runtime owns (`--cgroup-parent`) is a container only where
+    # a runtime lists it: that runtime is the one; without one, the runtime would be a guess.
+    seen = {pid: w for pid, w in seen.items() if w.runtime or w.container_id in records}
+    host_ipc = _host_ipc(host, procs, seen)
+    namespaces = {pid: read_namespaces(host, pid) for pid in sorted(seen)}
+    containers: dict[str, Container] = {}
+    for _pid, where in sorted(seen.items()):
+        if where.container_id not in containers:
+            record = records.get(where.container_id)
+            containers[where.container_id] = _merge(where, record[0] if record else None)
+    for cid, (rec, _init) in records.items():
+        # No process of it seen: a cgroup shape the parser does not know, or a reader
+        # without the host's PID namespace. What the runtime says stands: a running
+        # container called exited would take the blame for what others left.
+        containers.setdefault(cid, replace(rec, state=rec.state or EXITED))
+    for c in removed:
+        containers.setdefault(c.id, c)
+    for cid, c in containers.items():
+        pids = sorted(p for p, w in seen.items() if w.container_id == cid)
+        if pids:
+            init_pid = records[cid][1] if cid in records else None
+            containers[cid] = _with_processes(c, pids, namespaces, procs, host_ipc, init_pid)
+    unnamed = not answered and any(not w.name for w in seen.values())
+    return ContainerView(
+        pid_container={pid: w.container_id for pid, w in seen.items()},
+        containers=containers,
+        namespaces=namespaces,
+        host_ipc=host_ipc,
+        runtimes=tuple(answered),
+        notes=(*cri_notes, *((NO_RUNTIME_NOTE,) if unnamed else ())),
+    )
+
+
+def _read_cgroups(
+    host: Host,
+    procs: Mapping[int, ProcessInfo],
+    memo: MutableMapping[tuple[int, int], CgroupContainer | None],
+) -> dict[int, CgroupContainer]:
+    """pid -> the container its cgroup names (host processes left out). `memo` (by pid and
+    start time) is used, then replaced by what this look read; a cgroup file that could
+    not be read (gone, or none) is not remembered."""
     seen: dict[int, CgroupContainer] = {}
-    memo = {} if cgroups is None else cgroups
     now: dict[tuple[int, int], CgroupContainer | None] = {}
     # most processes share a few cgroups (every host service's is one line): each text is
     # parsed once
@@ -177,90 +222,21 @@ def read_containers(
         if proc.is_kernel_thread:
             continue
         key = (pid, proc.start_ticks)
-        read = memo[key] if key in memo else _cgroup_of(host, pid, parsed)
-        if read is False:
-            continue
-        now[key] = read
-        if read is not None:
-            seen[pid] = read
-    if cgroups is not None:
-        cgroups.clear()
-        cgroups.update(now)
-    wanted = {c.container_id for c in seen.values()}
-    records: dict[str, tuple[Container, int | None]] = {}
-    removed: list[Container] = []
-    answered: list[str] = []
-    for socket_path in runtime_sockets(host, sockets):
-        got = _ask_socket(host, socket_path, wanted, now_epoch)
-        if got is None:
-            continue
-        answered.append(socket_path)
-        for cid, rec in got[0].items():
-            records.setdefault(cid, rec)
-        removed.extend(c for c in got[1] if c.id not in records)
-    cri, cri_notes = ask_cri(host, cri_sockets)
-    for runtime in cri:
-        answered.append(_socket_of(runtime.endpoint))
-        for cid, c in runtime.containers.items():
-            records.setdefault(cid, (c, runtime.pids.get(cid)))
-    # A bare id under a parent no runtime owns (`--cgroup-parent`) is a container only where
-    # a runtime lists it: that runtime is the one; without one, the runtime would be a guess.
-    seen = {pid: w for pid, w in seen.items() if w.runtime or w.container_id in records}
-    host_ipc = _host_ipc(host, procs, seen)
-    namespaces: dict[int, Namespaces] = {pid: read_namespaces(host, pid) for pid in sorted(seen)}
-    containers: dict[str, Container] = {}
-    for _pid, where in sorted(seen.items()):
-        cid = where.container_id
-        if cid not in containers:
-            containers[cid] = _merge(where, records.get(cid, (None, None))[0])
-    for cid, (record, _init) in records.items():
-        if cid not in containers:
-            # No process of it seen: a cgroup shape the parser does not know, or a reader
-            # without the host's PID namespace. What the runtime says stands: a running
-            # container called exited would take the blame for what others left.
-            containers[cid] = replace(record, state=record.state or EXITED)
-    for c in removed:
-        containers.setdefault(c.id, c)
-    containers = {
-        cid: _with_processes(c, cid, seen, namespaces, procs, host_ipc, records)
-        for cid, c in containers.items()
-    }
-    return ContainerView(
-        pid_container={pid: w.container_id for pid, w in seen.items()},
-        containers=containers,
-        namespaces=namespaces,
-        host_ipc=host_ipc,
-        runtimes=tuple(answered),
-        notes=(
-            *cri_notes,
-            *(
-                (NO_RUNTIME_NOTE,)
-                if not answered and any(not w.name for w in seen.values())
-                else ()
-            ),
-        ),
-    )
-
-
-def _no_runtime_note(answered: list[str], seen: Mapping[int, CgroupContainer]) -> tuple[str, ...]:
-    unnamed = any(not w.name for w in seen.values())
-    return (NO_RUNTIME_NOTE,) if not answered and unnamed else ()
-
-
-def _cgroup_of(
-    host: Host, pid: int, parsed: dict[str, CgroupContainer | None | Literal[False]]
-) -> CgroupContainer | None | Literal[False]:
-    """The container of `pid` by its cgroup (None: the host's); False when it could not
-    be read (gone, or no cgroup file): not remembered. `parsed`: text -> its answer."""
-    text = host.read_file(f"/proc/{pid}/cgroup")
-    if not text:
-        return False
-    if text not in parsed:
-        try:
-            parsed[text] = parse_cgroup(text, f"/proc/{pid}/cgroup")
-        except AccelhostError:
-            parsed[text] = False
-    return parsed[text]
+        if key in memo:
+            now[key] = memo[key]
+        elif text := host.read_file(f"/proc/{pid}/cgroup"):
+            if text not in parsed:
+                try:
+                    parsed[text] = parse_cgroup(text, f"/proc/{pid}/cgroup")
+                except AccelhostError:
+                    parsed[text] = False
+            if (found := parsed[text]) is not False:
+                now[key] = found
+        if (found := now.get(key)) is not None:
+            seen[pid] = found
+    memo.clear()
+    memo.update(now)
+    return seen
 
 
 def _host_ipc(
@@ -278,18 +254,13 @@ def _host_ipc(
 
 def _with_processes(
     c: Container,
-    cid: str,
-    seen: Mapping[int, CgroupContainer],
+    pids: list[int],
     namespaces: Mapping[int, Namespaces],
     procs: Mapping[int, ProcessInfo],
     host_ipc: int | None,
-    records: Mapping[str, tuple[Container, int | None]],
+    init_pid: int | None,
 ) -> Container:
     """PID 1's command and host-IPC sharing from the processes seen in the container."""
-    pids = sorted(p for p, w in seen.items() if w.container_id == cid)
-    if not pids:
-        return c
-    init_pid = records.get(cid, (None, None))[1]
     init = next((p for p in pids if namespaces[p].is_namespace_init), None)
     if init is None and init_pid in procs:
         init = init_pid
@@ -298,3 +269,28 @@ def _with_processes(
     ipcs = {namespaces[p].ipc for p in pids if namespaces[p].ipc is not None}
     shares = None if not ipcs or host_ipc is None else host_ipc in ipcs
     return replace(c, pid1_command=procs[init].command, shares_host_ipc=shares)
+
+
+def parse_ns_link(target: str | None) -> int | None:
+    """`ipc:[4026531839]` -> 4026531839; None for anything else."""
+    if not target:
+        return None
+    m = _NS_LINK.match(target.strip())
+    return int(m.group(2)) if m else None
+
+
+def parse_nspid(status: str | None) -> tuple[int, ...]:
+    """The `NSpid:` values of a /proc/PID/status text (empty when absent or malformed)."""
+    values = (parse_status_field(status or "", "NSpid") or "").split()
+    if values and len(values) <= 64 and all(v.isascii() and v.isdigit() for v in values):
+        return tuple(int(v) for v in values)
+    return ()
+
+
+def read_namespaces(host: Host, pid: int) -> Namespaces:
+    """The namespaces of one process (absent links stay None: gone, or not ours to read);
+    `NSpid:` ending in 1 marks a container's PID 1."""
+    pid_ns, ipc, mnt = (
+        parse_ns_link(host.read_link(f"/proc/{pid}/ns/{k}")) for k in ("pid", "ipc", "mnt")
+    )
+    return Namespaces(pid_ns, ipc, mnt, parse_nspid(host.read_file(f"/proc/{pid}/status")))

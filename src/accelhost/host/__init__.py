@@ -7,14 +7,13 @@ What lives where:
 - `base`: the `Host` protocol, `CommandResult`, `FileStat` and the `HostWrapper` base;
 - `live`: `LiveHost`, this machine, and `live_host()`, the one place a live host is made;
 - `snapshot`: `SnapshotHost` / `load_snapshot`, a recorded JSON file (bounded in size);
-- `record`: `RecordingHost`, which wraps a host and writes down what was asked;
-- `redact`: `recorder(host)`, a recording host that keeps no secrets;
+- `record`, `redact`: `RecordingHost`, and `recorder(host)`, one that keeps no secrets;
 - `once`: `read_once(host)`, each answer read at most once however many readers ask (for
   one look at a host; a watcher that loops must not keep one, or it never sees a change);
-- `unixhttp`: the small GET over a unix socket `LiveHost.http_get` uses (hard 1 s limit);
-- `cri`: one look at a CRI runtime over gRPC, as plain data, that `LiveHost.cri_look` takes
-  (one 1 s deadline; grpcio and protobuf load only there), on `cri_api`: accelhost's subset
-  of the Kubernetes CRI (`api.proto`, its generated messages) and `client.rpc`, the call.
+- `unixhttp`: the GET over a unix socket behind `LiveHost.http_get` (hard 1 s limit);
+- `cri`: one CRI look over gRPC as plain data, behind `LiveHost.cri_look` (one 1 s
+  deadline; grpcio and protobuf load only there), on `cri_api/`: accelhost's subset of
+  the Kubernetes CRI (`api.proto`, its generated messages) and `client.rpc`, the call.
 
 Only `base` is imported eagerly: `accelhost run` (PID 1 of every container) needs the
 `Host` protocol, not snapshots, recordings or a thread pool.

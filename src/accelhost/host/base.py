@@ -53,16 +53,9 @@ class Host(Protocol):
     """One machine, live or recorded. Absent things (a command not installed, a missing
     file, an unset variable) are `None`, never exceptions."""
 
-    @property
-    def machine(self) -> str: ...
-
-    @property
-    def device_type(self) -> str | None:
-        """An explicit accelerator family recorded with the host (snapshots), else None."""
-        ...
-
-    @property
-    def is_live(self) -> bool: ...
+    machine: str
+    device_type: str | None  # an explicit accelerator family recorded with it (snapshots)
+    is_live: bool
 
     def run(self, argv: Sequence[str]) -> CommandResult | None: ...
 
@@ -114,27 +107,15 @@ def recorded_pci(host: Host) -> tuple[str, ...] | None:
 
 
 class HostWrapper:
-    """Base of the hosts that answer through another one: it forwards what the host *is*;
+    """Base of the hosts that answer through another one: it keeps what the host *is*;
     subclasses define what happens to the questions."""
 
     def __init__(self, inner: Host) -> None:
         self.inner = inner
-
-    @property
-    def machine(self) -> str:
-        return self.inner.machine
-
-    @property
-    def device_type(self) -> str | None:
-        return self.inner.device_type
-
-    @property
-    def is_live(self) -> bool:
-        return self.inner.is_live
-
-    @property
-    def recorded_pci(self) -> tuple[str, ...] | None:
-        return recorded_pci(self.inner)
+        self.machine = inner.machine
+        self.device_type = inner.device_type
+        self.is_live = inner.is_live
+        self.recorded_pci = recorded_pci(inner)
 
     def clock(self) -> float | None:
         return self.inner.clock()

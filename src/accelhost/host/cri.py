@@ -1,20 +1,17 @@
 """One look at a CRI runtime over its gRPC socket, as plain data: the live side of
 `Host.cri_look`, so that a snapshot records the answers and a replay parses them the same.
 
-What is kept is what `accelhost.containers.cri_answers` reads, nothing more: the runtime's
-name and version; each pod sandbox's id, metadata, state, creation time and `io.kubernetes.*`
-labels; each container's id, sandbox, metadata, image, state, creation time and
-`io.kubernetes.*` labels; and from `ContainerStatus` (verbose) its start and finish times,
-exit code, mounts and PID. Annotations and the verbose `info` JSON (the OCI spec, with the
-container's environment) are dropped here: a snapshot travels in bug reports.
+What is kept is what `accelhost.containers.cri_answers` reads, nothing more: annotations,
+other labels than `io.kubernetes.*` and the verbose `info` JSON (the OCI spec, with the
+container's environment) but its PID are dropped here, as a snapshot travels in bug reports.
 
 A look is bounded by one deadline for all its calls (`LOOK_TIMEOUT_S`): a socket that
-accepts and never answers costs that second, once. The statuses are asked all at once over
-the one connection; those not back by the deadline are simply missing.
+accepts and never answers costs that second, once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -24,19 +21,16 @@ from typing import Any
 LOOK_TIMEOUT_S = 1.0
 MAX_STATUSES = 512  # containers asked for their status in one look (the rest: listing only)
 KEPT_LABEL_PREFIX = "io.kubernetes."
-
-
-def socket_path(endpoint: str) -> str | None:
-    """The path of a `unix://` endpoint or of a plain absolute path; None for any other
-    transport (crictl also takes `tcp://` and `npipe://`, which no local runtime uses)."""
-    path = endpoint[len("unix://") :] if endpoint.startswith("unix://") else endpoint
-    return path if path.startswith("/") else None
+# A containerd without its CRI plugin (Docker's own) answers so
+NOT_CRI = "not a CRI runtime (runtime.v1 not served)"
 
 
 def cri_look(endpoint: str, timeout: float = LOOK_TIMEOUT_S) -> dict[str, Any] | None:
-    """What the runtime at `endpoint` says, or `{"error": why}`; None: no such socket."""
-    path = socket_path(endpoint)
-    if path is None:
+    """What the runtime at `endpoint` (a `unix://` endpoint or a socket path) says, or
+    `{"error": why}`; None: no such socket. crictl also takes `tcp://` and `npipe://`,
+    which no local runtime uses."""
+    path = endpoint.removeprefix("unix://")
+    if not path.startswith("/"):
         return {"error": "not a unix socket endpoint"}
     try:
         mode = os.stat(path).st_mode
@@ -49,7 +43,7 @@ def cri_look(endpoint: str, timeout: float = LOOK_TIMEOUT_S) -> dict[str, Any] |
     import grpc
 
     from accelhost.host.cri_api import api_pb2 as pb
-    from accelhost.host.cri_api.client import connect, rpc
+    from accelhost.host.cri_api.client import connect, method, rpc
 
     deadline = time.monotonic() + timeout
 
@@ -62,7 +56,16 @@ def cri_look(endpoint: str, timeout: float = LOOK_TIMEOUT_S) -> dict[str, Any] |
         pods = rpc(channel, "ListPodSandbox", pb.ListPodSandboxRequest(), left())
         listed = rpc(channel, "ListContainers", pb.ListContainersRequest(), left())
         containers = [_container(c) for c in listed.containers]
-        statuses = _statuses(channel, [c["id"] for c in containers], left())
+        # every status asked at once; those not back by the deadline are left out
+        ask, wait = method(channel, "ContainerStatus"), left()
+        pending = {
+            cid: ask.future(pb.ContainerStatusRequest(container_id=cid, verbose=True), timeout=wait)
+            for cid in [c["id"] for c in containers[:MAX_STATUSES]]
+        }
+        statuses: dict[str, Any] = {}
+        for cid, future in pending.items():
+            with contextlib.suppress(grpc.RpcError):  # removed since the listing, or late
+                statuses[cid] = _status(future.result())
     except grpc.RpcError as exc:
         return {"error": _why(exc, timeout)}
     finally:
@@ -77,32 +80,6 @@ def cri_look(endpoint: str, timeout: float = LOOK_TIMEOUT_S) -> dict[str, Any] |
         "containers": containers,
         "statuses": statuses,
     }
-
-
-def _statuses(channel: Any, ids: list[str], timeout: float) -> dict[str, Any]:
-    """id -> what `ContainerStatus` (verbose) said, for those answered within `timeout`."""
-    import grpc
-
-    from accelhost.host.cri_api import api_pb2 as pb
-    from accelhost.host.cri_api.client import method_path
-
-    call = channel.unary_unary(
-        method_path("ContainerStatus"),
-        request_serializer=lambda m: m.SerializeToString(),
-        response_deserializer=pb.ContainerStatusResponse.FromString,
-    )
-    pending = {
-        cid: call.future(pb.ContainerStatusRequest(container_id=cid, verbose=True), timeout=timeout)
-        for cid in ids[:MAX_STATUSES]
-    }
-    out: dict[str, Any] = {}
-    for cid, future in pending.items():
-        try:
-            answer = future.result()
-        except grpc.RpcError:  # removed since the listing, or past the deadline
-            continue
-        out[cid] = _status(answer)
-    return out
 
 
 def _labels(labels: Any) -> dict[str, str]:
@@ -183,7 +160,7 @@ def _why(exc: Any, timeout: float) -> str:
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return f"no answer within {timeout:g} s"
     if code == grpc.StatusCode.UNIMPLEMENTED:
-        return "not a CRI runtime (runtime.v1 not served)"
+        return NOT_CRI
     if "Failed parsing HTTP/2" in details or code == grpc.StatusCode.INTERNAL:
         return "answers something that is not the CRI's gRPC"
     if "Connection refused" in details:

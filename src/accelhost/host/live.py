@@ -18,6 +18,7 @@ from accelhost.errors import HostError
 from accelhost.host.base import CommandResult, FileStat, command_key
 from accelhost.kernel.libc import syscall
 
+_KINDS = {stat_mod.S_IFREG: "file", stat_mod.S_IFDIR: "dir", stat_mod.S_IFLNK: "link"}
 # Tools like npu-smi answer in seconds on a busy host but can hang on a wedged driver.
 DEFAULT_TIMEOUT_S = 60.0
 _C_LOCALE = {"LC_ALL": "C", "LANG": "C", "LC_MESSAGES": "C"}
@@ -26,25 +27,17 @@ _C_LOCALE = {"LC_ALL": "C", "LANG": "C", "LC_MESSAGES": "C"}
 class LiveHost:
     """Reads this machine. Commands run with the C locale and a timeout."""
 
+    device_type: str | None = None
+    is_live = True
+
     def __init__(
         self, timeout: float = DEFAULT_TIMEOUT_S, env: Mapping[str, str] | None = None
     ) -> None:
+        self.machine = platform.machine()
         self.timeout = timeout
         self._env = dict(os.environ if env is None else env)
         self._run_env = {**self._env, **_C_LOCALE}
         self._owners: dict[int, str] = {}  # uid -> user name, for this host's lifetime
-
-    @property
-    def machine(self) -> str:
-        return platform.machine()
-
-    @property
-    def device_type(self) -> str | None:
-        return None
-
-    @property
-    def is_live(self) -> bool:
-        return True
 
     def _installed(self, argv: Sequence[str]) -> bool:
         """The program exists and may be run (looked up as the child would, in its PATH):
@@ -87,16 +80,12 @@ class LiveHost:
         # reads many small /proc and /sys files (the one file reader of live code).
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                chunks = list(iter(lambda: os.read(fd, 65536), b""))
+            finally:
+                os.close(fd)
         except OSError:
             return None
-        chunks = []
-        try:
-            while chunk := os.read(fd, 65536):
-                chunks.append(chunk)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
         return b"".join(chunks).decode("utf-8", "replace")
 
     def list_dir(self, path: str) -> list[str] | None:
@@ -113,19 +102,11 @@ class LiveHost:
 
     def stat_dir(self, path: str) -> list[FileStat] | None:
         # scandir + lstat + statx, no external tool: busybox images list the same.
-        try:
-            with os.scandir(path) as entries:
-                names = sorted(e.name for e in entries)
-        except OSError:
+        names = self.list_dir(path)
+        if names is None:
             return None
-        base = path.rstrip("/")
-        owners = self._owners
-        out = []
-        for name in names:
-            found = _file_stat(f"{base}/{name}", name, follow=False, owners=owners)
-            if found is not None:  # gone between the listing and the look
-                out.append(found)
-        return out
+        found = (self._stat(f"{path.rstrip('/')}/{name}", name, follow=False) for name in names)
+        return [f for f in found if f is not None]  # None: gone between listing and look
 
     def list_dir_inodes(self, path: str) -> dict[str, int] | None:
         """name -> inode number of each entry, from the directory alone (no stat per entry):
@@ -140,8 +121,33 @@ class LiveHost:
     def stat(self, path: str) -> FileStat | None:
         # What one file is asked is its identity, size and times; its birth (a statx, as
         # dear as the stat itself) only where it names who left a file: `birth_time`.
-        name = path.rstrip("/").rsplit("/", 1)[-1]
-        return _file_stat(path, name, follow=True, owners=self._owners, birth=False)
+        return self._stat(path, path.rstrip("/").rsplit("/", 1)[-1], follow=True, birth=False)
+
+    def _stat(self, path: str, name: str, *, follow: bool, birth: bool = True) -> FileStat | None:
+        try:
+            st = os.stat(path, follow_symlinks=follow)
+        except OSError:
+            return None
+        owner = self._owners.get(st.st_uid)
+        if owner is None:
+            try:
+                owner = pwd.getpwuid(st.st_uid).pw_name
+            except KeyError:
+                owner = str(st.st_uid)
+            self._owners[st.st_uid] = owner
+        return FileStat(
+            name=name,
+            kind=_KINDS.get(stat_mod.S_IFMT(st.st_mode), "other"),
+            size=st.st_size,
+            blocks=st.st_blocks,
+            uid=st.st_uid,
+            owner=owner,
+            mtime=st.st_mtime,
+            ctime=st.st_ctime,
+            dev=st.st_dev,
+            inode=st.st_ino,
+            birth=_statx_birth(path, follow=follow) if birth else None,
+        )
 
     def birth_time(self, path: str) -> float | None:
         """When a file was created (statx, links not followed); None where the kernel, the
@@ -165,38 +171,6 @@ class LiveHost:
         from accelhost.host.cri import cri_look
 
         return cri_look(endpoint)
-
-
-_KINDS = {stat_mod.S_IFREG: "file", stat_mod.S_IFDIR: "dir", stat_mod.S_IFLNK: "link"}
-
-
-def _file_stat(
-    path: str, name: str, *, follow: bool, owners: dict[int, str], birth: bool = True
-) -> FileStat | None:
-    try:
-        st = os.stat(path, follow_symlinks=follow)
-    except OSError:
-        return None
-    owner = owners.get(st.st_uid)
-    if owner is None:
-        try:
-            owner = pwd.getpwuid(st.st_uid).pw_name
-        except KeyError:
-            owner = str(st.st_uid)
-        owners[st.st_uid] = owner
-    return FileStat(
-        name=name,
-        kind=_KINDS.get(stat_mod.S_IFMT(st.st_mode), "other"),
-        size=st.st_size,
-        blocks=st.st_blocks,
-        uid=st.st_uid,
-        owner=owner,
-        mtime=st.st_mtime,
-        ctime=st.st_ctime,
-        dev=st.st_dev,
-        inode=st.st_ino,
-        birth=_statx_birth(path, follow=follow) if birth else None,
-    )
 
 
 # statx(2): Python 3.11's os.stat gives no birth time on Linux.

@@ -3,11 +3,12 @@ and a wrapped host runs each command and reads each file at most once however ma
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from accelhost.host.base import CommandResult, FileStat, Host, HostWrapper
+from accelhost.host.base import CommandResult, FileStat, Host, HostWrapper, http_key
 
 T = TypeVar("T")
 
@@ -22,16 +23,16 @@ class ReadOnce(HostWrapper):
         super().__init__(inner)
         self._lock = threading.Lock()
         self._commands: dict[str, CommandResult | None] = {}
-        self._files: dict[str, str | None] = {}
         self._answers: dict[tuple[str, str], Any] = {}
-        self._http: dict[tuple[str, str], str | None] = {}
-        self._cri: dict[str, dict[str, Any] | None] = {}
 
-    def _once(self, kind: str, key: str, ask: Callable[[str], T]) -> T:
-        with self._lock:
-            if (kind, key) not in self._answers:
-                self._answers[kind, key] = ask(key)
-            answer: T = self._answers[kind, key]
+    def _once(self, kind: str, key: str, ask: Callable[[], T], locked: bool = True) -> T:
+        """The kept answer (read back without the lock), else `ask()`'s, kept. A socket is
+        asked outside the lock (`locked=False`): a slow one must not stall the readers."""
+        if (kind, key) not in self._answers:
+            with self._lock if locked else contextlib.nullcontext():
+                if (kind, key) not in self._answers:
+                    self._answers[kind, key] = ask()
+        answer: T = self._answers[kind, key]
         return answer
 
     def run(self, argv: Sequence[str]) -> CommandResult | None:
@@ -51,40 +52,31 @@ class ReadOnce(HostWrapper):
             return [self._commands[k] for k in keys]
 
     def read_file(self, path: str) -> str | None:
-        if path in self._files:
-            return self._files[path]
-        with self._lock:
-            if path not in self._files:
-                self._files[path] = self.inner.read_file(path)
-            return self._files[path]
+        return self._once("file", path, lambda: self.inner.read_file(path))
 
     def list_dir(self, path: str) -> list[str] | None:
-        names = self._once("dir", path, self.inner.list_dir)
+        names = self._once("dir", path, lambda: self.inner.list_dir(path))
         return None if names is None else list(names)
 
     def read_link(self, path: str) -> str | None:
-        return self._once("link", path, self.inner.read_link)
+        return self._once("link", path, lambda: self.inner.read_link(path))
 
     def stat_dir(self, path: str) -> list[FileStat] | None:
-        entries = self._once("stat_dir", path, self.inner.stat_dir)
+        entries = self._once("stat_dir", path, lambda: self.inner.stat_dir(path))
         return None if entries is None else list(entries)
 
     def stat(self, path: str) -> FileStat | None:
-        return self._once("stat", path, self.inner.stat)
+        return self._once("stat", path, lambda: self.inner.stat(path))
 
     def getenv(self, name: str) -> str | None:
-        return self._once("env", name, self.inner.getenv)
+        return self._once("env", name, lambda: self.inner.getenv(name))
 
     def http_get(self, socket_path: str, path: str) -> str | None:
-        key = (socket_path, path)
-        if key not in self._http:  # not under the lock: a slow socket must not stall readers
-            self._http[key] = self.inner.http_get(socket_path, path)
-        return self._http[key]
+        key = http_key(socket_path, path)
+        return self._once("http", key, lambda: self.inner.http_get(socket_path, path), False)
 
     def cri_look(self, endpoint: str) -> dict[str, Any] | None:
-        if endpoint not in self._cri:  # not under the lock, as http_get
-            self._cri[endpoint] = self.inner.cri_look(endpoint)
-        return self._cri[endpoint]
+        return self._once("cri", endpoint, lambda: self.inner.cri_look(endpoint), False)
 
 
 def read_once(host: Host) -> Host:

@@ -13,6 +13,20 @@ from accelhost.host.snapshot import SNAPSHOT_FORMAT, stat_to_dict
 # A filter trims what is stored for a command to what the readers actually use.
 CommandFilter = Callable[[str], str]
 T = TypeVar("T")
+# A snapshot's sections, in the order it is written; those in _ALWAYS even when empty.
+_SECTIONS = ("env", "files", "dirs", "links", "stat_dirs", "stats", "commands", "http", "cri")
+_ALWAYS = ("env", "files", "dirs", "commands")
+
+
+def _as_json(value: Any) -> Any:
+    """An answer as a snapshot writes it (a listing copied, so later changes stay out)."""
+    if isinstance(value, FileStat):
+        return stat_to_dict(value)
+    if isinstance(value, CommandResult):
+        return value.stdout if value.rc == 0 else {"stdout": value.stdout, "rc": value.rc}
+    if isinstance(value, list):
+        return [_as_json(v) for v in value]
+    return value
 
 
 class RecordingHost(HostWrapper):
@@ -34,62 +48,48 @@ class RecordingHost(HostWrapper):
         # (path, body) -> what is kept of a runtime's answer (an inspect holds its env)
         self._http_filter = http_filter
         self._lock = threading.Lock()
-        self.env: dict[str, str] = {}
-        self.files: dict[str, str] = {}
-        self.dirs: dict[str, list[str]] = {}
-        self.links: dict[str, str] = {}
-        self.commands: dict[str, CommandResult] = {}
-        self.stat_dirs: dict[str, list[FileStat]] = {}
-        self.stats: dict[str, FileStat] = {}
-        self.http: dict[str, str] = {}
-        self.cri: dict[str, dict[str, Any]] = {}
+        self._kept: dict[str, dict[str, Any]] = {section: {} for section in _SECTIONS}
         self.clock_read: float | None = None
 
-    def _keep(self, section: dict[str, Any], key: str, value: T) -> T:
-        """`value` (a list: a copy of it) kept under `key`, unless absent; returned."""
+    def _keep(self, section: str, key: str, value: T) -> T:
+        """`value` kept under `key` of `section`, unless absent; returned."""
         if value is not None:
             with self._lock:
-                section[key] = list(value) if isinstance(value, list) else value
+                self._kept[section][key] = _as_json(value)
         return value
 
-    def _keep_command(self, argv: Sequence[str], result: CommandResult | None) -> None:
-        key = command_key(argv)
-        keep = self._filters.get(key)
-        if result is not None and keep:
-            result = CommandResult(keep(result.stdout), result.rc)
-        self._keep(self.commands, key, result)
-
     def run(self, argv: Sequence[str]) -> CommandResult | None:
-        result = self.inner.run(argv)
-        self._keep_command(argv, result)
-        return result
+        return self.run_many([argv])[0]
 
     def run_many(self, argvs: Sequence[Sequence[str]]) -> list[CommandResult | None]:
         results = self.inner.run_many(argvs)
         for argv, result in zip(argvs, results, strict=True):
-            self._keep_command(argv, result)
+            key = command_key(argv)
+            if result is not None and (keep := self._filters.get(key)):
+                result = CommandResult(keep(result.stdout), result.rc)
+            self._keep("commands", key, result)
         return results
 
     def read_file(self, path: str) -> str | None:
         text = self.inner.read_file(path)
         keep = next((f for p, f in self._file_filters if fnmatch.fnmatchcase(path, p)), None)
-        self._keep(self.files, path, keep(text) if keep and text is not None else text)
+        self._keep("files", path, keep(text) if keep and text is not None else text)
         return text
 
     def list_dir(self, path: str) -> list[str] | None:
-        return self._keep(self.dirs, path, self.inner.list_dir(path))
+        return self._keep("dirs", path, self.inner.list_dir(path))
 
     def read_link(self, path: str) -> str | None:
-        return self._keep(self.links, path, self.inner.read_link(path))
+        return self._keep("links", path, self.inner.read_link(path))
 
     def stat_dir(self, path: str) -> list[FileStat] | None:
-        return self._keep(self.stat_dirs, path, self.inner.stat_dir(path))
+        return self._keep("stat_dirs", path, self.inner.stat_dir(path))
 
     def stat(self, path: str) -> FileStat | None:
-        return self._keep(self.stats, path, self.inner.stat(path))
+        return self._keep("stats", path, self.inner.stat(path))
 
     def getenv(self, name: str) -> str | None:
-        return self._keep(self.env, name, self.inner.getenv(name))
+        return self._keep("env", name, self.inner.getenv(name))
 
     def clock(self) -> float | None:
         # one look reads it once (the runtime's events up to then); the last one is kept
@@ -99,22 +99,18 @@ class RecordingHost(HostWrapper):
     def http_get(self, socket_path: str, path: str) -> str | None:
         body = self.inner.http_get(socket_path, path)
         kept = self._http_filter(path, body) if self._http_filter and body is not None else body
-        self._keep(self.http, http_key(socket_path, path), kept)
+        self._keep("http", http_key(socket_path, path), kept)
         return body
 
     def cri_look(self, endpoint: str) -> dict[str, Any] | None:
         # the answer is trimmed already (accelhost.host.cri keeps no environment)
-        return self._keep(self.cri, endpoint, self.inner.cri_look(endpoint))
+        return self._keep("cri", endpoint, self.inner.cri_look(endpoint))
 
     def to_snapshot(
         self, device_type: str | None = None, pci: Sequence[str] | None = None
     ) -> dict[str, Any]:
         """The snapshot dictionary of everything read so far (format accelhost-snapshot/1);
         `pci`: the addresses `--pci` named, replayed as if given again."""
-        commands: dict[str, Any] = {
-            key: (res.stdout if res.rc == 0 else {"stdout": res.stdout, "rc": res.rc})
-            for key, res in sorted(self.commands.items())
-        }
         data: dict[str, Any] = {"format": SNAPSHOT_FORMAT, "machine": self.machine}
         if device_type:
             data["device_type"] = device_type
@@ -122,21 +118,7 @@ class RecordingHost(HostWrapper):
             data["pci"] = list(pci)
         if self.clock_read is not None:
             data["clock"] = self.clock_read
-        data["env"] = dict(sorted(self.env.items()))
-        data["files"] = dict(sorted(self.files.items()))
-        data["dirs"] = dict(sorted(self.dirs.items()))
-        if self.links:
-            data["links"] = dict(sorted(self.links.items()))
-        if self.stat_dirs:
-            data["stat_dirs"] = {
-                path: [stat_to_dict(e) for e in entries]
-                for path, entries in sorted(self.stat_dirs.items())
-            }
-        if self.stats:
-            data["stats"] = {path: stat_to_dict(e) for path, e in sorted(self.stats.items())}
-        data["commands"] = commands
-        if self.http:
-            data["http"] = dict(sorted(self.http.items()))
-        if self.cri:
-            data["cri"] = dict(sorted(self.cri.items()))
+        for section, kept in self._kept.items():
+            if kept or section in _ALWAYS:
+                data[section] = dict(sorted(kept.items()))
         return data

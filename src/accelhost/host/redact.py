@@ -1,13 +1,10 @@
 """What a recording keeps of what it reads (a snapshot travels in bug reports), and what
 output shows of a command line (doctor, clean, watch and run output leaves the host).
 
-`recorder(inner)` is a `RecordingHost` with the trims every snapshot gets: of each
-/proc/PID/environ only the allocator variables, of each /proc/PID/maps only the shared
-file mappings, and in command lines the values of secret-looking options
-(`--api-key X`, `--hf-token=X`), variables and URL passwords are replaced. A caller adds
-trims of its own commands (`accelhost snapshot` keeps only the UVB poll threads of `ps -Te`).
-`redact_text` / `redact_values` apply the same rules where output is made; matching
-(engine catalog, `--fail-on-exit`) reads the raw command line.
+`recorder(inner)` is a `RecordingHost` with the trims every snapshot gets (a caller adds
+trims of its own commands: `accelhost snapshot` keeps only the UVB poll threads of
+`ps -Te`). `redact_text` / `redact_values` apply the same rules where output is made;
+matching (engine catalog, `--fail-on-exit`) reads the raw command line.
 """
 
 from __future__ import annotations
@@ -97,12 +94,12 @@ def keep_alloc_vars(environ: str) -> str:
 def keep_shared_maps(text: str) -> str:
     """What a snapshot keeps of a /proc/PID/maps: shared file mappings (`rw-s`), the only
     kind a shm_open file is mapped as; libraries and heaps stay out of bug reports."""
-    keep = []
-    for line in text.splitlines():
-        parts = line.split(None, 5)
-        if len(parts) == 6 and parts[1].endswith("s") and parts[5].startswith("/"):
-            keep.append(line)
-    return "".join(f"{line}\n" for line in keep)
+    rows = ((line, line.split(None, 5)) for line in text.splitlines())
+    return "".join(
+        f"{line}\n"
+        for line, parts in rows
+        if len(parts) == 6 and parts[1].endswith("s") and parts[5].startswith("/")
+    )
 
 
 def redact_argv(argv: list[str]) -> list[str]:

@@ -34,14 +34,16 @@ class SnapshotHost:
 
     # Every answer is in memory and never changes: `read_once` need not wrap it.
     answers_fixed = True
+    is_live = False
 
     def __init__(self, data: Mapping[str, Any], source: str = "<snapshot>") -> None:
         _validate(data, source)
         self.source = source
-        self._machine: str = data.get("machine", "unknown")
-        self._device_type: str | None = data.get("device_type")
+        self.machine: str = data.get("machine", "unknown")
+        self.device_type: str | None = data.get("device_type")
+        # the `--pci` addresses the host was recorded with: a replay plans them again
         pci = data.get("pci")
-        self._pci: tuple[str, ...] | None = None if pci is None else tuple(pci)
+        self.recorded_pci: tuple[str, ...] | None = None if pci is None else tuple(pci)
         self._env: dict[str, str] = dict(data.get("env", {}))
         self._files: dict[str, str] = dict(data.get("files", {}))
         self._dirs: dict[str, list[str]] = {k: list(v) for k, v in data.get("dirs", {}).items()}
@@ -67,27 +69,8 @@ class SnapshotHost:
         self._clock: float | None = None if clock is None else float(clock)
         self._commands: dict[str, CommandResult] = {}
         for key, value in data.get("commands", {}).items():
-            if isinstance(value, str):
-                self._commands[key] = CommandResult(value, 0)
-            else:
-                self._commands[key] = CommandResult(value.get("stdout", ""), value.get("rc", 0))
-
-    @property
-    def machine(self) -> str:
-        return self._machine
-
-    @property
-    def device_type(self) -> str | None:
-        return self._device_type
-
-    @property
-    def recorded_pci(self) -> tuple[str, ...] | None:
-        """The `--pci` addresses the host was recorded with: a replay plans them again."""
-        return self._pci
-
-    @property
-    def is_live(self) -> bool:
-        return False
+            said: dict[str, Any] = {"stdout": value} if isinstance(value, str) else value
+            self._commands[key] = CommandResult(said.get("stdout", ""), said.get("rc", 0))
 
     def run(self, argv: Sequence[str]) -> CommandResult | None:
         return self._commands.get(command_key(argv))
@@ -133,6 +116,11 @@ class SnapshotHost:
 # by name, `birth` left out when the kernel kept none.
 _STAT_INTS = ("size", "blocks", "uid", "dev", "inode")
 _STAT_FLOATS = ("mtime", "ctime")
+_STAT_TYPES = (
+    (("name", "kind", "owner"), str, "a string"),
+    (_STAT_INTS, int, "an integer"),
+    ((*_STAT_FLOATS, "birth"), int | float, "a number"),
+)
 
 
 def stat_to_dict(st: FileStat) -> dict[str, Any]:
@@ -155,22 +143,16 @@ def stat_from_dict(data: Mapping[str, Any]) -> FileStat:
 
 
 def _stat_problem(entry: Any) -> str | None:
-    """What is wrong with one recorded `FileStat`, or None."""
+    """What is wrong with one recorded `FileStat`, or None (a bool is no number here)."""
     if not isinstance(entry, dict):
         return "is not an object"
-    for key in ("name", "kind", "owner"):
-        if not isinstance(entry.get(key), str):
-            return f"needs a string {key!r}"
-    for key in _STAT_INTS:
-        value = entry.get(key)
-        if not isinstance(value, int) or isinstance(value, bool):
-            return f"needs an integer {key!r}"
-    for key in (*_STAT_FLOATS, "birth"):
-        value = entry.get(key)
-        if key == "birth" and value is None:
-            continue  # not kept by the kernel
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            return f"needs a number {key!r}"
+    for keys, kind, what in _STAT_TYPES:
+        for key in keys:
+            value = entry.get(key)
+            if (not isinstance(value, kind) or isinstance(value, bool)) and not (
+                key == "birth" and value is None  # not kept by the kernel
+            ):
+                return f"needs {what} {key!r}"
     return None
 
 

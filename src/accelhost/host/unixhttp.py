@@ -33,20 +33,15 @@ def unix_http_get(
         return None
     deadline = time.monotonic() + timeout_s
     try:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    except OSError:
-        return None
-    try:
-        sock.settimeout(timeout_s)
-        sock.connect(socket_path)
-        sock.settimeout(max(0.001, deadline - time.monotonic()))
-        request = f"GET {path} HTTP/1.0\r\nHost: localhost\r\nAccept: application/json\r\n\r\n"
-        sock.sendall(request.encode("ascii"))
-        raw = _read_all(sock, deadline, max_bytes + _MAX_HEADER_BYTES)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout_s)
+            sock.connect(socket_path)
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            request = f"GET {path} HTTP/1.0\r\nHost: localhost\r\nAccept: application/json\r\n\r\n"
+            sock.sendall(request.encode("ascii"))
+            raw = _read_all(sock, deadline, max_bytes + _MAX_HEADER_BYTES)
     except (OSError, ValueError):  # socket.timeout is an OSError
         return None
-    finally:
-        sock.close()
     body = None if raw is None else parse_http_answer(raw)
     if body is None or len(body) > max_bytes:
         return None
@@ -98,21 +93,16 @@ def parse_http_answer(raw: bytes) -> bytes | None:
 def _dechunk(body: bytes) -> bytes | None:
     out: list[bytes] = []
     pos = 0
-    while True:
-        end = body.find(b"\r\n", pos)
-        if end < 0:
-            return None
-        size_text = body[pos:end].split(b";", 1)[0].strip()
+    while (end := body.find(b"\r\n", pos)) >= 0:
         try:
-            size = int(size_text, 16)
+            size = int(body[pos:end].split(b";", 1)[0].strip(), 16)
         except ValueError:
             return None
-        if size < 0:
-            return None
+        start = end + 2
         if size == 0:
             return b"".join(out)
-        start = end + 2
-        if start + size > len(body):
+        if size < 0 or start + size > len(body):
             return None
         out.append(body[start : start + size])
         pos = start + size + 2
+    return None

@@ -109,9 +109,7 @@ class ProcEvents:
         while True:
             try:
                 data = self.sock.recv(65536)
-            except BlockingIOError:
-                return out
-            except OSError as exc:
+            except OSError as exc:  # EAGAIN (BlockingIOError): nothing more queued
                 if exc.errno == errno.ENOBUFS:
                     self.lost = True
                     continue
