@@ -7,7 +7,7 @@ import pytest
 from accelhost.errors import ParseError
 from accelhost.parsers.hugepages import HugePagePool, parse_count, parse_size_dir
 from accelhost.parsers.meminfo import parse_meminfo
-from accelhost.parsers.nvidia_smi_memory import (
+from accelhost.parsers.nvidia_smi import (
     normalize_bus_id,
     parse_compute_apps,
     parse_gpu_memory,
