@@ -11,10 +11,8 @@ from operator import itemgetter
 from accelhost.errors import ParseError
 from accelhost.family import family_from_chip_names
 from accelhost.host.base import CommandResult, Host
-from accelhost.parsers.npusmi_info import parse_npu_smi_info
-from accelhost.parsers.npusmi_map import parse_npu_map
-from accelhost.parsers.npusmi_topo import parse_npu_topo
-from accelhost.parsers.procstatus import MISSING_LINE
+from accelhost.parsers.npusmi import parse_npu_map, parse_npu_smi_info, parse_npu_topo
+from accelhost.parsers.procstat import MISSING_LINE
 from accelhost.parsers.ps import parse_thread_ids
 from accelhost.readers.cpus import (
     STATUS,

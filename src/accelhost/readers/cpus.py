@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from accelhost.cpulist import MAX_NODES, format_cpulist, parse_cpulist
 from accelhost.host.base import Host
 from accelhost.parsers.lscpu import parse_cpu_nodes, parse_threads_per_core
-from accelhost.parsers.procstatus import find_allowed_cpus
+from accelhost.parsers.procstat import find_allowed_cpus
 from accelhost.parsers.sysfs import (
     CPU_ROOT,
     NODE_ROOT,

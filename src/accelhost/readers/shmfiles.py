@@ -35,8 +35,7 @@ from dataclasses import dataclass
 
 from accelhost.host.base import FileStat, Host
 from accelhost.parsers.procstat import parse_status_field
-from accelhost.readers.procs import list_pids, open_fds, open_file_stat
-from accelhost.readers.visibility import caps, may_ptrace_all
+from accelhost.readers.procs import caps, list_pids, may_ptrace_all, open_fds, open_file_stat
 
 _DELETED = " (deleted)"
 

@@ -36,10 +36,9 @@ from accelhost.parsers.meminfo import Meminfo, parse_meminfo
 from accelhost.parsers.procstat import parse_status_field
 from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.readers.cpus import read_allowed_cpus
-from accelhost.readers.procs import ProcessInfo
+from accelhost.readers.procs import ProcessInfo, proc_hides
 from accelhost.readers.shmfiles import HeldScan, ShmFile
 from accelhost.readers.sysv import read_segments
-from accelhost.readers.visibility import proc_hides
 
 HUGEPAGES_DIR = "/sys/kernel/mm/hugepages"
 NODES_DIR = "/sys/devices/system/node"
