@@ -20,7 +20,6 @@ from accelhost import cpulist
 from accelhost.errors import ParseError
 from accelhost.parsers import (
     devnodes,
-    hugepages,
     lscpu,
     meminfo,
     npusmi,
@@ -39,10 +38,6 @@ PARSERS: dict[str, list[Parser]] = {
         cpulist.parse_cpu_mask,
         cpulist.parse_device_list,
         lambda t: cpulist.parse_id(t, "fuzz", cpulist.MAX_CPUS),
-    ],
-    "accelhost.parsers.hugepages": [
-        hugepages.parse_size_dir,
-        lambda t: hugepages.parse_count(t, "fuzz"),
     ],
     "accelhost.parsers.lscpu": [lscpu.parse_cpu_nodes, lscpu.parse_threads_per_core],
     "accelhost.parsers.meminfo": [meminfo.parse_meminfo],
@@ -72,6 +67,7 @@ PARSERS: dict[str, list[Parser]] = {
         lambda t: sysfs.node_ids_from_dir(t.split()),
         lambda t: sysfs.cache_indices_from_dir(t.split()),
         sysfs.cgroup_cpuset_candidates,
+        sysfs.parse_size_dir,
     ],
     "accelhost.parsers.sysvipc": [sysvipc.parse_sysvipc_shm],
     "accelhost.parsers.devnodes": [
