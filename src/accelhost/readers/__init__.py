@@ -1,7 +1,7 @@
 """The facts layer: read a host through the host door into typed facts.
 
 `topology.read_topology` is where the family is decided (and nowhere else); `cpus`,
-`ascend`, `gpu` and `nvml` read what its planners need. `procs` (processes, their open
+`ascend` and `gpu` read what its planners need. `procs` (processes, their open
 files, what this reader may see of them), `sysv` (SysV segments) and `shmfiles` (/dev/shm
 files and who holds them) serve the doctor, the cleaner and `run` alike.
 

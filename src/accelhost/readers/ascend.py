@@ -20,6 +20,7 @@ from accelhost.readers.cpus import (
     read_cgroup_cpuset,
     read_lscpu_nodes,
     read_threads_per_core,
+    stdout,
 )
 from accelhost.topology import Accelerator, Topology
 
@@ -28,11 +29,6 @@ NPU_INFO = ["npu-smi", "info"]
 NPU_TOPO = ["npu-smi", "info", "-t", "topo"]
 PS_THREADS = ["ps", "-Te"]
 ASCEND_VISIBLE = "ASCEND_RT_VISIBLE_DEVICES"
-
-
-def _stdout(host: Host, argv: list[str]) -> str | None:
-    result = host.run(argv)
-    return result.stdout if result else None
 
 
 def _failed(argv: list[str], result: CommandResult | None, told: bool) -> tuple[str, ...]:
@@ -70,7 +66,7 @@ def read_ascend_topology(host: Host, family: str | None) -> Topology:
     )
     tids: tuple[int, ...] = ()
     if family == "950":
-        tids = tuple(parse_thread_ids(_stdout(host, PS_THREADS)))
+        tids = tuple(parse_thread_ids(stdout(host, PS_THREADS)))
     cpuset = read_cgroup_cpuset(host)
     return Topology(
         machine=host.machine,
@@ -81,7 +77,7 @@ def read_ascend_topology(host: Host, family: str | None) -> Topology:
         cpuset=cpuset[0] if cpuset else None,
         threads_per_core=read_threads_per_core(host),
         accelerators=accelerators,
-        affinity=parse_npu_topo(_stdout(host, NPU_TOPO)),
+        affinity=parse_npu_topo(stdout(host, NPU_TOPO)),
         processes=info.processes,
         process_table_npu_id=info.id_column == "NPU ID",
         visible_env=host.getenv(ASCEND_VISIBLE),

@@ -47,17 +47,12 @@ def read_topology(
 
 
 def _read(host: Host, family: str | None, pci: Sequence[str] | None) -> Topology:
-    if family in ("pci", "nvidia") or pci is not None:
-        return _read_gpus(host, family, pci)
-    map_res, info_res, *_ = host.run_many([NPU_MAP, NPU_INFO, NPU_TOPO, LSCPU_NODES, LSCPU])
-    if family is None and map_res is None and info_res is None:
-        return _read_gpus(host, family, pci)
-    return read_ascend_topology(host, family)
-
-
-def _read_gpus(host: Host, family: str | None, pci: Sequence[str] | None) -> Topology:
-    """A GPU host's topology, else a plain one. The GPU readers and their parsers load
-    only here: an Ascend `plan` does not pay for them at start-up."""
+    if family not in ("pci", "nvidia") and pci is None:
+        map_res, info_res, *_ = host.run_many([NPU_MAP, NPU_INFO, NPU_TOPO, LSCPU_NODES, LSCPU])
+        if family is not None or map_res is not None or info_res is not None:
+            return read_ascend_topology(host, family)
+    # A GPU host's topology, else a plain one. The GPU readers and their parsers load only
+    # here: an Ascend `plan` does not pay for them at start-up.
     from accelhost.readers.gpu import read_gpu_topology
 
     if pci is not None:
@@ -66,9 +61,10 @@ def _read_gpus(host: Host, family: str | None, pci: Sequence[str] | None) -> Top
         return found
     if family == "pci":
         return plain_topology(host, family, notes=(NO_PCI,))
+    found = read_gpu_topology(host)
     if family == "nvidia":
-        return read_gpu_topology(host) or plain_topology(host, family, notes=(NO_SMI,))
-    return read_gpu_topology(host) or plain_topology(host)
+        return found or plain_topology(host, family, notes=(NO_SMI,))
+    return found or plain_topology(host)
 
 
 def plain_topology(host: Host, family: str | None = None, notes: Sequence[str] = ()) -> Topology:
