@@ -23,8 +23,8 @@ from accelhost.parsers.nvidia_smi import (
     parse_gpu_memory,
     parse_query_gpu,
 )
-from accelhost.readers.ascend import NPU_INFO
 from accelhost.readers.procs import list_pids, open_fds
+from accelhost.readers.topology import NPU_INFO
 
 
 @dataclass(frozen=True)
