@@ -17,11 +17,9 @@ import pytest
 from accelhost.errors import ParseError
 from accelhost.host.snapshot import SnapshotHost
 from accelhost.hygiene.facts.devices import read_ascend
-from accelhost.parsers.npusmi_info import parse_npu_smi_info
-from accelhost.parsers.npusmi_map import parse_npu_map
-from accelhost.parsers.npusmi_topo import parse_npu_topo
+from accelhost.parsers.npusmi import parse_npu_map, parse_npu_smi_info, parse_npu_topo
 from accelhost.planner.ascend import running_npus
-from accelhost.readers.ascend import read_ascend_topology
+from accelhost.readers.topology import read_ascend_topology
 from fakehost import FakeMachine
 
 SMI = Path(__file__).parent / "ascend_smi"

@@ -22,7 +22,6 @@ READS = {"scandir", "listdir", "lstat", "stat", "readlink", "open", "statvfs"}
 # Reads that files owned by other changes still make; the coordinator empties this list
 # as their owners move them behind the host door. Each entry: (module path, call).
 KNOWN: set[tuple[str, str]] = {
-    ("supervisor/shmfiles.py", "os.readlink"),  # a process's mount namespace
     # the bind's hot path: thread names relative to an open task dir (apply/__init__ says so)
     ("apply/threads.py", "os.open"),
 }

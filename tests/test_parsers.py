@@ -10,11 +10,14 @@ from accelhost.cpulist import cpu_mask, format_cpulist, parse_cpu_mask, parse_cp
 from accelhost.errors import ParseError
 from accelhost.host.snapshot import SnapshotHost
 from accelhost.parsers.lscpu import parse_cpu_nodes, parse_threads_per_core
-from accelhost.parsers.npusmi_board import board_command, parse_board_pci
-from accelhost.parsers.npusmi_info import parse_npu_smi_info
-from accelhost.parsers.npusmi_map import parse_npu_map
-from accelhost.parsers.npusmi_topo import parse_npu_topo
-from accelhost.parsers.procstatus import find_allowed_cpus
+from accelhost.parsers.npusmi import (
+    board_command,
+    parse_board_pci,
+    parse_npu_map,
+    parse_npu_smi_info,
+    parse_npu_topo,
+)
+from accelhost.parsers.procstat import find_allowed_cpus
 from accelhost.parsers.ps import keep_thread_lines, parse_thread_ids
 from accelhost.parsers.sysvipc import parse_sysvipc_shm
 from accelhost.readers.topology import read_topology

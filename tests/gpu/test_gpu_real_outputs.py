@@ -18,12 +18,13 @@ from accelhost.cpulist import format_cpulist
 from accelhost.errors import ParseError, PlanError
 from accelhost.host.snapshot import SnapshotHost
 from accelhost.hygiene.facts.devices import read_nvidia
-from accelhost.parsers.nvidia_smi import parse_query_gpu, parse_topo_matrix
-from accelhost.parsers.nvidia_smi_memory import (
+from accelhost.parsers.nvidia_smi import (
     APPS_QUERY,
     GPU_QUERY,
     parse_compute_apps,
     parse_gpu_memory,
+    parse_query_gpu,
+    parse_topo_matrix,
 )
 from accelhost.planner.gpu import plan_gpus
 from accelhost.readers.gpu import read_gpu_topology

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from accelhost.errors import ParseError
-from accelhost.parsers.hugepages import HugePagePool, parse_count, parse_size_dir
 from accelhost.parsers.meminfo import parse_meminfo
-from accelhost.parsers.nvidia_smi_memory import (
+from accelhost.parsers.nvidia_smi import (
     normalize_bus_id,
     parse_compute_apps,
     parse_gpu_memory,
 )
+from accelhost.parsers.sysfs import HugePagePool, parse_int_file, parse_size_dir
 
 MEMINFO = """MemTotal:       1056467200 kB
 MemAvailable:   900000000 kB
@@ -36,9 +36,9 @@ def test_hugepage_pool() -> None:
     assert parse_size_dir("hugepages-2048kB") == 2048
     assert parse_size_dir("hugepages-1048576kB") == 1048576
     assert parse_size_dir("something") is None
-    assert parse_count("42\n", "x") == 42
+    assert parse_int_file("42\n", "x") == 42
     with pytest.raises(ParseError):
-        parse_count("lots", "/sys/x")
+        parse_int_file("lots", "/sys/x")
     pool = HugePagePool(2048, None, total=100, free=10, reserved=5)
     assert pool.used == 95 and pool.used_fraction == 0.95 and pool.size_label == "2048kB"
     assert HugePagePool(2048, 0, 0, 0).used_fraction is None

@@ -29,7 +29,7 @@ from accelhost.host.live import LiveHost
 from accelhost.kernel.inotify import CreationWatch
 from accelhost.kernel.procevents import PROC_EVENT_EXIT, PROC_EVENT_FORK, ProcEvents
 from accelhost.supervisor.forks import ForkTracker
-from accelhost.supervisor.shmfiles import ShmFileLedger
+from accelhost.supervisor.leftovers import ShmFileLedger
 
 MARGIN_S = 20.0
 

@@ -12,7 +12,7 @@ from run_support import janitor, run_cmd
 from accelhost.host.live import LiveHost
 from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.supervisor.cgroup import Mount, _candidates, read_mounts, read_own_cgroups
-from accelhost.supervisor.segments import SegmentLedger, remove_leaked
+from accelhost.supervisor.leftovers import SegmentLedger, remove_leaked
 from accelhost.supervisor.tree import TreeScanner, scan_tree
 
 MARGIN_S = 30.0

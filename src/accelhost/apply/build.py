@@ -167,7 +167,7 @@ def _board_pci(plan: Plan, dev: DevicePlan, host: Host | None) -> str | None:
     """`npu-smi info -t board`'s PCI address (Ascend, or a hand-written plan of no family)."""
     if plan.device_type not in IRQ_ASCEND_FAMILIES | {"unknown", "manual"}:
         return None
-    from accelhost.parsers.npusmi_board import board_command, parse_board_pci
+    from accelhost.parsers.npusmi import board_command, parse_board_pci
 
     result = (host or live_host()).run(board_command(dev.device, plan.device_type))
     return parse_board_pci(result.stdout) if result is not None and result.ok else None

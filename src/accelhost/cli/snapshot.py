@@ -38,8 +38,7 @@ def record_snapshot(
     from accelhost.host.redact import recorder, redact_argv
     from accelhost.hygiene import HygieneOptions, read_facts
     from accelhost.parsers.ps import keep_thread_lines
-    from accelhost.readers.ascend import PS_THREADS
-    from accelhost.readers.topology import read_topology
+    from accelhost.readers.topology import PS_THREADS, read_topology
 
     rec = recorder(
         inner,

@@ -6,7 +6,6 @@ import re
 from collections.abc import Iterator, Mapping
 from itertools import groupby
 from operator import itemgetter
-from typing import Any
 
 from accelhost.cpulist import IDS, MAX_CPUS, MAX_NODES, parse_id
 from accelhost.errors import ParseError
@@ -39,24 +38,11 @@ class CpuNodes(Mapping[int, int]):
             return self._nodes[cpu]
         raise KeyError(cpu)
 
-    def get(self, cpu: int, default: Any = None) -> Any:
-        if type(cpu) is int and 0 <= cpu < len(self._nodes):
-            return self._nodes[cpu]
-        return default
-
-    def __contains__(self, cpu: object) -> bool:
-        return type(cpu) is int and 0 <= cpu < len(self._nodes)
-
     def __iter__(self) -> Iterator[int]:
         return iter(range(len(self._nodes)))
 
     def __len__(self) -> int:
         return len(self._nodes)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, CpuNodes):
-            return self._nodes == other._nodes
-        return Mapping.__eq__(self, other)
 
     def __repr__(self) -> str:
         return f"CpuNodes({dict(enumerate(self._nodes))!r})"

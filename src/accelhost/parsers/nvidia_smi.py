@@ -1,12 +1,18 @@
-"""nvidia-smi output: the GPU list (`--query-gpu` CSV) and the `topo -m` matrix.
+"""nvidia-smi output: the GPU list (`--query-gpu` CSV), the `topo -m` matrix, and the
+memory queries (device memory, the processes holding it).
 
-Only the facts CPU placement needs: index, PCI address and UUID of each GPU, and the CPU
-and NUMA affinity columns of the topology matrix (a fallback where sysfs lacks them).
+Placement needs only the index, PCI address and UUID of each GPU and the CPU and NUMA
+affinity columns of the matrix (a fallback where sysfs lacks them). The memory queries run
+with `--format=csv,noheader,nounits`, so values are bare MiB numbers; a value the driver
+cannot give prints as `[N/A]`, `[Not Supported]` or (some fields, some drivers) a bare
+`N/A` and becomes None (unknown is never read as zero: an unknown device is not an idle
+device).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from accelhost.cpulist import MAX_DEVICES, parse_cpulist, parse_id
@@ -20,6 +26,16 @@ QUERY_GPU_ARGV: tuple[str, ...] = (
     "--format=csv,noheader",
 )
 TOPO_ARGV: tuple[str, ...] = ("nvidia-smi", "topo", "-m")
+GPU_QUERY = (
+    "nvidia-smi",
+    "--query-gpu=index,memory.used,memory.total",
+    "--format=csv,noheader,nounits",
+)
+APPS_QUERY = (
+    "nvidia-smi",
+    "--query-compute-apps=pid,used_memory,gpu_bus_id",
+    "--format=csv,noheader,nounits",
+)
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 _GPU_LABEL_RE = re.compile(r"^GPU([0-9]+)$")
@@ -117,3 +133,67 @@ def _affinity_cell(cell: str, source: str, number: int) -> tuple[int, ...] | Non
         return tuple(parse_cpulist(cell, source))
     except ParseError:
         raise ParseError(source, f"line {number}: not a CPU or node list: {cell!r}") from None
+
+
+@dataclass(frozen=True)
+class GpuMemory:
+    index: int
+    used_mib: int | None
+    total_mib: int | None
+
+
+@dataclass(frozen=True)
+class GpuComputeApp:
+    pid: int
+    used_mib: int | None
+    bus_id: str
+
+
+def _number(cell: str, source: str, line_no: int) -> int | None:
+    cell = cell.strip()
+    if not cell or cell.startswith("[") or cell == "N/A":
+        return None
+    try:
+        return int(float(cell))
+    except (ValueError, OverflowError):  # `abc`, `nan`; `inf` and `1e999` overflow
+        raise ParseError(source, f"line {line_no}: not a number: {cell!r}") from None
+
+
+def _rows(text: str, query: tuple[str, ...]) -> Iterator[tuple[str, int, int | None, list[str]]]:
+    """(source, line number, first cell as a number, cells) of each non-blank line; every
+    line's width is checked before any number is read."""
+    source = " ".join(query)
+    rows = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) < 3:
+            raise ParseError(source, f"line {n} has {len(cells)} fields, expected 3")
+        rows.append((n, cells))
+    for n, cells in rows:
+        yield source, n, _number(cells[0], source, n), cells
+
+
+def normalize_bus_id(bus_id: str) -> str:
+    """The sysfs form `--query-gpu` addresses get (`normalize_pci_address`): one GPU's id
+    must compare equal in both queries, also where the domain is wider than 16 bits
+    (Hyper-V GPUs print `03F8CFDD:00:00.0`)."""
+    return normalize_pci_address(bus_id, " ".join(APPS_QUERY))
+
+
+def parse_gpu_memory(text: str) -> list[GpuMemory]:
+    out = []
+    for source, n, index, cells in _rows(text, GPU_QUERY):
+        if index is None:
+            raise ParseError(source, f"line {n}: no GPU index")
+        out.append(GpuMemory(index, _number(cells[1], source, n), _number(cells[2], source, n)))
+    return out
+
+
+def parse_compute_apps(text: str) -> list[GpuComputeApp]:
+    return [
+        GpuComputeApp(pid, _number(cells[1], source, n), normalize_bus_id(cells[2]))
+        for source, n, pid, cells in _rows(text, APPS_QUERY)
+        if pid is not None
+    ]

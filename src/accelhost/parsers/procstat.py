@@ -1,10 +1,15 @@
-"""`/proc/<pid>/stat` and `/proc/<pid>/status`: a process's identity and family links."""
+"""`/proc/<pid>/stat` and `/proc/<pid>/status`: a process's identity, family links and the
+CPUs it may run on (`Cpus_allowed_list`, parsed here and nowhere else)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from accelhost.cpulist import parse_cpulist
 from accelhost.errors import ParseError
+
+# vllm-ascend's own words when the line is missing (the Ascend reader raises them)
+MISSING_LINE = "Can not found specific 'Cpus_allowed_list' in the '/proc/self/status' file."
 
 
 @dataclass(frozen=True)
@@ -45,4 +50,17 @@ def parse_status_field(text: str, field: str) -> str | None:
     for line in text.splitlines():
         if line.startswith(prefix):
             return line[len(prefix) :].strip()
+    return None
+
+
+def find_allowed_cpus(text: str, source: str = "/proc/self/status") -> list[int] | None:
+    """The allowed CPU list in written order; None when the file has no such line.
+
+    The value is everything after the first token, so `0-3, 8` (spaces after commas)
+    reads whole.
+    """
+    for line in text.splitlines():
+        if line.startswith("Cpus_allowed_list"):
+            parts = line.split(None, 1)
+            return parse_cpulist(parts[1] if len(parts) > 1 else "", f"{source} Cpus_allowed_list")
     return None

@@ -1,4 +1,5 @@
-"""sysfs and cgroup files beyond plain CPU lists: PCI addresses, NUMA nodes, caches, cpusets.
+"""sysfs and cgroup files beyond plain CPU lists: PCI addresses, NUMA nodes, caches,
+cpusets, HugePages pools.
 
 The kernel writes these files in a fixed, simple format, but snapshots are hand-edited and
 containers mount odd things; every parser here names the file it could not read.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from accelhost.cpulist import MAX_NODES, parse_id
 from accelhost.errors import ParseError
@@ -24,6 +26,7 @@ _PCI_RE = re.compile(
 )
 _NODE_DIR_RE = re.compile(r"^node([0-9]+)$")
 _CACHE_DIR_RE = re.compile(r"^index([0-9]+)$")
+_HUGEPAGES_DIR_RE = re.compile(r"^hugepages-([0-9]{1,15})kB$")
 
 
 def normalize_pci_address(text: str, source: str = "PCI address") -> str:
@@ -45,7 +48,8 @@ def normalize_pci_address(text: str, source: str = "PCI address") -> str:
 
 
 def parse_int_file(text: str, source: str) -> int:
-    """A sysfs file holding one integer (`numa_node`, `physical_package_id`, `level`)."""
+    """A sysfs file holding one integer (`numa_node`, `physical_package_id`, `level`, a
+    HugePages counter)."""
     stripped = text.strip()
     try:
         return int(stripped)
@@ -109,3 +113,41 @@ def cgroup_cpuset_candidates(proc_cgroup: str) -> list[str]:
             v1.extend(f"{CGROUP_ROOT}/cpuset{anc}/cpuset.effective_cpus" for anc in ancestors)
     roots = [f"{CGROUP_ROOT}/cpuset.cpus.effective", f"{CGROUP_ROOT}/cpuset/cpuset.effective_cpus"]
     return list(dict.fromkeys(v2 + v1 + roots))
+
+
+@dataclass(frozen=True)
+class HugePagePool:
+    """One pool of `/sys/kernel/mm/hugepages/hugepages-<size>kB/` (`nr_hugepages`,
+    `free_hugepages`, `resv_hugepages`, `surplus_hugepages`) or of
+    `/sys/devices/system/node/node<N>/hugepages/` (the same without `resv_hugepages`).
+    `node` is None for the host-wide pool.
+
+    `used` counts pages handed out plus pages promised to a mapping (reserved ones are
+    still "free" in the kernel's count but cannot be given to anyone else).
+    """
+
+    size_kb: int
+    node: int | None
+    total: int
+    free: int
+    reserved: int = 0
+    surplus: int = 0
+
+    @property
+    def used(self) -> int:
+        return max(0, self.total - self.free + self.reserved)
+
+    @property
+    def used_fraction(self) -> float | None:
+        return None if self.total <= 0 else min(1.0, self.used / self.total)
+
+    @property
+    def size_label(self) -> str:
+        """`2048kB`, `1048576kB`: the kernel's own spelling, used as a metric label."""
+        return f"{self.size_kb}kB"
+
+
+def parse_size_dir(name: str) -> int | None:
+    """`hugepages-2048kB` -> 2048; None for any other entry name."""
+    m = _HUGEPAGES_DIR_RE.match(name)
+    return int(m.group(1)) if m else None

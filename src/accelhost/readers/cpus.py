@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from accelhost.cpulist import MAX_NODES, format_cpulist, parse_cpulist
 from accelhost.host.base import Host
 from accelhost.parsers.lscpu import parse_cpu_nodes, parse_threads_per_core
-from accelhost.parsers.procstatus import find_allowed_cpus
+from accelhost.parsers.procstat import find_allowed_cpus
 from accelhost.parsers.sysfs import (
     CPU_ROOT,
     NODE_ROOT,
@@ -23,9 +23,6 @@ LSCPU_NODES = ["lscpu", "-e=CPU,NODE"]
 LSCPU = ["lscpu"]
 STATUS = "/proc/self/status"
 _CACHE_TYPES = {"Data", "Unified"}
-
-# Reads the group of one CPU (its SMT siblings, its cache complex); None when not known.
-_GroupReader = Callable[[Host, int], "tuple[int, ...] | None"]
 
 
 def read_allowed_cpus(host: Host, pid: int | str = "self") -> tuple[int, ...] | None:
@@ -55,13 +52,17 @@ def read_cgroup_cpuset(host: Host, pid: int | str = "self") -> tuple[tuple[int, 
 def read_lscpu_nodes(host: Host) -> tuple[Mapping[int, int], dict[int, tuple[int, ...]]]:
     """(cpu -> node, node -> CPUs in file order) from `lscpu -e=CPU,NODE`; empty maps when
     lscpu is not installed."""
-    result = host.run(LSCPU_NODES)
-    return parse_cpu_nodes(result.stdout if result else None)
+    return parse_cpu_nodes(stdout(host, LSCPU_NODES))
 
 
 def read_threads_per_core(host: Host) -> int | None:
-    result = host.run(LSCPU)
-    return parse_threads_per_core(result.stdout if result else None)
+    return parse_threads_per_core(stdout(host, LSCPU))
+
+
+def stdout(host: Host, argv: list[str]) -> str | None:
+    """What a command printed, however it ended; None when it is not installed."""
+    result = host.run(argv)
+    return result.stdout if result else None
 
 
 def read_sysfs_nodes(host: Host) -> tuple[tuple[int, ...], dict[int, tuple[int, ...]]]:
@@ -137,12 +138,10 @@ def allowed_or_fallback(
 
 
 def _read_groups(
-    host: Host,
-    allowed: Sequence[int],
-    read_one: _GroupReader,
+    host: Host, allowed: Sequence[int], read_one: Callable[[Host, int], tuple[int, ...] | None]
 ) -> dict[int, tuple[int, ...]]:
-    """cpu -> its group, reading one file set per group: a CPU already seen in an earlier
-    CPU's group shares it."""
+    """cpu -> its group (SMT siblings, a cache complex), reading one file set per group: a
+    CPU already seen in an earlier CPU's group shares it."""
     out: dict[int, tuple[int, ...]] = {}
     for cpu in sorted(allowed):
         if cpu in out:

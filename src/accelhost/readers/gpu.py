@@ -1,11 +1,19 @@
 """A GPU host's topology: nvidia-smi (or `--pci` addresses) for the devices, sysfs for
-their NUMA node, local CPUs and IRQs, and sysfs for the CPUs, as torchrun reads them."""
+their NUMA node, local CPUs and IRQs, and sysfs for the CPUs, as torchrun reads them.
+
+NVML (nvidia-ml-py) is the last resort for GPUs that sysfs and `nvidia-smi topo -m` leave
+without a NUMA node or CPU affinity: imported only when needed and only on a live host; a
+missing or failing NVML simply gives nothing, because it is never more than a third
+opinion."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from accelhost.cpulist import parse_cpulist
 from accelhost.errors import ParseError
@@ -184,23 +192,18 @@ def _nvml_fill(
     missing = [acc.index for acc, cpus in gpus if acc.numa_node is None and cpus is None]
     if not missing or not host.is_live:
         return gpus
-    from accelhost.readers.nvml import nvml_affinity
-
     found = nvml_affinity(missing)
     out = []
     for acc, cpus in gpus:
-        hit = found.get(acc.index)
-        if hit is None:  # NVML was asked only about the missing ones
-            out.append((acc, cpus))
-            continue
-        node, nvml_cpus = hit
-        notes.append(f"GPU {acc.index}: NUMA node and CPUs from NVML (not kept in snapshots)")
-        filled = acc._replace(
-            numa_node=node,
-            numa_source="nvml" if node is not None else acc.numa_source,
-            cpus_source="nvml" if nvml_cpus is not None else acc.cpus_source,
-        )
-        out.append((filled, nvml_cpus))
+        if (hit := found.get(acc.index)) is not None:  # only the missing ones were asked
+            node, cpus = hit
+            notes.append(f"GPU {acc.index}: NUMA node and CPUs from NVML (not kept in snapshots)")
+            acc = acc._replace(
+                numa_node=node,
+                numa_source="nvml" if node is not None else acc.numa_source,
+                cpus_source="nvml" if cpus is not None else acc.cpus_source,
+            )
+        out.append((acc, cpus))
     return out
 
 
@@ -210,3 +213,57 @@ def _threads_per_core(cpu: CpuDetail) -> int | None:
         return None
     counts = Counter(len(group) for group in cpu.siblings.values())
     return max(counts, key=lambda n: (counts[n], n))
+
+
+# nvml.h: NVML_AFFINITY_SCOPE_NODE; the CPU set is returned as an array of 64-bit words
+_SCOPE_NODE = 0
+_WORD_BITS = 64
+_MAX_CPUS = 8192
+
+
+def nvml_affinity(indices: Sequence[int]) -> dict[int, tuple[int | None, tuple[int, ...] | None]]:
+    """GPU index -> (NUMA node or None, CPUs near it or None), for the GPUs NVML knows."""
+    try:
+        nvml: Any = importlib.import_module("pynvml")
+    except ImportError:
+        return {}
+    try:
+        nvml.nvmlInit()
+    except Exception:  # NVMLError has no stable base to name; any failure means "no answer"
+        return {}
+    out: dict[int, tuple[int | None, tuple[int, ...] | None]] = {}
+    try:
+        for index in indices:
+            try:
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            except Exception:
+                continue
+            out[index] = (_node(nvml, handle), _cpus(nvml, handle))
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+    return out
+
+
+def _node(nvml: Any, handle: Any) -> int | None:
+    try:
+        node = int(nvml.nvmlDeviceGetNumaNodeId(handle))
+    except Exception:
+        return None
+    return node if node >= 0 else None
+
+
+def _cpus(nvml: Any, handle: Any) -> tuple[int, ...] | None:
+    try:
+        words = nvml.nvmlDeviceGetCpuAffinityWithinScope(
+            handle, _MAX_CPUS // _WORD_BITS, _SCOPE_NODE
+        )
+    except Exception:
+        return None
+    cpus = [
+        w * _WORD_BITS + bit
+        for w, word in enumerate(words)
+        for bit in range(_WORD_BITS)
+        if int(word) >> bit & 1
+    ]
+    return tuple(cpus) or None

@@ -68,28 +68,15 @@ def read_process(host: Host, pid: int, *, cmdline: bool = True) -> ProcessInfo |
         raw = host.read_file(f"/proc/{pid}/cmdline") or ""
         args = tuple(a for a in raw.split("\0") if a)
     return ProcessInfo(
-        pid=stat.pid,
-        ppid=stat.ppid,
-        pgid=stat.pgid,
-        sid=stat.sid,
-        state=stat.state,
-        comm=stat.comm,
-        cmdline=args,
-        start_ticks=stat.start_ticks,
+        stat.pid, stat.ppid, stat.pgid, stat.sid, stat.state, stat.comm, args, stat.start_ticks
     )
-
-
-def children_map(procs: Mapping[int, ProcessInfo]) -> dict[int, list[int]]:
-    """ppid -> [child pids], ascending."""
-    kids: dict[int, list[int]] = {}
-    for pid in sorted(procs):
-        kids.setdefault(procs[pid].ppid, []).append(pid)
-    return kids
 
 
 def descendants(procs: Mapping[int, ProcessInfo], root: int) -> list[int]:
     """Every descendant of `root` through parent links, breadth first (root excluded)."""
-    kids = children_map(procs)
+    kids: dict[int, list[int]] = {}
+    for pid in sorted(procs):
+        kids.setdefault(procs[pid].ppid, []).append(pid)
     seen = {root}
     queue = [root]
     for pid in queue:  # the queue grows while it is walked: one level after another
@@ -139,6 +126,31 @@ def open_file_stat(host: Host, pid: int, fd: int) -> FileStat | None:
 _INIT_USER_NS_INO = 0xEFFFFFFD
 _INIT_PID_NS_INO = 0xEFFFFFFC
 CAP_NET_ADMIN = 12
+# ptrace_may_access: the capability that opens every process's fd and maps to a reader.
+CAP_SYS_PTRACE = 19
+
+
+def caps(status: str | None, field: str = "CapPrm") -> int | None:
+    """A capability set (`CapPrm`, `CapEff`) in a /proc/PID/status text."""
+    value = parse_status_field(status or "", field)
+    try:
+        return None if value is None else int(value, 16)
+    except ValueError:
+        return None
+
+
+def _has_cap(self_status: str | None, cap: int) -> bool:
+    effective = caps(self_status, "CapEff")
+    return effective is not None and bool(effective >> cap & 1)
+
+
+def may_ptrace_all(self_status: str | None) -> bool:
+    """The reader (its /proc/self/status) holds CAP_SYS_PTRACE in its effective set.
+
+    A process's open files and mappings (/proc/PID/fd, /proc/PID/maps) are readable only
+    to its own user or to a reader with CAP_SYS_PTRACE (and CAP_DAC_READ_SEARCH for the fd
+    directory): without it, holder scans say "cannot tell" instead of "none"."""
+    return _has_cap(self_status, CAP_SYS_PTRACE)
 
 
 def hears_process_events(host: Host) -> bool:
@@ -146,11 +158,30 @@ def hears_process_events(host: Host) -> bool:
     only to CAP_NET_ADMIN in the initial user and PID namespaces, in silence elsewhere."""
     try:
         user_ns, pid_ns = host.stat("/proc/self/ns/user"), host.stat("/proc/self/ns/pid")
-        if user_ns is None or user_ns.inode != _INIT_USER_NS_INO:
-            return False
-        if pid_ns is None or pid_ns.inode != _INIT_PID_NS_INO:
-            return False
-        caps = parse_status_field(host.read_file("/proc/self/status") or "", "CapEff") or "0"
-        return bool(int(caps, 16) >> CAP_NET_ADMIN & 1)
-    except (OSError, ValueError, IndexError):
+        status = host.read_file("/proc/self/status")
+    except OSError:
         return False
+    return (
+        user_ns is not None
+        and user_ns.inode == _INIT_USER_NS_INO
+        and pid_ns is not None
+        and pid_ns.inode == _INIT_PID_NS_INO
+        and _has_cap(status, CAP_NET_ADMIN)
+    )
+
+
+def proc_hides(host: Host) -> str | None:
+    """Why /proc may list only some processes to this reader: the `hidepid` option of its
+    mount, unless the reader may ptrace anything (then nothing is hidden); else None."""
+    if may_ptrace_all(host.read_file("/proc/self/status")):
+        return None
+    for line in (host.read_file("/proc/self/mountinfo") or "").splitlines():
+        head, sep, tail = line.partition(" - ")
+        fields, after = head.split(), tail.split()
+        if not sep or len(fields) < 5 or fields[4] != "/proc" or len(after) < 3:
+            continue
+        for opt in after[2].split(","):
+            name, _, value = opt.partition("=")
+            if name == "hidepid" and value not in ("0", "off"):
+                return f"/proc is mounted with hidepid={value}: other users' processes are hidden"
+    return None

@@ -1,19 +1,7 @@
-"""POSIX shared-memory files (/dev/shm and other tmpfs dirs) and who holds them, read
-through the host door (live, snapshot or recording alike).
-
-- `list_shm_files(host, dirs)`: dir -> its regular files (`ShmFile`), None when the
-  directory cannot be listed; the host answers with `stat_dir` (scandir and statx on a
-  live host, busybox images too; the recorded entries on a snapshot);
-- `stat_shm_file(path, host=None)`: a fresh look at one file (the re-check before an unlink);
-- `scan_held(host, pids=None) -> HeldScan`: every path some live process holds open
-  (/proc/PID/fd) or maps (/proc/PID/maps), the (device, inode) of each, and the pids
-  whose files could not be read (then nothing may be called leaked, and no device node
-  called free: a reader without CAP_SYS_PTRACE cannot see other users' open files);
-- `held_by(host, pid, rights) -> PidHolds`: the same for one process (a watch keeps it
-  per process and rereads only what changed: `accelhost.hygiene.facts.rounds`);
-- `held_paths(host, pids=None)` and `path_is_held(host, path)`: the same, as a set of
-  paths and as the re-check of one file.
-
+"""POSIX shared-memory files (/dev/shm and other tmpfs dirs) and who holds them open or
+mapped, read through the host door (live, snapshot or recording alike). A process whose
+files could not be read is `unreadable`: then nothing may be called leaked, and no device
+node called free (a reader without CAP_SYS_PTRACE cannot see other users' open files).
 Which file leaked is a rule, not a reading: `accelhost.hygiene.doctor.posix`.
 
 Why by path and inode: a process maps `/dev/shm/psm_x` by name, but a file created under
@@ -35,8 +23,7 @@ from dataclasses import dataclass
 
 from accelhost.host.base import FileStat, Host
 from accelhost.parsers.procstat import parse_status_field
-from accelhost.readers.procs import list_pids, open_fds, open_file_stat
-from accelhost.readers.visibility import caps, may_ptrace_all
+from accelhost.readers.procs import caps, list_pids, may_ptrace_all, open_fds, open_file_stat
 
 _DELETED = " (deleted)"
 

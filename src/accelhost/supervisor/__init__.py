@@ -4,9 +4,9 @@ What lives where: `loop` (`supervise`: start, forward signals, reap, stop the tr
 through `accelhost.remove.stop`), `options` (what it is asked and what it reports),
 `spawn` (own session, subreaper, private namespaces, optional `cgroup`), `wakeup` (its
 one `poll()`), `tree` and `forks` (the tree now, and every process it ever had, from the
-kernel's process events), `leftovers`, `segments` and `shmfiles` (what the tree left:
-SysV segments, /dev/shm files, found here and removed through `accelhost.remove`),
-`integrations` (the preflight and `--bind`, loaded when asked).
+kernel's process events), `leftovers` (the SysV segments and /dev/shm files the tree
+left, found here and removed through `accelhost.remove`), `integrations` (the preflight
+and `--bind`, loaded when asked).
 
 Its part of the house rule (`accelhost`): supervisor/ sets up the child it starts (spawn,
 subreaper, namespaces, its cgroup).
@@ -34,6 +34,4 @@ _LAZY = {
     "SupervisorOptions": "accelhost.supervisor.options",
     "supervise": "accelhost.supervisor.loop",
 }
-
-
 __getattr__ = lazy_names(__name__, _LAZY)

@@ -3,21 +3,14 @@
 A scan of /proc sees only the processes alive at that moment, so a grandchild that made a
 System V segment and exited between two looks (`sh -c 'make_segment & wait'`) could not be
 tied to the tree, and its segment was left behind. The kernel's connector
-(`kernel.procevents`) reports every fork and exit on the host as it happens, so the set of
-pids forked from the tree is exact without any polling: the supervisor wakes when the
-socket has data (at most `BATCH_S` apart). A BPF filter (`kernel.bpf`) drops in the kernel
-the forks and exits of processes outside the tree (`ForkTracker` says which pass and why
-that is enough), so a neighbour that forks without pause costs next to nothing; where no
-filter can be had (no `ns_last_pid`, a tree too large for one program, the kernel refuses
-it) every event is read.
+(`kernel.procevents`) reports every fork and exit as it happens, so the set of pids forked
+from the tree is exact without polling: the supervisor wakes when the socket has data (at
+most `BATCH_S` apart). A BPF filter (`kernel.bpf`) drops in the kernel the events of
+processes outside the tree (`ForkTracker` says which pass); where none can be had (no
+`ns_last_pid`, a tree too large for one program, the kernel refuses it) every event is read.
 
-It needs root (CAP_NET_ADMIN) and the initial PID namespace; `ForkTracker.open` returns
-None otherwise, and the supervisor falls back to what its scans and reaping see, and says
-so.
-
-A pid that the tree and a process outside it both had during the run (in either order,
-or held by a process that was already there at the start) is marked ambiguous: a segment
-whose creator pid is ambiguous is never removed.
+It needs root (CAP_NET_ADMIN) and the initial PID namespace; elsewhere `ForkTracker.open`
+returns None, and the supervisor falls back to what its scans and reaping see, and says so.
 """
 
 from __future__ import annotations
@@ -41,10 +34,9 @@ BATCH_S = 0.05
 class ForkTracker:
     """The tgids forked from `root` (directly or through any chain of descendants).
 
-    A classic BPF filter (`kernel.bpf.fork_filter`) keeps the kernel from queueing what
-    the tree does not need, so a fork-heavy neighbour costs next to nothing. After each
-    drain the filter is rebuilt from `floor`, the pid counter (`ns_last_pid`) + 1 read
-    *before* that drain, and the live tree. It passes:
+    After each drain the classic BPF filter (`kernel.bpf.fork_filter`) is rebuilt from
+    `floor`, the pid counter (`ns_last_pid`) + 1 read *before* that drain, and the live
+    tree. It passes:
     - forks by a process of the tree it lists, or by any process whose pid is at least
       `floor`: a member born since the counter was read is followed before it is listed
       (a fork's event is queued before the child runs, so its own forks come after it);

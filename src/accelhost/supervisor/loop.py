@@ -13,7 +13,6 @@ import re
 import select
 import signal
 import time
-from dataclasses import dataclass, field
 
 from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
@@ -58,17 +57,6 @@ def _signame(sig: int) -> str:
         return f"signal {sig}"
 
 
-@dataclass
-class _State:
-    cmd_pid: int | None = None
-    cmd_status: int | None = None  # os.waitstatus_to_exitcode: -N for signal N
-    stop_signal: int | None = None
-    died: ProcessInfo | None = None
-    tracked: dict[int, ProcessInfo] = field(default_factory=dict)  # pidfd -> process
-    tracked_nofd: dict[int, ProcessInfo] = field(default_factory=dict)  # pid -> process
-    bound: bool = False
-
-
 class Supervisor:
     """One run. Not reusable: `run()` once."""
 
@@ -76,7 +64,13 @@ class Supervisor:
         self.opts = options
         self.host = host
         self.me = os.getpid()
-        self.st = _State()
+        self.cmd_pid: int | None = None
+        self.cmd_status: int | None = None  # os.waitstatus_to_exitcode: -N for signal N
+        self.stop_signal: int | None = None
+        self.died: ProcessInfo | None = None
+        self.tracked: dict[int, ProcessInfo] = {}  # pidfd -> process
+        self.tracked_nofd: dict[int, ProcessInfo] = {}  # pid -> process
+        self.bound = False
         self.patterns = [re.compile(p) for p in options.fail_on_exit]
         self.forwarded = [signal.Signals[n] for n in FORWARDED_SIGNAL_NAMES]
         self.stopping = {signal.Signals[n] for n in STOPPING_SIGNAL_NAMES}
@@ -96,14 +90,14 @@ class Supervisor:
             if pid == 0:
                 return
             self.left.note([pid])
-            if pid == self.st.cmd_pid:
-                self.st.cmd_status = os.waitstatus_to_exitcode(status)
+            if pid == self.cmd_pid:
+                self.cmd_status = os.waitstatus_to_exitcode(status)
 
     def _forward(self, sig: int) -> None:
         """Pass `sig` on to the command's group (its leader is our unreaped child, so the
         group id is still its own)."""
-        if self.st.cmd_pid is not None and self.st.cmd_status is None:
-            signal_group(self.st.cmd_pid, sig)
+        if self.cmd_pid is not None and self.cmd_status is None:
+            signal_group(self.cmd_pid, sig)
 
     def _scan(self, cheap: bool = False) -> dict[int, ProcessInfo]:
         """The tree now; `cheap` (while watching) skips pids already known to be outside."""
@@ -142,7 +136,7 @@ class Supervisor:
             self.cgroup = create_cgroup(self.opts.cgroup, f"accelhost-run-{self.me}")
         reset = [*self.forwarded, signal.SIGCHLD, *(signal.Signals[n] for n in _RESET_FOR_CHILD)]
         try:
-            self.st.cmd_pid = spawn(self.opts.argv, self.cgroup, reset, self.opts.private_ipc)
+            self.cmd_pid = spawn(self.opts.argv, self.cgroup, reset, self.opts.private_ipc)
         except SpawnError as exc:
             if self.cgroup is not None and not self.cgroup.remove():
                 self.opts.warn(f"could not remove cgroup {self.cgroup.path}")
@@ -152,9 +146,9 @@ class Supervisor:
             missing = exc.step == "exec" and exc.errno == errno.ENOENT
             code = STATUS_NOT_FOUND if missing else STATUS_CANNOT_EXECUTE
             return RunOutcome(status=code, reason="not-started")
-        self.left.note([self.st.cmd_pid])
+        self.left.note([self.cmd_pid])
         reason = self._watch()
-        outcome = RunOutcome(status=0, reason=reason, cmd_pid=self.st.cmd_pid)
+        outcome = RunOutcome(status=0, reason=reason, cmd_pid=self.cmd_pid)
         if self.left.files is not None:  # which /dev/shm files the tree holds, before signals
             self.left.observe(alive_only(self._scan()))
         self._teardown(outcome)
@@ -165,16 +159,16 @@ class Supervisor:
         return outcome
 
     def _status(self, reason: str) -> int:
-        code = self.st.cmd_status
+        code = self.cmd_status
         if reason == "engine-died":
             return STATUS_ENGINE_DIED
         if code is None:  # the command outlived even SIGKILL (D state)
             return 128 + signal.SIGKILL
         if code < 0:
             return 128 - code
-        if reason == "signal" and code == 0 and self.st.stop_signal is not None:
+        if reason == "signal" and code == 0 and self.stop_signal is not None:
             # Stopped from outside: not a success, whatever the command chose to exit with.
-            return 128 + self.st.stop_signal
+            return 128 + self.stop_signal
         return code
 
     def _watch(self) -> str:
@@ -197,71 +191,71 @@ class Supervisor:
                 self._forward(sig)
                 # Only a command still there got it: after its exit its group gets SIGTERM
                 # in the teardown (the stop is then no stop of it: its own status stays).
-                if sig in self.stopping and self.st.cmd_status is None:
-                    self.st.stop_signal = sig
+                if sig in self.stopping and self.cmd_status is None:
+                    self.stop_signal = sig
                     self.opts.log(f"received {_signame(sig)}; stopping the command")
                     return "signal"
             for fd in fds:
-                info = self.st.tracked.pop(fd, None)
+                info = self.tracked.pop(fd, None)
                 self.poller.unregister(fd)
                 os.close(fd)
-                if info is not None and self.st.died is None:
-                    self.st.died = info
-            if (died := self.st.died) is not None:
+                if info is not None and self.died is None:
+                    self.died = info
+            if (died := self.died) is not None:
                 self.opts.warn(
                     f"{redact_text(died.command)} (pid {died.pid}) exited while the command was "
                     "running (--fail-on-exit); stopping everything"
                 )
                 return "engine-died"
-            if (code := self.st.cmd_status) is not None:
+            if (code := self.cmd_status) is not None:
                 how = f"killed by {_signame(-code)}" if code < 0 else f"status {code}"
                 self.opts.log(f"command exited ({how})")
                 return "exited"
             now = time.monotonic()
             if next_scan is not None and now >= next_scan:
                 self._track(self._scan(cheap=True))
-                if self.st.died is not None:
+                if self.died is not None:
                     continue  # reported at the top of the next round, with no wait
                 interval = min(interval * 2, self.opts.scan_interval_s)
                 next_scan = now + interval
-            if bind_at is not None and now >= bind_at and not self.st.bound:
+            if bind_at is not None and now >= bind_at and not self.bound:
                 self._bind(reason=f"after {delay_s:g} s")
                 bind_at = None
-            if not self.patterns and self.st.bound:
+            if not self.patterns and self.bound:
                 next_scan = None
 
     def _track(self, tree: dict[int, ProcessInfo]) -> None:
         """Start watching newly seen members that match --fail-on-exit; bind when due."""
         bind = self.opts.bind
-        if bind is not None and not self.st.bound:
+        if bind is not None and not self.bound:
             from accelhost.supervisor.integrations import holders_of_device
 
             if holders := holders_of_device(self.host, tree, bind.device):
                 self._bind(reason=f"pid {holders[0]} opened device {bind.device}")
         if not self.patterns:
             return
-        known = {i.pid for i in self.st.tracked.values()} | set(self.st.tracked_nofd)
+        known = {i.pid for i in self.tracked.values()} | set(self.tracked_nofd)
         candidates = {
             pid: info
             for pid, info in tree.items()
-            if pid not in known and pid != self.st.cmd_pid and info.state != "Z"
+            if pid not in known and pid != self.cmd_pid and info.state != "Z"
         }
         for pid, info in with_cmdlines(self.host, candidates).items():
             if not any(p.search(info.command) for p in self.patterns):
                 continue
             fd = open_pidfd(pid)
             if fd is None:
-                self.st.tracked_nofd[pid] = info
+                self.tracked_nofd[pid] = info
             elif still_same(self.host, info):
-                self.st.tracked[fd] = info
+                self.tracked[fd] = info
                 self.poller.register(fd, select.POLLIN)
             else:
                 os.close(fd)  # it died between the scan and the pidfd: already a death
-                self.st.died = info
+                self.died = info
                 return
-        for pid, info in list(self.st.tracked_nofd.items()):
+        for pid, info in list(self.tracked_nofd.items()):
             if not still_same(self.host, info) or tree.get(pid, info).state == "Z":
-                self.st.died = info
+                self.died = info
                 return
 
     def _bind(self, reason: str) -> None:
@@ -269,18 +263,18 @@ class Supervisor:
 
         req = self.opts.bind
         assert req is not None
-        self.st.bound = True
+        self.bound = True
         if req.plan is None:
             self.opts.log("--bind: no plan was made; nothing bound")
             return
         tree = self._scan()
-        bind_tree(self.host, req.plan, req.device, tree, self.st.cmd_pid, reason, self.opts.log)
+        bind_tree(self.host, req.plan, req.device, tree, self.cmd_pid, reason, self.opts.log)
 
     def _untrack(self) -> None:
-        for fd in list(self.st.tracked):
+        for fd in list(self.tracked):
             self.poller.unregister(fd)
             os.close(fd)
-        self.st.tracked.clear()
+        self.tracked.clear()
 
     def _teardown(self, outcome: RunOutcome) -> None:
         """The whole tree stopped (`remove.stop`), forks made meanwhile too. When the stop
@@ -292,7 +286,7 @@ class Supervisor:
             self.host,
             self._live,
             send=self._send,
-            spare=lambda info: forwarded and info.pgid == self.st.cmd_pid,
+            spare=lambda info: forwarded and info.pgid == self.cmd_pid,
             log=self.opts.log,
             poller=self.poller,
             wait=self._wait_forwarding,

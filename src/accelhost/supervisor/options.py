@@ -17,10 +17,7 @@ FORWARDED_SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "
 # Of those, the ones that also start the teardown (SIGHUP, SIGUSR1/2 often mean "reload").
 STOPPING_SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGQUIT")
 
-# A process not dead this long after SIGKILL sits in a driver (D state): only a reset frees it.
-DEFAULT_KILL_WAIT_S = 5.0
-# /proc rescans while something is tracked start fast and back off to this.
-DEFAULT_SCAN_INTERVAL_S = 5.0
+# /proc rescans while something is tracked start this fast and back off to scan_interval_s.
 FIRST_SCAN_S = 0.2
 
 # Exit statuses of the supervisor itself (a shell's conventions where there is one).
@@ -49,7 +46,8 @@ class BindRequest:
 class SupervisorOptions:
     argv: Sequence[str]
     grace_s: float = DEFAULT_GRACE_S
-    kill_wait_s: float = DEFAULT_KILL_WAIT_S
+    # A process not dead this long after SIGKILL sits in a driver (D state): only a reset frees it.
+    kill_wait_s: float = 5.0
     fail_on_exit: Sequence[str] = ()
     cgroup: str | None = None  # None, "auto", "1" or "2"
     clean_shm: bool = True  # remove the SysV segments and /dev/shm files the tree left
@@ -57,7 +55,7 @@ class SupervisorOptions:
     # Run the tree in an IPC namespace and a /dev/shm of its own, freed by the kernel with it.
     private_ipc: bool = False
     track_forks: bool = True  # follow every fork through the kernel's process events
-    scan_interval_s: float = DEFAULT_SCAN_INTERVAL_S
+    scan_interval_s: float = 5.0
     bind: BindRequest | None = None
     log: Callable[[str], None] = field(default=_stderr)  # progress; --quiet silences it
     warn: Callable[[str], None] = field(default=_stderr)  # problems; always shown

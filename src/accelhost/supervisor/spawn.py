@@ -69,16 +69,17 @@ class SpawnError(Exception):
     argv0: str
 
     def __str__(self) -> str:
+        why = os.strerror(self.errno)
         if self.step == "cgroup":
-            return f"--cgroup: cannot join the cgroup: {os.strerror(self.errno)}"
+            return f"--cgroup: cannot join the cgroup: {why}"
         if self.step == "private-ipc":
             return (
                 "--private-ipc: cannot make an IPC namespace and /dev/shm of the command's "
-                f"own: {os.strerror(self.errno)}"
+                f"own: {why}"
             )
         if self.errno == errno.ENOENT:
             return f"{self.argv0}: command not found"
-        return f"{self.argv0}: cannot execute: {os.strerror(self.errno)}"
+        return f"{self.argv0}: cannot execute: {why}"
 
 
 def _child(

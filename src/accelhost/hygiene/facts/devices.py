@@ -15,15 +15,16 @@ from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.parsers.devnodes import VENDOR_KIND, device_node
-from accelhost.parsers.nvidia_smi import QUERY_GPU_ARGV, parse_query_gpu
-from accelhost.parsers.nvidia_smi_memory import (
+from accelhost.parsers.nvidia_smi import (
     APPS_QUERY,
     GPU_QUERY,
+    QUERY_GPU_ARGV,
     parse_compute_apps,
     parse_gpu_memory,
+    parse_query_gpu,
 )
-from accelhost.readers.ascend import NPU_INFO
 from accelhost.readers.procs import list_pids, open_fds
+from accelhost.readers.topology import NPU_INFO
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class DeviceMemory:
 
 
 def read_ascend(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | None:
-    from accelhost.parsers.npusmi_info import parse_npu_smi_info
+    from accelhost.parsers.npusmi import parse_npu_smi_info
 
     result = host.run(NPU_INFO)
     if result is None:

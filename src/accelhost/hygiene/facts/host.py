@@ -31,15 +31,14 @@ from accelhost.hygiene.facts.containers import ContainerFacts, read_container_fa
 from accelhost.hygiene.facts.devices import DeviceMemory, read_ascend, read_nvidia
 from accelhost.hygiene.facts.rounds import IncrementalState
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.parsers.hugepages import HugePagePool, parse_count, parse_size_dir
 from accelhost.parsers.meminfo import Meminfo, parse_meminfo
 from accelhost.parsers.procstat import parse_status_field
+from accelhost.parsers.sysfs import HugePagePool, parse_int_file, parse_size_dir
 from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.readers.cpus import read_allowed_cpus
-from accelhost.readers.procs import ProcessInfo
+from accelhost.readers.procs import ProcessInfo, proc_hides
 from accelhost.readers.shmfiles import HeldScan, ShmFile
 from accelhost.readers.sysv import read_segments
-from accelhost.readers.visibility import proc_hides
 
 HUGEPAGES_DIR = "/sys/kernel/mm/hugepages"
 NODES_DIR = "/sys/devices/system/node"
@@ -184,7 +183,7 @@ def _read_pool(host: Host, base: str, size_kb: int, node: int | None) -> HugePag
     def count(name: str) -> int | None:
         path = f"{base}/{name}"
         text = host.read_file(path)
-        return None if text is None else parse_count(text, path)
+        return None if text is None else parse_int_file(text, path)
 
     total, free = count("nr_hugepages"), count("free_hugepages")
     if total is None or free is None:

@@ -1,9 +1,20 @@
-"""`npu-smi info`: the chip table (name, bus id, device memory) and the process table.
+"""`npu-smi` output: the chip and process tables (`info`), card / chip ids -> logical ids
+(`info -m`), CPU affinity (`info -t topo`) and one chip's PCI address (`info -t board`).
 
-The process section starts at the first line (stripped) that begins with `| NPU` and
-contains `Process id`; its first cell is `NPU Chip` (A2, A3, 310P) or `NPU ID` (950).
-Every later stripped line beginning with `| ` is a row: split on `|`, rows with fewer than
-two cells (`| No running processes found in NPU 3 |`) and non-numeric ids are skipped.
+`npu-smi info`: the process section starts at the first line (stripped) that begins with
+`| NPU` and contains `Process id`; its first cell is `NPU Chip` (A2, A3, 310P) or `NPU ID`
+(950). Every later stripped line beginning with `| ` is a row: split on `|`, rows with
+fewer than two cells (`| No running processes found in NPU 3 |`) and non-numeric ids are
+skipped.
+
+`npu-smi info -m`: the header is split on runs of two or more spaces and the columns are
+found by name: `NPU ID` (required), `Chip ID` and `Chip Logic ID` (optional). No `Chip ID`
+-> chip 0; no `Chip Logic ID` (Ascend 950) -> logical id = NPU ID. `Mcu` rows (logical id
+`-`) and other non-numeric rows are skipped.
+
+`npu-smi info -t topo`: only lines starting with `NPU` at column 0 count; their first token
+is `NPU<n>` and their last token must be a CPU list. Indented header lines, `Legend:`
+blocks and matrices with no CPU Affinity column give nothing.
 """
 
 from __future__ import annotations
@@ -12,11 +23,14 @@ import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from accelhost.cpulist import MAX_DEVICES, MAX_PID
+from accelhost.cpulist import MAX_DEVICES, MAX_PID, parse_cpulist
 from accelhost.errors import ParseError
 from accelhost.topology import DeviceProcess
 
-SOURCE = "npu-smi info"
+_INFO = "npu-smi info"
+_MAP = "npu-smi info -m"
+_TOPO = "npu-smi info -t topo"
+_COLUMNS = re.compile(r"\s{2,}")  # of the -m header
 # An NPU (card) id is a DCMI card id, not a count: 310P hosts print 32768, 32896, ...
 MAX_CARD_ID = 1 << 16
 
@@ -59,7 +73,7 @@ def parse_npu_smi_info(text: str | None) -> NpuSmiInfo:
     try:
         return _parse(text)
     except ValueError:  # int() of a number thousands of digits long
-        raise ParseError(SOURCE, "a number too long to be an id or a count") from None
+        raise ParseError(_INFO, "a number too long to be an id or a count") from None
 
 
 def _parse(text: str) -> NpuSmiInfo:
@@ -110,7 +124,7 @@ def _parse(text: str) -> NpuSmiInfo:
         pid = int(pid_text) if pid_text.isdecimal() else -1
         # comparisons, not calls: this loop runs for every process of a busy host
         if npu >= MAX_CARD_ID or (chip or 0) >= MAX_DEVICES or pid >= MAX_PID:
-            raise ParseError(SOURCE, f"an id beyond what a host can have in {line[:60]!r}")
+            raise ParseError(_INFO, f"an id beyond what a host can have in {line[:60]!r}")
         processes.append(
             DeviceProcess(
                 npu,
@@ -121,7 +135,7 @@ def _parse(text: str) -> NpuSmiInfo:
             )
         )
     if len(processes) > MAX_PID:
-        raise ParseError(SOURCE, f"more than {MAX_PID} process rows")
+        raise ParseError(_INFO, f"more than {MAX_PID} process rows")
     return NpuSmiInfo(chips=chips, processes=tuple(processes), id_column=id_column)
 
 
@@ -162,8 +176,108 @@ def _parse_chips(text: str) -> tuple[NpuChip, ...]:
         chip = int(first)
         phy = int(label) if label and phy_column else None
         if npu >= MAX_CARD_ID or chip >= MAX_DEVICES or (phy or 0) >= MAX_DEVICES:
-            raise ParseError(SOURCE, f"a chip id beyond what a host can have: {first[:20]}")
+            raise ParseError(_INFO, f"a chip id beyond what a host can have: {first[:20]}")
         chips.append(NpuChip(npu, chip, name, bus, used, total, health, phy))
     if len(chips) > MAX_DEVICES:
-        raise ParseError(SOURCE, f"more than {MAX_DEVICES} chips")
+        raise ParseError(_INFO, f"more than {MAX_DEVICES} chips")
     return tuple(chips)
+
+
+class MapEntry(NamedTuple):
+    npu_id: int
+    chip_id: int
+    logical_id: int
+    name: str = ""
+
+
+def parse_npu_map(text: str | None) -> list[MapEntry]:
+    """Entries in file order (the caller sorts by logical id where needed)."""
+    if not text:
+        return []
+    lines = text.splitlines()
+    # the header is the first line that is not blank; blank rows give no cells below
+    first = next((i for i, ln in enumerate(lines) if not ln.isspace() and ln), None)
+    if first is None:
+        return []
+    header = _COLUMNS.split(lines[first].strip())
+    if "NPU ID" not in header:
+        raise ParseError(_MAP, f"no 'NPU ID' column in header {lines[first].strip()!r}")
+    i_npu = header.index("NPU ID")
+    i_chip = header.index("Chip ID") if "Chip ID" in header else None
+    i_logic = header.index("Chip Logic ID") if "Chip Logic ID" in header else None
+    i_name = header.index("Chip Name") if "Chip Name" in header else None
+    entries: list[MapEntry] = []
+    for line in lines[first + 1 :]:
+        cells = line.split()
+        try:
+            npu_text = cells[i_npu]
+            chip_text = cells[i_chip] if i_chip is not None else "0"
+            logic_text = cells[i_logic] if i_logic is not None else npu_text
+        except IndexError:
+            continue
+        if not (logic_text.isdecimal() and npu_text.isdecimal() and chip_text.isdecimal()):
+            continue
+        name = " ".join(cells[i_name:]) if i_name is not None and i_name < len(cells) else ""
+        try:
+            npu, chip, logic = int(npu_text), int(chip_text), int(logic_text)
+        except ValueError:  # thousands of digits
+            npu = chip = logic = MAX_CARD_ID
+        if npu >= MAX_CARD_ID or chip >= MAX_DEVICES or logic >= MAX_DEVICES:
+            raise ParseError(_MAP, f"an id beyond what a host can have: {line.strip()[:60]!r}")
+        entries.append(MapEntry(npu, chip, logic, name))
+    if len(entries) > MAX_DEVICES:
+        raise ParseError(_MAP, f"more than {MAX_DEVICES} chips")
+    return entries
+
+
+def parse_npu_topo(text: str | None) -> dict[int, tuple[int, ...]]:
+    """NPU index -> affinity CPUs in written order."""
+    out: dict[int, tuple[int, ...]] = {}
+    if not text:
+        return out
+    # NPUs usually share a handful of affinity lists (all 16 on an A3): parse each once.
+    seen: dict[str, tuple[int, ...] | None] = {}
+    for line in text.splitlines():
+        if not line.startswith("NPU"):
+            continue
+        # only the first and the last token matter: no need to split the whole matrix row
+        head, _, rest = line.partition(" ")
+        first = head.split("\t", 1)[0]
+        if not first[3:].isdecimal() or not rest.strip():
+            continue
+        last = line.rsplit(None, 1)[-1]
+        if not last[:1].isdigit():
+            continue
+        if last not in seen:
+            try:
+                seen[last] = tuple(parse_cpulist(last, _TOPO))
+            except ParseError:
+                seen[last] = None
+        cpus = seen[last]
+        if cpus is not None:
+            try:
+                npu = int(first[3:])
+            except ValueError:  # thousands of digits
+                npu = MAX_DEVICES
+            if npu >= MAX_DEVICES:
+                raise ParseError(_TOPO, f"NPU id beyond what a host can have: {first[:20]!r}")
+            out[npu] = cpus
+    return out
+
+
+def parse_board_pci(text: str | None) -> str | None:
+    """Last token of the `PCIe Bus Info` line, lower-cased; None when absent."""
+    if not text:
+        return None
+    for line in text.splitlines():
+        if "PCIe Bus Info" in line:
+            return line.split()[-1].lower()  # the line holds at least those three words
+    return None
+
+
+def board_command(logical_id: int, family: str | None) -> list[str]:
+    """The board query of a logical NPU: A3 cards hold two chips (`-i N//2 -c N%2`)."""
+    board = ["npu-smi", "info", "-t", "board", "-i"]
+    if family == "A3":
+        return [*board, str(logical_id // 2), "-c", str(logical_id % 2)]
+    return [*board, str(logical_id)]
