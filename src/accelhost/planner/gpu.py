@@ -85,23 +85,17 @@ def plan_gpus(
         assert gpu is not None  # resolve_visible returns known indices only
         node = _gpu_node(gpu, topo.affinity.get(index), numa_from, node_cpus, messages)
         placed.append(_Placed(gpu, node))
-    for item in placed:
-        _check_node(item, node_cpus, allowed, numa_from, topo.here)
-
     cut = _Cut(topo, node_cpus, allowed, placed)
+    for item in placed:
+        cut.check(item, numa_from)
     pools = {item.gpu.index: _POOLS[strategy](item, cut) for item in placed}
     cpu_node = {cpu: node for node, cpus in node_cpus.items() for cpu in cpus}
     pci = {item.gpu.index: item.gpu.pci for item in placed}
-    plans = [
-        DevicePlan(
-            device=index,
-            pool=pools[index],
-            main=pools[index],
-            numa_node=numa_node_of(pools[index], cpu_node),
-            pci=pci[index],
-        )
-        for index in sorted(wanted)
-    ]
+    plans = []
+    for index in sorted(wanted):
+        pool = pools[index]
+        home = numa_node_of(pool, cpu_node)
+        plans.append(DevicePlan(index, pool, main=pool, numa_node=home, pci=pci[index]))
     return Plan(
         device_type=topo.family or "pci",
         mode=strategy,
@@ -161,36 +155,6 @@ def _gpu_node(
     return 0
 
 
-def _check_node(
-    item: _Placed,
-    node_cpus: Mapping[int, Sequence[int]],
-    allowed: set[int],
-    numa_from: str,
-    here: str = "this host",
-) -> None:
-    gpu, node = item.gpu, item.node
-    cpus = node_cpus.get(node)
-    who = f"GPU {gpu.index} ({gpu.pci})"
-    if cpus is None:
-        raise PlanError(f"{who} is on NUMA node {node}, which {here} does not have")
-    if not cpus:
-        hint = (
-            "; numa_from='local_cpulist' (--numa-from local_cpulist) places it by its "
-            "local CPUs instead"
-            if numa_from == "numa_node"
-            else ""
-        )
-        raise PlanError(
-            f"{who} is on NUMA node {node}, a memory-only node with no CPUs "
-            f"(as GPU memory on Grace hosts){hint}"
-        )
-    if not allowed.intersection(cpus):
-        raise PlanError(
-            f"{who} is on NUMA node {node}, but none of its CPUs "
-            f"({format_cpulist(cpus)}) are allowed (allowed: {format_cpulist(allowed)})"
-        )
-
-
 @dataclass(frozen=True)
 class _Cut:
     """What every strategy cuts from: the host, its nodes, the allowed CPUs, every GPU."""
@@ -199,6 +163,30 @@ class _Cut:
     node_cpus: Mapping[int, Sequence[int]]
     allowed: set[int]
     placed: Sequence[_Placed]  # in CUDA ordinal order
+
+    def check(self, item: _Placed, numa_from: str) -> None:
+        """PlanError unless the GPU's node has CPUs and some of them are allowed."""
+        gpu, node = item.gpu, item.node
+        cpus = self.node_cpus.get(node)
+        who = f"GPU {gpu.index} ({gpu.pci})"
+        if cpus is None:
+            raise PlanError(f"{who} is on NUMA node {node}, which {self.topo.here} does not have")
+        if not cpus:
+            hint = (
+                "; numa_from='local_cpulist' (--numa-from local_cpulist) places it by its "
+                "local CPUs instead"
+                if numa_from == "numa_node"
+                else ""
+            )
+            raise PlanError(
+                f"{who} is on NUMA node {node}, a memory-only node with no CPUs "
+                f"(as GPU memory on Grace hosts){hint}"
+            )
+        if not self.allowed.intersection(cpus):
+            raise PlanError(
+                f"{who} is on NUMA node {node}, but none of its CPUs "
+                f"({format_cpulist(cpus)}) are allowed (allowed: {format_cpulist(self.allowed)})"
+            )
 
     def node_allowed(self, node: int) -> list[int]:
         return sorted(self.allowed.intersection(self.node_cpus.get(node, ())))
