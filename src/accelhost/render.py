@@ -1,8 +1,11 @@
-"""A plain aligned table: columns padded to their widest cell, a dashed rule under the
-headers, no trailing blanks (safe for pipes, logs and bug reports).
+"""Text for people: a plain aligned table, the ground floor every command's output is built on.
 
-Colour is the caller's choice, cell by cell (`paint`), applied after padding so escape
-codes never shift a column; the command line asks for it only on a terminal.
+Columns padded to their widest cell, a dashed rule under the headers, no trailing blanks
+(safe for pipes, logs and bug reports). Pure: the width to fit and whether to colour are
+the caller's. Colour is chosen cell by cell (`paint`, e.g. `colour_status` for FAIL and
+WARN), applied after padding so escape codes never shift a column; the command line asks
+for it only on a terminal. The library's reports and the command line use it alike, so it
+imports nothing of accelhost: no arrow runs from here up to `accelhost.cli` or back.
 """
 
 from __future__ import annotations
