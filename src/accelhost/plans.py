@@ -330,7 +330,5 @@ def load_plan(plan: Plan | dict[str, Any] | str | os.PathLike[str]) -> Plan:
         )
     try:
         return Plan.from_dict(data, path)
-    except PlanFileError:
-        raise
     except PlanError as exc:
         raise PlanFileError(exc.reason) from None

@@ -8,7 +8,7 @@ strategy by family, global_slice, topo_affinity, cluster, roles inside a pool).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from accelhost.cpulist import IDS, format_cpulist
 from accelhost.errors import PlanError
@@ -125,16 +125,13 @@ def global_slice_pools(
     return pools
 
 
-def _candidates(
-    ids: Sequence[int],
-    running: Sequence[int],
-    affinity: Mapping[int, Sequence[int]],
-    allowed: set[int],
-) -> list[int]:
+def _candidates(topo: Topology, running: Sequence[int], allowed: set[int]) -> list[int]:
     """Running NPUs plus hidden ones whose affinity meets our CPUs (so they take part)."""
     run = set(running)
     return [
-        n for n in sorted(set(ids) | run) if n in run or not allowed.isdisjoint(affinity.get(n, ()))
+        n
+        for n in sorted(set(logical_ids(topo)) | run)
+        if n in run or not allowed.isdisjoint(topo.affinity.get(n, ()))
     ]
 
 
@@ -142,7 +139,7 @@ def topo_affinity_pools(topo: Topology, running: Sequence[int]) -> Pools:
     allowed_set = set(topo.allowed_cpus)
     node_count = len(topo.node_cpus)
     extended: dict[int, list[int]] = {}
-    for npu in _candidates(logical_ids(topo), running, topo.affinity, allowed_set):
+    for npu in _candidates(topo, running, allowed_set):
         base = [c for c in topo.affinity.get(npu, ()) if c in allowed_set]
         if not base:
             raise PlanError(AFFINITY_CONFLICT)
@@ -190,7 +187,7 @@ def cluster_pools(topo: Topology, running: Sequence[int]) -> Pools:
     allowed = set(topo.allowed_cpus)
     reserved = set(host_thread_cpus(topo))
     by_node: dict[int, list[int]] = {}
-    for npu in _candidates(logical_ids(topo), running, topo.affinity, allowed):
+    for npu in _candidates(topo, running, allowed):
         cpus = [c for c in topo.affinity.get(npu, ()) if c in allowed]
         nodes = {topo.cpu_node.get(c) for c in cpus}
         if len(nodes) != 1 or None in nodes:
