@@ -80,14 +80,12 @@ def format_cpulist(cpus: Iterable[int]) -> str:
 def cpu_mask(cpus: Iterable[int]) -> str:
     """The /proc/irq/N/smp_affinity text: CPU 3 -> `00000008`, CPU 35 ->
     `00000008,00000000` (32-bit groups, most significant first)."""
-    cpus = list(cpus)
+    cpus = set(cpus)
     if not cpus:
         raise ValueError("an IRQ mask needs at least one CPU")
-    value = 0
-    for cpu in cpus:
-        if cpu < 0:
-            raise ValueError(f"negative CPU id {cpu}")
-        value |= 1 << cpu
+    if min(cpus) < 0:
+        raise ValueError(f"negative CPU id {min(cpus)}")
+    value = sum(1 << cpu for cpu in cpus)
     groups = max(cpus) // 32 + 1
     return ",".join(f"{(value >> (32 * g)) & 0xFFFFFFFF:08x}" for g in reversed(range(groups)))
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from itertools import zip_longest
 from typing import Any
 
 # (column index, padded cell) -> the cell as printed
@@ -84,8 +85,7 @@ def _pieces(cell: str, width: int) -> list[str]:
 def _wrapped(row: list[str], widths: list[int]) -> list[list[str]]:
     """One row as the lines it takes once its cells are wrapped to `widths`."""
     parts = [_pieces(c, w) if len(c) > w else [c] for c, w in zip(row, widths, strict=True)]
-    height = max(len(p) for p in parts)
-    return [[p[n] if n < len(p) else "" for p in parts] for n in range(height)]
+    return [list(line) for line in zip_longest(*parts, fillvalue="")]
 
 
 ANSI = {"FAIL": "\x1b[1;31m", "WARN": "\x1b[33m"}  # bold red, yellow

@@ -135,12 +135,11 @@ def _split(dev: DevicePlan, reserve_irq: int, specs: Sequence[RoleSpec]) -> Devi
             f"device {dev.device}: its pool of {len(dev.pool)} CPUs has {len(dev.main)} main "
             f"CPU(s), too few for {' + '.join(wants)} CPUs and at least one main CPU"
         )
-    for spec in specs:
-        if any(role.name == spec.name for role in dev.thread_roles):
-            raise PlanError(f"device {dev.device} already has a thread role {spec.name!r}")
     irq, main = dev.irq + dev.main[:reserve_irq], dev.main[reserve_irq:]
     roles = list(dev.thread_roles)
     for spec in specs:
+        if any(role.name == spec.name for role in dev.thread_roles):
+            raise PlanError(f"device {dev.device} already has a thread role {spec.name!r}")
         cpus = spec.cpus
         if not cpus:
             main, cpus = main[: -spec.ncpus], main[-spec.ncpus :]
