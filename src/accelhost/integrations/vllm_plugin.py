@@ -96,9 +96,7 @@ class _ToVllm(logging.Handler):
     """Hands the applier's warnings to vLLM's logger, so they carry the worker's prefix.
     Only the first "step failed" goes through: a refused plan fails one step per thread."""
 
-    def __init__(self, level: int) -> None:
-        super().__init__(level)
-        self.step_failures = 0
+    step_failures = 0
 
     def emit(self, record: logging.LogRecord) -> None:
         if str(record.msg).startswith("step failed"):
@@ -115,14 +113,6 @@ def bind_worker(worker: Any, plan_path: str) -> ApplyReport | None:
     forward = None if applier.hasHandlers() else _ToVllm(logging.WARNING)
     if forward is not None:
         applier.addHandler(forward)
-    try:
-        return _bind(worker, plan_path)
-    finally:
-        if forward is not None:
-            applier.removeHandler(forward)
-
-
-def _bind(worker: Any, plan_path: str) -> ApplyReport | None:
     try:
         from accelhost.apply.worker import bind_current_process
 
@@ -149,6 +139,9 @@ def _bind(worker: Any, plan_path: str) -> ApplyReport | None:
     except Exception as exc:  # the engine must keep serving whatever went wrong here
         log.warning("accelhost: binding this worker failed, the engine goes on unbound: %r", exc)
         return None
+    finally:
+        if forward is not None:
+            applier.removeHandler(forward)
 
 
 def summary(report: ApplyReport, pid: int, how: str) -> tuple[int, str]:
