@@ -18,7 +18,6 @@ Rules (docs/gpu.md), for GPU g on node n with A = allowed CPUs:
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -112,14 +111,13 @@ def _gpu_node(
     node_cpus: Mapping[int, Sequence[int]],
     messages: list[str],
 ) -> int:
-    with_cpus = [n for n, cpus in node_cpus.items() if cpus]
     if numa_from == "local_cpulist":
         if not local_cpus:
             raise PlanError(
                 f"GPU {gpu.index} ({gpu.pci}) has no local_cpulist to take its node from"
             )
         local = set(local_cpus)
-        counts = Counter({n: len(local & set(cpus)) for n, cpus in node_cpus.items()})
+        counts = {n: len(local & set(cpus)) for n, cpus in node_cpus.items()}
         best = max(counts.values(), default=0)
         if best == 0:
             raise PlanError(
@@ -146,7 +144,7 @@ def _gpu_node(
             f"device {gpu.index} ({gpu.pci}) has no entry in /sys/bus/pci/devices "
             f"(mistyped address, or a container without the host's PCI tree){hint}"
         )
-    if len(with_cpus) > 1:
+    if sum(1 for cpus in node_cpus.values() if cpus) > 1:
         what = "reports numa_node -1" if gpu.numa_source == "sysfs" else "has no known node"
         messages.append(
             f"GPU {gpu.index} ({gpu.pci}) {what}; using node 0 as torchrun does "
@@ -235,7 +233,7 @@ def _pool_exclusive(item: _Placed, cut: _Cut) -> tuple[int, ...]:
             f"NUMA node {item.node} has {len(keys)} allowed physical core(s) for "
             f"{len(peers)} GPUs ({names}): exclusive needs at least one core per GPU"
         )
-    rank = [p.gpu.index for p in peers].index(item.gpu.index)
+    rank = peers.index(item)
     base, extra = divmod(len(keys), len(peers))
     start = rank * base + min(rank, extra)
     end = start + base + (1 if rank < extra else 0)
@@ -253,7 +251,7 @@ def _pool_core_complex(item: _Placed, cut: _Cut) -> tuple[int, ...]:
             )
         groups.setdefault(min(shared), []).append(cpu)
     ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
-    rank = [p.gpu.index for p in cut.node_gpus(item)].index(item.gpu.index)
+    rank = cut.node_gpus(item).index(item)
     return tuple(sorted(ordered[rank % len(ordered)][1]))
 
 
