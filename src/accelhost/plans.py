@@ -90,11 +90,7 @@ class PlannedHost:
     numa_nodes: tuple[int, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "hostname": self.hostname,
-            "allowed_cpus": list(self.allowed_cpus),
-            "numa_nodes": list(self.numa_nodes),
-        }
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in vars(self).items()}
 
 
 @dataclass(frozen=True)
@@ -128,11 +124,8 @@ class Plan:
     def worker_skip(self, index: int) -> str | None:
         """Why device `index` has no worker CPUs although the plan is for it (only the host
         threads are planned), or None: a planned device, or one the plan is not for."""
-        if self.worker_skipped is None or index not in self.visible:
-            return None
-        if any(dev.device == index for dev in self.devices):
-            return None
-        return self.worker_skipped
+        planned = any(dev.device == index for dev in self.devices)
+        return None if planned or index not in self.visible else self.worker_skipped
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
