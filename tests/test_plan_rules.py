@@ -355,11 +355,13 @@ def test_the_fast_device_plan_is_a_device_plan() -> None:
     """split_roles builds DevicePlan without its frozen __init__: equal in every field."""
     from dataclasses import fields
 
-    from accelhost.planner.ascend import _device_plan
+    from accelhost.planner.ascend import split_roles
     from accelhost.plans import DevicePlan
+    from accelhost.topology import Topology
 
     pool = tuple(range(8, 16))
-    fast = _device_plan(3, pool, pool[:2], pool[2:-2], pool[-2:-1], pool[-1:], 1, "0000:c1:00.0")
+    topo = Topology("aarch64", "A3", pool, cpu_node=dict.fromkeys(pool, 1))
+    fast = split_roles(3, pool, "A3", topo, "0000:c1:00.0")
     slow = DevicePlan(3, pool, pool[:2], pool[2:-2], pool[-2:-1], pool[-1:], 1, "0000:c1:00.0")
     assert set(vars(fast)) == {f.name for f in fields(DevicePlan)}
     assert fast == slow and hash(fast) == hash(slow) and repr(fast) == repr(slow)

@@ -15,7 +15,7 @@ What lives where (planning data flows one way for every family):
   `remove/` (signals, unlink, IPC_RMID, each re-checked at the moment it is done);
   `containers/`: which container a process is in and what its runtime calls it;
 - `pipeline/`, `bench/`: feeding a device, and the two A/B tools (`bench bind`, `bench
-  pipeline`); `render/`: plain text tables for people;
+  pipeline`); `render`: plain text tables for people;
 - `integrations/`: engine plugins (vLLM);
 - `cli/`: the command line; `api`: `plan(host)`, the library's front door; `errors`: the
   typed errors (a `UsageError` exits 2, any other `AccelhostError` 1); `formats`: the

@@ -16,7 +16,6 @@ from accelhost.plans import HOSTNAME, Plan, PlannedHost
 
 if TYPE_CHECKING:
     from accelhost.planner.roles import RoleSpec
-    from accelhost.topology import Topology
 
 
 def plan(
@@ -37,18 +36,14 @@ def plan(
 
     topo = read_topology(host, device_type=device_type, pci=pci or None)
     result = plan_topology(topo, strategy=strategy, devices=devices, numa_from=numa_from)
-    result = replace(result, host=planned_host(host, topo))
+    name = (host.read_file(HOSTNAME) or "").strip() or None
+    planned = PlannedHost(name, tuple(topo.allowed_cpus), tuple(sorted(topo.node_cpus)))
+    result = replace(result, host=planned)
     if reserve_irq or thread_roles:
         from accelhost.planner.roles import add_roles
 
         result = add_roles(result, reserve_irq=reserve_irq, thread_roles=thread_roles)
     return result
-
-
-def planned_host(host: Host, topo: Topology) -> PlannedHost:
-    """What a plan records of the host it is made for (`Plan.host`)."""
-    name = (host.read_file(HOSTNAME) or "").strip() or None
-    return PlannedHost(name, tuple(topo.allowed_cpus), tuple(sorted(topo.node_cpus)))
 
 
 def plan_for_device(host: Host, device: int, **kwargs: Any) -> Plan:

@@ -68,32 +68,24 @@ def _short(text: str, width: int = 60) -> str:
 
 def format_cpulist(cpus: Iterable[int]) -> str:
     """[0, 1, 2, 5, 7, 8] -> `0-2,5,7-8` (sorted, unique); empty -> ``."""
-    ordered = sorted(set(cpus))
-    if not ordered:
-        return ""
-    parts: list[str] = []
-    start = prev = ordered[0]
-    for cpu in ordered[1:]:
-        if cpu == prev + 1:
-            prev = cpu
-            continue
-        parts.append(f"{start}-{prev}" if prev != start else str(start))
-        start = prev = cpu
-    parts.append(f"{start}-{prev}" if prev != start else str(start))
-    return ",".join(parts)
+    runs: list[list[int]] = []  # [first, last] of each run of consecutive ids
+    for cpu in sorted(set(cpus)):
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def cpu_mask(cpus: Iterable[int]) -> str:
     """The /proc/irq/N/smp_affinity text: CPU 3 -> `00000008`, CPU 35 ->
     `00000008,00000000` (32-bit groups, most significant first)."""
-    cpus = list(cpus)
+    cpus = set(cpus)
     if not cpus:
         raise ValueError("an IRQ mask needs at least one CPU")
-    value = 0
-    for cpu in cpus:
-        if cpu < 0:
-            raise ValueError(f"negative CPU id {cpu}")
-        value |= 1 << cpu
+    if min(cpus) < 0:
+        raise ValueError(f"negative CPU id {min(cpus)}")
+    value = sum(1 << cpu for cpu in cpus)
     groups = max(cpus) // 32 + 1
     return ",".join(f"{(value >> (32 * g)) & 0xFFFFFFFF:08x}" for g in reversed(range(groups)))
 
@@ -113,8 +105,6 @@ def parse_cpu_mask(text: str, source: str = "cpu mask") -> list[int]:
 # Accelerator ids: no host has more than this many devices of one kind (an NPU or GPU
 # index is a small number; PCI allows 65536 functions per domain, far beyond any box).
 MAX_DEVICES = 4096
-
-
 # Process and thread ids never exceed PID_MAX_LIMIT (2**22 on 64-bit kernels).
 MAX_PID = 1 << 22
 

@@ -13,9 +13,9 @@ FAMILIES = ASCEND_FAMILIES + GPU_FAMILIES
 
 def normalize_family(value: str) -> str:
     """Accept `a3`, `A3`, `310p`, `Nvidia`...; PlanError naming the choices otherwise."""
-    for family in FAMILIES:
-        if value.strip().lower() == family.lower():
-            return family
+    found = {family.lower(): family for family in FAMILIES}.get(value.strip().lower())
+    if found:
+        return found
     raise PlanError(f"unknown device type {value!r} (choose from {', '.join(FAMILIES)})")
 
 

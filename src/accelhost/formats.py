@@ -22,9 +22,8 @@ VERIFY = "accelhost-verify/1"  # `verify --json`
 DOCTOR = "accelhost-doctor/1"  # `doctor --json`
 CLEAN = "accelhost-clean/1"  # `clean --json`
 BENCH_BIND = "accelhost-bench-bind/1"  # `bench bind --json`
-BENCH_PIPELINE = (
-    "accelhost-bench-pipeline/2"  # `bench pipeline --json` (/2: methods under "methods")
-)
+# `bench pipeline --json` (/2: methods under "methods")
+BENCH_PIPELINE = "accelhost-bench-pipeline/2"
 IRQ_STATE = "accelhost-irq-state/1"  # the saved IRQ masks (`unbind --irq`)
 
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from accelhost import formats
 from accelhost.errors import PlanError, PlanFileError
 
-PLAN_FORMAT = formats.PLAN
 HOSTNAME = "/proc/sys/kernel/hostname"
 
+# A device plan's CPU lists, in the order its JSON gives them.
+_CPU_LISTS = ("pool", "irq", "main", "acl", "release")
 # The Ascend runtime threads that get their own CPU.
 ACL_THREAD = "acl_thread"
 RELEASE_THREAD = "release_thread"
@@ -49,23 +50,15 @@ class DevicePlan:
 
     def roles(self) -> list[ThreadRole]:
         """Every named thread role in the order the applier pins them (later wins)."""
-        out: list[ThreadRole] = []
-        if self.acl:
-            out.append(ThreadRole("acl", ACL_THREAD, self.acl))
-        if self.release:
-            out.append(ThreadRole("release", RELEASE_THREAD, self.release))
-        out.extend(self.thread_roles)
-        return out
+        ascend = (
+            ThreadRole("acl", ACL_THREAD, self.acl),
+            ThreadRole("release", RELEASE_THREAD, self.release),
+        )
+        return [role for role in ascend if role.cpus] + list(self.thread_roles)
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "pool": list(self.pool),
-            "irq": list(self.irq),
-            "main": list(self.main),
-            "acl": list(self.acl),
-            "release": list(self.release),
-            "numa_node": self.numa_node,
-        }
+        d: dict[str, Any] = {name: list(getattr(self, name)) for name in _CPU_LISTS}
+        d["numa_node"] = self.numa_node
         if self.pci:
             d["pci"] = self.pci
         if self.thread_roles:
@@ -97,11 +90,7 @@ class PlannedHost:
     numa_nodes: tuple[int, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "hostname": self.hostname,
-            "allowed_cpus": list(self.allowed_cpus),
-            "numa_nodes": list(self.numa_nodes),
-        }
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in vars(self).items()}
 
 
 @dataclass(frozen=True)
@@ -135,15 +124,12 @@ class Plan:
     def worker_skip(self, index: int) -> str | None:
         """Why device `index` has no worker CPUs although the plan is for it (only the host
         threads are planned), or None: a planned device, or one the plan is not for."""
-        if self.worker_skipped is None or index not in self.visible:
-            return None
-        if any(dev.device == index for dev in self.devices):
-            return None
-        return self.worker_skipped
+        planned = any(dev.device == index for dev in self.devices)
+        return None if planned or index not in self.visible else self.worker_skipped
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
-            "format": PLAN_FORMAT,
+            "format": formats.PLAN,
             "device_type": self.device_type,
             "mode": self.mode,
             "visible": list(self.visible),
@@ -166,9 +152,9 @@ class Plan:
         r = _Reader(source)
         if not isinstance(data, dict):
             raise r.fail("a plan is a JSON object")
-        fmt = data.get("format", PLAN_FORMAT)
-        if fmt != PLAN_FORMAT:
-            raise r.fail(f"unsupported format {fmt!r} (expected {PLAN_FORMAT!r})")
+        fmt = data.get("format", formats.PLAN)
+        if fmt != formats.PLAN:
+            raise r.fail(f"unsupported format {fmt!r} (expected {formats.PLAN!r})")
         skipped = data.get("worker_skipped")
         if skipped is not None and (not isinstance(skipped, str) or not skipped.strip()):
             raise r.fail("'worker_skipped' must be a non-empty string (why no worker is planned)")
@@ -201,27 +187,17 @@ class Plan:
         )
 
 
-_KNOWN = {
-    "format",
-    "device_type",
-    "mode",
-    "visible",
-    "devices",
-    "messages",
-    "host_threads",
-    "host",
-    "worker_skipped",
-}
-_CPU_LISTS = ("pool", "irq", "main", "acl", "release")
+# Every key `Plan.to_dict` writes itself; any other is kept as it is in `Plan.extra`.
+_KNOWN = {"format", *(f.name for f in fields(Plan))} - {"extra"}
 # No kernel configures more CPUs than this (NR_CPUS tops out at 8192 today).
 MAX_CPU_ID = 1 << 16
 
 
+@dataclass(frozen=True)
 class _Reader:
     """The checks of `Plan.from_dict`, each failing with "SOURCE: what is wrong"."""
 
-    def __init__(self, source: str) -> None:
-        self.source = source
+    source: str
 
     def fail(self, problem: str) -> PlanError:
         return PlanError(f"{self.source}: {problem}")
@@ -347,7 +323,5 @@ def load_plan(plan: Plan | dict[str, Any] | str | os.PathLike[str]) -> Plan:
         )
     try:
         return Plan.from_dict(data, path)
-    except PlanFileError:
-        raise
     except PlanError as exc:
         raise PlanFileError(exc.reason) from None

@@ -56,9 +56,6 @@ class CpuDetail:
     allowed_source: str = "/proc/self/status"
 
 
-NO_CPU_DETAIL = CpuDetail()
-
-
 @dataclass(frozen=True)
 class Topology:
     """What the planners read. `None` means "not known on this host", `()` means "none".
@@ -78,7 +75,7 @@ class Topology:
     visible_env: str | None = None
     host_thread_tids: tuple[int, ...] = ()
     notes: tuple[str, ...] = ()
-    cpu: CpuDetail = NO_CPU_DETAIL
+    cpu: CpuDetail = CpuDetail()
     # Why a device tool told nothing (it failed): its devices or processes are then
     # unknown, never "none".
     unread: tuple[str, ...] = ()

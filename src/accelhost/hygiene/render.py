@@ -13,8 +13,7 @@ from accelhost.formats import MIB
 from accelhost.hygiene.report import CheckResult, DoctorReport
 from accelhost.hygiene.text import file_bytes, human_bytes, one_line
 from accelhost.parsers.devnodes import is_control_node
-from accelhost.render import render_table
-from accelhost.render.table import Paint
+from accelhost.render import Paint, render_table
 
 
 def _mib(v: Any) -> str:

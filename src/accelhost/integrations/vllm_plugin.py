@@ -14,10 +14,14 @@ migration budget; 0 skips migration), ACCELHOST_BIND_IRQ=1 (also bind the device
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from accelhost.apply.steps import ApplyReport
 
 ENV_PLAN = "ACCELHOST_PLAN"
 ENV_BUDGET = "ACCELHOST_MIGRATE_BUDGET_MS"
@@ -60,7 +64,7 @@ def install(wrapper_cls: type, plan_path: str) -> bool:
 
     def compile_or_warm_up_model(self: Any, *args: Any, **kwargs: Any) -> Any:
         worker = getattr(self, "worker", self)
-        before_warm_up(worker)
+        before_warm_up()
         call: Callable[..., Any] = own.__get__(self) if own is not None else getattr(worker, HOOK)
         result = call(*args, **kwargs)
         bind_worker(worker, plan_path)
@@ -72,10 +76,8 @@ def install(wrapper_cls: type, plan_path: str) -> bool:
     return True
 
 
-def before_warm_up(worker: Any) -> None:
+def before_warm_up() -> None:
     """On vllm-ascend, turn its own CPU binding off (it would run inside the warm-up)."""
-    import importlib.util
-
     try:
         if importlib.util.find_spec("vllm_ascend") is None:
             return
@@ -90,23 +92,11 @@ def before_warm_up(worker: Any) -> None:
         log.warning("accelhost: %s", ASCEND_ADVICE)
 
 
-def worker_device(worker: Any) -> tuple[int | None, int, str]:
-    """(device or None to resolve from the local rank, local rank, backend name)."""
-    local_rank = int(worker.local_rank)
-    device = getattr(worker, "device", None)
-    backend = str(getattr(device, "type", device) or "unknown")
-    if backend == "cpu":
-        return local_rank, local_rank, backend
-    return None, local_rank, backend
-
-
 class _ToVllm(logging.Handler):
     """Hands the applier's warnings to vLLM's logger, so they carry the worker's prefix.
     Only the first "step failed" goes through: a refused plan fails one step per thread."""
 
-    def __init__(self, level: int) -> None:
-        super().__init__(level)
-        self.step_failures = 0
+    step_failures = 0
 
     def emit(self, record: logging.LogRecord) -> None:
         if str(record.msg).startswith("step failed"):
@@ -116,7 +106,7 @@ class _ToVllm(logging.Handler):
         log.handle(record)
 
 
-def bind_worker(worker: Any, plan_path: str) -> Any:
+def bind_worker(worker: Any, plan_path: str) -> ApplyReport | None:
     """Bind this worker process; one log line either way (and the applier's warnings,
     through vLLM's logger when nothing else shows them). Never raises."""
     applier = logging.getLogger("accelhost.apply")
@@ -124,17 +114,11 @@ def bind_worker(worker: Any, plan_path: str) -> Any:
     if forward is not None:
         applier.addHandler(forward)
     try:
-        return _bind(worker, plan_path)
-    finally:
-        if forward is not None:
-            applier.removeHandler(forward)
-
-
-def _bind(worker: Any, plan_path: str) -> Any:
-    try:
         from accelhost.apply.worker import bind_current_process
 
-        device, local_rank, backend = worker_device(worker)
+        local_rank = int(worker.local_rank)
+        device = getattr(worker, "device", None)
+        backend = str(getattr(device, "type", device) or "unknown")
         budget = int(os.environ.get(ENV_BUDGET, "") or -1)
         kwargs: dict[str, Any] = {
             "irq": os.environ.get(ENV_IRQ, "") == "1",
@@ -142,64 +126,54 @@ def _bind(worker: Any, plan_path: str) -> Any:
         }
         if budget > 0:
             kwargs["migrate_budget_ms"] = budget
-        if device is not None:
-            report = bind_current_process(plan_path, device=device, **kwargs)
+        if backend == "cpu":
+            kwargs["device"] = local_rank
             how = f"{backend} backend: local rank {local_rank} is the device id"
         else:
-            report = bind_current_process(plan_path, local_rank=local_rank, **kwargs)
+            kwargs["local_rank"] = local_rank
             how = f"{backend} backend, local rank {local_rank}"
+        report = bind_current_process(plan_path, **kwargs)
         level, line = summary(report, os.getpid(), how)
         log.log(level, "accelhost: %s", line)
         return report
     except Exception as exc:  # the engine must keep serving whatever went wrong here
         log.warning("accelhost: binding this worker failed, the engine goes on unbound: %r", exc)
         return None
+    finally:
+        if forward is not None:
+            applier.removeHandler(forward)
 
 
-def summary(report: Any, pid: int, how: str) -> tuple[int, str]:
+def summary(report: ApplyReport, pid: int, how: str) -> tuple[int, str]:
     """(log level, one line): what the bind did. A worker none of whose threads moved is
-    "not bound", at WARNING: it must not read as a successful bind."""
+    "not bound", at WARNING: it must not read as a successful bind. So is an Ascend 950
+    worker whose plan was skipped, while the host's UVB poll threads are pinned all the
+    same, as vllm-ascend pins them."""
     from accelhost.cpulist import format_cpulist
 
     if report.skipped:
         return logging.WARNING, f"worker {pid} not bound ({how}): {report.skipped}"
     threads = [r for r in report.results if r.step.kind == "thread"]
-    if getattr(report, "worker_skipped", None):
-        return logging.WARNING, skipped_worker_line(report, pid, how)
     ok = [r for r in threads if r.status == "ok"]
-    failed = report.failed
+    cpus = format_cpulist(c for r in ok for c in getattr(r.step, "cpus", ()))
+    not_bound = f"worker {pid} not bound to device {report.device} ({how})"
+    if report.worker_skipped:
+        host = (
+            f"{len(ok)} of {len(threads)} host threads pinned to CPUs {cpus}"
+            if ok
+            else f"no host thread pinned ({len(threads)} found)"
+        )
+        why = f"worker CPU binding skipped: {report.worker_skipped}"
+        return logging.WARNING, f"{not_bound}: {why}; {host}"
     if threads and not ok:
         first = threads[0]
-        wanted = format_cpulist(sorted(getattr(first.step, "cpus", ())))
-        return logging.WARNING, (
-            f"worker {pid} not bound to device {report.device} ({how}): "
-            f"CPUs {wanted or '-'}: {first.detail or first.status}"
-        )
-    cpus = sorted({c for r in ok for c in getattr(r.step, "cpus", ())})
+        wanted = format_cpulist(getattr(first.step, "cpus", ()))
+        return logging.WARNING, f"{not_bound}: CPUs {wanted or '-'}: {first.detail or first.status}"
+    failed = report.failed
     tail = f"; {len(failed)} step(s) failed (see warnings)" if failed else ""
     memory = next((r for r in report.results if r.step.kind == "memory"), None)
     mem = f"; memory: {memory.status}" if memory is not None else ""
     return logging.WARNING if failed else logging.INFO, (
         f"bound worker {pid} to device {report.device} ({how}) after warm-up: "
-        f"{len(ok)} of {len(threads)} threads on CPUs {format_cpulist(cpus) or '-'}"
-        f"{mem}{tail}"
-    )
-
-
-def skipped_worker_line(report: Any, pid: int, how: str) -> str:
-    """Ascend 950 whose worker plan was skipped: the worker is not bound, and the host's
-    UVB poll threads are pinned all the same, as vllm-ascend pins them."""
-    from accelhost.cpulist import format_cpulist
-
-    threads = [r for r in report.results if r.step.kind == "thread"]
-    pinned = [r for r in threads if r.status == "ok"]
-    cpus = sorted({c for r in pinned for c in getattr(r.step, "cpus", ())})
-    host = (
-        f"{len(pinned)} of {len(threads)} host threads pinned to CPUs {format_cpulist(cpus)}"
-        if pinned
-        else f"no host thread pinned ({len(threads)} found)"
-    )
-    return (
-        f"worker {pid} not bound to device {report.device} ({how}): worker CPU binding "
-        f"skipped: {report.worker_skipped}; {host}"
+        f"{len(ok)} of {len(threads)} threads on CPUs {cpus or '-'}{mem}{tail}"
     )

@@ -13,7 +13,6 @@ What lives where:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from accelhost.errors import PlanError
 from accelhost.family import ASCEND_FAMILIES, GPU_FAMILIES
@@ -21,29 +20,14 @@ from accelhost.planner.ascend import no_family, plan_ascend
 from accelhost.plans import Plan
 from accelhost.topology import Topology
 
-if TYPE_CHECKING:
-    from accelhost.planner.gpu import DEFAULT_STRATEGY, NUMA_SOURCES, STRATEGIES, plan_gpus
-
-_GPU_NAMES = ("DEFAULT_STRATEGY", "NUMA_SOURCES", "STRATEGIES", "plan_gpus")
-
 
 def __getattr__(name: str) -> object:
     """The GPU planner's names, loaded on first use: an Ascend plan does not pay for it."""
-    if name in _GPU_NAMES:
+    if name in ("DEFAULT_STRATEGY", "NUMA_SOURCES", "STRATEGIES", "plan_gpus"):
         from accelhost.planner import gpu
 
         return getattr(gpu, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = [
-    "DEFAULT_STRATEGY",
-    "NUMA_SOURCES",
-    "STRATEGIES",
-    "plan_ascend",
-    "plan_gpus",
-    "plan_topology",
-]
 
 
 def plan_topology(

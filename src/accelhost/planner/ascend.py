@@ -8,7 +8,7 @@ strategy by family, global_slice, topo_affinity, cluster, roles inside a pool).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from accelhost.cpulist import IDS, format_cpulist
 from accelhost.errors import PlanError
@@ -92,10 +92,6 @@ def running_npus(topo: Topology) -> list[int]:
     return sorted(running)
 
 
-def total_npus(topo: Topology, running: Sequence[int]) -> int:
-    return len(logical_ids(topo)) or len(topo.affinity) or len(running)
-
-
 def _sorted_unique(cpus: Sequence[int]) -> list[int]:
     """Sorted unique CPUs; a contiguous ascending list (the usual cpuset) is taken as is,
     tested against a slice of the shared id table (a pointer comparison per CPU)."""
@@ -129,16 +125,13 @@ def global_slice_pools(
     return pools
 
 
-def _candidates(
-    ids: Sequence[int],
-    running: Sequence[int],
-    affinity: Mapping[int, Sequence[int]],
-    allowed: set[int],
-) -> list[int]:
+def _candidates(topo: Topology, running: Sequence[int], allowed: set[int]) -> list[int]:
     """Running NPUs plus hidden ones whose affinity meets our CPUs (so they take part)."""
     run = set(running)
     return [
-        n for n in sorted(set(ids) | run) if n in run or not allowed.isdisjoint(affinity.get(n, ()))
+        n
+        for n in sorted(set(logical_ids(topo)) | run)
+        if n in run or not allowed.isdisjoint(topo.affinity.get(n, ()))
     ]
 
 
@@ -146,7 +139,7 @@ def topo_affinity_pools(topo: Topology, running: Sequence[int]) -> Pools:
     allowed_set = set(topo.allowed_cpus)
     node_count = len(topo.node_cpus)
     extended: dict[int, list[int]] = {}
-    for npu in _candidates(logical_ids(topo), running, topo.affinity, allowed_set):
+    for npu in _candidates(topo, running, allowed_set):
         base = [c for c in topo.affinity.get(npu, ()) if c in allowed_set]
         if not base:
             raise PlanError(AFFINITY_CONFLICT)
@@ -194,7 +187,7 @@ def cluster_pools(topo: Topology, running: Sequence[int]) -> Pools:
     allowed = set(topo.allowed_cpus)
     reserved = set(host_thread_cpus(topo))
     by_node: dict[int, list[int]] = {}
-    for npu in _candidates(logical_ids(topo), running, topo.affinity, allowed):
+    for npu in _candidates(topo, running, allowed):
         cpus = [c for c in topo.affinity.get(npu, ()) if c in allowed]
         nodes = {topo.cpu_node.get(c) for c in cpus}
         if len(nodes) != 1 or None in nodes:
@@ -215,8 +208,7 @@ def cluster_pools(topo: Topology, running: Sequence[int]) -> Pools:
                 f"insufficient CPU clusters. numa={node}, clusters={len(clusters)}, "
                 f"npus={sorted(npus)}. action: skip worker CPU binding."
             )
-        for npu, cluster in zip(sorted(npus), clusters, strict=False):
-            pools[npu] = cluster
+        pools.update(zip(sorted(npus), clusters, strict=False))
     for npu in running:
         if npu not in pools:
             raise PlanError(f"NPU {npu} has no CPU cluster. action: skip worker CPU binding.")
@@ -228,50 +220,21 @@ def split_roles(
 ) -> DevicePlan:
     """IRQ, main, ACL and release CPUs of one pool (the spec's "roles inside a pool")."""
     pool = tuple(cpus)
-    node = topo.cpu_node.get(pool[0]) if pool else None  # plans.numa_node_of, inlined
-    if family == "950":
-        if len(pool) < MIN_CPUS_PER_NPU_WITHOUT_IRQ:
-            raise PlanError(
-                "The number of CPUs is insufficient. Each NPU requires at least "
-                f"{MIN_CPUS_PER_NPU_WITHOUT_IRQ} CPUs."
-            )
-        return _device_plan(device, pool, (), pool, (), (), node, pci)
-    if len(pool) < MIN_CPUS_PER_NPU:
+    minimum = MIN_CPUS_PER_NPU_WITHOUT_IRQ if family == "950" else MIN_CPUS_PER_NPU
+    if len(pool) < minimum:
         raise PlanError(
-            "The number of CPUs is insufficient. Each NPU requires at least "
-            f"{MIN_CPUS_PER_NPU} CPUs."
+            f"The number of CPUs is insufficient. Each NPU requires at least {minimum} CPUs."
         )
-    return _device_plan(device, pool, pool[:2], pool[2:-2], pool[-2:-1], pool[-1:], node, pci)
-
-
-def _device_plan(
-    device: int,
-    pool: tuple[int, ...],
-    irq: tuple[int, ...],
-    main: tuple[int, ...],
-    acl: tuple[int, ...],
-    release: tuple[int, ...],
-    node: int | None,
-    pci: str | None,
-) -> DevicePlan:
-    """An equal `DevicePlan`, built without the frozen `__init__` (a plan builds one per
-    NPU); tests/test_plan_rules.py checks that it stays equal."""
+    if family == "950":
+        roles = {"irq": (), "main": pool, "acl": (), "release": ()}
+    else:
+        roles = {"irq": pool[:2], "main": pool[2:-2], "acl": pool[-2:-1], "release": pool[-1:]}
+    # An equal DevicePlan built without its frozen __init__ (a plan builds one per NPU);
+    # tests/test_plan_rules.py checks that it stays equal.
     plan = _new(DevicePlan)
-    _set(
-        plan,
-        "__dict__",
-        {
-            "device": device,
-            "pool": pool,
-            "irq": irq,
-            "main": main,
-            "acl": acl,
-            "release": release,
-            "numa_node": node,
-            "pci": pci,
-            "thread_roles": (),
-        },
-    )
+    node = topo.cpu_node.get(pool[0])  # plans.numa_node_of, inlined
+    fields = {"device": device, "pool": pool, **roles, "numa_node": node, "pci": pci}
+    _set(plan, "__dict__", {**fields, "thread_roles": ()})
     return plan
 
 
@@ -318,7 +281,8 @@ def plan_ascend(
     elif mode == "topo_affinity":
         pools = topo_affinity_pools(topo, running)
     else:
-        pools = global_slice_pools(topo.allowed_cpus, total_npus(topo, running), running, minimum)
+        total = len(logical_ids(topo)) or len(topo.affinity) or len(running)
+        pools = global_slice_pools(topo.allowed_cpus, total, running, minimum)
     if not topo.cpu_node:
         raise PlanError(NO_NUMA)
     missing = [n for n in running if n not in pools]

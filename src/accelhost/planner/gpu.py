@@ -18,7 +18,6 @@ Rules (docs/gpu.md), for GPU g on node n with A = allowed CPUs:
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -85,23 +84,17 @@ def plan_gpus(
         assert gpu is not None  # resolve_visible returns known indices only
         node = _gpu_node(gpu, topo.affinity.get(index), numa_from, node_cpus, messages)
         placed.append(_Placed(gpu, node))
-    for item in placed:
-        _check_node(item, node_cpus, allowed, numa_from, topo.here)
-
     cut = _Cut(topo, node_cpus, allowed, placed)
+    for item in placed:
+        cut.check(item, numa_from)
     pools = {item.gpu.index: _POOLS[strategy](item, cut) for item in placed}
     cpu_node = {cpu: node for node, cpus in node_cpus.items() for cpu in cpus}
     pci = {item.gpu.index: item.gpu.pci for item in placed}
-    plans = [
-        DevicePlan(
-            device=index,
-            pool=pools[index],
-            main=pools[index],
-            numa_node=numa_node_of(pools[index], cpu_node),
-            pci=pci[index],
-        )
-        for index in sorted(wanted)
-    ]
+    plans = []
+    for index in sorted(wanted):
+        pool = pools[index]
+        home = numa_node_of(pool, cpu_node)
+        plans.append(DevicePlan(index, pool, main=pool, numa_node=home, pci=pci[index]))
     return Plan(
         device_type=topo.family or "pci",
         mode=strategy,
@@ -118,14 +111,13 @@ def _gpu_node(
     node_cpus: Mapping[int, Sequence[int]],
     messages: list[str],
 ) -> int:
-    with_cpus = [n for n, cpus in node_cpus.items() if cpus]
     if numa_from == "local_cpulist":
         if not local_cpus:
             raise PlanError(
                 f"GPU {gpu.index} ({gpu.pci}) has no local_cpulist to take its node from"
             )
         local = set(local_cpus)
-        counts = Counter({n: len(local & set(cpus)) for n, cpus in node_cpus.items()})
+        counts = {n: len(local & set(cpus)) for n, cpus in node_cpus.items()}
         best = max(counts.values(), default=0)
         if best == 0:
             raise PlanError(
@@ -152,43 +144,13 @@ def _gpu_node(
             f"device {gpu.index} ({gpu.pci}) has no entry in /sys/bus/pci/devices "
             f"(mistyped address, or a container without the host's PCI tree){hint}"
         )
-    if len(with_cpus) > 1:
+    if sum(1 for cpus in node_cpus.values() if cpus) > 1:
         what = "reports numa_node -1" if gpu.numa_source == "sysfs" else "has no known node"
         messages.append(
             f"GPU {gpu.index} ({gpu.pci}) {what}; using node 0 as torchrun does "
             "(numa_from='local_cpulist' takes the node of its local CPUs instead)"
         )
     return 0
-
-
-def _check_node(
-    item: _Placed,
-    node_cpus: Mapping[int, Sequence[int]],
-    allowed: set[int],
-    numa_from: str,
-    here: str = "this host",
-) -> None:
-    gpu, node = item.gpu, item.node
-    cpus = node_cpus.get(node)
-    who = f"GPU {gpu.index} ({gpu.pci})"
-    if cpus is None:
-        raise PlanError(f"{who} is on NUMA node {node}, which {here} does not have")
-    if not cpus:
-        hint = (
-            "; numa_from='local_cpulist' (--numa-from local_cpulist) places it by its "
-            "local CPUs instead"
-            if numa_from == "numa_node"
-            else ""
-        )
-        raise PlanError(
-            f"{who} is on NUMA node {node}, a memory-only node with no CPUs "
-            f"(as GPU memory on Grace hosts){hint}"
-        )
-    if not allowed.intersection(cpus):
-        raise PlanError(
-            f"{who} is on NUMA node {node}, but none of its CPUs "
-            f"({format_cpulist(cpus)}) are allowed (allowed: {format_cpulist(allowed)})"
-        )
 
 
 @dataclass(frozen=True)
@@ -199,6 +161,30 @@ class _Cut:
     node_cpus: Mapping[int, Sequence[int]]
     allowed: set[int]
     placed: Sequence[_Placed]  # in CUDA ordinal order
+
+    def check(self, item: _Placed, numa_from: str) -> None:
+        """PlanError unless the GPU's node has CPUs and some of them are allowed."""
+        gpu, node = item.gpu, item.node
+        cpus = self.node_cpus.get(node)
+        who = f"GPU {gpu.index} ({gpu.pci})"
+        if cpus is None:
+            raise PlanError(f"{who} is on NUMA node {node}, which {self.topo.here} does not have")
+        if not cpus:
+            hint = (
+                "; numa_from='local_cpulist' (--numa-from local_cpulist) places it by its "
+                "local CPUs instead"
+                if numa_from == "numa_node"
+                else ""
+            )
+            raise PlanError(
+                f"{who} is on NUMA node {node}, a memory-only node with no CPUs "
+                f"(as GPU memory on Grace hosts){hint}"
+            )
+        if not self.allowed.intersection(cpus):
+            raise PlanError(
+                f"{who} is on NUMA node {node}, but none of its CPUs "
+                f"({format_cpulist(cpus)}) are allowed (allowed: {format_cpulist(self.allowed)})"
+            )
 
     def node_allowed(self, node: int) -> list[int]:
         return sorted(self.allowed.intersection(self.node_cpus.get(node, ())))
@@ -247,7 +233,7 @@ def _pool_exclusive(item: _Placed, cut: _Cut) -> tuple[int, ...]:
             f"NUMA node {item.node} has {len(keys)} allowed physical core(s) for "
             f"{len(peers)} GPUs ({names}): exclusive needs at least one core per GPU"
         )
-    rank = [p.gpu.index for p in peers].index(item.gpu.index)
+    rank = peers.index(item)
     base, extra = divmod(len(keys), len(peers))
     start = rank * base + min(rank, extra)
     end = start + base + (1 if rank < extra else 0)
@@ -265,7 +251,7 @@ def _pool_core_complex(item: _Placed, cut: _Cut) -> tuple[int, ...]:
             )
         groups.setdefault(min(shared), []).append(cpu)
     ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
-    rank = [p.gpu.index for p in cut.node_gpus(item)].index(item.gpu.index)
+    rank = cut.node_gpus(item).index(item)
     return tuple(sorted(ordered[rank % len(ordered)][1]))
 
 

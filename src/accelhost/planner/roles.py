@@ -135,19 +135,13 @@ def _split(dev: DevicePlan, reserve_irq: int, specs: Sequence[RoleSpec]) -> Devi
             f"device {dev.device}: its pool of {len(dev.pool)} CPUs has {len(dev.main)} main "
             f"CPU(s), too few for {' + '.join(wants)} CPUs and at least one main CPU"
         )
-    existing = {role.name for role in dev.thread_roles}
-    for spec in specs:
-        if spec.name in existing:
-            raise PlanError(f"device {dev.device} already has a thread role {spec.name!r}")
-    main = list(dev.main)
-    irq = tuple(dev.irq) + tuple(main[:reserve_irq])
-    main = main[reserve_irq:]
+    irq, main = dev.irq + dev.main[:reserve_irq], dev.main[reserve_irq:]
     roles = list(dev.thread_roles)
     for spec in specs:
-        if spec.cpus:
-            roles.append(ThreadRole(spec.name, spec.pattern, spec.cpus))
-            continue
-        cpus = main[-spec.ncpus :]
-        main = main[: -spec.ncpus]
-        roles.append(ThreadRole(spec.name, spec.pattern, tuple(cpus)))
-    return replace(dev, irq=irq, main=tuple(main), thread_roles=tuple(roles))
+        if any(role.name == spec.name for role in dev.thread_roles):
+            raise PlanError(f"device {dev.device} already has a thread role {spec.name!r}")
+        cpus = spec.cpus
+        if not cpus:
+            main, cpus = main[: -spec.ncpus], main[-spec.ncpus :]
+        roles.append(ThreadRole(spec.name, spec.pattern, cpus))
+    return replace(dev, irq=irq, main=main, thread_roles=tuple(roles))

@@ -24,13 +24,8 @@ ASCEND = "ASCEND_RT_VISIBLE_DEVICES"
 HIP = "HIP_VISIBLE_DEVICES"
 ROCR = "ROCR_VISIBLE_DEVICES"
 NEURON = "NEURON_RT_VISIBLE_CORES"
-# Which variable selects the devices a runtime sees, by plan family; for a plan of no
-# family (hand-written) the first one set, in this order.
-VISIBLE_VARS: dict[str, tuple[str, ...]] = {
-    "ascend": (ASCEND,),
-    "nvidia": (CUDA,),
-    "any": (ASCEND, CUDA, HIP, ROCR, NEURON),
-}
+# For a plan of no family (hand-written) or a PCI one, the first variable set, in this order.
+ANY_VISIBLE = (ASCEND, CUDA, HIP, ROCR, NEURON)
 _RANGE = re.compile(r"(\d+)-(\d+)")
 
 
@@ -52,12 +47,12 @@ def parse_visible(name: str, text: str) -> list[str]:
     return out
 
 
-def visible_ids(text: str, name: str = ASCEND) -> list[int]:
+def visible_ids(text: str) -> list[int]:
     """A list of device ids (ASCEND_RT_VISIBLE_DEVICES as the Ascend planner reads it)."""
     try:
-        return [int(v) for v in parse_visible(name, text)]
+        return [int(v) for v in parse_visible(ASCEND, text)]
     except ValueError:
-        raise PlanError(f"{name}={text!r} is not a comma-separated list of integers") from None
+        raise PlanError(f"{ASCEND}={text!r} is not a comma-separated list of integers") from None
 
 
 def visible_entries(env: Mapping[str, str], family: str | None) -> tuple[str | None, list[str]]:
@@ -65,8 +60,10 @@ def visible_entries(env: Mapping[str, str], family: str | None) -> tuple[str | N
 
     ROCm applies ROCR_VISIBLE_DEVICES first, then HIP_VISIBLE_DEVICES indexes into it.
     """
-    vendor = "ascend" if family in ASCEND_FAMILIES else family
-    for name in VISIBLE_VARS.get(vendor or "any", VISIBLE_VARS["any"]):
+    names = (
+        (ASCEND,) if family in ASCEND_FAMILIES else (CUDA,) if family == "nvidia" else ANY_VISIBLE
+    )
+    for name in names:
         value = env.get(name, "")
         if not value.strip():
             continue

@@ -1,14 +1,18 @@
-"""A plain aligned table: columns padded to their widest cell, a dashed rule under the
-headers, no trailing blanks (safe for pipes, logs and bug reports).
+"""Text for people: a plain aligned table, the ground floor every command's output is built on.
 
-Colour is the caller's choice, cell by cell (`paint`), applied after padding so escape
-codes never shift a column; the command line asks for it only on a terminal.
+Columns padded to their widest cell, a dashed rule under the headers, no trailing blanks
+(safe for pipes, logs and bug reports). Pure: the width to fit and whether to colour are
+the caller's. Colour is chosen cell by cell (`paint`, e.g. `colour_status` for FAIL and
+WARN), applied after padding so escape codes never shift a column; the command line asks
+for it only on a terminal. The library's reports and the command line use it alike, so it
+imports nothing of accelhost: no arrow runs from here up to `accelhost.cli` or back.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from itertools import zip_longest
 from typing import Any
 
 # (column index, padded cell) -> the cell as printed
@@ -81,8 +85,7 @@ def _pieces(cell: str, width: int) -> list[str]:
 def _wrapped(row: list[str], widths: list[int]) -> list[list[str]]:
     """One row as the lines it takes once its cells are wrapped to `widths`."""
     parts = [_pieces(c, w) if len(c) > w else [c] for c, w in zip(row, widths, strict=True)]
-    height = max(len(p) for p in parts)
-    return [[p[n] if n < len(p) else "" for p in parts] for n in range(height)]
+    return [list(line) for line in zip_longest(*parts, fillvalue="")]
 
 
 ANSI = {"FAIL": "\x1b[1;31m", "WARN": "\x1b[33m"}  # bold red, yellow
