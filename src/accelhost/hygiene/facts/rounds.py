@@ -54,6 +54,7 @@ from accelhost.readers.shmfiles import (
 # A process's stat, cmdline and fds are read again in this many rounds after it appeared.
 REREAD_ROUNDS = 1
 DEFAULT_FULL_EVERY = 10
+_NO_HOLDS = PidHolds(frozenset(), frozenset())
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,6 @@ class RoundCost:
     holder_scan: bool = False
     new: int = 0
     gone: int = 0
-    reread: int = 0
 
 
 @dataclass
@@ -168,9 +168,9 @@ class IncrementalState:
                 if pid not in self._hidden:
                     cost.new += self._read_new(host, pid, ino, rights, maps_only, before)
             elif self._watched(rec):
-                cost.reread += self._reread(host, rec, with_fds=True)
+                self._reread(host, rec, with_fds=True)
             elif pid in reparented:
-                cost.reread += self._reread(host, rec, with_fds=False)
+                self._reread(host, rec, with_fds=False)
         cost.gone = len(gone)
         if not full:
             self.files.restat_confirmed(host)
@@ -210,15 +210,13 @@ class IncrementalState:
             if host.stat(f"/proc/{pid}") is not None:
                 self._hidden.add(pid)
             return 0
-        holds = PidHolds(frozenset(), frozenset())
-        devices: tuple[str, ...] = ()
+        holds = _NO_HOLDS
         if not (info.is_kernel_thread or info.is_zombie):
             holds = held_by(
                 host, pid, rights, maps_only, self.options.is_device_path, self.files.listed
             )
-            devices = holds.devices
         first = before.get((pid, info.start_ticks), self.rounds)
-        self._procs[pid] = _Proc(info, ino, devices, holds, first, self._engine(info))
+        self._procs[pid] = _Proc(info, ino, holds.devices, holds, first, self._engine(info))
         return 1
 
     def _watched(self, rec: _Proc) -> bool:
@@ -228,44 +226,34 @@ class IncrementalState:
         return self.rounds - rec.first_round <= REREAD_ROUNDS or bool(rec.devices) or rec.engine
 
     def _engine(self, info: ProcessInfo) -> bool:
-        return bool(info.cmdline) and self.options.catalog.engine_of(info.command) is not None
+        return bool(info.cmdline) and self.options.catalog.is_engine(info.command)
 
-    def _reread(self, host: Host, rec: _Proc, with_fds: bool) -> int:
+    def _reread(self, host: Host, rec: _Proc, with_fds: bool) -> None:
         """Stat again (re-parented, zombie, D state); with `with_fds` also the cmdline
         (a retitle) and the device nodes open. What it maps is known from its first read
         (a file it takes up later is found by the holder scan that a candidate starts)."""
         info = read_process(host, rec.info.pid, cmdline=with_fds)
         if info is None or info.start_ticks != rec.info.start_ticks:
-            return 0  # gone since the listing: the next round sees it gone
+            return  # gone since the listing: the next round sees it gone
         if not with_fds:
             info = replace(info, cmdline=rec.info.cmdline)
         rec.info = info
         rec.engine = self._engine(info) if with_fds else rec.engine
         if info.is_zombie:
-            rec.holds, rec.devices = PidHolds(frozenset(), frozenset()), ()
+            rec.holds, rec.devices = _NO_HOLDS, ()
         elif with_fds:
             rec.devices = device_paths_held(host, info.pid, self.options)
-        return 1
 
     # -------------------------------------------------------------- shm files
 
     def _held(self) -> HeldScan:
-        paths: set[str] = set()
-        inodes: set[tuple[int, int]] = set()
-        # a process /proc shows but will not describe (hidepid) may hold anything
-        unreadable, privileged = list(self._hidden), []
-        for pid, rec in self._procs.items():
-            paths |= rec.holds.paths
-            inodes |= rec.holds.inodes
-            if rec.holds.unreadable:
-                unreadable.append(pid)
-            if rec.holds.privileged:
-                privileged.append(pid)
+        holds = [(pid, rec.holds) for pid, rec in self._procs.items()]
         return HeldScan(
-            frozenset(paths),
-            frozenset(inodes),
-            tuple(sorted(unreadable)),
-            tuple(sorted(privileged)),
+            frozenset().union(*(h.paths for _, h in holds)),
+            frozenset().union(*(h.inodes for _, h in holds)),
+            # a process /proc shows but will not describe (hidepid) may hold anything
+            tuple(sorted([*self._hidden, *(pid for pid, h in holds if h.unreadable)])),
+            tuple(sorted(pid for pid, h in holds if h.privileged)),
         )
 
     def react_pids(self) -> set[int]:
