@@ -335,17 +335,7 @@ def read_facts(
     shm_files, held = dict(known.shm_files), known.held if procs is not None else None
     holders = set(fds) | {row.pid for d in devices for row in d.processes}
     engine_env = _read_engine_env(host, procs or {}, holders, opts)
-    containers = read_container_facts(
-        host,
-        procs,
-        now,
-        opts.container_sockets,
-        shm_files,
-        opts.catalog.is_engine,
-        known.cgroups,
-        opts.cri_sockets,
-        opts.kubelet_root,
-    )
+    containers = read_container_facts(host, procs, now, opts, shm_files, known.cgroups)
     return HostFacts(
         live=host.is_live,
         now_epoch=now,
