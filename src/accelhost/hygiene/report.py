@@ -12,6 +12,7 @@ from typing import Any
 
 from accelhost import formats
 from accelhost.host.redact import redact_text, redact_values
+from accelhost.hygiene.text import one_line
 
 OK, WARN, FAIL, UNKNOWN, SKIP = "OK", "WARN", "FAIL", "UNKNOWN", "SKIP"
 STATUSES = (OK, WARN, FAIL, UNKNOWN, SKIP)
@@ -77,8 +78,8 @@ class DoctorReport:
         elif self.verdict == OK:
             line = f"{OK} {sum(c.status == OK for c in self.checks)} check(s) OK"
         else:
-            line = f"{self.verdict} {worst.name}: {' '.join(worst.summary.split())}"
-        return line if len(line) <= width else line[: width - 3] + "..."
+            line = f"{self.verdict} {worst.name}: {worst.summary}"
+        return one_line(line, width)
 
     def get(self, name: str) -> CheckResult | None:
         return next((c for c in self.checks if c.name == name), None)
