@@ -1,12 +1,6 @@
-"""Every finding named by its container, and `--container` scoping.
-
-A process carries `container` (null on the host), a leftover `left_by` (as `Attribution`
-tells them, typed until the report's JSON is made here). `annotate_report` names them
-and, for `doctor`/`watch --container`, keeps what the chosen containers run or left;
-`scope_actions` keeps the clean actions one container's alone. What a watch remembers
-between rounds to tell it (`HolderMemory`, `ContainerScope`) is handed to each round's
-`Attribution`.
-"""
+"""Every finding named by its container, and `--container` scoping: in the report's JSON a
+process carries `container` (null on the host), a leftover `left_by` (typed `LeftBy` until
+the JSON is made here)."""
 
 from __future__ import annotations
 
@@ -117,7 +111,7 @@ class HolderMemory:
         cf = att.facts.containers
         if cf is None:
             return
-        listed = {(f.dev, f.inode) for f in att.listed().values()}
+        listed = {(f.dev, f.inode) for f in att.listed.values()}
         kept = {k: c for k, c in self.seen.items() if k in listed}
         for node, cid in cf.held_by.items():
             if node in listed and cid in att.view.containers:
