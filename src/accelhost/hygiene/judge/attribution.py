@@ -150,9 +150,6 @@ class Attribution:
         # what a watch saw holding it first: better than any lifetime
         return self._left_seen(f) or self._left_in_dir(path, born) or self.left_at(born)
 
-    def left_segment(self, ctime: float) -> LeftBy | None:
-        return self.left_at(float(ctime))
-
     def _left_seen(self, f: ShmFile | None) -> LeftBy | None:
         """The container whose processes an earlier look (a `watch` round) saw holding it."""
         c = self.seen_holders.get((f.dev, f.inode)) if f and f.inode else None
