@@ -102,7 +102,6 @@ class IncrementalState:
     _hidden: set[int] = field(default_factory=set)
     _force_full: bool = True
     _exited: set[int] = field(default_factory=set)  # told by process events, not yet read
-    # each process's container by its cgroup, read once (`containers.reader`)
     _cgroups: dict[tuple[int, int], CgroupContainer | None] = field(default_factory=dict)
     last: RoundCost = field(default_factory=RoundCost)
     files: ShmState = field(init=False)
@@ -194,8 +193,6 @@ class IncrementalState:
         self.last = cost
         return self._known(held, listed=bool(listing))
 
-    # -------------------------------------------------------------- processes
-
     def _read_new(
         self,
         host: Host,
@@ -244,8 +241,6 @@ class IncrementalState:
         elif with_fds:
             rec.devices = device_paths_held(host, info.pid, self.options)
 
-    # -------------------------------------------------------------- shm files
-
     def _held(self) -> HeldScan:
         holds = [(pid, rec.holds) for pid, rec in self._procs.items()]
         return HeldScan(
@@ -279,8 +274,8 @@ class IncrementalState:
         self._young_due = None if now_epoch is None or not young else now_epoch + min(young)
 
     def next_due(self, now_epoch: float) -> float | None:
-        """Seconds until the next engine-named file, held by nobody we know of, reaches
-        --shm-min-age (it is judged then, not at the next round); None when none will."""
+        """`ShmState.due`, or sooner when a file the last round judged too young wherever it
+        lies comes of age (`note_waiting`)."""
         listed = self.files.due(now_epoch, self._held())
         if self._young_due is None:
             return listed

@@ -18,13 +18,14 @@ from accelhost.readers.shmfiles import HeldScan, ShmFile, list_shm_files, stat_s
 if TYPE_CHECKING:
     from accelhost.host.base import InodeLister
 
-Entries = dict[str, tuple[int, ShmFile | None]]  # name -> (inode, the file or None)
+# name -> (inode, the file or None when it is no regular file)
+Entries = dict[str, tuple[int, ShmFile | None]]
 
 
 @dataclass
 class ShmState:
     options: HygieneOptions
-    # dir -> name -> (inode, the file or None when it is no regular file)
+    # dir -> its entries (None: it could not be listed)
     by_dir: dict[str, Entries | None] = field(default_factory=dict)
     # engine-named files a holder scan found held by nobody, as (path, inode)
     confirmed: set[tuple[str, int]] = field(default_factory=set)

@@ -61,12 +61,7 @@ class LeftBy:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON's `left_by` (and an action's `container`)."""
-        return {
-            "containers": [container_json(c) for c in self.containers],
-            "ambiguous": self.ambiguous,
-            "others_possible": self.others_possible,
-            "why": self.why,
-        }
+        return {**vars(self), "containers": [container_json(c) for c in self.containers]}
 
 
 def _labels(found: Sequence[Container], sep: str = " and ") -> str:
