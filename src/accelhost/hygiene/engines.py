@@ -224,14 +224,10 @@ class Catalog:
     def frontend_engine(self, command: str) -> str | None:
         return self._first("frontend", command)
 
-    def engine_of(self, command: str) -> str | None:
-        """Child first: `VLLM::EngineCore` is a child even if a frontend pattern matches."""
-        return self.child_engine(command) or self.frontend_engine(command)
-
     def is_engine(self, command: str) -> bool:
         """Some engine's process, frontend or child (device holders, allocator hints,
         containers that run an engine)."""
-        return self.engine_of(command) is not None
+        return self.child_engine(command) is not None or self.frontend_engine(command) is not None
 
     def shm_naming(self, name: str) -> str | None:
         """The engine whose shm glob matches the file name first (catalog order), as
