@@ -286,7 +286,7 @@ def read_facts(
     host = read_once(host)  # a fresh wrapper per call: each watch round reads anew
     opts = options or HygieneOptions()
     errors: dict[str, str] = {}
-    absent: set[str] = set()
+    absent: set[str] = set()  # what a recording lacks (a live host lacks nothing)
     now, uptime = _read_clock(host)
     known = (state or IncrementalState(opts)).read(host, lister, now or time.time())
     procs = None if known.processes is None else dict(known.processes)
@@ -295,16 +295,14 @@ def read_facts(
         errors["processes"] = "/proc lists no processes (not Linux, or /proc not mounted)"
         if not host.is_live and host.list_dir("/proc") is None:
             absent.add("processes")
+    segs = None
     try:
         segs = read_segments(host)
-    except AccelhostError as exc:
-        errors["segments"] = str(exc)
-        segs = None
-    else:
         if segs is None:
             errors["segments"] = "/proc/sysvipc/shm cannot be read"
-            if not host.is_live:
-                absent.add("segments")
+            absent.add("segments")
+    except AccelhostError as exc:
+        errors["segments"] = str(exc)
     meminfo_text = host.read_file("/proc/meminfo")
     meminfo: Meminfo | None = None
     try:
@@ -315,8 +313,7 @@ def read_facts(
         pools = None
     if pools is None and "hugepages" not in errors:
         errors["hugepages"] = "neither sysfs HugePages pools nor /proc/meminfo can be read"
-        if not host.is_live:
-            absent.add("hugepages")
+        absent.add("hugepages")
     devices: list[DeviceMemory] = []
     sources: list[str] = []
     if tools_of is not None:  # the tools' answer of this same round (`watch`: why it holds)
@@ -354,7 +351,7 @@ def read_facts(
         errors=errors,
         shm_files=shm_files,
         shm_held=held,
-        not_recorded=frozenset(absent),
+        not_recorded=frozenset() if host.is_live else frozenset(absent),
         hidden_pids=hidden,
         processes_partial=proc_hides(host) if procs is not None else None,
         containers=containers,
