@@ -84,9 +84,7 @@ def read_ascend(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | None
     phys = [c.phy_id for c in order]
     numbers = phys if None not in phys and len(set(phys)) == len(phys) else range(len(order))
     index_of = {(c.npu_id, c.chip_id): int(n or 0) for c, n in zip(order, numbers, strict=True)}
-    first_chip: dict[int, int] = {}
-    for c in order:
-        first_chip.setdefault(c.npu_id, c.chip_id)
+    first_chip = {c.npu_id: c.chip_id for c in reversed(order)}  # each NPU's lowest chip
     procs: dict[int, list[DeviceProcessMemory]] = {}
     for p in info.processes:
         chip = p.chip_id if p.chip_id is not None else first_chip.get(p.npu_id)

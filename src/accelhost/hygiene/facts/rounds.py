@@ -126,8 +126,8 @@ class IncrementalState:
         """One round's process-side facts, reading only what changed where `lister` (a
         live host) tells it; without one, everything (a snapshot, a recording)."""
         self.rounds += 1
-        cost = RoundCost()
         full = lister is None or self._force_full or self.rounds % self.full_every == 0
+        cost = RoundCost(full=full)
         self._force_full = False
         self.files.relist(host, lister, restat=full)
         maps_only = self.files.maps_tokens()
@@ -139,7 +139,6 @@ class IncrementalState:
         listing = {int(n): ino for n, ino in (pids or {}).items() if n.isdigit()}
         before: dict[tuple[int, int], int] = {}
         if full:
-            cost.full = True
             # read every process again, but one known from before is not new (not re-read
             # in the rounds after as if it had just appeared)
             before = {(p, r.info.start_ticks): r.first_round for p, r in self._procs.items()}
