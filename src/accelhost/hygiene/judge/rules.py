@@ -18,6 +18,7 @@ its recording alike.
 from __future__ import annotations
 
 import fnmatch
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -328,8 +329,6 @@ def leaked_posix_shm(
 ) -> list[ShmVerdict]:
     """For a library caller: the files under `dirs` no live process holds, unchanged for
     `min_age_s`, named or not (`naming`; live by default)."""
-    import time
-
     if host is None:
         from accelhost.host.live import live_host
 
