@@ -27,9 +27,7 @@ finds. Nothing is removed on these facts alone: the cleaner re-checks each file 
 process before it acts.
 
 Memory is bounded by the host's processes and files: each map is keyed by what exists now.
-This is the one reader of a host's processes and shm files, for every host: one that lists
-no inode numbers (a snapshot, a recording) is simply read in full every round, so a
-`--snapshot` replay runs the same code as the live look (`accelhost.hygiene.facts.host`).
+A host that lists no inode numbers (a snapshot, a recording) is read in full every round.
 """
 
 from __future__ import annotations
