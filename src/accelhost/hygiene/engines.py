@@ -97,8 +97,6 @@ def required_literal(pattern: str) -> str | None:
         else:
             end()  # ^ $ . and anything inside a group
         i += 1
-        if depth == 0 and i < len(pattern) and pattern[i] in _QUANTIFIERS and run:
-            end(quantified=True)
     end()
     best = max(runs, key=len, default="")
     return best or None
