@@ -214,11 +214,9 @@ def read_container_facts(
     """Everything the container-aware checks need (`procs` None: no process table), with
     the runtimes, the kubelet root and the engine catalog of `options`."""
     opts = options or HygieneOptions()
-    errors: dict[str, str] = {}
     space_text = host.run(list(STATFS_ARGV))
     space = parse_statfs(space_text.stdout if space_text is not None and space_text.ok else None)
-    if space is None:
-        errors["shm_space"] = f"{SHM}: free space not read (stat -f)"
+    errors = {} if space is not None else {"shm_space": f"{SHM}: free space not read (stat -f)"}
     remove_ipc, source = _read_logind(host)
     if procs is None:
         return ContainerFacts(ContainerView(), (), space, remove_ipc, source, errors=errors)
