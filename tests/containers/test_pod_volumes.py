@@ -162,6 +162,7 @@ def test_an_emptydir_unmounted_while_read_is_skipped_and_nothing_under_it_judged
     can be removed. The same look with the volume still mounted judges its file."""
     from accelhost.containers.pod_volumes import MOUNTINFO
     from accelhost.hygiene.facts.containers import read_container_facts
+    from accelhost.hygiene.options import HygieneOptions
 
     root = tmp_path / "kubelet"
     volume = _volume_at(root)
@@ -179,7 +180,7 @@ def test_an_emptydir_unmounted_while_read_is_skipped_and_nothing_under_it_judged
 
     try:
         (volume / "psm_in_volume").write_bytes(b"x")
-        seen = read_container_facts(LiveHost(), {}, None, kubelet_root=str(root))
+        seen = read_container_facts(LiveHost(), {}, None, HygieneOptions(kubelet_root=str(root)))
         dirs = [d for d in seen.shm_dirs if d.path == str(volume)]
         assert [os.path.basename(f.path) for d in dirs for f in d.files or ()] == [
             "psm_in_volume"
@@ -190,7 +191,7 @@ def test_an_emptydir_unmounted_while_read_is_skipped_and_nothing_under_it_judged
         subprocess.run(["umount", str(volume)], check=True)
         (volume / "psm_on_disk").write_bytes(b"x")  # under the mount point, on the disk
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(volume)], check=True)
-        gone = read_container_facts(host, {}, None, kubelet_root=str(root))
+        gone = read_container_facts(host, {}, None, HygieneOptions(kubelet_root=str(root)))
         assert not mounted[0]
         assert not [d for d in gone.shm_dirs if d.path == str(volume)], gone.shm_dirs
     finally:

@@ -5,22 +5,13 @@ cleaner plans what to remove and has `accelhost.remove` do it; `watch` repeats i
 exports metrics; `preflight` says whether an engine will fit before it starts. Names load
 on first use: `accelhost --help` registers these commands without importing the checks.
 
-Data flows one way, one room per step, each named for what it holds or the command it
-serves:
-- `facts/`: one look at a host through the host door (`host`: `read_facts`, `HostFacts`),
-  the one reader of its processes and shm files for live and recorded hosts alike
-  (`rounds`, with `shmstate`, the files a watch keeps between rounds), device memory and
-  device-node holders (`devices`), containers, pods and their /dev/shm (`containers`);
-- `judge/`: what the facts mean, once per look: every removal rule (`rules`), the findings
-  handed to checks, plan and metrics (`findings`), whose each thing is (`attribution`,
-  with `containers`: the report named by container, the `--container` scope);
-- `doctor/`: the checks (`checks`, `posix`, `tuning`, `container_init`, `shm_preflight`),
-  their `evidence`, the clean command their fixes name (`fixes`), and vLLM's start-up
-  memory check done before the start (`preflight`);
-- `clean/`: what `clean` may do (`actions`), its plan and order (`cleaner`), the stop of
-  orphans (`stopper`), its `journal`, and why a named target is not acted on (`targets`);
-- `watch/`: the doctor on a timer (`watcher`), what it exports (`metrics`), what wakes it
-  at once (`react`), what `--auto-clean` keeps, said once (`kept`).
+Data flows one way, one room per step (each room's docstring names its modules):
+- `facts/`: one look at a host, live or recorded alike, through one reader;
+- `judge/`: what the facts mean, once per look: every removal rule, the findings handed to
+  checks, plan and metrics, and whose each thing is (the `--container` scope);
+- `doctor/`: the checks, their evidence and fixes, and the start-up memory preflight;
+- `clean/`: what `clean` may do, its plan and order, the stop of orphans, its journal;
+- `watch/`: the doctor on a timer, what it exports, what wakes it at once.
 Shared by all: `options` (what to look for), `engines` (the engine catalog, the user's
 everywhere), `report`, `render` and `text` (what is shown), and `capabilities` (which Linux
 capabilities each check and each clean action needs: the one table the docs, `--help` and

@@ -23,12 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SYS_PTRACE = "CAP_SYS_PTRACE"
-DAC_READ_SEARCH = "CAP_DAC_READ_SEARCH"
-KILL = "CAP_KILL"
-FOWNER = "CAP_FOWNER"
-SYS_ADMIN = "CAP_SYS_ADMIN"
-_READ_OPEN_FILES = (SYS_PTRACE, DAC_READ_SEARCH)
+_READ_OPEN_FILES = ("CAP_SYS_PTRACE", "CAP_DAC_READ_SEARCH")
 
 
 @dataclass(frozen=True)
@@ -58,21 +53,21 @@ CHECK_NEEDS: tuple[CapabilityNeed, ...] = (
     CapabilityNeed("host_tuning", _READ_OPEN_FILES, "engines' /proc/PID/environ"),
     CapabilityNeed(
         "container_init",
-        (SYS_PTRACE,),
+        ("CAP_SYS_PTRACE",),
         "each container's namespaces (/proc/PID/ns) and /dev/shm (/proc/PID/root); names "
         "need the runtime's socket (root, or its group)",
     ),
 )
 
 CLEAN_NEEDS: tuple[CapabilityNeed, ...] = (
-    CapabilityNeed("stop", (KILL,), "SIGTERM / SIGKILL to another user's orphan"),
+    CapabilityNeed("stop", ("CAP_KILL",), "SIGTERM / SIGKILL to another user's orphan"),
     CapabilityNeed(
         "remove_segment",
-        (SYS_ADMIN,),
+        ("CAP_SYS_ADMIN",),
         "shmctl(IPC_RMID) of another user's segment (CAP_IPC_OWNER is not enough)",
     ),
     CapabilityNeed(
-        "remove_shm_file", (FOWNER,), "unlink another user's file in the sticky /dev/shm"
+        "remove_shm_file", ("CAP_FOWNER",), "unlink another user's file in the sticky /dev/shm"
     ),
 )
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,7 @@ _PLAIN = frozenset(
     "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 _-:/=,@%!'\"<>~`"
 )
 _QUANTIFIERS = frozenset("?*+{")
+_LISTS = ("frontends", "children", "shm_names")  # an engine's lists, in field order
 
 
 def required_literal(pattern: str) -> str | None:
@@ -96,8 +97,6 @@ def required_literal(pattern: str) -> str | None:
         else:
             end()  # ^ $ . and anything inside a group
         i += 1
-        if depth == 0 and i < len(pattern) and pattern[i] in _QUANTIFIERS and run:
-            end(quantified=True)
     end()
     best = max(runs, key=len, default="")
     return best or None
@@ -111,14 +110,9 @@ class Engine:
     shm_names: tuple[str, ...] = ()
 
     def merged(self, other: Engine) -> Engine:
-        def add(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
-            return tuple(dict.fromkeys(a + b))
-
         return Engine(
             self.name,
-            add(self.frontends, other.frontends),
-            add(self.children, other.children),
-            add(self.shm_names, other.shm_names),
+            *(tuple(dict.fromkeys(getattr(self, k) + getattr(other, k))) for k in _LISTS),
         )
 
 
@@ -165,32 +159,13 @@ BUILTIN_ENGINES: tuple[Engine, ...] = (
 )
 
 
-def check_pattern(pattern: str, where: str) -> re.Pattern[str]:
-    """`pattern` compiled; UsageError naming `where` when it is no regular expression."""
-    try:
-        return re.compile(pattern)
-    except re.error as exc:
-        raise UsageError(f"{where} {pattern!r}: not a regex: {exc}") from None
-
-
-def _source(engine: str, kind: str) -> str:
-    """Where a pattern came from, in the user's words: the command line's custom engine
-    has the option's name."""
-    if engine == CUSTOM:
-        return "--engine-frontend" if kind == "frontend" else "--engine-child"
-    return f"engine {engine} {kind} pattern"
-
-
 @dataclass(frozen=True)
 class Catalog:
     engines: tuple[Engine, ...]
     # Compiled once per catalog: the orphan rule asks about every process of the host,
-    # every watch round; one combined search per kind rules out most of them at once.
-    _rx: dict[str, list[tuple[str, re.Pattern[str]]]] = field(
-        default_factory=dict, init=False, repr=False, compare=False
-    )
-    # per pattern, the literal text any match contains (None: none known)
-    _literals: dict[str, str | None] = field(
+    # every watch round. Per kind, (engine, test, the literal text any match contains):
+    # a substring test first rules out most command lines at once (None: none known).
+    _tests: dict[str, list[tuple[str, Callable[[str], object], str | None]]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
     # (kind, command) -> engine: a host's processes share few command lines, and a watch
@@ -204,33 +179,37 @@ class Catalog:
         # built-in engines, --engine-catalog, --engine-frontend or --engine-child.
         for e in self.engines:
             for kind, patterns in (("frontend", e.frontends), ("child", e.children)):
+                # the command line's custom engine is named by its option
+                where = (
+                    f"--engine-{kind}" if e.name == CUSTOM else f"engine {e.name} {kind} pattern"
+                )
                 for p in patterns:
-                    rx = check_pattern(p, _source(e.name, kind))
-                    self._rx.setdefault(kind, []).append((e.name, rx))
-                    self._literals[p] = required_literal(p)
+                    try:
+                        rx = re.compile(p)
+                    except re.error as exc:
+                        raise UsageError(f"{where} {p!r}: not a regex: {exc}") from None
+                    self._tests.setdefault(kind, []).append(
+                        (e.name, rx.search, required_literal(p))
+                    )
+        # a file name, matched whole by the shm globs
+        self._tests["shm"] = [
+            (e.name, re.compile(fnmatch.translate(g)).match, None)
+            for e in self.engines
+            for g in e.shm_names
+        ]
 
     def _first(self, kind: str, text: str) -> str | None:
         key = (kind, text)
         if key in self._memo:
             return self._memo[key]
-        if kind == "shm":  # a file name, matched by the shm globs (compiled on first use)
-            if "shm" not in self._rx:
-                self._rx["shm"] = [
-                    (e.name, re.compile(fnmatch.translate(g)))
-                    for e in self.engines
-                    for g in e.shm_names
-                ]
-            found = next((n for n, rx in self._rx["shm"] if rx.match(text)), None)
-        else:
-            lit = self._literals
-            found = next(
-                (
-                    n
-                    for n, rx in self._rx.get(kind, ())
-                    if ((need := lit[rx.pattern]) is None or need in text) and rx.search(text)
-                ),
-                None,
-            )
+        found = next(
+            (
+                name
+                for name, test, need in self._tests.get(kind, ())
+                if (need is None or need in text) and test(text)
+            ),
+            None,
+        )
         if len(self._memo) >= _MEMO_MAX:
             self._memo.clear()
         self._memo[key] = found
@@ -243,34 +222,19 @@ class Catalog:
     def frontend_engine(self, command: str) -> str | None:
         return self._first("frontend", command)
 
-    def engine_of(self, command: str) -> str | None:
-        """Child first: `VLLM::EngineCore` is a child even if a frontend pattern matches."""
-        return self.child_engine(command) or self.frontend_engine(command)
-
     def is_engine(self, command: str) -> bool:
         """Some engine's process, frontend or child (device holders, allocator hints,
         containers that run an engine)."""
-        return self.engine_of(command) is not None
+        return self.child_engine(command) is not None or self.frontend_engine(command) is not None
 
     def shm_naming(self, name: str) -> str | None:
         """The engine whose shm glob matches the file name first (catalog order), as
-        `posix_check.match_naming` tells it, compiled once and remembered per name."""
+        `rules.match_naming` tells it."""
         return self._first("shm", name)
 
     def shm_namings(self) -> list[tuple[str, str]]:
         """(engine, glob) for every shared-memory naming, in catalog order."""
         return [(e.name, g) for e in self.engines for g in e.shm_names]
-
-    def to_dict(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "name": e.name,
-                "frontends": list(e.frontends),
-                "children": list(e.children),
-                "shm_names": list(e.shm_names),
-            }
-            for e in self.engines
-        ]
 
 
 def _strings(value: Any, where: str) -> tuple[str, ...]:
@@ -295,17 +259,10 @@ def parse_catalog_file(text: str, source: str) -> list[Engine]:
         where = f"--engine-catalog {source}: engines[{n}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise UsageError(f"{where}: each engine needs a string 'name'")
-        unknown = set(entry) - {"name", "frontends", "children", "shm_names"}
+        unknown = set(entry) - {"name", *_LISTS}
         if unknown:
             raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
-        out.append(
-            Engine(
-                entry["name"],
-                _strings(entry.get("frontends"), f"{where}.frontends"),
-                _strings(entry.get("children"), f"{where}.children"),
-                _strings(entry.get("shm_names"), f"{where}.shm_names"),
-            )
-        )
+        out.append(Engine(entry["name"], *(_strings(entry.get(k), f"{where}.{k}") for k in _LISTS)))
     return out
 
 

@@ -49,18 +49,18 @@ def _left_by(e: dict[str, Any]) -> str:
 
 
 def evidence_lines(check: CheckResult) -> list[str]:
-    """Short human lines for one check's evidence (the JSON has everything)."""
-    lines: list[str] = [
+    """Short human lines for one check's evidence (the JSON has everything); the processes
+    that could not be read lead the list."""
+    unread = [e for e in check.evidence if e.get("kind") == "unreadable_processes"]
+    items = [e for e in check.evidence if e.get("kind") != "unreadable_processes"]
+    lines = [
         f"pid(s) {' '.join(map(str, e['pids'][:8]))}{' ...' if len(e['pids']) > 8 else ''}: "
         + e["reason"]
-        for e in check.evidence
-        if e.get("kind") == "unreadable_processes"
+        for e in unread
     ]
     if check.name == "device_holders":
         by_node: dict[str, list[str]] = {}
-        for e in check.evidence:
-            if e.get("kind") == "unreadable_processes":
-                continue
+        for e in items:
             mem, state = e.get("device_memory_bytes"), e.get("state")
             text = (
                 f"pid {e['pid']}"
@@ -72,27 +72,21 @@ def evidence_lines(check: CheckResult) -> list[str]:
             for node in _nodes(e.get("devices") or ["?"]):
                 by_node.setdefault(node, []).append(text)
         return [f"{node}: {'; '.join(v)}" for node, v in sorted(by_node.items())] + lines
-    for e in check.evidence:
-        kind = e.get("kind")
+    for e in items:
+        kind, age = e.get("kind"), e.get("age_s")
         if kind == "process":
-            age = e.get("age_s")
             text = f"pid {e['pid']} {one_line(str(e.get('cmdline', '')), 50)}"
-            if age is not None:
-                text += f", up {_age(age)}"
-            if e.get("devices"):
-                text += f", holds {' '.join(_nodes(e['devices']))}"
-            if e.get("device_memory_bytes") is not None:
-                text += f" ({_mib(e['device_memory_bytes'])})"
-            text += _in_container(e)
-            if e.get("reason") or e.get("detail"):
-                text += f": {e.get('reason') or e.get('detail')}"
-            parent = e.get("parent")
+            text += f", up {_age(age)}" if age is not None else ""
+            text += f", holds {' '.join(_nodes(e['devices']))}" if e.get("devices") else ""
+            mem = e.get("device_memory_bytes")
+            text += (f" ({_mib(mem)})" if mem is not None else "") + _in_container(e)
             said = str(e.get("reason") or "")
+            text += f": {said or e.get('detail')}" if said or e.get("detail") else ""
+            parent = e.get("parent")
             if parent and f" {parent['pid']} " not in f" {said} " and parent["pid"] != 1:
                 text += f"; parent {parent['pid']} {one_line(str(parent['cmdline']), 30)}"
             lines.append(text)
         elif kind == "shm_file":
-            age = e.get("age_s")
             lines.append(
                 f"{e['path']} {file_bytes(e['used_bytes'], e['size_bytes'])}, {e['owner']}"
                 + (f", {_age(age)} old" if age is not None else "")
@@ -115,24 +109,23 @@ def evidence_lines(check: CheckResult) -> list[str]:
                 f"{c.get('label', '?')}: PID 1 {one_line(str(e.get('pid1_command') or '?'), 40)}"
                 f", ipc {ipc}: {e.get('detail', '')}"
             )
+        elif kind == "device" and "message" in e:
+            lines.append(f"{e['device']}: {e['message']}")
+            for h in e.get("holders", []):
+                mem = _mib(h["device_memory_bytes"])
+                lines.append(f"  held by pid {h['pid']} {one_line(h['cmdline'], 40)} {mem}")
+            lines.append(f"  unattributed {_mib(e['unattributed_bytes'])}")
         elif kind == "device":
-            if "message" in e:
-                lines.append(f"{e['device']}: {e['message']}")
-                for h in e.get("holders", []):
-                    mem = _mib(h["device_memory_bytes"])
-                    lines.append(f"  held by pid {h['pid']} {one_line(h['cmdline'], 40)} {mem}")
-                lines.append(f"  unattributed {_mib(e['unattributed_bytes'])}")
-            else:
-                lines.append(
-                    f"{e['device']}: {_mib(e['unattributed_bytes'])} of {_mib(e['used_bytes'])} "
-                    f"used by no listed process (baseline {_mib(e['baseline_bytes'])})"
-                )
+            lines.append(
+                f"{e['device']}: {_mib(e['unattributed_bytes'])} of {_mib(e['used_bytes'])} "
+                f"used by no listed process (baseline {_mib(e['baseline_bytes'])})"
+            )
         elif kind == "hugepages":
             where = "host" if e["node"] is None else f"node{e['node']}"
             lines.append(
                 f"{e['size']} {where}: {e['used_pct']}% used ({e['free']}/{e['total']} free)"
             )
-        elif kind != "unreadable_processes":  # those lead the list
+        else:
             lines.append(str(e.get("detail") or e))
     return lines
 

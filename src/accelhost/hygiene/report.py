@@ -7,11 +7,12 @@ is SKIP or UNKNOWN, never OK: a monitor must not read "not looked at" as "health
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from accelhost import formats
 from accelhost.host.redact import redact_text, redact_values
+from accelhost.hygiene.text import one_line
 
 OK, WARN, FAIL, UNKNOWN, SKIP = "OK", "WARN", "FAIL", "UNKNOWN", "SKIP"
 STATUSES = (OK, WARN, FAIL, UNKNOWN, SKIP)
@@ -47,18 +48,12 @@ class CheckResult:
         object.__setattr__(self, "fix", redact_text(self.fix))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "status": self.status,
-            "summary": self.summary,
-            "evidence": list(self.evidence),
-            "fix": self.fix,
-        }
+        return {**vars(self), "evidence": list(self.evidence)}
 
 
 @dataclass(frozen=True)
 class DoctorReport:
-    checks: tuple[CheckResult, ...] = field(default_factory=tuple)
+    checks: tuple[CheckResult, ...] = ()
 
     @property
     def verdict(self) -> str:
@@ -81,10 +76,10 @@ class DoctorReport:
         if worst is None:
             line = f"{UNKNOWN} no check ran"
         elif self.verdict == OK:
-            line = f"{OK} {len([c for c in self.checks if c.status == OK])} check(s) OK"
+            line = f"{OK} {sum(c.status == OK for c in self.checks)} check(s) OK"
         else:
-            line = f"{self.verdict} {worst.name}: {' '.join(worst.summary.split())}"
-        return line if len(line) <= width else line[: width - 3] + "..."
+            line = f"{self.verdict} {worst.name}: {worst.summary}"
+        return one_line(line, width)
 
     def get(self, name: str) -> CheckResult | None:
         return next((c for c in self.checks if c.name == name), None)

@@ -94,7 +94,7 @@ def pid1_kind(command: str | None, options: HygieneOptions) -> str:
         return "init"
     if bases and bases[0] in SHELLS:
         return "shell"
-    if options.catalog.engine_of(command) is not None:
+    if options.catalog.is_engine(command):
         return "engine"
     return "other"
 

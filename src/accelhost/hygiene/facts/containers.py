@@ -15,6 +15,7 @@ from accelhost.containers.model import ContainerView
 from accelhost.containers.pod_volumes import PodMounts, read_pod_mounts
 from accelhost.containers.reader import read_containers
 from accelhost.host.base import Host
+from accelhost.hygiene.options import HygieneOptions
 from accelhost.parsers.procstat import parse_status_field
 from accelhost.readers.procs import ProcessInfo
 from accelhost.readers.shmfiles import HeldScan, ShmFile, list_shm_files, scan_held
@@ -188,12 +189,12 @@ def _shm_dirs(
 
 
 def _engine_uids(
-    host: Host, procs: Mapping[int, ProcessInfo], is_engine: Callable[[str], bool] | None
+    host: Host, procs: Mapping[int, ProcessInfo], is_engine: Callable[[str], bool]
 ) -> dict[int, int]:
     """The real uid of each engine process (logind's RemoveIPC spares system users)."""
     out = {}
     for pid, p in sorted(procs.items()):
-        if is_engine is None or p.is_zombie or not p.cmdline or not is_engine(p.command):
+        if p.is_zombie or not p.cmdline or not is_engine(p.command):
             continue
         status = host.read_file(f"/proc/{pid}/status") or ""
         real = (parse_status_field(status, "Uid") or "").split()[:1]
@@ -206,29 +207,28 @@ def read_container_facts(
     host: Host,
     procs: Mapping[int, ProcessInfo] | None,
     now_epoch: float | None,
-    sockets: tuple[str, ...] = (),
+    options: HygieneOptions | None = None,
     host_shm: Mapping[str, tuple[ShmFile, ...] | None] | None = None,
-    engines: Callable[[str], bool] | None = None,
     cgroups: MutableMapping[tuple[int, int], CgroupContainer | None] | None = None,
-    cri_sockets: tuple[str, ...] = (),
-    kubelet_root: str | None = None,
 ) -> ContainerFacts:
-    """Everything the container-aware checks need (`procs` None: no process table)."""
-    errors: dict[str, str] = {}
+    """Everything the container-aware checks need (`procs` None: no process table), with
+    the runtimes, the kubelet root and the engine catalog of `options`."""
+    opts = options or HygieneOptions()
     space_text = host.run(list(STATFS_ARGV))
     space = parse_statfs(space_text.stdout if space_text is not None and space_text.ok else None)
-    if space is None:
-        errors["shm_space"] = f"{SHM}: free space not read (stat -f)"
+    errors = {} if space is not None else {"shm_space": f"{SHM}: free space not read (stat -f)"}
     remove_ipc, source = _read_logind(host)
     if procs is None:
         return ContainerFacts(ContainerView(), (), space, remove_ipc, source, errors=errors)
-    view = read_containers(host, procs, now_epoch, sockets, cgroups, cri_sockets)
-    mounts = read_pod_mounts(host, kubelet_root)
+    view = read_containers(
+        host, procs, now_epoch, opts.container_sockets, cgroups, opts.cri_sockets
+    )
+    mounts = read_pod_mounts(host, opts.kubelet_root)
     if mounts.notes:
         view = replace(view, notes=(*view.notes, *mounts.notes))
     host_devs = {f.dev for files in (host_shm or {}).values() for f in files or () if f.dev}
     dirs = _shm_dirs(host, view, procs, host_devs, mounts)
-    uids = _engine_uids(host, procs, engines) if remove_ipc else {}
+    uids = _engine_uids(host, procs, opts.catalog.is_engine) if remove_ipc else {}
     held_by = {
         node: cid
         for cid in sorted(view.containers)

@@ -85,9 +85,7 @@ def read_ascend(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | None
     phys = [c.phy_id for c in order]
     numbers = phys if None not in phys and len(set(phys)) == len(phys) else range(len(order))
     index_of = {(c.npu_id, c.chip_id): int(n or 0) for c, n in zip(order, numbers, strict=True)}
-    first_chip: dict[int, int] = {}
-    for c in order:
-        first_chip.setdefault(c.npu_id, c.chip_id)
+    first_chip = {c.npu_id: c.chip_id for c in reversed(order)}  # each NPU's lowest chip
     procs: dict[int, list[DeviceProcessMemory]] = {}
     for p in info.processes:
         chip = p.chip_id if p.chip_id is not None else first_chip.get(p.npu_id)
@@ -152,19 +150,10 @@ def read_nvidia(host: Host, errors: dict[str, str]) -> list[DeviceMemory] | None
 
 def device_paths_held(host: Host, pid: int, options: HygieneOptions) -> tuple[str, ...]:
     """The device nodes (by the option's globs) among a process's open files."""
-    held = set()
-    for target in (open_fds(host, pid) or {}).values():
-        path = target.removesuffix(" (deleted)")
-        if path.startswith("/") and options.is_device_path(path):
-            held.add(path)
-    return tuple(sorted(held))
+    paths = {t.removesuffix(" (deleted)") for t in (open_fds(host, pid) or {}).values()}
+    return tuple(sorted(p for p in paths if p.startswith("/") and options.is_device_path(p)))
 
 
 def scan_device_holders(host: Host, options: HygieneOptions) -> dict[int, tuple[str, ...]]:
     """pid -> device nodes it has open, for every process (what `fuser -v NODES` answers)."""
-    out = {}
-    for pid in list_pids(host):
-        held = device_paths_held(host, pid, options)
-        if held:
-            out[pid] = held
-    return out
+    return {pid: held for pid in list_pids(host) if (held := device_paths_held(host, pid, options))}

@@ -125,18 +125,12 @@ class HostFacts:
         return not proc.is_zombie
 
 
-def _first_float(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return float(text.split()[0])
-    except (ValueError, IndexError):
-        return None
-
-
 def _read_clock(host: Host) -> tuple[float | None, float | None]:
     """(now as epoch seconds, uptime): boot time + uptime, both read through the host."""
-    uptime = _first_float(host.read_file("/proc/uptime"))
+    try:
+        uptime: float | None = float((host.read_file("/proc/uptime") or "").split()[0])
+    except (ValueError, IndexError):
+        uptime = None
     stat = host.read_file("/proc/stat") or ""
     btime = next(
         (float(line.split()[1]) for line in stat.splitlines() if line.startswith("btime ")),
@@ -147,35 +141,24 @@ def _read_clock(host: Host) -> tuple[float | None, float | None]:
     return btime + uptime, uptime
 
 
-def _read_alloc_env(host: Host, pid: int) -> dict[str, str] | None:
-    """The allocator variables of one process (the recorder keeps only these, too)."""
-    raw = host.read_file(f"/proc/{pid}/environ")
-    if raw is None:
-        return None
-    env: dict[str, str] = {}
-    for item in raw.split("\0"):
-        name, sep, value = item.partition("=")
-        if sep and name in ALLOC_CONF_VARS:
-            env[name] = value
-    return env
-
-
 def _read_engine_env(
     host: Host,
     procs: Mapping[int, ProcessInfo],
     holders: set[int],
     options: HygieneOptions,
 ) -> dict[int, dict[str, str]]:
-    """Allocator settings of the engines that hold a device (the only ones it matters for)."""
+    """Allocator settings of the engines that hold a device (the only ones it matters for;
+    the recorder keeps only these variables, too)."""
     is_engine = options.catalog.is_engine
     out: dict[int, dict[str, str]] = {}
     for pid in sorted(holders):
         proc = procs.get(pid)
         if proc is None or proc.is_zombie or not proc.cmdline or not is_engine(proc.command):
             continue
-        env = _read_alloc_env(host, pid)
-        if env is not None:
-            out[pid] = env
+        raw = host.read_file(f"/proc/{pid}/environ")
+        if raw is not None:
+            pairs = (item.partition("=") for item in raw.split("\0"))
+            out[pid] = {name: v for name, sep, v in pairs if sep and name in ALLOC_CONF_VARS}
     return out
 
 
@@ -198,18 +181,21 @@ def _read_pool(host: Host, base: str, size_kb: int, node: int | None) -> HugePag
     )
 
 
+def _read_pools(host: Host, base: str, node: int | None) -> list[HugePagePool] | None:
+    """A pool per page size under `base` (None: `base` cannot be listed)."""
+    names = host.list_dir(base)
+    if names is None:
+        return None
+    sizes = [(name, size) for name in names if (size := parse_size_dir(name)) is not None]
+    pools = (_read_pool(host, f"{base}/{name}", size, node) for name, size in sizes)
+    return [p for p in pools if p is not None]
+
+
 def _read_hugepages(host: Host, meminfo: Meminfo | None) -> tuple[HugePagePool, ...] | None:
-    pools: list[HugePagePool] = []
-    sizes = host.list_dir(HUGEPAGES_DIR)
-    for name in sizes or []:
-        size = parse_size_dir(name)
-        if size is not None:
-            pool = _read_pool(host, f"{HUGEPAGES_DIR}/{name}", size, None)
-            if pool is not None:
-                pools.append(pool)
+    pools = _read_pools(host, HUGEPAGES_DIR, None)
     if not pools and meminfo is not None and meminfo.hugepagesize_kb:
         # Older kernels or masked sysfs: the default size still shows in /proc/meminfo.
-        pools.append(
+        pools = [
             HugePagePool(
                 size_kb=meminfo.hugepagesize_kb,
                 node=None,
@@ -218,19 +204,12 @@ def _read_hugepages(host: Host, meminfo: Meminfo | None) -> tuple[HugePagePool, 
                 reserved=meminfo.hugepages_rsvd or 0,
                 surplus=meminfo.hugepages_surp or 0,
             )
-        )
-    if sizes is None and not pools:
+        ]
+    if pools is None:
         return None
-    for node_name in host.list_dir(NODES_DIR) or []:
-        if not (node_name.startswith("node") and node_name[4:].isdigit()):
-            continue
-        node_dir = f"{NODES_DIR}/{node_name}/hugepages"
-        for name in host.list_dir(node_dir) or []:
-            size = parse_size_dir(name)
-            if size is not None:
-                pool = _read_pool(host, f"{node_dir}/{name}", size, int(node_name[4:]))
-                if pool is not None:
-                    pools.append(pool)
+    for name in host.list_dir(NODES_DIR) or []:
+        if name.startswith("node") and name[4:].isdigit():
+            pools += _read_pools(host, f"{NODES_DIR}/{name}/hugepages", int(name[4:])) or []
     return tuple(pools)
 
 
@@ -306,7 +285,7 @@ def read_facts(
     host = read_once(host)  # a fresh wrapper per call: each watch round reads anew
     opts = options or HygieneOptions()
     errors: dict[str, str] = {}
-    absent: set[str] = set()
+    absent: set[str] = set()  # what a recording lacks (a live host lacks nothing)
     now, uptime = _read_clock(host)
     known = (state or IncrementalState(opts)).read(host, lister, now or time.time())
     procs = None if known.processes is None else dict(known.processes)
@@ -315,16 +294,14 @@ def read_facts(
         errors["processes"] = "/proc lists no processes (not Linux, or /proc not mounted)"
         if not host.is_live and host.list_dir("/proc") is None:
             absent.add("processes")
+    segs = None
     try:
         segs = read_segments(host)
-    except AccelhostError as exc:
-        errors["segments"] = str(exc)
-        segs = None
-    else:
         if segs is None:
             errors["segments"] = "/proc/sysvipc/shm cannot be read"
-            if not host.is_live:
-                absent.add("segments")
+            absent.add("segments")
+    except AccelhostError as exc:
+        errors["segments"] = str(exc)
     meminfo_text = host.read_file("/proc/meminfo")
     meminfo: Meminfo | None = None
     try:
@@ -335,8 +312,7 @@ def read_facts(
         pools = None
     if pools is None and "hugepages" not in errors:
         errors["hugepages"] = "neither sysfs HugePages pools nor /proc/meminfo can be read"
-        if not host.is_live:
-            absent.add("hugepages")
+        absent.add("hugepages")
     devices: list[DeviceMemory] = []
     sources: list[str] = []
     if tools_of is not None:  # the tools' answer of this same round (`watch`: why it holds)
@@ -355,17 +331,7 @@ def read_facts(
     shm_files, held = dict(known.shm_files), known.held if procs is not None else None
     holders = set(fds) | {row.pid for d in devices for row in d.processes}
     engine_env = _read_engine_env(host, procs or {}, holders, opts)
-    containers = read_container_facts(
-        host,
-        procs,
-        now,
-        opts.container_sockets,
-        shm_files,
-        opts.catalog.is_engine,
-        known.cgroups,
-        opts.cri_sockets,
-        opts.kubelet_root,
-    )
+    containers = read_container_facts(host, procs, now, opts, shm_files, known.cgroups)
     return HostFacts(
         live=host.is_live,
         now_epoch=now,
@@ -384,7 +350,7 @@ def read_facts(
         errors=errors,
         shm_files=shm_files,
         shm_held=held,
-        not_recorded=frozenset(absent),
+        not_recorded=frozenset() if host.is_live else frozenset(absent),
         hidden_pids=hidden,
         processes_partial=proc_hides(host) if procs is not None else None,
         containers=containers,

@@ -27,9 +27,7 @@ finds. Nothing is removed on these facts alone: the cleaner re-checks each file 
 process before it acts.
 
 Memory is bounded by the host's processes and files: each map is keyed by what exists now.
-This is the one reader of a host's processes and shm files, for every host: one that lists
-no inode numbers (a snapshot, a recording) is simply read in full every round, so a
-`--snapshot` replay runs the same code as the live look (`accelhost.hygiene.facts.host`).
+A host that lists no inode numbers (a snapshot, a recording) is read in full every round.
 """
 
 from __future__ import annotations
@@ -54,6 +52,7 @@ from accelhost.readers.shmfiles import (
 # A process's stat, cmdline and fds are read again in this many rounds after it appeared.
 REREAD_ROUNDS = 1
 DEFAULT_FULL_EVERY = 10
+_NO_HOLDS = PidHolds(frozenset(), frozenset())
 
 
 @dataclass(frozen=True)
@@ -89,7 +88,6 @@ class RoundCost:
     holder_scan: bool = False
     new: int = 0
     gone: int = 0
-    reread: int = 0
 
 
 @dataclass
@@ -102,7 +100,6 @@ class IncrementalState:
     _hidden: set[int] = field(default_factory=set)
     _force_full: bool = True
     _exited: set[int] = field(default_factory=set)  # told by process events, not yet read
-    # each process's container by its cgroup, read once (`containers.reader`)
     _cgroups: dict[tuple[int, int], CgroupContainer | None] = field(default_factory=dict)
     last: RoundCost = field(default_factory=RoundCost)
     files: ShmState = field(init=False)
@@ -127,8 +124,8 @@ class IncrementalState:
         """One round's process-side facts, reading only what changed where `lister` (a
         live host) tells it; without one, everything (a snapshot, a recording)."""
         self.rounds += 1
-        cost = RoundCost()
         full = lister is None or self._force_full or self.rounds % self.full_every == 0
+        cost = RoundCost(full=full)
         self._force_full = False
         self.files.relist(host, lister, restat=full)
         maps_only = self.files.maps_tokens()
@@ -140,7 +137,6 @@ class IncrementalState:
         listing = {int(n): ino for n, ino in (pids or {}).items() if n.isdigit()}
         before: dict[tuple[int, int], int] = {}
         if full:
-            cost.full = True
             # read every process again, but one known from before is not new (not re-read
             # in the rounds after as if it had just appeared)
             before = {(p, r.info.start_ticks): r.first_round for p, r in self._procs.items()}
@@ -168,9 +164,9 @@ class IncrementalState:
                 if pid not in self._hidden:
                     cost.new += self._read_new(host, pid, ino, rights, maps_only, before)
             elif self._watched(rec):
-                cost.reread += self._reread(host, rec, with_fds=True)
+                self._reread(host, rec, with_fds=True)
             elif pid in reparented:
-                cost.reread += self._reread(host, rec, with_fds=False)
+                self._reread(host, rec, with_fds=False)
         cost.gone = len(gone)
         if not full:
             self.files.restat_confirmed(host)
@@ -194,8 +190,6 @@ class IncrementalState:
         self.last = cost
         return self._known(held, listed=bool(listing))
 
-    # -------------------------------------------------------------- processes
-
     def _read_new(
         self,
         host: Host,
@@ -210,15 +204,13 @@ class IncrementalState:
             if host.stat(f"/proc/{pid}") is not None:
                 self._hidden.add(pid)
             return 0
-        holds = PidHolds(frozenset(), frozenset())
-        devices: tuple[str, ...] = ()
+        holds = _NO_HOLDS
         if not (info.is_kernel_thread or info.is_zombie):
             holds = held_by(
                 host, pid, rights, maps_only, self.options.is_device_path, self.files.listed
             )
-            devices = holds.devices
         first = before.get((pid, info.start_ticks), self.rounds)
-        self._procs[pid] = _Proc(info, ino, devices, holds, first, self._engine(info))
+        self._procs[pid] = _Proc(info, ino, holds.devices, holds, first, self._engine(info))
         return 1
 
     def _watched(self, rec: _Proc) -> bool:
@@ -228,44 +220,32 @@ class IncrementalState:
         return self.rounds - rec.first_round <= REREAD_ROUNDS or bool(rec.devices) or rec.engine
 
     def _engine(self, info: ProcessInfo) -> bool:
-        return bool(info.cmdline) and self.options.catalog.engine_of(info.command) is not None
+        return bool(info.cmdline) and self.options.catalog.is_engine(info.command)
 
-    def _reread(self, host: Host, rec: _Proc, with_fds: bool) -> int:
+    def _reread(self, host: Host, rec: _Proc, with_fds: bool) -> None:
         """Stat again (re-parented, zombie, D state); with `with_fds` also the cmdline
         (a retitle) and the device nodes open. What it maps is known from its first read
         (a file it takes up later is found by the holder scan that a candidate starts)."""
         info = read_process(host, rec.info.pid, cmdline=with_fds)
         if info is None or info.start_ticks != rec.info.start_ticks:
-            return 0  # gone since the listing: the next round sees it gone
+            return  # gone since the listing: the next round sees it gone
         if not with_fds:
             info = replace(info, cmdline=rec.info.cmdline)
         rec.info = info
         rec.engine = self._engine(info) if with_fds else rec.engine
         if info.is_zombie:
-            rec.holds, rec.devices = PidHolds(frozenset(), frozenset()), ()
+            rec.holds, rec.devices = _NO_HOLDS, ()
         elif with_fds:
             rec.devices = device_paths_held(host, info.pid, self.options)
-        return 1
-
-    # -------------------------------------------------------------- shm files
 
     def _held(self) -> HeldScan:
-        paths: set[str] = set()
-        inodes: set[tuple[int, int]] = set()
-        # a process /proc shows but will not describe (hidepid) may hold anything
-        unreadable, privileged = list(self._hidden), []
-        for pid, rec in self._procs.items():
-            paths |= rec.holds.paths
-            inodes |= rec.holds.inodes
-            if rec.holds.unreadable:
-                unreadable.append(pid)
-            if rec.holds.privileged:
-                privileged.append(pid)
+        holds = [(pid, rec.holds) for pid, rec in self._procs.items()]
         return HeldScan(
-            frozenset(paths),
-            frozenset(inodes),
-            tuple(sorted(unreadable)),
-            tuple(sorted(privileged)),
+            frozenset().union(*(h.paths for _, h in holds)),
+            frozenset().union(*(h.inodes for _, h in holds)),
+            # a process /proc shows but will not describe (hidepid) may hold anything
+            tuple(sorted([*self._hidden, *(pid for pid, h in holds if h.unreadable)])),
+            tuple(sorted(pid for pid, h in holds if h.privileged)),
         )
 
     def react_pids(self) -> set[int]:
@@ -291,8 +271,8 @@ class IncrementalState:
         self._young_due = None if now_epoch is None or not young else now_epoch + min(young)
 
     def next_due(self, now_epoch: float) -> float | None:
-        """Seconds until the next engine-named file, held by nobody we know of, reaches
-        --shm-min-age (it is judged then, not at the next round); None when none will."""
+        """`ShmState.due`, or sooner when a file the last round judged too young wherever it
+        lies comes of age (`note_waiting`)."""
         listed = self.files.due(now_epoch, self._held())
         if self._young_due is None:
             return listed

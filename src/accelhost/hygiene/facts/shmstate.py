@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from accelhost.host.base import Host
@@ -17,13 +18,14 @@ from accelhost.readers.shmfiles import HeldScan, ShmFile, list_shm_files, stat_s
 if TYPE_CHECKING:
     from accelhost.host.base import InodeLister
 
-Entries = dict[str, tuple[int, ShmFile | None]]  # name -> (inode, the file or None)
+# name -> (inode, the file or None when it is no regular file)
+Entries = dict[str, tuple[int, ShmFile | None]]
 
 
 @dataclass
 class ShmState:
     options: HygieneOptions
-    # dir -> name -> (inode, the file or None when it is no regular file)
+    # dir -> its entries (None: it could not be listed)
     by_dir: dict[str, Entries | None] = field(default_factory=dict)
     # engine-named files a holder scan found held by nobody, as (path, inode)
     confirmed: set[tuple[str, int]] = field(default_factory=set)
@@ -61,15 +63,22 @@ class ShmState:
         """The birth of each file no process holds, once: only such a file's birth is ever
         asked (it names the container that left it: `Attribution.left_at`),
         and a statx is as dear as the stat itself, so the thousands held go without."""
-        for entries in self.by_dir.values():
-            if entries is None:
-                continue
-            for name, (ino, f) in entries.items():
-                if f is not None and f.birth is None and not held.holds(f):
-                    entries[name] = (ino, replace(f, birth=lister.birth_time(f.path)))
+        for entries, name, ino, f in self._entries():
+            if f.birth is None and not held.holds(f):
+                entries[name] = (ino, replace(f, birth=lister.birth_time(f.path)))
 
     def every(self) -> list[ShmFile]:
         return [f for d in self.by_dir.values() for _, f in (d or {}).values() if f is not None]
+
+    def _entries(self) -> list[tuple[Entries, str, int, ShmFile]]:
+        """(its dir's entries, name, listed inode, file) of every file, to update in place."""
+        return [
+            (d, name, ino, f)
+            for d in self.by_dir.values()
+            if d
+            for name, (ino, f) in d.items()
+            if f is not None
+        ]
 
     def maps_tokens(self) -> tuple[str, ...]:
         """What a maps line of a shm file contains: its tmpfs's device or its dir's path."""
@@ -84,10 +93,8 @@ class ShmState:
         someone: it is confirmed again (a holder scan) when it is old enough again."""
         if not self.confirmed:
             return
-        for entries in self.by_dir.values():
-            for name, (ino, f) in list((entries or {}).items()):
-                if f is None or (f.path, f.inode) not in self.confirmed:
-                    continue
+        for entries, name, ino, f in self._entries():
+            if (f.path, f.inode) in self.confirmed:
                 fresh = _restat(host, entries, name, ino, f)
                 if fresh is None or (fresh.inode, fresh.mtime) != (f.inode, f.mtime):
                     self.confirmed.discard((f.path, f.inode))
@@ -98,16 +105,15 @@ class ShmState:
         naming_of = self.options.catalog.shm_naming
         min_age = self.options.shm_min_age_s
         found = False
-        for entries in self.by_dir.values():
-            for name, (ino, f) in list((entries or {}).items()):
-                if f is None or (f.path, f.inode) in self.confirmed or held.holds(f):
-                    continue
-                age = f.age_s(now_epoch)
-                if age is None or age < min_age or naming_of(name) is None:
-                    continue
-                fresh = _restat(host, entries, name, ino, f)
-                if fresh is not None and (fresh.age_s(now_epoch) or 0.0) >= min_age:
-                    found = True
+        for entries, name, ino, f in self._entries():
+            if (f.path, f.inode) in self.confirmed or held.holds(f):
+                continue
+            age = f.age_s(now_epoch)
+            if age is None or age < min_age or naming_of(name) is None:
+                continue
+            fresh = _restat(host, entries, name, ino, f)
+            if fresh is not None and (fresh.age_s(now_epoch) or 0.0) >= min_age:
+                found = True
         return found
 
     def confirm(self, now_epoch: float, held: HeldScan) -> None:
@@ -139,21 +145,16 @@ class ShmState:
     def snapshot(self) -> dict[str, tuple[ShmFile, ...] | None]:
         """dir -> its files by path (None: it could not be listed)."""
         return {
-            d: None if e is None else tuple(sorted((f for _, f in e.values() if f), key=_path))
+            d: None
+            if e is None
+            else tuple(sorted((f for _, f in e.values() if f), key=attrgetter("path")))
             for d, e in self.by_dir.items()
         }
 
 
-def _restat(
-    host: Host,
-    entries: Entries | None,
-    name: str,
-    ino: int,
-    f: ShmFile,
-) -> ShmFile | None:
+def _restat(host: Host, entries: Entries, name: str, ino: int, f: ShmFile) -> ShmFile | None:
     """`f` stat'ed afresh, its listing entry brought up to date (dropped when it is gone;
     kept under its listed inode, so the next listing compares with what it listed)."""
-    assert entries is not None
     fresh = stat_shm_file(f.path, host)
     if fresh is not None and fresh.inode == f.inode:
         fresh = replace(fresh, birth=f.birth)  # the same file: born when it was
@@ -162,7 +163,3 @@ def _restat(
     else:
         entries[name] = (ino, fresh)
     return fresh
-
-
-def _path(f: ShmFile) -> str:
-    return f.path

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from accelhost.containers.model import RUNNING, Container, ContainerView
@@ -60,12 +61,7 @@ class LeftBy:
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON's `left_by` (and an action's `container`)."""
-        return {
-            "containers": [container_json(c) for c in self.containers],
-            "ambiguous": self.ambiguous,
-            "others_possible": self.others_possible,
-            "why": self.why,
-        }
+        return {**vars(self), "containers": [container_json(c) for c in self.containers]}
 
 
 def _labels(found: Sequence[Container], sep: str = " and ") -> str:
@@ -104,11 +100,7 @@ class Attribution:
             if not c.ipc_mode and (ipc_modes or {}).get(i)
         }
         self.view = replace(view, containers={**view.containers, **fill}) if fill else view
-        self._listed: dict[str, ShmFile] | None = None
-        self._host_engines: list[tuple[float, int]] | None = None
         self._engine_in: dict[str, bool] = {}
-
-    # ---------------------------------------------------------------- processes
 
     def container_of(self, pid: int) -> Container | None:
         return None if self.facts.containers is None else self.view.of_pid(pid)
@@ -122,39 +114,36 @@ class Attribution:
             )
         return self._engine_in[c.id]
 
+    @cached_property
+    def _host_engine_starts(self) -> list[tuple[float, int]]:
+        f, is_engine = self.facts, self.catalog.is_engine
+        out = []
+        for pid, p in sorted((f.processes or {}).items()):
+            age = f.process_age_s(p)
+            if pid in self.view.pid_container or f.now_epoch is None or age is None:
+                continue
+            if not p.is_zombie and is_engine(p.command):
+                out.append((f.now_epoch - age, pid))
+        return out
+
     def host_engines(self, born: float) -> list[int]:
         """Engine processes in no container that ran at `born` (one gone since is not
         known): they write the host's /dev/shm too."""
-        if self._host_engines is None:
-            f, is_engine = self.facts, self.catalog.is_engine
-            self._host_engines = []
-            for pid, p in sorted((f.processes or {}).items()):
-                age = f.process_age_s(p)
-                if pid in self.view.pid_container or f.now_epoch is None or age is None:
-                    continue
-                if not p.is_zombie and is_engine(p.command):
-                    self._host_engines.append((f.now_epoch - age, pid))
-        return [pid for start, pid in self._host_engines if start <= born + LIFETIME_SLACK_S]
+        starts = self._host_engine_starts
+        return [pid for start, pid in starts if start <= born + LIFETIME_SLACK_S]
 
-    # ---------------------------------------------------------------- leftovers
-
+    @cached_property
     def listed(self) -> Mapping[str, ShmFile]:
         """Every /dev/shm file listed, the host's and the containers' own, by path."""
-        if self._listed is None:
-            cf = self.facts.containers
-            own = [d.files for d in cf.shm_dirs] if cf else []
-            dirs = [*self.facts.shm_files.values(), *own]
-            self._listed = {f.path: f for files in dirs for f in files or ()}
-        return self._listed
+        cf = self.facts.containers
+        dirs = [*self.facts.shm_files.values(), *(d.files for d in (cf.shm_dirs if cf else ()))]
+        return {f.path: f for files in dirs for f in files or ()}
 
     def left_file(self, path: str) -> LeftBy | None:
-        f = self.listed().get(path)
+        f = self.listed.get(path)
         born = None if f is None else (f.birth if f.birth is not None else f.mtime)
         # what a watch saw holding it first: better than any lifetime
         return self._left_seen(f) or self._left_in_dir(path, born) or self.left_at(born)
-
-    def left_segment(self, ctime: float) -> LeftBy | None:
-        return self.left_at(float(ctime))
 
     def _left_seen(self, f: ShmFile | None) -> LeftBy | None:
         """The container whose processes an earlier look (a `watch` round) saw holding it."""
@@ -241,8 +230,6 @@ class Attribution:
         if not told:
             why += "; no lifetime known covers its birth: cannot tell who"
         return LeftBy.of(alive or pool, why, "containers share it", not told)
-
-    # ---------------------------------------------------------------- --container
 
     def resolve(self, wanted: str) -> list[Container]:
         """The containers `--container wanted` names: one container, or the containers of

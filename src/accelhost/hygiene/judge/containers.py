@@ -1,17 +1,11 @@
-"""Every finding named by its container, and `--container` scoping.
-
-A process carries `container` (null on the host), a leftover `left_by` (as `Attribution`
-tells them, typed until the report's JSON is made here). `annotate_report` names them
-and, for `doctor`/`watch --container`, keeps what the chosen containers run or left;
-`scope_actions` keeps the clean actions one container's alone. What a watch remembers
-between rounds to tell it (`HolderMemory`, `ContainerScope`) is handed to each round's
-`Attribution`.
-"""
+"""Every finding named by its container, and `--container` scoping: in the report's JSON a
+process carries `container` (null on the host), a leftover `left_by` (typed `LeftBy` until
+the JSON is made here)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from accelhost.containers.model import Container
@@ -40,8 +34,7 @@ def _annotate(
         who = att.left_file(str(e.get("path")))
         e = {**e, "left_by": who and who.to_dict()}
     elif kind == "segment" and "left_by" not in e and isinstance(e.get("shmid"), int):
-        ctime = ctimes.get(e["shmid"])
-        who = None if ctime is None else att.left_segment(ctime)
+        who = att.left_at(ctimes.get(e["shmid"]))
         e = {**e, "left_by": who and who.to_dict()}
     own = e.get("container")  # the check's own (container_init's)
     ids = {own["id"]} if isinstance(own, dict) and own.get("id") else set()
@@ -93,7 +86,7 @@ def whose_action(att: Attribution, a: Action) -> LeftBy | None:
         return None if c is None else LeftBy.of([c], f"runs in {c.label}", "")
     if isinstance(a, RemoveShmFile):
         return att.left_file(a.path)
-    return att.left_segment(a.seg.ctime)
+    return att.left_at(a.seg.ctime)
 
 
 def scope_actions(
@@ -104,20 +97,20 @@ def scope_actions(
     return [a for a in actions if (w := whose_action(att, a)) is not None and w.only(ids)]
 
 
+@dataclass
 class HolderMemory:
     """What `watch` remembers between rounds: which container's processes held each
     /dev/shm file, so a file left when that container went is named by it (only files
     still listed, at most `limit`)."""
 
-    def __init__(self, limit: int = 10000) -> None:
-        self.limit = limit
-        self.seen: dict[Inode, Container] = {}
+    limit: int = 10000
+    seen: dict[Inode, Container] = field(default_factory=dict)
 
     def remember(self, att: Attribution) -> None:
         cf = att.facts.containers
         if cf is None:
             return
-        listed = {(f.dev, f.inode) for f in att.listed().values()}
+        listed = {(f.dev, f.inode) for f in att.listed.values()}
         kept = {k: c for k, c in self.seen.items() if k in listed}
         for node, cid in cf.held_by.items():
             if node in listed and cid in att.view.containers:
@@ -125,16 +118,16 @@ class HolderMemory:
         self.seen = dict(list(kept.items())[-self.limit :])
 
 
+@dataclass
 class ContainerScope:
     """`watch --container NAME|ID`: the containers it names, resolved each round. Once
     resolved, a container that went (`docker rm -f`) keeps the containers it last named, and
     the IPC mode read of it (`ipc_modes`, for the next round's `Attribution`), so what it
     left is still its own; a name that never named one is a UsageError."""
 
-    def __init__(self, wanted: str) -> None:
-        self.wanted = wanted
-        self.chosen: list[Container] | None = None
-        self.ipc_modes: dict[str, str] = {}
+    wanted: str
+    chosen: list[Container] | None = None
+    ipc_modes: dict[str, str] = field(default_factory=dict)
 
     def resolve(self, att: Attribution) -> list[Container]:
         """The chosen containers for this round's `att` (made knowing `ipc_modes`)."""
@@ -163,8 +156,6 @@ class ContainerScope:
         orphans, leaks, shm = found.orphans, found.leaks, found.leaked_files
         return (
             None if orphans is None else tuple(o for o in orphans if runs(o.proc.pid)),
-            None
-            if leaks is None
-            else [(s, v) for s, v in leaks if left(att.left_segment(s.ctime))],
+            None if leaks is None else [(s, v) for s, v in leaks if left(att.left_at(s.ctime))],
             None if shm is None else [j for j in shm if left(att.left_file(j.file.path))],
         )

@@ -21,7 +21,6 @@ from accelhost.hygiene.judge.rules import (
 )
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.parsers.sysvipc import ShmSegment
-from accelhost.readers.shmfiles import HeldScan
 
 IN_CONTAINER = "; in a container's own /dev/shm"
 
@@ -53,9 +52,34 @@ class Findings:
 
     @cached_property
     def shm(self) -> tuple[ShmVerdict, ...] | None:
-        """Every file of the shm dirs and the containers' own /dev/shm, judged; None: the
-        processes' open files were not read."""
-        return _judge_shm(self.facts, self.options)
+        """Every file of the shm dirs, then of each container's own /dev/shm, judged; None:
+        the processes' open files were not read. A container's files are judged under both
+        names: the host's path and the one its holders use (`/dev/shm/x`); its holders are
+        its namespace's processes, plus every process's mapped inodes."""
+        facts, held = self.facts, self.facts.shm_held
+        if held is None:
+            return None
+        naming_of, now = self.options.catalog.shm_naming, facts.now_epoch
+        age = self.options.shm_min_age_s
+        out = [
+            judge_shm_file(f, held, now, age, naming_of(f.name))
+            for files in facts.shm_files.values()
+            for f in sorted(files or (), key=lambda f: f.path)
+        ]
+        for d in facts.containers.shm_dirs if facts.containers else ():
+            if d.files is None or d.held is None:
+                continue
+            scan = replace(
+                held,
+                paths=d.held.paths | {p for p in held.paths if p.startswith(d.path + "/")},
+                inodes=d.held.inodes | held.inodes,
+            )
+            for f in sorted(d.files, key=lambda f: f.path):
+                inside = replace(f, path=f"/dev/shm/{f.name}")
+                out.append(
+                    judge_shm_file(f, scan, now, age, naming_of(f.name), inside, IN_CONTAINER)
+                )
+        return tuple(out)
 
     @property
     def leaks(self) -> list[tuple[ShmSegment, LeakVerdict]] | None:
@@ -72,34 +96,6 @@ class Findings:
     def leaked_files(self) -> list[ShmVerdict] | None:
         """The leaked /dev/shm files (None: cannot tell)."""
         return [v for v in self.shm or () if v.leaked] if self.shm_known else None
-
-
-def _judge_shm(facts: HostFacts, options: HygieneOptions) -> tuple[ShmVerdict, ...] | None:
-    """The host's shm dirs, then each container's own /dev/shm. A container's files are
-    judged under both names: the host's path and the one its holders use (`/dev/shm/x`);
-    its holders are its namespace's processes, plus every process's mapped inodes."""
-    held = facts.shm_held
-    if held is None:
-        return None
-    naming_of, now, age = options.catalog.shm_naming, facts.now_epoch, options.shm_min_age_s
-    out = [
-        judge_shm_file(f, held, now, age, naming_of(f.name))
-        for files in facts.shm_files.values()
-        for f in sorted(files or (), key=lambda f: f.path)
-    ]
-    for d in facts.containers.shm_dirs if facts.containers else ():
-        if d.files is None or d.held is None:
-            continue
-        scan = HeldScan(
-            paths=d.held.paths | {p for p in held.paths if p.startswith(d.path + "/")},
-            inodes=d.held.inodes | held.inodes,
-            unreadable=held.unreadable,
-            privileged=held.privileged,
-        )
-        for f in sorted(d.files, key=lambda f: f.path):
-            inside = replace(f, path=f"/dev/shm/{f.name}")
-            out.append(judge_shm_file(f, scan, now, age, naming_of(f.name), inside, IN_CONTAINER))
-    return tuple(out)
 
 
 def find(

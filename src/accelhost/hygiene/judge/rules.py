@@ -18,6 +18,7 @@ its recording alike.
 from __future__ import annotations
 
 import fnmatch
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -45,11 +46,9 @@ class Orphan:
 
 def protected_pids(processes: Mapping[int, ProcessInfo], self_pid: int | None) -> set[int]:
     """PID 0, PID 1, the caller and its ancestors: never reported, never signalled."""
-    out = {0, 1}
-    if self_pid is not None:
-        out.add(self_pid)
-        out.update(ancestors(processes, self_pid))
-    return out
+    if self_pid is None:
+        return {0, 1}
+    return {0, 1, self_pid, *ancestors(processes, self_pid)}
 
 
 def is_shell_or_init(proc: ProcessInfo) -> bool:
@@ -100,12 +99,11 @@ def engine_roles(
         if proc.is_zombie or not proc.cmdline or proc.is_kernel_thread:
             continue
         child = catalog.child_engine(proc.command)
+        front = None if child is not None else catalog.frontend_engine(proc.command)
         if child is not None:
             children[pid] = child
-        else:
-            front = catalog.frontend_engine(proc.command)
-            if front is not None and not is_shell_or_init(proc):
-                frontends[pid] = front
+        elif front is not None and not is_shell_or_init(proc):
+            frontends[pid] = front
     return frontends, children
 
 
@@ -331,8 +329,6 @@ def leaked_posix_shm(
 ) -> list[ShmVerdict]:
     """For a library caller: the files under `dirs` no live process holds, unchanged for
     `min_age_s`, named or not (`naming`; live by default)."""
-    import time
-
     if host is None:
         from accelhost.host.live import live_host
 
