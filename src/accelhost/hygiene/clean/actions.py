@@ -75,10 +75,6 @@ class RemoveSegment:
             f"{human_bytes(self.seg.size)}, creator {self.seg.cpid}){when}: {self.reason}"
         )
 
-    def ident(self) -> dict[str, Any]:
-        """What names it in the journal."""
-        return {"shmid": self.shmid}
-
     def intent(self, now: ShmSegment, why: str) -> dict[str, Any]:
         """The journal's intent line: the segment as the table shows it just before."""
         return {**_segment_facts(now), "reason": why}
@@ -116,10 +112,6 @@ class RemoveShmFile:
     def describe(self) -> str:
         used = human_bytes(self.file.used_bytes)
         return f"remove {self.path} ({used} used, {self.file.owner}): {self.reason}"
-
-    def ident(self) -> dict[str, Any]:
-        """What names it in the journal."""
-        return {"path": self.path}
 
     def intent(self, why: str) -> dict[str, Any]:
         """The journal's intent line: the plan's facts of the file, and why it goes."""

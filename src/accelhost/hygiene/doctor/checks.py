@@ -16,21 +16,19 @@ from accelhost.formats import mib_bytes
 from accelhost.hygiene.doctor.container_init import check_container_init
 from accelhost.hygiene.doctor.evidence import (
     device_memory_of_pid,
+    not_in_recording,
     orphan_evidence,
+    privileged_note,
     process_evidence,
     segment_evidence,
+    some_pids,
     unknown,
-)
-from accelhost.hygiene.doctor.fixes import clean_command, clean_fix
-from accelhost.hygiene.doctor.posix import (
-    check_posix_shm,
-    not_in_recording,
-    privileged_note,
     unreadable_evidence,
     waiting_note,
 )
+from accelhost.hygiene.doctor.fixes import clean_command, clean_fix
+from accelhost.hygiene.doctor.posix import check_posix_shm
 from accelhost.hygiene.doctor.preflight import check_preflight, device_holders_of
-from accelhost.hygiene.doctor.shm_preflight import with_remove_ipc, with_shm_space
 from accelhost.hygiene.doctor.tuning import check_host_tuning
 from accelhost.hygiene.facts.host import NOT_RECORDED, HostFacts
 from accelhost.hygiene.judge.containers import annotate_report
@@ -68,12 +66,7 @@ def check_orphan_engines(found: Findings, options: HygieneOptions) -> CheckResul
     if not orphans:
         return CheckResult(name, OK, "no engine process outlived its launcher")
     blind = _unreadable(facts)
-    evidence = tuple(
-        {**orphan_evidence(o, facts), "open_files_unreadable": True}
-        if o.proc.pid in blind
-        else orphan_evidence(o, facts)
-        for o in orphans
-    )
+    evidence = tuple(orphan_evidence(o, facts, o.proc.pid in blind) for o in orphans)
     stuck = [o.proc.pid for o in orphans if o.proc.is_uninterruptible]
     what = "SIGTERM to each orphan and its descendants, SIGKILL after --grace"
     fix = clean_fix(options, facts.live, what, "orphans")
@@ -186,12 +179,11 @@ def check_device_holders(found: Findings, options: HygieneOptions) -> CheckResul
         return CheckResult(name, UNKNOWN, f"could not run: {why}; {tool}", tuple(evidence))
     blind = _unreadable(facts)
     if blind:
-        shown = " ".join(map(str, sorted(blind)[:5])) + (" ..." if len(blind) > 5 else "")
         return CheckResult(
             name,
             UNKNOWN,
             f"{seen} as far as this user can see; open files of {len(blind)} process(es) "
-            f"cannot be read (pid(s) {shown}): any may hold a device node",
+            f"cannot be read (pid(s) {some_pids(sorted(blind))}): any may hold a device node",
             tuple(evidence),
             "run the doctor as root (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH) to see every "
             "process's open files",
@@ -364,8 +356,8 @@ CHECKS: dict[str, Callable[[Findings, HygieneOptions], CheckResult]] = {
     "shared_memory": check_shared_memory,
     "posix_shm": check_posix_shm,
     "hugepages": check_hugepages,
-    "preflight": lambda j, o: with_shm_space(check_preflight(j.facts, o), j.facts, o),
-    "host_tuning": lambda j, o: with_remove_ipc(check_host_tuning(j.facts, o), j.facts),
+    "preflight": lambda j, o: check_preflight(j.facts, o),
+    "host_tuning": lambda j, o: check_host_tuning(j.facts, o),
     "container_init": check_container_init,
 }
 

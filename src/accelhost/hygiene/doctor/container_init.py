@@ -12,8 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from accelhost.containers.model import RUNNING, Container
-from accelhost.hygiene.doctor.evidence import unknown
-from accelhost.hygiene.doctor.posix import not_in_recording
+from accelhost.hygiene.doctor.evidence import not_in_recording, unknown
 from accelhost.hygiene.judge.attribution import container_json
 from accelhost.hygiene.judge.findings import Findings
 from accelhost.hygiene.options import ONE_CHILD_INITS, SHELLS, HygieneOptions

@@ -1,4 +1,5 @@
-"""Evidence objects shared by the doctor's checks and the cleaner's plan.
+"""Evidence objects shared by the doctor's checks, and how a check says what it could
+not see (a source not read or not recorded, processes it may not look into).
 
 One function per kind of thing, so that the same fact has the same JSON key everywhere:
 `pid`, `cmdline`, `parent` for processes; `shmid`, `key`, `bytes`, `creator_pid`,
@@ -8,19 +9,68 @@ One function per kind of thing, so that the same fact has the same JSON key ever
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
 from accelhost.formats import mib_bytes
-from accelhost.hygiene.facts.host import HostFacts
+from accelhost.hygiene.facts.host import NOT_RECORDED, HostFacts
 from accelhost.hygiene.judge.rules import Orphan, is_hugetlb, segment_idle_s
-from accelhost.hygiene.report import UNKNOWN, CheckResult
+from accelhost.hygiene.report import SKIP, UNKNOWN, CheckResult
 from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.readers.procs import ProcessInfo
-from accelhost.readers.shmfiles import ShmFile
+from accelhost.readers.shmfiles import HeldScan, ShmFile
 
 
 def unknown(name: str, why: str) -> CheckResult:
     return CheckResult(name, UNKNOWN, f"could not run: {why}")
+
+
+def not_in_recording(facts: HostFacts, name: str, source: str = "processes") -> CheckResult:
+    """SKIP on a recording that lacks `source`; UNKNOWN where a live host could not read it."""
+    if not facts.live and source in facts.not_recorded:
+        return CheckResult(name, SKIP, f"{NOT_RECORDED[source]} not in this recording")
+    return unknown(name, facts.errors.get(source, f"{NOT_RECORDED[source]} not read"))
+
+
+def some_pids(pids: Sequence[int]) -> str:
+    """The first five pids, and `...` when there are more."""
+    return " ".join(map(str, pids[:5])) + (" ..." if len(pids) > 5 else "")
+
+
+def unreadable_evidence(scan: HeldScan, what: str) -> list[dict[str, Any]]:
+    """The processes a holder scan could not read, as evidence: which, and what it means
+    for `what` (the files or device nodes it judges)."""
+    if not scan.unreadable:
+        return []
+    return [
+        {
+            "kind": "unreadable_processes",
+            "pids": list(scan.unreadable),
+            "reason": f"their open files and mappings cannot be read by this user: any of "
+            f"them may hold {what}; run as root (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH)",
+        }
+    ]
+
+
+def privileged_note(scan: HeldScan) -> str:
+    """The assumption a verdict rests on when a stronger namespace hides some processes."""
+    if not scan.privileged:
+        return ""
+    return (
+        f"; pid(s) {some_pids(scan.privileged)} hidden even with CAP_SYS_PTRACE (capabilities "
+        "beyond this reader's: a sandbox's init) assumed to hold none"
+    )
+
+
+def waiting_note(waits: list[float], min_age_s: float, state: str = "old") -> str:
+    """Fresh leftovers are not "none": how many would count but for `--shm-min-age`, and
+    when the first does (`state`: "old" for files, "idle" for segments)."""
+    if not waits:
+        return ""
+    n, first = len(waits), math.ceil(min(waits))
+    counts = "counts" if n == 1 else "the first counts"
+    return f"; {n} candidate(s) not yet {min_age_s:g} s {state} ({counts} in {first} s)"
 
 
 def device_memory_of_pid(facts: HostFacts, pid: int) -> int | None:
@@ -51,7 +101,8 @@ def process_evidence(proc: ProcessInfo, facts: HostFacts, **extra: Any) -> dict[
     }
 
 
-def orphan_evidence(o: Orphan, facts: HostFacts) -> dict[str, Any]:
+def orphan_evidence(o: Orphan, facts: HostFacts, blind: bool) -> dict[str, Any]:
+    """`blind`: its open files cannot be read (it may hold anything)."""
     return process_evidence(
         o.proc,
         facts,
@@ -59,6 +110,7 @@ def orphan_evidence(o: Orphan, facts: HostFacts) -> dict[str, Any]:
         parent=None if o.parent is None else {"pid": o.parent.pid, "cmdline": o.parent.command},
         group_frontend_pid=o.group_frontend,
         reason=o.reason,
+        **({"open_files_unreadable": True} if blind else {}),
     )
 
 

@@ -15,26 +15,6 @@ import shlex
 from accelhost.hygiene.options import DEFAULT_SHM_DIRS, DEFAULT_SHM_MIN_AGE_S, HygieneOptions
 
 
-def option_words(options: HygieneOptions) -> list[str]:
-    """The command-line words of the options in force that change what clean removes."""
-    words: list[str] = []
-    if options.container is not None:
-        words += ["--container", options.container]
-    if options.shm_min_age_s != DEFAULT_SHM_MIN_AGE_S:
-        words += ["--shm-min-age", f"{options.shm_min_age_s:g}"]
-    for d in options.shm_dirs:
-        if d not in DEFAULT_SHM_DIRS:
-            words += ["--shm-dir", d]
-    words += options.catalog_words
-    for s in options.container_sockets:
-        words += ["--docker-socket", s]
-    for s in options.cri_sockets:
-        words += ["--cri-socket", s]
-    if options.kubelet_root is not None:
-        words += ["--kubelet-root", options.kubelet_root]
-    return words
-
-
 def clean_command(
     options: HygieneOptions,
     only: str | None = None,
@@ -47,7 +27,17 @@ def clean_command(
     words = ["accelhost", "clean", *(["--yes"] if yes else []), *named]
     if only is not None:
         words += ["--only", only]
-    words += option_words(options)
+    # the options in force that change what clean removes
+    if options.container is not None:
+        words += ["--container", options.container]
+    if options.shm_min_age_s != DEFAULT_SHM_MIN_AGE_S:
+        words += ["--shm-min-age", f"{options.shm_min_age_s:g}"]
+    words += [w for d in options.shm_dirs if d not in DEFAULT_SHM_DIRS for w in ("--shm-dir", d)]
+    words += options.catalog_words
+    words += [w for s in options.container_sockets for w in ("--docker-socket", s)]
+    words += [w for s in options.cri_sockets for w in ("--cri-socket", s)]
+    if options.kubelet_root is not None:
+        words += ["--kubelet-root", options.kubelet_root]
     return " ".join(shlex.quote(w) for w in words)
 
 

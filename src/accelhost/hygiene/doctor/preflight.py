@@ -9,10 +9,10 @@ tool lists, the processes that have the device node open, and what nobody accoun
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from accelhost.formats import mib_bytes
+from accelhost.formats import MIB, mib_bytes
 from accelhost.host.base import Host
 from accelhost.hygiene.doctor.evidence import unknown
 from accelhost.hygiene.doctor.fixes import clean_command
@@ -205,7 +205,42 @@ def preflight(
     return preflight_from_facts(read_facts(host, opts), util, device)
 
 
+def _shm_space(facts: HostFacts, options: HygieneOptions) -> dict[str, Any] | None:
+    """vLLM's words when /dev/shm has less free space than the engine needs (it refuses to
+    start with "Insufficient space in /dev/shm ...", vLLM #48879); else None."""
+    space = facts.containers.shm_space if facts.containers else None
+    if space is None or (free_mib := space.free_bytes // MIB) >= options.shm_need_mib:
+        return None
+    return {
+        "kind": "shm_space",
+        "path": "/dev/shm",
+        "required_mib": options.shm_need_mib,
+        "free_mib": free_mib,
+        "total_mib": space.total_bytes // MIB,
+        "message": f"Insufficient space in /dev/shm for the engine's shared memory: "
+        f"{options.shm_need_mib} MiB required, {free_mib} MiB free. Increase /dev/shm "
+        "(e.g. --shm-size or --ipc=host).",
+    }
+
+
 def check_preflight(facts: HostFacts, options: HygieneOptions) -> CheckResult:
+    """The device preflight, and /dev/shm's space when the preflight was asked for."""
+    result = _device_preflight(facts, options)
+    space = None if result.status == SKIP else _shm_space(facts, options)
+    if space is None:
+        return result
+    fix = (
+        f"remove leaked files ({clean_command(options, 'shm')}) or increase /dev/shm "
+        "(--shm-size, --ipc=host, or a larger emptyDir sizeLimit)"
+    )
+    summary = space["message"]
+    if result.status != OK:
+        summary, fix = f"{result.summary}; /dev/shm too small", f"{result.fix}; {fix}"
+    evidence = (*result.evidence, space)
+    return replace(result, status=FAIL, summary=summary, evidence=evidence, fix=fix)
+
+
+def _device_preflight(facts: HostFacts, options: HygieneOptions) -> CheckResult:
     name = "preflight"
     if options.expect_util is None:
         return CheckResult(name, SKIP, "not requested (--expect-util U [--device LIST])")
@@ -213,23 +248,18 @@ def check_preflight(facts: HostFacts, options: HygieneOptions) -> CheckResult:
     report = preflight_from_facts(facts, options.expect_util, wanted)
     if report.status == "UNKNOWN":
         return unknown(name, report.reason)
-    evidence = tuple(d.to_dict() for d in report.devices if not d.ok) if not report.ok else ()
     if report.ok:
         return CheckResult(name, OK, report.reason)
     worst = [d for d in report.devices if not d.ok]
-
-    def held(d: DevicePreflight) -> str:
-        who = ", ".join(
-            f"pid {h.pid} ({h.memory_mib if h.memory_mib is not None else '?'} MiB)"
-            for h in d.holders
-        )
-        return f"{who or 'no process'}, {d.unattributed_mib} MiB by no listed process"
-
     first = worst[0]
+    held = ", ".join(
+        f"pid {h.pid} ({h.memory_mib if h.memory_mib is not None else '?'} MiB)"
+        for h in first.holders
+    )
     summary = (
         f"{first.device} will not start at {first.util}: {_gib(first.free_mib)} of "
         f"{_gib(first.total_mib)} GiB free, {_gib(first.requested_mib)} GiB wanted; "
-        f"held by {held(first)}"
+        f"held by {held or 'no process'}, {first.unattributed_mib} MiB by no listed process"
     )
     if len(worst) > 1:
         summary += f" (and {len(worst) - 1} more device(s))"
@@ -237,7 +267,7 @@ def check_preflight(facts: HostFacts, options: HygieneOptions) -> CheckResult:
         name,
         FAIL,
         summary,
-        evidence,
+        tuple(d.to_dict() for d in worst),
         f"free the device ({clean_command(options)} for orphans and leaks) or start with "
         f"--gpu-memory-utilization {min(d.max_util for d in worst)} or lower",
     )

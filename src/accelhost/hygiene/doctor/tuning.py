@@ -1,4 +1,5 @@
-"""The host-tuning check: settings that fight a CPU plan or fragment device memory.
+"""The host-tuning check: settings that fight a CPU plan, fragment device memory, or take
+an engine's shared memory away.
 
 Hints only (WARN at most): none of them stops an engine from serving.
 """
@@ -12,9 +13,44 @@ from accelhost.hygiene.facts.host import HostFacts
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.report import OK, WARN, CheckResult
 
+# logind leaves system users alone (uid up to SYS_UID_MAX, 999 on Debian and Fedora)
+SYS_UID_MAX = 999
+REMOVE_IPC_FIX = (
+    "RemoveIPC=no under [Login] in /etc/systemd/logind.conf.d/accelhost.conf (then "
+    "systemctl restart systemd-logind), or run the engine as a system user or with "
+    "loginctl enable-linger USER"
+)
+
 
 def _hint(item: str, detail: str, **fields: Any) -> dict[str, Any]:
     return {"kind": "tuning", "item": item, **fields, "detail": detail}
+
+
+def _remove_ipc(facts: HostFacts) -> dict[str, Any] | None:
+    """systemd-logind's `RemoveIPC=yes` (the default) removes a non-system user's shared
+    memory when their last session ends, under a running engine (vLLM #54259)."""
+    cf = facts.containers
+    if cf is None or not cf.remove_ipc:
+        return None
+    procs = (facts.processes or {}).values()
+    if not any(p.comm == "systemd-logind" and not p.is_zombie for p in procs):
+        return None
+    users = {pid: uid for pid, uid in cf.engine_uids.items() if uid > SYS_UID_MAX}
+    if not users:
+        return None
+    pid = min(users)
+    detail = (
+        f"systemd-logind RemoveIPC=yes ({cf.remove_ipc_source}): when uid {users[pid]}'s "
+        f"last session ends, logind removes its shared memory under the running engine "
+        f"(pid {pid}; vLLM #54259)"
+    )
+    return _hint(
+        "logind_remove_ipc",
+        detail,
+        source=cf.remove_ipc_source,
+        engine_pids=sorted(users),
+        uids=sorted(set(users.values())),
+    )
 
 
 def check_host_tuning(facts: HostFacts, options: HygieneOptions) -> CheckResult:
@@ -64,13 +100,12 @@ def check_host_tuning(facts: HostFacts, options: HygieneOptions) -> CheckResult:
                 "PYTORCH_CUDA_ALLOC_CONF: device memory fragments across restarts",
             )
         )
+    fixes = ["see each item's detail; `accelhost plan` / `bind` pins CPUs and IRQs"]
+    fixes = fixes if evidence else []
+    if (remove_ipc := _remove_ipc(facts)) is not None:
+        evidence.append(remove_ipc)
+        fixes.append(REMOVE_IPC_FIX)
     if not evidence:
         return CheckResult(name, OK, "nothing to tune")
     items = ", ".join(dict.fromkeys(str(e["item"]) for e in evidence))
-    return CheckResult(
-        name,
-        WARN,
-        f"host tuning: {items}",
-        tuple(evidence),
-        "see each item's detail; `accelhost plan` / `bind` pins CPUs and IRQs",
-    )
+    return CheckResult(name, WARN, f"host tuning: {items}", tuple(evidence), "; ".join(fixes))

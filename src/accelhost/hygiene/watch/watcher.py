@@ -25,15 +25,9 @@ from prometheus_client.registry import CollectorRegistry
 from accelhost.errors import AccelhostError, UsageError
 from accelhost.host.base import Host, InodeLister
 from accelhost.host.redact import redact_values
-from accelhost.hygiene.clean.cleaner import (
-    CleanFilters,
-    Journal,
-    RemoveSegment,
-    StopProcesses,
-    execute,
-    plan_clean,
-)
-from accelhost.hygiene.clean.journal import rfc3339_now
+from accelhost.hygiene.clean.actions import CleanFilters, RemoveSegment, StopProcesses
+from accelhost.hygiene.clean.cleaner import execute, plan_clean
+from accelhost.hygiene.clean.journal import Journal, rfc3339_now
 from accelhost.hygiene.doctor.checks import run_checks
 from accelhost.hygiene.facts.host import HostFacts, read_facts
 from accelhost.hygiene.facts.rounds import DEFAULT_FULL_EVERY, IncrementalState
