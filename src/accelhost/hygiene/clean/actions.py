@@ -148,6 +148,20 @@ class CleanFilters:
     segments: bool = True
     shm_files: bool = True
 
+    def takes_segment(self, seg: ShmSegment) -> bool:
+        """Whether the shmid, owner and key filters let `seg` in."""
+        return (
+            (not self.shmids or seg.shmid in self.shmids)
+            and (not self.owners or seg.uid in self.owners)
+            and (not self.keys or (seg.key & 0xFFFFFFFF) in self.keys)
+        )
+
+    def takes_file(self, f: ShmFile) -> bool:
+        """Whether the path and owner filters let `f` in."""
+        return (not self.paths or f.path in self.paths) and (
+            not self.owners or f.uid in self.owners
+        )
+
 
 @dataclass
 class Outcome:

@@ -102,11 +102,7 @@ def plan_clean(
             )
     if f.segments:
         for seg, verdict in found.segments or ():
-            if f.shmids and seg.shmid not in f.shmids:
-                continue
-            if f.owners and seg.uid not in f.owners:
-                continue
-            if f.keys and (seg.key & 0xFFFFFFFF) not in f.keys:
+            if not f.takes_segment(seg):
                 continue
             after = False
             if not verdict.leaked and (seg.cpid in stopping or seg.lpid in stopping):
@@ -119,11 +115,8 @@ def plan_clean(
                 actions.append(RemoveSegment(seg, reason, after_stop=after))
     if f.shm_files:
         for j in found.shm or ():
-            if not j.leaked or (f.paths and j.file.path not in f.paths):
-                continue
-            if f.owners and j.file.uid not in f.owners:
-                continue
-            actions.append(RemoveShmFile(j.file, j.naming, j.reason))
+            if j.leaked and f.takes_file(j.file):
+                actions.append(RemoveShmFile(j.file, j.naming, j.reason))
     return actions
 
 

@@ -133,9 +133,7 @@ def check_device_holders(found: Findings, options: HygieneOptions) -> CheckResul
             )
             continue
         engine = bool(proc.cmdline) and is_engine(proc.command)
-        ev = process_evidence(proc, facts, engine=engine)
-        ev["devices"] = nodes
-        evidence.append(ev)
+        evidence.append(process_evidence(proc, facts, engine=engine, devices=nodes))
         if proc.is_zombie or proc.is_uninterruptible:
             what = "a zombie" if proc.is_zombie else "in D state (stuck in the driver)"
             bad.append(f"pid {_in_containers(found, [pid])} is {what}")

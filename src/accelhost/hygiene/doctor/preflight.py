@@ -120,21 +120,19 @@ class PreflightReport:
 def device_holders_of(dev: DeviceMemory, facts: HostFacts) -> tuple[Holder, ...]:
     """Who holds the device: the vendor tool's process rows, then node openers it missed."""
     procs = facts.processes or {}
-    out: list[Holder] = []
-    seen: set[int] = set()
-    for row in dev.processes:
-        p = procs.get(row.pid)
-        name = p.command if p is not None else (row.name or "?")
-        state = p.state if p is not None else None
-        out.append(Holder(row.pid, name, row.memory_mib, state, "device tool"))
-        seen.add(row.pid)
-    for pid, nodes in sorted(facts.device_fds.items()):
-        if dev.node in nodes and pid not in seen:
-            p = procs.get(pid)
-            out.append(
-                Holder(pid, p.command if p else "?", None, p.state if p else None, "open fd")
-            )
-    return tuple(out)
+
+    def holder(pid: int, name: str, memory_mib: int | None, source: str) -> Holder:
+        p = procs.get(pid)
+        return Holder(pid, p.command if p else name, memory_mib, p.state if p else None, source)
+
+    tool = [holder(r.pid, r.name or "?", r.memory_mib, "device tool") for r in dev.processes]
+    seen = {h.pid for h in tool}
+    opened = [
+        holder(pid, "?", None, "open fd")
+        for pid, nodes in sorted(facts.device_fds.items())
+        if dev.node in nodes and pid not in seen
+    ]
+    return (*tool, *opened)
 
 
 def preflight_from_facts(
@@ -190,18 +188,13 @@ def preflight_from_facts(
     )
 
 
-def preflight(
-    host: Host,
-    util: float,
-    device: int | None = None,
-    options: HygieneOptions | None = None,
-) -> PreflightReport:
+def preflight(host: Host, util: float, device: int | None = None) -> PreflightReport:
     """Read the host and run the preflight; for `accelhost run --expect-util U --device N`.
 
     `device` is the device number as the vendor tool counts it (the N of /dev/davinciN or
     /dev/nvidiaN), not an index inside *_VISIBLE_DEVICES; None checks every device.
     """
-    opts = options or HygieneOptions(expect_util=util, device=device)
+    opts = HygieneOptions(expect_util=util, device=device)
     return preflight_from_facts(read_facts(host, opts), util, device)
 
 

@@ -187,14 +187,10 @@ class Watcher:
         procs, now = facts.processes or {}, facts.now_epoch
         for s in segments:
             p = procs.get(s.cpid)
-            age = None if p is None else facts.process_age_s(p)
-            if (
-                p is not None
-                and age is not None
-                and now is not None
-                and now - age <= s.ctime + 1  # the creator, not a process that reused its pid
-                and self.options.catalog.is_engine(p.command)
-            ):
+            if p is None or now is None or (age := facts.process_age_s(p)) is None:
+                continue
+            # the creator, not a process that reused its pid
+            if now - age <= s.ctime + 1 and self.options.catalog.is_engine(p.command):
                 self._engine_segments.add((s.shmid, s.ctime))
 
     def _log_changes(self, report: DoctorReport) -> None:
@@ -243,13 +239,7 @@ class Watcher:
             if n >= self.config.clean_orphan_rounds
             and (pid in scope.pids if scope.pids else not named)
         )
-        leaks = [
-            (s, v)
-            for s, v in leaks
-            if (s.shmid in scope.shmids if scope.shmids else not named)
-            and (not scope.owners or s.uid in scope.owners)
-            and (not scope.keys or (s.key & 0xFFFFFFFF) in scope.keys)
-        ]
+        leaks = [(s, v) for s, v in leaks if scope.takes_segment(s) and (scope.shmids or not named)]
         asked = bool(scope.shmids or scope.keys)
 
         def may_go(seg: ShmSegment) -> bool:
@@ -258,12 +248,7 @@ class Watcher:
 
         unasked = [(s, v) for s, v in leaks if not may_go(s)]
         leaks = [(s, v) for s, v in leaks if may_go(s)]
-        shm = [
-            j
-            for j in shm
-            if (not scope.owners or j.file.uid in scope.owners)
-            and (j.file.path in scope.paths if scope.paths else not named)
-        ]
+        shm = [j for j in shm if scope.takes_file(j.file) and (scope.paths or not named)]
         leaked = sum(s.size for s, _ in leaks) + sum(j.file.used_bytes for j in shm)
         do_segments = bool(leaks or shm) and leaked >= self.config.clean_leaked_bytes
         kept_leaks, kept_files = ([], []) if do_segments else (leaks, shm)
