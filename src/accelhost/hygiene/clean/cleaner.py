@@ -179,31 +179,6 @@ def _alive_now(pid: int) -> bool:
     return info is not None and not info.is_zombie
 
 
-def _segment_rule(act: RemoveSegment, min_age_s: float) -> Callable[[ShmSegment], tuple[bool, str]]:
-    """The plan's segment, judged again by the leak rule on the table read now."""
-
-    def rule(seg: ShmSegment) -> tuple[bool, str]:
-        if (seg.key, seg.cpid, seg.ctime) != (act.seg.key, act.seg.cpid, act.seg.ctime):
-            return False, "shmid now names another segment"
-        verdict = judge_segment(seg, _alive_now, time.time(), min_age_s, exempt_age=act.after_stop)
-        return verdict.leaked, verdict.reason
-
-    return rule
-
-
-def _file_rule(act: RemoveShmFile, min_age_s: float) -> Callable[[ShmFile], tuple[bool, str]]:
-    """The plan's file, unchanged since it was judged (the plan is minutes old, maybe)."""
-
-    def rule(fresh: ShmFile) -> tuple[bool, str]:
-        if abs(fresh.mtime - act.file.mtime) > 0.001:  # listings round mtimes
-            return False, "changed since it was judged"
-        if time.time() - fresh.mtime < min_age_s:
-            return False, f"changed under {min_age_s:g} s ago"
-        return True, act.reason
-
-    return rule
-
-
 def _remove(
     host: Host, act: RemoveSegment | RemoveShmFile, min_age_s: float, journal: Journal
 ) -> Removal:
@@ -211,19 +186,34 @@ def _remove(
     just before the system call, its outcome right after."""
     if isinstance(act, RemoveSegment):
 
+        def segment_rule(seg: ShmSegment) -> tuple[bool, str]:
+            """The plan's segment, judged again by the leak rule on the table read now."""
+            if (seg.key, seg.cpid, seg.ctime) != (act.seg.key, act.seg.cpid, act.seg.ctime):
+                return False, "shmid now names another segment"
+            now = time.time()
+            verdict = judge_segment(seg, _alive_now, now, min_age_s, exempt_age=act.after_stop)
+            return verdict.leaked, verdict.reason
+
         def segment_intent(seg: ShmSegment, why: str) -> None:
             journal.write("intent", action=act.kind, **act.intent(seg, why))
 
-        removal = remove_segment(host, act.shmid, _segment_rule(act, min_age_s), segment_intent)
+        removal = remove_segment(host, act.shmid, segment_rule, segment_intent)
         ident: dict[str, Any] = {"shmid": act.shmid}
     else:
+
+        def file_rule(fresh: ShmFile) -> tuple[bool, str]:
+            """The plan's file, unchanged since it was judged (the plan is minutes old)."""
+            if abs(fresh.mtime - act.file.mtime) > 0.001:  # listings round mtimes
+                return False, "changed since it was judged"
+            if time.time() - fresh.mtime < min_age_s:
+                return False, f"changed under {min_age_s:g} s ago"
+            return True, act.reason
 
         def file_intent(_fresh: ShmFile, why: str) -> None:
             journal.write("intent", action=act.kind, **act.intent(why))
 
         f = act.file
-        rule = _file_rule(act, min_age_s)
-        removal = unlink_shm_file(host, f.path, f.dev, f.inode, rule, file_intent)
+        removal = unlink_shm_file(host, f.path, f.dev, f.inode, file_rule, file_intent)
         ident = {"path": act.path}
     if removal.tried:
         journal.write("outcome", action=act.kind, **ident, result=removal.result)

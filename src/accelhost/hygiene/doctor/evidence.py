@@ -15,11 +15,11 @@ from typing import Any
 
 from accelhost.formats import mib_bytes
 from accelhost.hygiene.facts.host import NOT_RECORDED, HostFacts
-from accelhost.hygiene.judge.rules import Orphan, is_hugetlb, segment_idle_s
+from accelhost.hygiene.judge.rules import Orphan, ShmVerdict, is_hugetlb, segment_idle_s
 from accelhost.hygiene.report import SKIP, UNKNOWN, CheckResult
 from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.readers.procs import ProcessInfo
-from accelhost.readers.shmfiles import HeldScan, ShmFile
+from accelhost.readers.shmfiles import HeldScan
 
 
 def unknown(name: str, why: str) -> CheckResult:
@@ -133,10 +133,8 @@ def segment_evidence(seg: ShmSegment, facts: HostFacts, reason: str) -> dict[str
     }
 
 
-def shm_file_evidence(
-    f: ShmFile, now_epoch: float | None, naming: str | None, reason: str
-) -> dict[str, Any]:
-    age = f.age_s(now_epoch)
+def shm_file_evidence(j: ShmVerdict, now_epoch: float | None) -> dict[str, Any]:
+    f, age = j.file, j.file.age_s(now_epoch)
     return {
         "kind": "shm_file",
         "path": f.path,
@@ -145,6 +143,6 @@ def shm_file_evidence(
         "owner": f.owner,
         "uid": f.uid,
         "age_s": None if age is None else round(age),
-        "naming": naming,
-        "reason": reason,
+        "naming": j.naming,
+        "reason": j.reason,
     }

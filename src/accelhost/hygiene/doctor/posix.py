@@ -37,10 +37,8 @@ def check_posix_shm(found: Findings, options: HygieneOptions) -> CheckResult:
     unclaimed = [j for j in judged if j.unclaimed]
     blocked = [j for j in judged if j.blocked]
     scan = facts.shm_held
-    evidence = tuple(
-        shm_file_evidence(j.file, facts.now_epoch, j.naming, j.reason)
-        for j in leaked + unclaimed + blocked
-    ) + tuple(unreadable_evidence(scan, "these files"))
+    evidence = tuple(shm_file_evidence(j, facts.now_epoch) for j in leaked + unclaimed + blocked)
+    evidence += tuple(unreadable_evidence(scan, "these files"))
     where = ", ".join(facts.shm_files)
     pods = facts.containers.shm_dirs if facts.containers else ()
     if pods:

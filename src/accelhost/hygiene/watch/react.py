@@ -111,10 +111,7 @@ class Reactor:
 
     def watch(self, pids: Iterable[int]) -> None:
         """Exits of these pids wake the watch (the filter is rebuilt when they change)."""
-        self._filter(frozenset(pids))
-
-    def _filter(self, pids: frozenset[int]) -> None:
-        self.watched = pids
+        self.watched = frozenset(pids)
         if self.events is None or self.watched == self._filtered:
             return
         many = len(self.watched) > MAX_FILTER_PIDS
@@ -169,7 +166,7 @@ class Reactor:
     def _exec(self, pid: int) -> None:
         proc = read_process(live_host(), pid)
         if proc is not None and proc.cmdline and self.engine(proc.command):
-            self._filter(self.watched | {pid})
+            self.watch(self.watched | {pid})
 
     def close(self) -> None:
         if self.events is not None:
