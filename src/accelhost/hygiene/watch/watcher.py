@@ -1,13 +1,11 @@
 """`accelhost watch`: the doctor on a timer, as Prometheus metrics and change logs.
 
-Memory stays bounded over days: the collector keeps only the latest round (a scrape
-describes the host now, so a device or pool that disappears leaves no stale series), the
-change detector keeps one status per check, the auto-cleaner remembers only the orphans of
-the previous round, and the incremental state (`incremental`) only what exists now. On a
-live host a round reads only what changed, and an engine's death or a new engine file
-starts one at once (`react`); a snapshot is read whole every round. A source that cannot
-be read exports no sample and turns its check UNKNOWN: an unanswered query is never shown
-as an idle device.
+Memory stays bounded over days: the collector keeps only the latest round (`metrics`), the
+change detector one status per check, the auto-cleaner only the orphans of the previous
+round, and the incremental state only what exists now. On a live host a round reads only
+what changed, and an engine's death or a new engine file starts one at once (`react`); a
+snapshot is read whole every round. An unanswered query turns its check UNKNOWN: it is
+never shown as an idle device.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from accelhost.host.base import Host, InodeLister
 from accelhost.host.redact import redact_values
 from accelhost.hygiene.clean.actions import CleanFilters, RemoveSegment, StopProcesses
 from accelhost.hygiene.clean.cleaner import execute, plan_clean
-from accelhost.hygiene.clean.journal import Journal, rfc3339_now
+from accelhost.hygiene.clean.journal import DEFAULT_JOURNAL, Journal, rfc3339_now
 from accelhost.hygiene.doctor.checks import run_checks
 from accelhost.hygiene.facts.host import HostFacts, read_facts
 from accelhost.hygiene.facts.rounds import DEFAULT_FULL_EVERY, IncrementalState
@@ -65,7 +63,7 @@ class WatchConfig:
     clean_leaked_bytes: int = 1
     # Stop an orphan only after it was seen in this many consecutive rounds.
     clean_orphan_rounds: int = 2
-    journal: str = "/var/log/accelhost/clean.jsonl"
+    journal: str = DEFAULT_JOURNAL
     grace_s: float = DEFAULT_GRACE_S
     # Auto-clean never reaches beyond this scope (pids, shmids, owners, keys; empty = all).
     scope: CleanFilters = CleanFilters()
