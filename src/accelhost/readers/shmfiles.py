@@ -14,7 +14,7 @@ through the host door (live, snapshot or recording alike).
 - `held_paths(host, pids=None)` and `path_is_held(host, path)`: the same, as a set of
   paths and as the re-check of one file.
 
-Which file leaked is a rule, not a reading: `accelhost.hygiene.doctor.posix`.
+Which file leaked is a rule, not a reading: `accelhost.hygiene.judge.rules`.
 
 Why by path and inode: a process maps `/dev/shm/psm_x` by name, but a file created under
 one name and linked to another is held under the first: glibc's sem_open makes a

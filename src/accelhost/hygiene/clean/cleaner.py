@@ -272,12 +272,12 @@ def _stop_all(
     for pid in refs:
         pin = loop.members.get(pid)
         if pid not in left:
-            outcome = Outcome("stop", f"pid {pid}", "gone", True)
+            why = "gone"
         elif pin is not None and pin.denied:
-            outcome = Outcome("stop", f"pid {pid}", pin.denied, False)
+            why = pin.denied
         else:
             why = D_STATE if left[pid].state == "D" else "still alive after SIGKILL"
-            outcome = Outcome("stop", f"pid {pid}", why, False)
+        outcome = Outcome("stop", f"pid {pid}", why, pid not in left)
         journal.write("outcome", action="stop", pid=pid, result=outcome.result)
         outcomes.append(outcome)
     return outcomes

@@ -1,4 +1,5 @@
-"""Will the engine fit? vLLM's own start-up memory check, done before starting it.
+"""Device memory: will the engine fit (vLLM's own start-up memory check, done before
+starting it), and who holds what is in use (the `unattributed_memory` check).
 
 vLLM refuses to start when `free < total x gpu_memory_utilization` on its device and says
 so in GiB rounded to two places; the preflight computes the same comparison from the
@@ -19,7 +20,8 @@ from accelhost.hygiene.doctor.fixes import clean_command
 from accelhost.hygiene.facts.devices import DeviceMemory
 from accelhost.hygiene.facts.host import HostFacts, read_facts
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.report import FAIL, OK, SKIP, CheckResult
+from accelhost.hygiene.report import FAIL, OK, SKIP, WARN, CheckResult
+from accelhost.parsers.devnodes import VENDOR_KIND, node_kind
 
 MIB_PER_GIB = 1024
 
@@ -264,3 +266,67 @@ def _device_preflight(facts: HostFacts, options: HygieneOptions) -> CheckResult:
         f"free the device ({clean_command(options)} for orphans and leaks) or start with "
         f"--gpu-memory-utilization {min(d.max_util for d in worst)} or lower",
     )
+
+
+def check_unattributed_memory(facts: HostFacts, options: HygieneOptions) -> CheckResult:
+    """Device memory in use beyond what the listed processes hold (and a baseline)."""
+    name = "unattributed_memory"
+    for source in ("devices", "device_processes"):
+        if source in facts.errors:
+            return unknown(name, facts.errors[source])
+    if not facts.device_sources:
+        # nothing was read: no device to check, or one whose tool is missing (an image
+        # without npu-smi while engines hold /dev/davinciN): never "accounted for"
+        held = sorted({n for ns in facts.device_fds.values() for n in ns if _tool_node(n)})
+        if held:
+            return unknown(
+                name, f"{held[0]} is open but no npu-smi or nvidia-smi is installed to read it"
+            )
+        return CheckResult(name, SKIP, "no device memory source (no npu-smi, nvidia-smi)")
+    evidence = []
+    unaccounted: list[str] = []
+    blind: list[str] = []
+    for dev in facts.devices:
+        # a process row without a memory figure ([N/A]) makes the rest unknowable
+        if dev.used_mib is None or any(row.memory_mib is None for row in dev.processes):
+            blind.append(dev.label)
+            continue
+        attributed = sum(row.memory_mib or 0 for row in dev.processes)
+        baseline = options.baseline_mib(dev.vendor)
+        extra = dev.used_mib - attributed
+        if extra > baseline:
+            unaccounted.append(f"{dev.label} {extra} MiB")
+            evidence.append(
+                {
+                    "kind": "device",
+                    "device": dev.label,
+                    "index": dev.index,
+                    "used_bytes": mib_bytes(dev.used_mib),
+                    "total_bytes": mib_bytes(dev.total_mib),
+                    "attributed_bytes": mib_bytes(attributed),
+                    "unattributed_bytes": mib_bytes(extra),
+                    "baseline_bytes": mib_bytes(baseline),
+                    "holders": [h.to_dict() for h in device_holders_of(dev, facts)],
+                }
+            )
+    unread = f"{', '.join(blind)}: the device tool gives no memory figure ([N/A])"
+    if not evidence:
+        if blind:
+            return unknown(name, unread)
+        return CheckResult(name, OK, f"{len(facts.devices)} device(s): memory accounted for")
+    text = ", ".join(unaccounted)
+    return CheckResult(
+        name,
+        WARN,
+        f"memory in use by no listed process: {text}" + (f"; {unread}" if blind else ""),
+        tuple(evidence),
+        f"look for orphans and leaked segments ({clean_command(options, yes=False)}); if "
+        "none, the driver holds it: restart the driver or reset the device when it is idle",
+    )
+
+
+def _tool_node(path: str) -> bool:
+    """A per-device node of a vendor whose tool reports device memory (/dev/davinciN,
+    /dev/nvidiaN; not a render node, which no such tool covers)."""
+    kind = node_kind(path)
+    return kind is not None and kind[0] in VENDOR_KIND.values()
