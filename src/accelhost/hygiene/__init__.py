@@ -14,9 +14,9 @@ serves:
 - `judge/`: what the facts mean, once per look: every removal rule (`rules`), the findings
   handed to checks, plan and metrics (`findings`), whose each thing is (`attribution`,
   with `containers`: the report named by container, the `--container` scope);
-- `doctor/`: the checks (`checks`, `tuning`, `container_init`), their `evidence`, the
-  clean command their fixes name (`fixes`), and device memory: who holds it and vLLM's
-  start-up memory check done before the start (`preflight`);
+- `doctor/`: the checks (`checks`, `tuning`, `container_init`), their `evidence` and the
+  clean command their fixes name, and device memory: who holds it and vLLM's start-up
+  memory check done before the start (`preflight`);
 - `clean/`: what `clean` may do (`actions`), its plan, order and stops (`cleaner`), its
   `journal`, and why a named target is not acted on (`targets`);
 - `watch/`: the doctor on a timer (`watcher`), what it exports (`metrics`), what wakes it

@@ -1,4 +1,4 @@
-"""`accelhost doctor`: the checks (`checks`, with `tuning`, `container_init`), their
-`evidence`, the clean command their fixes name (`fixes`), and device memory: who holds it
-and vLLM's start-up memory check (`preflight`).
+"""`accelhost doctor`: the checks (`checks`, with `tuning`, `container_init`), what their
+results say (`evidence`: also the clean command a fix names), and device memory: who holds
+it and vLLM's start-up memory check (`preflight`).
 """

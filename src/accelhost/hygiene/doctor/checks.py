@@ -15,6 +15,7 @@ from accelhost.containers.model import Container
 from accelhost.formats import mib_bytes
 from accelhost.hygiene.doctor.container_init import check_container_init
 from accelhost.hygiene.doctor.evidence import (
+    clean_fix,
     device_memory_of_pid,
     not_in_recording,
     orphan_evidence,
@@ -27,7 +28,6 @@ from accelhost.hygiene.doctor.evidence import (
     unreadable_evidence,
     waiting_note,
 )
-from accelhost.hygiene.doctor.fixes import clean_fix
 from accelhost.hygiene.doctor.preflight import check_preflight, check_unattributed_memory
 from accelhost.hygiene.doctor.tuning import check_host_tuning
 from accelhost.hygiene.facts.host import NOT_RECORDED, HostFacts

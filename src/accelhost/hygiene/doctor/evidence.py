@@ -1,21 +1,31 @@
-"""Evidence objects shared by the doctor's checks, and how a check says what it could
-not see (a source not read or not recorded, processes it may not look into).
+"""What a doctor's check result says besides its status: the evidence, what the check
+could not see (a source not read or not recorded, processes it may not look into), and
+the `accelhost clean` command its FIX names.
 
-One function per kind of thing, so that the same fact has the same JSON key everywhere:
-`pid`, `cmdline`, `parent` for processes; `shmid`, `key`, `bytes`, `creator_pid`,
-`last_pid` for System V segments; `path`, `used_bytes`, `size_bytes`, `owner`, `uid`,
-`age_s`, `naming` for POSIX shared-memory files.
+One evidence function per kind of thing, so that the same fact has the same JSON key
+everywhere: `pid`, `cmdline`, `parent` for processes; `shmid`, `key`, `bytes`,
+`creator_pid`, `last_pid` for System V segments; `path`, `used_bytes`, `size_bytes`,
+`owner`, `uid`, `age_s`, `naming` for POSIX shared-memory files.
+
+The clean command is built in one place from the options in force: a fix that drops the
+doctor's `--container` or `--shm-min-age` does something else than the doctor described
+(it removes the whole host's leftovers, or none of the fresh ones it just listed). So
+every fix repeats the scope and each option that changes what clean finds (the shm dirs
+and age, the engine catalog, where containers and pods are looked up), and a replayed
+recording says that the command is for the recorded host: a replay cannot clean.
 """
 
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
 from accelhost.formats import mib_bytes
 from accelhost.hygiene.facts.host import NOT_RECORDED, HostFacts
 from accelhost.hygiene.judge.rules import Orphan, ShmVerdict, is_hugetlb, segment_idle_s
+from accelhost.hygiene.options import DEFAULT_SHM_DIRS, DEFAULT_SHM_MIN_AGE_S, HygieneOptions
 from accelhost.hygiene.report import SKIP, UNKNOWN, CheckResult
 from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.readers.procs import ProcessInfo
@@ -146,3 +156,37 @@ def shm_file_evidence(j: ShmVerdict, now_epoch: float | None) -> dict[str, Any]:
         "naming": j.naming,
         "reason": j.reason,
     }
+
+
+def clean_command(
+    options: HygieneOptions,
+    only: str | None = None,
+    named: tuple[str, ...] = (),
+    yes: bool = True,
+) -> str:
+    """`accelhost clean --yes [NAMED] [--only KIND] [options in force]`, quoted for a shell.
+    `named`: what the command names (`--shmid 7`); `only`: the one kind it cleans; `yes`
+    False: the dry run that shows what would go."""
+    words = ["accelhost", "clean", *(["--yes"] if yes else []), *named]
+    if only is not None:
+        words += ["--only", only]
+    # the options in force that change what clean removes
+    if options.container is not None:
+        words += ["--container", options.container]
+    if options.shm_min_age_s != DEFAULT_SHM_MIN_AGE_S:
+        words += ["--shm-min-age", f"{options.shm_min_age_s:g}"]
+    words += [w for d in options.shm_dirs if d not in DEFAULT_SHM_DIRS for w in ("--shm-dir", d)]
+    words += options.catalog_words
+    words += [w for s in options.container_sockets for w in ("--docker-socket", s)]
+    words += [w for s in options.cri_sockets for w in ("--cri-socket", s)]
+    if options.kubelet_root is not None:
+        words += ["--kubelet-root", options.kubelet_root]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def clean_fix(options: HygieneOptions, live: bool, what: str, only: str | None = None) -> str:
+    """A FIX line: the command, what it does, and where it must run."""
+    text = f"{clean_command(options, only)} ({what})"
+    if live:
+        return text
+    return f"on the recorded host: {text}; a --snapshot replay cannot be cleaned"

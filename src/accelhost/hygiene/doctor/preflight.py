@@ -15,8 +15,7 @@ from typing import Any
 
 from accelhost.formats import MIB, mib_bytes
 from accelhost.host.base import Host
-from accelhost.hygiene.doctor.evidence import unknown
-from accelhost.hygiene.doctor.fixes import clean_command
+from accelhost.hygiene.doctor.evidence import clean_command, unknown
 from accelhost.hygiene.facts.devices import DeviceMemory
 from accelhost.hygiene.facts.host import HostFacts, read_facts
 from accelhost.hygiene.options import HygieneOptions

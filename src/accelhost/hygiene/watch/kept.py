@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelhost.hygiene.doctor.fixes import clean_command
+from accelhost.hygiene.doctor.evidence import clean_command
 from accelhost.hygiene.judge.rules import LeakVerdict, Orphan, ShmVerdict
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.parsers.sysvipc import ShmSegment
