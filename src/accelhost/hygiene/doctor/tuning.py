@@ -15,6 +15,10 @@ from accelhost.hygiene.report import OK, WARN, CheckResult
 
 # logind leaves system users alone (uid up to SYS_UID_MAX, 999 on Debian and Fedora)
 SYS_UID_MAX = 999
+NO_EXPANDABLE = (
+    "no expandable_segments:True in PYTORCH_NPU_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF: device "
+    "memory fragments across restarts"
+)
 REMOVE_IPC_FIX = (
     "RemoveIPC=no under [Login] in /etc/systemd/logind.conf.d/accelhost.conf (then "
     "systemctl restart systemd-logind), or run the engine as a system user or with "
@@ -64,41 +68,25 @@ def check_host_tuning(facts: HostFacts, options: HygieneOptions) -> CheckResult:
             evidence.append(
                 _hint("irqbalance", detail, pids=list(t.irqbalance_pids), pinned_irqs=pinned)
             )
-    if t.thp_enabled == "always" and t.thp_defrag == "always":
+    if t.thp_enabled == t.thp_defrag == "always":
         detail = "defrag=always compacts memory on page faults: latency stalls"
-        evidence.append(
-            _hint("transparent_hugepage", detail, enabled=t.thp_enabled, defrag=t.thp_defrag)
-        )
+        evidence.append(_hint("transparent_hugepage", detail, enabled="always", defrag="always"))
     if t.proc_irq_readonly:
         detail = "/proc/irq is read-only here: device IRQs cannot be pinned from this container"
         evidence.append(_hint("proc_irq", detail))
     for var, value in sorted(t.affinity_env.items()):
-        evidence.append(
-            _hint(var, f"{var} binds OpenMP threads and fights the CPU plan", value=value)
-        )
-    n_devices = len(facts.devices)
-    if (
-        t.allowed_cpus is not None
-        and n_devices
-        and t.allowed_cpus < n_devices * options.cpus_per_device
-    ):
-        detail = (
-            f"{t.allowed_cpus} CPUs for {n_devices} devices "
-            f"(under {options.cpus_per_device} per device)"
-        )
-        evidence.append(_hint("cpuset", detail, allowed_cpus=t.allowed_cpus, devices=n_devices))
+        detail = f"{var} binds OpenMP threads and fights the CPU plan"
+        evidence.append(_hint(var, detail, value=value))
+    n, per = len(facts.devices), options.cpus_per_device
+    if t.allowed_cpus is not None and n and t.allowed_cpus < n * per:
+        detail = f"{t.allowed_cpus} CPUs for {n} devices (under {per} per device)"
+        evidence.append(_hint("cpuset", detail, allowed_cpus=t.allowed_cpus, devices=n))
     procs = facts.processes or {}
     for pid, env in sorted(facts.engine_env.items()):
         if any("expandable_segments:True" in v for v in env.values()) or pid not in procs:
             continue
         evidence.append(
-            process_evidence(
-                procs[pid],
-                facts,
-                item="alloc_conf",
-                detail="no expandable_segments:True in PYTORCH_NPU_ALLOC_CONF / "
-                "PYTORCH_CUDA_ALLOC_CONF: device memory fragments across restarts",
-            )
+            process_evidence(procs[pid], facts, item="alloc_conf", detail=NO_EXPANDABLE)
         )
     fixes = ["see each item's detail; `accelhost plan` / `bind` pins CPUs and IRQs"]
     fixes = fixes if evidence else []
