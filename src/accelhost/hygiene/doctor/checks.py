@@ -118,7 +118,7 @@ def check_device_holders(found: Findings, options: HygieneOptions) -> CheckResul
         nodes = sorted(holders[pid])
         proc = procs.get(pid)
         if proc is None:
-            visible = facts.processes is not None
+            why = " (exited, or another PID namespace)" if facts.processes is not None else ""
             evidence.append(
                 {
                     "kind": "process",
@@ -127,8 +127,7 @@ def check_device_holders(found: Findings, options: HygieneOptions) -> CheckResul
                     "state": None,
                     "devices": nodes,
                     "device_memory_bytes": mib_bytes(device_memory_of_pid(facts, pid)),
-                    "note": "listed by the device tool but not in /proc"
-                    + (" (exited, or another PID namespace)" if visible else ""),
+                    "note": f"listed by the device tool but not in /proc{why}",
                 }
             )
             continue
@@ -290,56 +289,41 @@ def check_posix_shm(found: Findings, options: HygieneOptions) -> CheckResult:
 
 
 def check_hugepages(found: Findings, options: HygieneOptions) -> CheckResult:
-    name = "hugepages"
-    facts = found.facts
+    name, facts = "hugepages", found.facts
     if facts.hugepage_pools is None:
         return not_in_recording(facts, name, "hugepages")
     pools = [p for p in facts.hugepage_pools if p.total > 0]
     if not pools:
         return CheckResult(name, OK, "no HugePages reserved on this host")
-    leaks = found.leaks or []
-    evidence = []
-    full = False
-    for p in pools:
-        frac = p.used_fraction or 0.0
-        if frac >= options.hugepages_threshold:
-            full = full or frac >= 1.0
-            evidence.append(
-                {
-                    "kind": "hugepages",
-                    "size": p.size_label,
-                    "node": p.node,
-                    "total": p.total,
-                    "free": p.free,
-                    "reserved": p.reserved,
-                    "used_pct": round(frac * 100, 1),
-                }
-            )
-    if not evidence:
-        return CheckResult(
-            name, OK, f"{len(pools)} pool(s) below {options.hugepages_threshold:.0%}"
-        )
+    limit = options.hugepages_threshold
+    over = [p for p in pools if (p.used_fraction or 0.0) >= limit]
+    if not over:
+        return CheckResult(name, OK, f"{len(pools)} pool(s) below {limit:.0%}")
+    evidence = tuple(
+        {
+            "kind": "hugepages",
+            "size": p.size_label,
+            "node": p.node,
+            "total": p.total,
+            "free": p.free,
+            "reserved": p.reserved,
+            "used_pct": round((p.used_fraction or 0.0) * 100, 1),
+        }
+        for p in over
+    )
     text = ", ".join(
         f"{e['size']}{'' if e['node'] is None else ' node' + str(e['node'])} {e['used_pct']}%"
         for e in evidence
     )
-    if full and leaks:
-        return CheckResult(
-            name,
-            FAIL,
-            f"HugePages exhausted with {len(leaks)} leaked segment(s): {text}",
-            tuple(evidence),
-            clean_fix(
-                options, facts.live, "leaked segments pin HugePages until removed", "segments"
-            ),
+    leaks = found.leaks
+    if leaks and any((p.used_fraction or 0.0) >= 1.0 for p in over):
+        summary = f"HugePages exhausted with {len(leaks)} leaked segment(s): {text}"
+        fix = clean_fix(
+            options, facts.live, "leaked segments pin HugePages until removed", "segments"
         )
-    return CheckResult(
-        name,
-        WARN,
-        f"HugePages above {options.hugepages_threshold:.0%}: {text}",
-        tuple(evidence),
-        "check the pool size (vm.nr_hugepages) against the engines' needs",
-    )
+        return CheckResult(name, FAIL, summary, evidence, fix)
+    fix = "check the pool size (vm.nr_hugepages) against the engines' needs"
+    return CheckResult(name, WARN, f"HugePages above {limit:.0%}: {text}", evidence, fix)
 
 
 CHECKS: dict[str, Callable[[Findings, HygieneOptions], CheckResult]] = {
