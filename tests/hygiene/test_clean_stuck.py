@@ -10,7 +10,7 @@ import pytest
 
 from accelhost.host.base import Host
 from accelhost.host.live import LiveHost
-from accelhost.hygiene.clean import stopper
+from accelhost.hygiene.clean import cleaner
 from accelhost.hygiene.clean.cleaner import Journal, ProcessRef, StopProcesses, execute
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.readers.procs import ProcessInfo, read_process
@@ -26,13 +26,13 @@ def test_d_state_is_reported_not_retried(tmp_path: Path, monkeypatch: pytest.Mon
         # Simulate an uninterruptible sleeper: signals are recorded, the process "stays".
         monkeypatch.setattr(Pinned, "alive", property(lambda self: True))
         monkeypatch.setattr(Pinned, "send", lambda self, sig: sent.append(sig))
-        real = stopper.read_process
+        real = cleaner.read_process
 
         def in_d_state(host: Host, pid: int, *, cmdline: bool = True) -> ProcessInfo | None:
             found = real(host, pid, cmdline=cmdline)
             return None if found is None else replace(found, state="D")
 
-        monkeypatch.setattr(stopper, "read_process", in_d_state)
+        monkeypatch.setattr(cleaner, "read_process", in_d_state)
         journal = Journal(tmp_path / "j.jsonl")
         action = StopProcesses(
             pgid=proc.pid,

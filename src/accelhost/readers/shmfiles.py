@@ -2,7 +2,7 @@
 mapped, read through the host door (live, snapshot or recording alike). A process whose
 files could not be read is `unreadable`: then nothing may be called leaked, and no device
 node called free (a reader without CAP_SYS_PTRACE cannot see other users' open files).
-Which file leaked is a rule, not a reading: `accelhost.hygiene.doctor.posix`.
+Which file leaked is a rule, not a reading: `accelhost.hygiene.judge.rules`.
 
 Why by path and inode: a process maps `/dev/shm/psm_x` by name, but a file created under
 one name and linked to another is held under the first: glibc's sem_open makes a

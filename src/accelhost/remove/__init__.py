@@ -1,15 +1,10 @@
 """Every way accelhost removes something from a machine, shared by `clean` and `run`.
 
 Its part of the house rule (`accelhost`): remove/ removes (signals, /dev/shm unlinks,
-IPC_RMID).
-
-What lives where: `signals` (a process pinned by pid and start time, so a reused pid is
-never hit; a process group the caller vouches for; the caller's own cgroup members),
-`stop` (the one loop of SIGTERM, grace, SIGKILL, wait, D state reported) and `shm` (one
-/dev/shm file by unlink, one System V segment by IPC_RMID, each looked at again at the
-moment of removal). What to remove is the callers' to decide; how it is re-checked
-and removed is decided here, once. Standard library and accelhost's readers only, so the
-supervisor (PID 1 of a container) imports it cheaply.
+IPC_RMID): signals in `signals` (the stop loop in `stop`), unlink and IPC_RMID in `shm`,
+each target re-checked at the moment of removal. What to remove is the callers' to
+decide; how it is re-checked and removed is decided here, once. Standard library and
+accelhost's readers only, so the supervisor (PID 1 of a container) imports it cheaply.
 """
 
 # The one SIGTERM grace of run, clean, watch and bench bind: Kubernetes'

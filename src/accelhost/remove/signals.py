@@ -17,6 +17,7 @@ import signal
 from collections.abc import Iterable
 
 from accelhost.host.base import Host
+from accelhost.kernel.libc import open_pidfd
 from accelhost.readers.procs import read_process
 
 NOT_PERMITTED = "not permitted to signal it (run as root or as its owner)"
@@ -29,20 +30,13 @@ class Pinned:
         self.host = host
         self.pid = pid
         self.start_ticks = start_ticks
-        self.fd: int | None = None  # readable once the process has exited
-        self._by_pid = False
-        self._gone = False
         self.denied: str | None = None  # why a signal could not be sent (EPERM)
-        try:
-            self.fd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            self._gone = True
-            return
-        except OSError:
-            self._by_pid = True  # no pidfd on this kernel
+        # readable once the process has exited; None: gone, or no pidfd on this kernel
+        self.fd = open_pidfd(pid)
+        self._by_pid = self.fd is None
         # The pid names whatever has it now: check it is the process we planned.
-        if self._changed():
-            self._gone = True
+        self._gone = self._changed()
+        if self._gone:
             self.close()
 
     def _changed(self) -> bool:

@@ -75,10 +75,6 @@ class RemoveSegment:
             f"{human_bytes(self.seg.size)}, creator {self.seg.cpid}){when}: {self.reason}"
         )
 
-    def ident(self) -> dict[str, Any]:
-        """What names it in the journal."""
-        return {"shmid": self.shmid}
-
     def intent(self, now: ShmSegment, why: str) -> dict[str, Any]:
         """The journal's intent line: the segment as the table shows it just before."""
         return {**_segment_facts(now), "reason": why}
@@ -117,10 +113,6 @@ class RemoveShmFile:
         used = human_bytes(self.file.used_bytes)
         return f"remove {self.path} ({used} used, {self.file.owner}): {self.reason}"
 
-    def ident(self) -> dict[str, Any]:
-        """What names it in the journal."""
-        return {"path": self.path}
-
     def intent(self, why: str) -> dict[str, Any]:
         """The journal's intent line: the plan's facts of the file, and why it goes."""
         planned = self.to_dict()
@@ -155,6 +147,20 @@ class CleanFilters:
     orphans: bool = True
     segments: bool = True
     shm_files: bool = True
+
+    def takes_segment(self, seg: ShmSegment) -> bool:
+        """Whether the shmid, owner and key filters let `seg` in."""
+        return (
+            (not self.shmids or seg.shmid in self.shmids)
+            and (not self.owners or seg.uid in self.owners)
+            and (not self.keys or (seg.key & 0xFFFFFFFF) in self.keys)
+        )
+
+    def takes_file(self, f: ShmFile) -> bool:
+        """Whether the path and owner filters let `f` in."""
+        return (not self.paths or f.path in self.paths) and (
+            not self.owners or f.uid in self.owners
+        )
 
 
 @dataclass

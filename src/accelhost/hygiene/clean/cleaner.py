@@ -11,6 +11,7 @@ unchanged, held by nobody) just before its unlink.
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -30,8 +31,7 @@ from accelhost.hygiene.clean.actions import (
     RemoveShmFile,
     StopProcesses,
 )
-from accelhost.hygiene.clean.journal import DEFAULT_JOURNAL, Journal
-from accelhost.hygiene.clean.stopper import stop_all
+from accelhost.hygiene.clean.journal import Journal
 from accelhost.hygiene.clean.targets import Unmatched, unmatched_targets
 from accelhost.hygiene.facts.host import HostFacts
 from accelhost.hygiene.judge.attribution import LeftBy
@@ -44,24 +44,11 @@ from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.readers.procs import ProcessInfo, descendants, read_process
 from accelhost.readers.shmfiles import ShmFile
 from accelhost.remove import DEFAULT_GRACE_S
-from accelhost.remove.shm import Removal, ipc_rmid, remove_segment, unlink_shm_file
+from accelhost.remove.shm import Removal, remove_segment, unlink_shm_file
+from accelhost.remove.signals import Pinned, signal_pinned_group
+from accelhost.remove.stop import D_STATE, StopLoop, send_each
 
-__all__ = [
-    "DEFAULT_GRACE_S",
-    "DEFAULT_JOURNAL",
-    "Action",
-    "CleanFilters",
-    "CleanResult",
-    "Journal",
-    "RemoveSegment",
-    "RemoveShmFile",
-    "StopProcesses",
-    "CleanPlan",
-    "execute",
-    "figures",
-    "make_plan",
-    "plan_clean",
-]
+__all__ = ["CleanFilters", "Journal"]  # for the CLI, beside this module's own
 
 
 def _ref(p: ProcessInfo) -> ProcessRef:
@@ -115,11 +102,7 @@ def plan_clean(
             )
     if f.segments:
         for seg, verdict in found.segments or ():
-            if f.shmids and seg.shmid not in f.shmids:
-                continue
-            if f.owners and seg.uid not in f.owners:
-                continue
-            if f.keys and (seg.key & 0xFFFFFFFF) not in f.keys:
+            if not f.takes_segment(seg):
                 continue
             after = False
             if not verdict.leaked and (seg.cpid in stopping or seg.lpid in stopping):
@@ -132,11 +115,8 @@ def plan_clean(
                 actions.append(RemoveSegment(seg, reason, after_stop=after))
     if f.shm_files:
         for j in found.shm or ():
-            if not j.leaked or (f.paths and j.file.path not in f.paths):
-                continue
-            if f.owners and j.file.uid not in f.owners:
-                continue
-            actions.append(RemoveShmFile(j.file, j.naming, j.reason))
+            if j.leaked and f.takes_file(j.file):
+                actions.append(RemoveShmFile(j.file, j.naming, j.reason))
     return actions
 
 
@@ -199,59 +179,108 @@ def _alive_now(pid: int) -> bool:
     return info is not None and not info.is_zombie
 
 
-def _segment_rule(act: RemoveSegment, min_age_s: float) -> Callable[[ShmSegment], tuple[bool, str]]:
-    """The plan's segment, judged again by the leak rule on the table read now."""
-
-    def rule(seg: ShmSegment) -> tuple[bool, str]:
-        if (seg.key, seg.cpid, seg.ctime) != (act.seg.key, act.seg.cpid, act.seg.ctime):
-            return False, "shmid now names another segment"
-        verdict = judge_segment(seg, _alive_now, time.time(), min_age_s, exempt_age=act.after_stop)
-        return verdict.leaked, verdict.reason
-
-    return rule
-
-
-def _file_rule(act: RemoveShmFile, min_age_s: float) -> Callable[[ShmFile], tuple[bool, str]]:
-    """The plan's file, unchanged since it was judged (the plan is minutes old, maybe)."""
-
-    def rule(fresh: ShmFile) -> tuple[bool, str]:
-        if abs(fresh.mtime - act.file.mtime) > 0.001:  # listings round mtimes
-            return False, "changed since it was judged"
-        if time.time() - fresh.mtime < min_age_s:
-            return False, f"changed under {min_age_s:g} s ago"
-        return True, act.reason
-
-    return rule
-
-
 def _remove(
-    host: Host,
-    act: RemoveSegment | RemoveShmFile,
-    min_age_s: float,
-    journal: Journal,
-    rmid: Callable[[int], None],
+    host: Host, act: RemoveSegment | RemoveShmFile, min_age_s: float, journal: Journal
 ) -> Removal:
     """One removal, re-checked by `accelhost.remove`; its intent journaled (and synced)
     just before the system call, its outcome right after."""
     if isinstance(act, RemoveSegment):
 
+        def segment_rule(seg: ShmSegment) -> tuple[bool, str]:
+            """The plan's segment, judged again by the leak rule on the table read now."""
+            if (seg.key, seg.cpid, seg.ctime) != (act.seg.key, act.seg.cpid, act.seg.ctime):
+                return False, "shmid now names another segment"
+            now = time.time()
+            verdict = judge_segment(seg, _alive_now, now, min_age_s, exempt_age=act.after_stop)
+            return verdict.leaked, verdict.reason
+
         def segment_intent(seg: ShmSegment, why: str) -> None:
             journal.write("intent", action=act.kind, **act.intent(seg, why))
 
-        rule = _segment_rule(act, min_age_s)
-        removal = remove_segment(host, act.shmid, rule, segment_intent, rmid)
+        removal = remove_segment(host, act.shmid, segment_rule, segment_intent)
+        ident: dict[str, Any] = {"shmid": act.shmid}
     else:
+
+        def file_rule(fresh: ShmFile) -> tuple[bool, str]:
+            """The plan's file, unchanged since it was judged (the plan is minutes old)."""
+            if abs(fresh.mtime - act.file.mtime) > 0.001:  # listings round mtimes
+                return False, "changed since it was judged"
+            if time.time() - fresh.mtime < min_age_s:
+                return False, f"changed under {min_age_s:g} s ago"
+            return True, act.reason
 
         def file_intent(_fresh: ShmFile, why: str) -> None:
             journal.write("intent", action=act.kind, **act.intent(why))
 
         f = act.file
-        removal = unlink_shm_file(
-            host, f.path, f.dev, f.inode, _file_rule(act, min_age_s), file_intent
-        )
+        removal = unlink_shm_file(host, f.path, f.dev, f.inode, file_rule, file_intent)
+        ident = {"path": act.path}
     if removal.tried:
-        journal.write("outcome", action=act.kind, **act.ident(), result=removal.result)
+        journal.write("outcome", action=act.kind, **ident, result=removal.result)
     return removal
+
+
+def _stop_all(
+    stops: list[StopProcesses], grace_s: float, journal: Journal, say: Callable[[str], None]
+) -> list[Outcome]:
+    """`accelhost.remove.stop`'s loop, each signal journaled before it is sent (and a group
+    signalled while a pinned member is still in it)."""
+    host = live_host()
+    refs = {t.pid: t for act in stops for t in act.targets}
+
+    def targets() -> dict[int, ProcessInfo]:
+        now = {pid: read_process(host, pid, cmdline=False) for pid in refs}
+        return {
+            pid: info
+            for pid, info in now.items()
+            if info and not info.is_zombie and info.start_ticks == refs[pid].start_ticks
+        }
+
+    def send(sig: int, pins: list[Pinned]) -> list[int]:
+        name = signal.Signals(sig).name
+        sent: list[int] = []
+        for act in stops:
+            live = [p for p in pins if p.pid in {t.pid for t in act.targets}]
+            if not live:
+                continue
+            journal.write(
+                "intent",
+                action="signal",
+                signal=name,
+                pgid=act.pgid if act.signal_group else None,
+                pids=[p.pid for p in live],
+                cmdlines=[one_line(refs[p.pid].cmdline, 300) for p in live],
+                reason=act.reason,
+            )
+            if act.signal_group:
+                err = signal_pinned_group(act.pgid, live, sig)
+                if isinstance(err, PermissionError):
+                    say(f"  killpg({act.pgid}, {name}): {err.strerror}")
+            sent += send_each(sig, live)
+            for p in live:
+                if p.denied:
+                    say(f"  pid {p.pid}: {p.denied}")
+            say(
+                f"  {name} -> {'group ' + str(act.pgid) + ', ' if act.signal_group else ''}"
+                f"pids {' '.join(str(p.pid) for p in live)}"
+            )
+        return sent
+
+    loop = StopLoop(host, targets, send)
+    left = loop.run(grace_s, grace_s)
+    outcomes = []
+    for pid in refs:
+        pin = loop.members.get(pid)
+        if pid not in left:
+            why = "gone"
+        elif pin is not None and pin.denied:
+            why = pin.denied
+        else:
+            why = D_STATE if left[pid].state == "D" else "still alive after SIGKILL"
+        outcome = Outcome("stop", f"pid {pid}", why, pid not in left)
+        journal.write("outcome", action="stop", pid=pid, result=outcome.result)
+        outcomes.append(outcome)
+    return outcomes
 
 
 def execute(
@@ -260,19 +289,16 @@ def execute(
     journal: Journal,
     grace_s: float = DEFAULT_GRACE_S,
     say: Callable[[str], None] = lambda _line: None,
-    remover: Callable[[int], None] = ipc_rmid,
 ) -> CleanResult:
     """Do the planned actions on this machine: stops first, so that segments can then go,
     then segments and files in the plan's order."""
-    result = CleanResult()
     stops = [a for a in actions if isinstance(a, StopProcesses)]
-    if stops:
-        stop_all(stops, grace_s, journal, result, say)
+    result = CleanResult(_stop_all(stops, grace_s, journal, say) if stops else [])
     host = live_host()
     for act in actions:
         if isinstance(act, StopProcesses):
             continue
-        removal = _remove(host, act, options.shm_min_age_s, journal, remover)
+        removal = _remove(host, act, options.shm_min_age_s, journal)
         say(f"  {removal.target}: {removal.result}")
         result.outcomes.append(Outcome(act.kind, removal.target, removal.result, removal.ok))
     return result

@@ -15,22 +15,20 @@ from accelhost.containers.model import Container
 from accelhost.formats import mib_bytes
 from accelhost.hygiene.doctor.container_init import check_container_init
 from accelhost.hygiene.doctor.evidence import (
+    clean_fix,
     device_memory_of_pid,
+    not_in_recording,
     orphan_evidence,
+    privileged_note,
     process_evidence,
     segment_evidence,
+    shm_file_evidence,
+    some_pids,
     unknown,
-)
-from accelhost.hygiene.doctor.fixes import clean_command, clean_fix
-from accelhost.hygiene.doctor.posix import (
-    check_posix_shm,
-    not_in_recording,
-    privileged_note,
     unreadable_evidence,
     waiting_note,
 )
-from accelhost.hygiene.doctor.preflight import check_preflight, device_holders_of
-from accelhost.hygiene.doctor.shm_preflight import with_remove_ipc, with_shm_space
+from accelhost.hygiene.doctor.preflight import check_preflight, check_unattributed_memory
 from accelhost.hygiene.doctor.tuning import check_host_tuning
 from accelhost.hygiene.facts.host import NOT_RECORDED, HostFacts
 from accelhost.hygiene.judge.containers import annotate_report
@@ -48,7 +46,7 @@ from accelhost.hygiene.report import (
     DoctorReport,
 )
 from accelhost.hygiene.text import human_bytes
-from accelhost.parsers.devnodes import VENDOR_KIND, is_control_node, node_kind
+from accelhost.parsers.devnodes import is_control_node
 
 
 def _unreadable(facts: HostFacts) -> frozenset[int]:
@@ -68,12 +66,7 @@ def check_orphan_engines(found: Findings, options: HygieneOptions) -> CheckResul
     if not orphans:
         return CheckResult(name, OK, "no engine process outlived its launcher")
     blind = _unreadable(facts)
-    evidence = tuple(
-        {**orphan_evidence(o, facts), "open_files_unreadable": True}
-        if o.proc.pid in blind
-        else orphan_evidence(o, facts)
-        for o in orphans
-    )
+    evidence = tuple(orphan_evidence(o, facts, o.proc.pid in blind) for o in orphans)
     stuck = [o.proc.pid for o in orphans if o.proc.is_uninterruptible]
     what = "SIGTERM to each orphan and its descendants, SIGKILL after --grace"
     fix = clean_fix(options, facts.live, what, "orphans")
@@ -125,7 +118,7 @@ def check_device_holders(found: Findings, options: HygieneOptions) -> CheckResul
         nodes = sorted(holders[pid])
         proc = procs.get(pid)
         if proc is None:
-            visible = facts.processes is not None
+            why = " (exited, or another PID namespace)" if facts.processes is not None else ""
             evidence.append(
                 {
                     "kind": "process",
@@ -134,15 +127,12 @@ def check_device_holders(found: Findings, options: HygieneOptions) -> CheckResul
                     "state": None,
                     "devices": nodes,
                     "device_memory_bytes": mib_bytes(device_memory_of_pid(facts, pid)),
-                    "note": "listed by the device tool but not in /proc"
-                    + (" (exited, or another PID namespace)" if visible else ""),
+                    "note": f"listed by the device tool but not in /proc{why}",
                 }
             )
             continue
         engine = bool(proc.cmdline) and is_engine(proc.command)
-        ev = process_evidence(proc, facts, engine=engine)
-        ev["devices"] = nodes
-        evidence.append(ev)
+        evidence.append(process_evidence(proc, facts, engine=engine, devices=nodes))
         if proc.is_zombie or proc.is_uninterruptible:
             what = "a zombie" if proc.is_zombie else "in D state (stuck in the driver)"
             bad.append(f"pid {_in_containers(found, [pid])} is {what}")
@@ -186,81 +176,16 @@ def check_device_holders(found: Findings, options: HygieneOptions) -> CheckResul
         return CheckResult(name, UNKNOWN, f"could not run: {why}; {tool}", tuple(evidence))
     blind = _unreadable(facts)
     if blind:
-        shown = " ".join(map(str, sorted(blind)[:5])) + (" ..." if len(blind) > 5 else "")
         return CheckResult(
             name,
             UNKNOWN,
             f"{seen} as far as this user can see; open files of {len(blind)} process(es) "
-            f"cannot be read (pid(s) {shown}): any may hold a device node",
+            f"cannot be read (pid(s) {some_pids(sorted(blind))}): any may hold a device node",
             tuple(evidence),
             "run the doctor as root (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH) to see every "
             "process's open files",
         )
     return CheckResult(name, OK, seen, tuple(evidence))
-
-
-def check_unattributed_memory(found: Findings, options: HygieneOptions) -> CheckResult:
-    name = "unattributed_memory"
-    facts = found.facts
-    for source in ("devices", "device_processes"):
-        if source in facts.errors:
-            return unknown(name, facts.errors[source])
-    if not facts.device_sources:
-        # nothing was read: no device to check, or one whose tool is missing (an image
-        # without npu-smi while engines hold /dev/davinciN): never "accounted for"
-        held = sorted({n for ns in facts.device_fds.values() for n in ns if _tool_node(n)})
-        if held:
-            return unknown(
-                name, f"{held[0]} is open but no npu-smi or nvidia-smi is installed to read it"
-            )
-        return CheckResult(name, SKIP, "no device memory source (no npu-smi, nvidia-smi)")
-    evidence = []
-    unaccounted: list[str] = []
-    blind: list[str] = []
-    for dev in facts.devices:
-        # a process row without a memory figure ([N/A]) makes the rest unknowable
-        if dev.used_mib is None or any(row.memory_mib is None for row in dev.processes):
-            blind.append(dev.label)
-            continue
-        attributed = sum(row.memory_mib or 0 for row in dev.processes)
-        baseline = options.baseline_mib(dev.vendor)
-        extra = dev.used_mib - attributed
-        if extra > baseline:
-            unaccounted.append(f"{dev.label} {extra} MiB")
-            evidence.append(
-                {
-                    "kind": "device",
-                    "device": dev.label,
-                    "index": dev.index,
-                    "used_bytes": mib_bytes(dev.used_mib),
-                    "total_bytes": mib_bytes(dev.total_mib),
-                    "attributed_bytes": mib_bytes(attributed),
-                    "unattributed_bytes": mib_bytes(extra),
-                    "baseline_bytes": mib_bytes(baseline),
-                    "holders": [h.to_dict() for h in device_holders_of(dev, facts)],
-                }
-            )
-    unread = f"{', '.join(blind)}: the device tool gives no memory figure ([N/A])"
-    if not evidence:
-        if blind:
-            return unknown(name, unread)
-        return CheckResult(name, OK, f"{len(facts.devices)} device(s): memory accounted for")
-    text = ", ".join(unaccounted)
-    return CheckResult(
-        name,
-        WARN,
-        f"memory in use by no listed process: {text}" + (f"; {unread}" if blind else ""),
-        tuple(evidence),
-        f"look for orphans and leaked segments ({clean_command(options, yes=False)}); if "
-        "none, the driver holds it: restart the driver or reset the device when it is idle",
-    )
-
-
-def _tool_node(path: str) -> bool:
-    """A per-device node of a vendor whose tool reports device memory (/dev/davinciN,
-    /dev/nvidiaN; not a render node, which no such tool covers)."""
-    kind = node_kind(path)
-    return kind is not None and kind[0] in VENDOR_KIND.values()
 
 
 def check_shared_memory(found: Findings, options: HygieneOptions) -> CheckResult:
@@ -304,68 +229,112 @@ def _hidden_note(facts: HostFacts) -> str:
     return ""
 
 
+def check_posix_shm(found: Findings, options: HygieneOptions) -> CheckResult:
+    name, facts = "posix_shm", found.facts
+    if facts.shm_held is None:
+        return not_in_recording(facts, name)
+    unread = [d for d, files in facts.shm_files.items() if files is None]
+    if facts.shm_files and len(unread) == len(facts.shm_files):
+        if not facts.live:
+            return CheckResult(name, SKIP, f"{', '.join(unread)} not in this recording")
+        return unknown(name, f"cannot list {', '.join(unread)}")
+    judged = found.shm or ()
+    leaked = [j for j in judged if j.leaked]
+    unclaimed = [j for j in judged if j.unclaimed]
+    blocked = [j for j in judged if j.blocked]
+    scan = facts.shm_held
+    evidence = tuple(shm_file_evidence(j, facts.now_epoch) for j in leaked + unclaimed + blocked)
+    evidence += tuple(unreadable_evidence(scan, "these files"))
+    where = ", ".join(facts.shm_files)
+    pods = facts.containers.shm_dirs if facts.containers else ()
+    if pods:
+        where += f" and {len(pods)} container /dev/shm(s)"
+    tail = f"; {len(unclaimed)} unnamed file(s) held by nobody" if unclaimed else ""
+    tail += privileged_note(scan)
+    waits = [j.waiting_s for j in judged if j.waiting_s is not None]
+    tail += waiting_note(waits, options.shm_min_age_s)
+    if blocked:
+        # the processes whose open files could not be read
+        pids = some_pids(scan.unreadable)
+        tail += f"; {len(blocked)} file(s) cannot be judged (open files of pid(s) {pids} "
+        tail += "unreadable: run as root)"
+    if unread:
+        tail += f"; cannot list {', '.join(unread)}"
+    if leaked:
+        used = sum(j.file.used_bytes for j in leaked)
+        by = sorted({j.naming or "" for j in leaked})
+        return CheckResult(
+            name,
+            WARN,
+            f"{len(leaked)} leaked file(s) in {where}, {human_bytes(used)} used "
+            f"({', '.join(by)} naming){tail}",
+            evidence,
+            clean_fix(
+                options, facts.live, "removes exactly these files, re-checked one by one", "shm"
+            ),
+        )
+    if blocked or unread:
+        return CheckResult(
+            name,
+            UNKNOWN,
+            f"{len(blocked)} file(s) in {where} may be leaked{tail}",
+            evidence,
+            "run the doctor as root to see every process's open files"
+            if not scan.complete
+            else "cannot tell from these facts; never removed",
+        )
+    total = sum(len(f or ()) for f in facts.shm_files.values())
+    total += sum(len(d.files or ()) for d in pods)
+    return CheckResult(name, OK, f"{total} file(s) in {where}, none leaked{tail}", evidence)
+
+
 def check_hugepages(found: Findings, options: HygieneOptions) -> CheckResult:
-    name = "hugepages"
-    facts = found.facts
+    name, facts = "hugepages", found.facts
     if facts.hugepage_pools is None:
         return not_in_recording(facts, name, "hugepages")
     pools = [p for p in facts.hugepage_pools if p.total > 0]
     if not pools:
         return CheckResult(name, OK, "no HugePages reserved on this host")
-    leaks = found.leaks or []
-    evidence = []
-    full = False
-    for p in pools:
-        frac = p.used_fraction or 0.0
-        if frac >= options.hugepages_threshold:
-            full = full or frac >= 1.0
-            evidence.append(
-                {
-                    "kind": "hugepages",
-                    "size": p.size_label,
-                    "node": p.node,
-                    "total": p.total,
-                    "free": p.free,
-                    "reserved": p.reserved,
-                    "used_pct": round(frac * 100, 1),
-                }
-            )
-    if not evidence:
-        return CheckResult(
-            name, OK, f"{len(pools)} pool(s) below {options.hugepages_threshold:.0%}"
-        )
+    limit = options.hugepages_threshold
+    over = [p for p in pools if (p.used_fraction or 0.0) >= limit]
+    if not over:
+        return CheckResult(name, OK, f"{len(pools)} pool(s) below {limit:.0%}")
+    evidence = tuple(
+        {
+            "kind": "hugepages",
+            "size": p.size_label,
+            "node": p.node,
+            "total": p.total,
+            "free": p.free,
+            "reserved": p.reserved,
+            "used_pct": round((p.used_fraction or 0.0) * 100, 1),
+        }
+        for p in over
+    )
     text = ", ".join(
         f"{e['size']}{'' if e['node'] is None else ' node' + str(e['node'])} {e['used_pct']}%"
         for e in evidence
     )
-    if full and leaks:
-        return CheckResult(
-            name,
-            FAIL,
-            f"HugePages exhausted with {len(leaks)} leaked segment(s): {text}",
-            tuple(evidence),
-            clean_fix(
-                options, facts.live, "leaked segments pin HugePages until removed", "segments"
-            ),
+    leaks = found.leaks
+    if leaks and any((p.used_fraction or 0.0) >= 1.0 for p in over):
+        summary = f"HugePages exhausted with {len(leaks)} leaked segment(s): {text}"
+        fix = clean_fix(
+            options, facts.live, "leaked segments pin HugePages until removed", "segments"
         )
-    return CheckResult(
-        name,
-        WARN,
-        f"HugePages above {options.hugepages_threshold:.0%}: {text}",
-        tuple(evidence),
-        "check the pool size (vm.nr_hugepages) against the engines' needs",
-    )
+        return CheckResult(name, FAIL, summary, evidence, fix)
+    fix = "check the pool size (vm.nr_hugepages) against the engines' needs"
+    return CheckResult(name, WARN, f"HugePages above {limit:.0%}: {text}", evidence, fix)
 
 
 CHECKS: dict[str, Callable[[Findings, HygieneOptions], CheckResult]] = {
     "orphan_engines": check_orphan_engines,
     "device_holders": check_device_holders,
-    "unattributed_memory": check_unattributed_memory,
+    "unattributed_memory": lambda j, o: check_unattributed_memory(j.facts, o),
     "shared_memory": check_shared_memory,
     "posix_shm": check_posix_shm,
     "hugepages": check_hugepages,
-    "preflight": lambda j, o: with_shm_space(check_preflight(j.facts, o), j.facts, o),
-    "host_tuning": lambda j, o: with_remove_ipc(check_host_tuning(j.facts, o), j.facts),
+    "preflight": lambda j, o: check_preflight(j.facts, o),
+    "host_tuning": lambda j, o: check_host_tuning(j.facts, o),
     "container_init": check_container_init,
 }
 

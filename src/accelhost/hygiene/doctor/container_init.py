@@ -12,8 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from accelhost.containers.model import RUNNING, Container
-from accelhost.hygiene.doctor.evidence import unknown
-from accelhost.hygiene.doctor.posix import not_in_recording
+from accelhost.hygiene.doctor.evidence import not_in_recording, unknown
 from accelhost.hygiene.judge.attribution import container_json
 from accelhost.hygiene.judge.findings import Findings
 from accelhost.hygiene.options import ONE_CHILD_INITS, SHELLS, HygieneOptions
@@ -55,9 +54,14 @@ POD_FIX = (
 )
 
 
+def _pod(c: Container) -> str | None:
+    """Its pod as `namespace/name`, where the runtime named one."""
+    return c.pod.label if c.pod is not None and c.pod.name else None
+
+
 def _who(c: Container) -> str:
-    """A pod's container by its pod (`namespace/name`), another by its name."""
-    pod = c.pod.label if c.pod is not None and c.pod.name else None
+    """A pod's container by its pod, another by its name."""
+    pod = _pod(c)
     return f"{pod} ({c.name})" if pod and c.name else pod or c.name or c.short_id
 
 
@@ -69,13 +73,7 @@ def _in_pod(c: Container) -> bool:
 def _fix(risky: list[Container]) -> str:
     """In the words of where each runs: the pod spec for pods, Docker's flags for others.
     A pod the runtime did not name is cleaned by its container's id."""
-    pods = sorted(
-        {
-            c.pod.label if c.pod is not None and c.pod.name else c.short_id
-            for c in risky
-            if _in_pod(c)
-        }
-    )
+    pods = sorted({_pod(c) or c.short_id for c in risky if _in_pod(c)})
     fixes = [POD_FIX.format(pods=" / ".join(pods))] if pods else []
     if not all(_in_pod(c) for c in risky):
         fixes.append(FIX)

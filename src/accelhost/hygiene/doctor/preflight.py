@@ -1,4 +1,5 @@
-"""Will the engine fit? vLLM's own start-up memory check, done before starting it.
+"""Device memory: will the engine fit (vLLM's own start-up memory check, done before
+starting it), and who holds what is in use (the `unattributed_memory` check).
 
 vLLM refuses to start when `free < total x gpu_memory_utilization` on its device and says
 so in GiB rounded to two places; the preflight computes the same comparison from the
@@ -9,17 +10,17 @@ tool lists, the processes that have the device node open, and what nobody accoun
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from accelhost.formats import mib_bytes
+from accelhost.formats import MIB, mib_bytes
 from accelhost.host.base import Host
-from accelhost.hygiene.doctor.evidence import unknown
-from accelhost.hygiene.doctor.fixes import clean_command
+from accelhost.hygiene.doctor.evidence import clean_command, unknown
 from accelhost.hygiene.facts.devices import DeviceMemory
 from accelhost.hygiene.facts.host import HostFacts, read_facts
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.report import FAIL, OK, SKIP, CheckResult
+from accelhost.hygiene.report import FAIL, OK, SKIP, WARN, CheckResult
+from accelhost.parsers.devnodes import VENDOR_KIND, node_kind
 
 MIB_PER_GIB = 1024
 
@@ -120,21 +121,19 @@ class PreflightReport:
 def device_holders_of(dev: DeviceMemory, facts: HostFacts) -> tuple[Holder, ...]:
     """Who holds the device: the vendor tool's process rows, then node openers it missed."""
     procs = facts.processes or {}
-    out: list[Holder] = []
-    seen: set[int] = set()
-    for row in dev.processes:
-        p = procs.get(row.pid)
-        name = p.command if p is not None else (row.name or "?")
-        state = p.state if p is not None else None
-        out.append(Holder(row.pid, name, row.memory_mib, state, "device tool"))
-        seen.add(row.pid)
-    for pid, nodes in sorted(facts.device_fds.items()):
-        if dev.node in nodes and pid not in seen:
-            p = procs.get(pid)
-            out.append(
-                Holder(pid, p.command if p else "?", None, p.state if p else None, "open fd")
-            )
-    return tuple(out)
+
+    def holder(pid: int, name: str, memory_mib: int | None, source: str) -> Holder:
+        p = procs.get(pid)
+        return Holder(pid, p.command if p else name, memory_mib, p.state if p else None, source)
+
+    tool = [holder(r.pid, r.name or "?", r.memory_mib, "device tool") for r in dev.processes]
+    seen = {h.pid for h in tool}
+    opened = [
+        holder(pid, "?", None, "open fd")
+        for pid, nodes in sorted(facts.device_fds.items())
+        if dev.node in nodes and pid not in seen
+    ]
+    return (*tool, *opened)
 
 
 def preflight_from_facts(
@@ -190,22 +189,52 @@ def preflight_from_facts(
     )
 
 
-def preflight(
-    host: Host,
-    util: float,
-    device: int | None = None,
-    options: HygieneOptions | None = None,
-) -> PreflightReport:
+def preflight(host: Host, util: float, device: int | None = None) -> PreflightReport:
     """Read the host and run the preflight; for `accelhost run --expect-util U --device N`.
 
     `device` is the device number as the vendor tool counts it (the N of /dev/davinciN or
     /dev/nvidiaN), not an index inside *_VISIBLE_DEVICES; None checks every device.
     """
-    opts = options or HygieneOptions(expect_util=util, device=device)
+    opts = HygieneOptions(expect_util=util, device=device)
     return preflight_from_facts(read_facts(host, opts), util, device)
 
 
+def _shm_space(facts: HostFacts, options: HygieneOptions) -> dict[str, Any] | None:
+    """vLLM's words when /dev/shm has less free space than the engine needs (it refuses to
+    start with "Insufficient space in /dev/shm ...", vLLM #48879); else None."""
+    space = facts.containers.shm_space if facts.containers else None
+    if space is None or (free_mib := space.free_bytes // MIB) >= options.shm_need_mib:
+        return None
+    return {
+        "kind": "shm_space",
+        "path": "/dev/shm",
+        "required_mib": options.shm_need_mib,
+        "free_mib": free_mib,
+        "total_mib": space.total_bytes // MIB,
+        "message": f"Insufficient space in /dev/shm for the engine's shared memory: "
+        f"{options.shm_need_mib} MiB required, {free_mib} MiB free. Increase /dev/shm "
+        "(e.g. --shm-size or --ipc=host).",
+    }
+
+
 def check_preflight(facts: HostFacts, options: HygieneOptions) -> CheckResult:
+    """The device preflight, and /dev/shm's space when the preflight was asked for."""
+    result = _device_preflight(facts, options)
+    space = None if result.status == SKIP else _shm_space(facts, options)
+    if space is None:
+        return result
+    fix = (
+        f"remove leaked files ({clean_command(options, 'shm')}) or increase /dev/shm "
+        "(--shm-size, --ipc=host, or a larger emptyDir sizeLimit)"
+    )
+    summary = space["message"]
+    if result.status != OK:
+        summary, fix = f"{result.summary}; /dev/shm too small", f"{result.fix}; {fix}"
+    evidence = (*result.evidence, space)
+    return replace(result, status=FAIL, summary=summary, evidence=evidence, fix=fix)
+
+
+def _device_preflight(facts: HostFacts, options: HygieneOptions) -> CheckResult:
     name = "preflight"
     if options.expect_util is None:
         return CheckResult(name, SKIP, "not requested (--expect-util U [--device LIST])")
@@ -213,23 +242,18 @@ def check_preflight(facts: HostFacts, options: HygieneOptions) -> CheckResult:
     report = preflight_from_facts(facts, options.expect_util, wanted)
     if report.status == "UNKNOWN":
         return unknown(name, report.reason)
-    evidence = tuple(d.to_dict() for d in report.devices if not d.ok) if not report.ok else ()
     if report.ok:
         return CheckResult(name, OK, report.reason)
     worst = [d for d in report.devices if not d.ok]
-
-    def held(d: DevicePreflight) -> str:
-        who = ", ".join(
-            f"pid {h.pid} ({h.memory_mib if h.memory_mib is not None else '?'} MiB)"
-            for h in d.holders
-        )
-        return f"{who or 'no process'}, {d.unattributed_mib} MiB by no listed process"
-
     first = worst[0]
+    held = ", ".join(
+        f"pid {h.pid} ({h.memory_mib if h.memory_mib is not None else '?'} MiB)"
+        for h in first.holders
+    )
     summary = (
         f"{first.device} will not start at {first.util}: {_gib(first.free_mib)} of "
         f"{_gib(first.total_mib)} GiB free, {_gib(first.requested_mib)} GiB wanted; "
-        f"held by {held(first)}"
+        f"held by {held or 'no process'}, {first.unattributed_mib} MiB by no listed process"
     )
     if len(worst) > 1:
         summary += f" (and {len(worst) - 1} more device(s))"
@@ -237,7 +261,71 @@ def check_preflight(facts: HostFacts, options: HygieneOptions) -> CheckResult:
         name,
         FAIL,
         summary,
-        evidence,
+        tuple(d.to_dict() for d in worst),
         f"free the device ({clean_command(options)} for orphans and leaks) or start with "
         f"--gpu-memory-utilization {min(d.max_util for d in worst)} or lower",
     )
+
+
+def check_unattributed_memory(facts: HostFacts, options: HygieneOptions) -> CheckResult:
+    """Device memory in use beyond what the listed processes hold (and a baseline)."""
+    name = "unattributed_memory"
+    for source in ("devices", "device_processes"):
+        if source in facts.errors:
+            return unknown(name, facts.errors[source])
+    if not facts.device_sources:
+        # nothing was read: no device to check, or one whose tool is missing (an image
+        # without npu-smi while engines hold /dev/davinciN): never "accounted for"
+        held = sorted({n for ns in facts.device_fds.values() for n in ns if _tool_node(n)})
+        if held:
+            return unknown(
+                name, f"{held[0]} is open but no npu-smi or nvidia-smi is installed to read it"
+            )
+        return CheckResult(name, SKIP, "no device memory source (no npu-smi, nvidia-smi)")
+    evidence = []
+    unaccounted: list[str] = []
+    blind: list[str] = []
+    for dev in facts.devices:
+        # a process row without a memory figure ([N/A]) makes the rest unknowable
+        if dev.used_mib is None or any(row.memory_mib is None for row in dev.processes):
+            blind.append(dev.label)
+            continue
+        attributed = sum(row.memory_mib or 0 for row in dev.processes)
+        baseline = options.baseline_mib(dev.vendor)
+        extra = dev.used_mib - attributed
+        if extra > baseline:
+            unaccounted.append(f"{dev.label} {extra} MiB")
+            evidence.append(
+                {
+                    "kind": "device",
+                    "device": dev.label,
+                    "index": dev.index,
+                    "used_bytes": mib_bytes(dev.used_mib),
+                    "total_bytes": mib_bytes(dev.total_mib),
+                    "attributed_bytes": mib_bytes(attributed),
+                    "unattributed_bytes": mib_bytes(extra),
+                    "baseline_bytes": mib_bytes(baseline),
+                    "holders": [h.to_dict() for h in device_holders_of(dev, facts)],
+                }
+            )
+    unread = f"{', '.join(blind)}: the device tool gives no memory figure ([N/A])"
+    if not evidence:
+        if blind:
+            return unknown(name, unread)
+        return CheckResult(name, OK, f"{len(facts.devices)} device(s): memory accounted for")
+    text = ", ".join(unaccounted)
+    return CheckResult(
+        name,
+        WARN,
+        f"memory in use by no listed process: {text}" + (f"; {unread}" if blind else ""),
+        tuple(evidence),
+        f"look for orphans and leaked segments ({clean_command(options, yes=False)}); if "
+        "none, the driver holds it: restart the driver or reset the device when it is idle",
+    )
+
+
+def _tool_node(path: str) -> bool:
+    """A per-device node of a vendor whose tool reports device memory (/dev/davinciN,
+    /dev/nvidiaN; not a render node, which no such tool covers)."""
+    kind = node_kind(path)
+    return kind is not None and kind[0] in VENDOR_KIND.values()

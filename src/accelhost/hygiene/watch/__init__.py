@@ -1,4 +1,3 @@
-"""`accelhost watch`: the doctor on a timer (`watcher`), what it exports (`metrics`), what
-wakes it at once (`react`: process events and inotify), and what `--auto-clean` keeps,
-said once with the command that removes it (`kept`).
+"""`accelhost watch`: the doctor on a timer (`watcher`), its `metrics`, what wakes it at once
+(`react`), and what `--auto-clean` keeps, said once (`kept`).
 """

@@ -7,11 +7,11 @@ command a person runs to remove it. It is said again only if it goes and comes b
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelhost.hygiene.doctor.fixes import clean_command
+from accelhost.hygiene.doctor.evidence import clean_command
 from accelhost.hygiene.judge.rules import LeakVerdict, Orphan, ShmVerdict
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.parsers.sysvipc import ShmSegment
@@ -33,7 +33,7 @@ class KeptNotes:
     log: Callable[[dict[str, Any]], None]
     options: HygieneOptions
     clean_leaked_bytes: int
-    _said: set[Hashable] = field(default_factory=set)
+    _said: set[tuple[str, Any, Any]] = field(default_factory=set)
 
     def say(
         self,
@@ -47,32 +47,24 @@ class KeptNotes:
         what stays below the byte threshold (empty when the round cleans); `leaked`: the
         bytes the threshold was weighed on."""
         under = UNDER_THRESHOLD.format(leaked=leaked, limit=self.clean_leaked_bytes)
-        # (key, kind, what names it, why it stays, the clean option that names it)
-        kept: list[tuple[Hashable, str, dict[str, Any], str, tuple[str, str]]] = []
+        # (option, what it names, what tells it from a namesake) -> its note
+        notes: dict[tuple[str, Any, Any], dict[str, Any]] = {}
+
+        def note(key: tuple[str, Any, Any], kind: str, why: str, **ident: Any) -> None:
+            command = clean_command(self.options, named=(f"--{key[0]}", str(key[1])))
+            event = {"event": "auto_clean_kept", "kind": kind, **ident, "reason": why}
+            notes[key] = {**event, "command": command}
+
         for o in orphans:
             if o.group_frontend is not None:
-                why = FRONTEND_LIVES.format(pid=o.group_frontend)
-                pid = o.proc.pid
-                kept.append((("pid", pid, o.proc.start_ticks), "orphan", {"pid": pid}, why,
-                             ("--pid", str(pid))))  # fmt: skip
+                why, pid = FRONTEND_LIVES.format(pid=o.group_frontend), o.proc.pid
+                note(("pid", pid, o.proc.start_ticks), "orphan", why, pid=pid)
         segments = [(s, NOT_AN_ENGINES) for s, _ in unasked] + [(s, under) for s, _ in waiting]
         for seg, why in segments:
-            kept.append((("shmid", seg.shmid, seg.ctime), "segment",
-                         {"shmid": seg.shmid, "bytes": seg.size}, why,
-                         ("--shmid", str(seg.shmid))))  # fmt: skip
+            note(("shmid", seg.shmid, seg.ctime), "segment", why, shmid=seg.shmid, bytes=seg.size)
         for f in (j.file for j in files):
-            kept.append((("path", f.path, f.inode), "shm_file",
-                         {"path": f.path, "bytes": f.used_bytes}, under,
-                         ("--path", f.path)))  # fmt: skip
-        notes = [self._note(*entry) for entry in kept]
-        for key, event in notes:
+            note(("path", f.path, f.inode), "shm_file", under, path=f.path, bytes=f.used_bytes)
+        for key, event in notes.items():
             if key not in self._said:
                 self.log(event)
-        self._said = {key for key, _ in notes}  # a leftover gone and back is said again
-
-    def _note(
-        self, key: Hashable, kind: str, ident: dict[str, Any], why: str, named: tuple[str, str]
-    ) -> tuple[Hashable, dict[str, Any]]:
-        command = clean_command(self.options, named=named)
-        event = {"event": "auto_clean_kept", "kind": kind, **ident, "reason": why}
-        return key, {**event, "command": command}
+        self._said = set(notes)  # a leftover gone and back is said again

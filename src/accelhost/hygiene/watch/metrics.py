@@ -11,7 +11,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
@@ -20,12 +20,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import make_wsgi_app
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from accelhost.formats import MIB
 from accelhost.hygiene.facts.host import HostFacts
 from accelhost.hygiene.judge.rules import LeakVerdict, Orphan, ShmVerdict
 from accelhost.hygiene.report import CHECK_NAMES, STATUSES, UNKNOWN, DoctorReport
 from accelhost.parsers.sysvipc import ShmSegment
 
-MIB = 2**20
 # A scrape takes milliseconds. A connection idle this long is closed, and at most
 # MAX_SCRAPES are served at once (more are closed at once): each holds a thread and a file
 # descriptor, and a client that opens and never asks must not take them all (at the
@@ -53,7 +53,7 @@ HELP = {
 
 
 def _single(
-    family: type[CounterMetricFamily] | type[GaugeMetricFamily], name: str, value: float
+    family: type[CounterMetricFamily | GaugeMetricFamily], name: str, value: float
 ) -> Metric:
     fam = family(name, HELP[name])
     fam.add_metric([], value)
@@ -106,12 +106,16 @@ class Round:
 
 
 @dataclass
-class RoundCostTotals:
+class WatchTotals:
+    """The watch's own counters, and the cost of its last round."""
+
+    runs: int = 0
+    failures: int = 0
     cpu_s: float = 0.0
     wall_s: float = 0.0
+    full_scans: int = 0
     last_cpu_s: float = 0.0
     last_wall_s: float = 0.0
-    full_scans: int = 0
 
 
 class HygieneCollector(Collector):
@@ -120,27 +124,25 @@ class HygieneCollector(Collector):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._round: Round | None = None
-        self._runs = 0
-        self._failures = 0
         self._failed = False
+        self._totals = WatchTotals()
         self._clean_actions: dict[tuple[str, str], int] = {}
-        self._cost = RoundCostTotals()
         self._degraded: dict[str, str] = {}
 
     def update(self, rnd: Round) -> None:
         with self._lock:
             self._round = rnd
             self._failed = False
-            self._runs += 1
+            self._totals.runs += 1
 
     def cost(self, cpu_s: float, wall_s: float, full_scan: bool) -> None:
         """The watch's own cost of one round (failed rounds too)."""
         with self._lock:
-            c = self._cost
-            c.cpu_s += cpu_s
-            c.wall_s += wall_s
-            c.last_cpu_s, c.last_wall_s = cpu_s, wall_s
-            c.full_scans += int(full_scan)
+            t = self._totals
+            t.cpu_s += cpu_s
+            t.wall_s += wall_s
+            t.last_cpu_s, t.last_wall_s = cpu_s, wall_s
+            t.full_scans += int(full_scan)
 
     def degraded(self, source: str, why: str) -> None:
         """A source of changes was lost (process events, inotify): rounds read in full."""
@@ -153,8 +155,8 @@ class HygieneCollector(Collector):
         with self._lock:
             self._round = None
             self._failed = True
-            self._runs += 1
-            self._failures += 1
+            self._totals.runs += 1
+            self._totals.failures += 1
 
     def latest(self) -> Round | None:
         """The last round's numbers (None before the first, or after a failed one)."""
@@ -163,11 +165,11 @@ class HygieneCollector(Collector):
 
     def rounds_done(self) -> int:
         with self._lock:
-            return self._runs
+            return self._totals.runs
 
     def full_scans(self) -> int:
         with self._lock:
-            return self._cost.full_scans
+            return self._totals.full_scans
 
     def count_clean(self, kind: str, result: str) -> None:
         with self._lock:
@@ -176,91 +178,22 @@ class HygieneCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            rnd, runs, cleaned = self._round, self._runs, dict(self._clean_actions)
-            failures, failed = self._failures, self._failed
-        counter, gauge = CounterMetricFamily, GaugeMetricFamily
-        yield _single(counter, "accelhost_watch_runs", runs)
-        yield _single(counter, "accelhost_watch_round_failures", failures)
+            rnd, failed, t = self._round, self._failed, replace(self._totals)
+            cleaned, degraded = dict(self._clean_actions), dict(self._degraded)
+        for name, value in (
+            ("accelhost_watch_runs", t.runs),
+            ("accelhost_watch_round_failures", t.failures),
+            ("accelhost_watch_cpu_seconds", t.cpu_s),
+            ("accelhost_watch_round_seconds", t.wall_s),
+            ("accelhost_watch_full_scans", t.full_scans),
+        ):
+            yield _single(CounterMetricFamily, name, value)
         actions = CounterMetricFamily(
             "accelhost_clean_actions", "Actions taken by --auto-clean", labels=["kind", "result"]
         )
         for (kind, result), n in sorted(cleaned.items()):
             actions.add_metric([kind, result], n)
         yield actions
-        yield from self._cost_families()
-        if rnd is None:
-            if failed:
-                yield _status_family({name: UNKNOWN for name in CHECK_NAMES})
-            return
-        yield _single(gauge, "accelhost_watch_last_run_timestamp_seconds", rnd.finished)
-        states = {c.name: c.status for c in rnd.report.checks}
-        yield _status_family(states)
-        facts = rnd.facts
-        if facts.hugepage_pools is not None:
-            pages = GaugeMetricFamily(
-                "accelhost_hugepages_pages",
-                "Host HugePages pool by page size and state (total, free, reserved, surplus; "
-                "reserved pages are also free)",
-                labels=["size_bytes", "state"],
-            )
-            for p in facts.hugepage_pools:
-                if p.node is None:
-                    size = str(p.size_kb * 1024)
-                    for state, n in (
-                        ("total", p.total),
-                        ("free", p.free),
-                        ("reserved", p.reserved),
-                        ("surplus", p.surplus),
-                    ):
-                        pages.add_metric([size, state], n)
-            yield pages
-        if rnd.leaked_bytes is not None and rnd.leaked_count is not None:
-            yield _single(gauge, "accelhost_shm_leaked_bytes", rnd.leaked_bytes)
-            yield _single(gauge, "accelhost_shm_leaked_segments", rnd.leaked_count)
-        if rnd.shm_files is not None and rnd.shm_bytes is not None:
-            yield _single(gauge, "accelhost_posix_shm_leaked_files", rnd.shm_files)
-            yield _single(gauge, "accelhost_posix_shm_leaked_bytes", rnd.shm_bytes)
-        if rnd.orphans is not None and states.get("orphan_engines") != UNKNOWN:
-            # processes hidden from the reader (hidepid) may be orphans: no sample, not 0
-            yield _single(gauge, "accelhost_orphan_processes", rnd.orphans)
-        known = [d for d in facts.devices if d.used_mib is not None and d.total_mib is not None]
-        if "devices" not in facts.errors and known:
-            used = GaugeMetricFamily(
-                "accelhost_device_memory_used_bytes", "Device memory in use", labels=["device"]
-            )
-            tot = GaugeMetricFamily(
-                "accelhost_device_memory_total_bytes", "Device memory size", labels=["device"]
-            )
-            unatt = GaugeMetricFamily(
-                "accelhost_device_memory_unattributed_bytes",
-                "Device memory in use by no listed process",
-                labels=["device"],
-            )
-            # Without the per-process table (a failed compute-apps query) nothing can be
-            # attributed: no unattributed sample rather than "all of it".
-            per_process = "device_processes" not in facts.errors
-            for d in known:
-                assert d.used_mib is not None and d.total_mib is not None
-                attributed = sum(r.memory_mib or 0 for r in d.processes)
-                used.add_metric([d.label], d.used_mib * MIB)
-                tot.add_metric([d.label], d.total_mib * MIB)
-                if per_process and all(r.memory_mib is not None for r in d.processes):
-                    unatt.add_metric([d.label], max(0, d.used_mib - attributed) * MIB)
-            yield used
-            yield tot
-            if per_process:
-                yield unatt
-
-    def _cost_families(self) -> Iterator[Metric]:
-        with self._lock:
-            c = RoundCostTotals(**vars(self._cost))
-            degraded = dict(self._degraded)
-        counter, gauge = CounterMetricFamily, GaugeMetricFamily
-        yield _single(counter, "accelhost_watch_cpu_seconds", c.cpu_s)
-        yield _single(counter, "accelhost_watch_round_seconds", c.wall_s)
-        yield _single(counter, "accelhost_watch_full_scans", c.full_scans)
-        yield _single(gauge, "accelhost_watch_last_round_cpu_seconds", c.last_cpu_s)
-        yield _single(gauge, "accelhost_watch_last_round_duration_seconds", c.last_wall_s)
         fallback = GaugeMetricFamily(
             "accelhost_watch_fallback",
             "1 when a source of changes (process events, shm listing) was lost and rounds "
@@ -270,6 +203,79 @@ class HygieneCollector(Collector):
         for source in sorted(degraded):
             fallback.add_metric([source], 1.0)
         yield fallback
+        gauges: dict[str, float] = {
+            "accelhost_watch_last_round_cpu_seconds": t.last_cpu_s,
+            "accelhost_watch_last_round_duration_seconds": t.last_wall_s,
+        }
+        if rnd is None:
+            yield from (_single(GaugeMetricFamily, n, v) for n, v in gauges.items())
+            if failed:
+                yield _status_family({name: UNKNOWN for name in CHECK_NAMES})
+            return
+        gauges["accelhost_watch_last_run_timestamp_seconds"] = rnd.finished
+        states = {c.name: c.status for c in rnd.report.checks}
+        yield _status_family(states)
+        if rnd.leaked_bytes is not None and rnd.leaked_count is not None:
+            gauges["accelhost_shm_leaked_bytes"] = rnd.leaked_bytes
+            gauges["accelhost_shm_leaked_segments"] = rnd.leaked_count
+        if rnd.shm_files is not None and rnd.shm_bytes is not None:
+            gauges["accelhost_posix_shm_leaked_files"] = rnd.shm_files
+            gauges["accelhost_posix_shm_leaked_bytes"] = rnd.shm_bytes
+        if rnd.orphans is not None and states.get("orphan_engines") != UNKNOWN:
+            # processes hidden from the reader (hidepid) may be orphans: no sample, not 0
+            gauges["accelhost_orphan_processes"] = rnd.orphans
+        yield from (_single(GaugeMetricFamily, n, v) for n, v in gauges.items())
+        yield from _host_families(rnd.facts)
+
+
+def _host_families(facts: HostFacts) -> Iterator[Metric]:
+    """The host's HugePages pools and device memory, as this round read them."""
+    if facts.hugepage_pools is not None:
+        pages = GaugeMetricFamily(
+            "accelhost_hugepages_pages",
+            "Host HugePages pool by page size and state (total, free, reserved, surplus; "
+            "reserved pages are also free)",
+            labels=["size_bytes", "state"],
+        )
+        for p in facts.hugepage_pools:
+            if p.node is None:
+                size = str(p.size_kb * 1024)
+                for state, n in (
+                    ("total", p.total),
+                    ("free", p.free),
+                    ("reserved", p.reserved),
+                    ("surplus", p.surplus),
+                ):
+                    pages.add_metric([size, state], n)
+        yield pages
+    known = [d for d in facts.devices if d.used_mib is not None and d.total_mib is not None]
+    if "devices" in facts.errors or not known:
+        return
+    used = GaugeMetricFamily(
+        "accelhost_device_memory_used_bytes", "Device memory in use", labels=["device"]
+    )
+    tot = GaugeMetricFamily(
+        "accelhost_device_memory_total_bytes", "Device memory size", labels=["device"]
+    )
+    unatt = GaugeMetricFamily(
+        "accelhost_device_memory_unattributed_bytes",
+        "Device memory in use by no listed process",
+        labels=["device"],
+    )
+    # Without the per-process table (a failed compute-apps query) nothing can be
+    # attributed: no unattributed sample rather than "all of it".
+    per_process = "device_processes" not in facts.errors
+    for d in known:
+        assert d.used_mib is not None and d.total_mib is not None
+        attributed = sum(r.memory_mib or 0 for r in d.processes)
+        used.add_metric([d.label], d.used_mib * MIB)
+        tot.add_metric([d.label], d.total_mib * MIB)
+        if per_process and all(r.memory_mib is not None for r in d.processes):
+            unatt.add_metric([d.label], max(0, d.used_mib - attributed) * MIB)
+    yield used
+    yield tot
+    if per_process:
+        yield unatt
 
 
 class _ScrapeHandler(WSGIRequestHandler):

@@ -71,7 +71,6 @@ class Reactor:
     # which command lines are an engine's: a process exec'd into one is watched at once
     engine: Callable[[str], bool] = field(default=lambda _c: False, repr=False)
     watched: frozenset[int] = frozenset()
-    born: set[int] = field(default_factory=set)  # engines exec'd since the last `watch`
     lost_said: set[str] = field(default_factory=set)  # sources whose loss was said
     _filtered: frozenset[int] | None = field(default=None, repr=False)
 
@@ -111,13 +110,8 @@ class Reactor:
         self.degraded(source, why)
 
     def watch(self, pids: Iterable[int]) -> None:
-        """Exits of these pids wake the watch (the filter is rebuilt when they change);
-        a round has read the engines exec'd before it, so they are its to name again."""
-        self.born.clear()
-        self._filter(frozenset(pids))
-
-    def _filter(self, pids: frozenset[int]) -> None:
-        self.watched = pids
+        """Exits of these pids wake the watch (the filter is rebuilt when they change)."""
+        self.watched = frozenset(pids)
         if self.events is None or self.watched == self._filtered:
             return
         many = len(self.watched) > MAX_FILTER_PIDS
@@ -172,8 +166,7 @@ class Reactor:
     def _exec(self, pid: int) -> None:
         proc = read_process(live_host(), pid)
         if proc is not None and proc.cmdline and self.engine(proc.command):
-            self.born.add(pid)
-            self._filter(self.watched | {pid})
+            self.watch(self.watched | {pid})
 
     def close(self) -> None:
         if self.events is not None:

@@ -1,13 +1,11 @@
 """`accelhost watch`: the doctor on a timer, as Prometheus metrics and change logs.
 
-Memory stays bounded over days: the collector keeps only the latest round (a scrape
-describes the host now, so a device or pool that disappears leaves no stale series), the
-change detector keeps one status per check, the auto-cleaner remembers only the orphans of
-the previous round, and the incremental state (`incremental`) only what exists now. On a
-live host a round reads only what changed, and an engine's death or a new engine file
-starts one at once (`react`); a snapshot is read whole every round. A source that cannot
-be read exports no sample and turns its check UNKNOWN: an unanswered query is never shown
-as an idle device.
+Memory stays bounded over days: the collector keeps only the latest round (`metrics`), the
+change detector one status per check, the auto-cleaner only the orphans of the previous
+round, and the incremental state only what exists now. On a live host a round reads only
+what changed, and an engine's death or a new engine file starts one at once (`react`); a
+snapshot is read whole every round. An unanswered query turns its check UNKNOWN: it is
+never shown as an idle device.
 """
 
 from __future__ import annotations
@@ -25,15 +23,9 @@ from prometheus_client.registry import CollectorRegistry
 from accelhost.errors import AccelhostError, UsageError
 from accelhost.host.base import Host, InodeLister
 from accelhost.host.redact import redact_values
-from accelhost.hygiene.clean.cleaner import (
-    CleanFilters,
-    Journal,
-    RemoveSegment,
-    StopProcesses,
-    execute,
-    plan_clean,
-)
-from accelhost.hygiene.clean.journal import rfc3339_now
+from accelhost.hygiene.clean.actions import CleanFilters, RemoveSegment, StopProcesses
+from accelhost.hygiene.clean.cleaner import execute, plan_clean
+from accelhost.hygiene.clean.journal import DEFAULT_JOURNAL, Journal, rfc3339_now
 from accelhost.hygiene.doctor.checks import run_checks
 from accelhost.hygiene.facts.host import HostFacts, read_facts
 from accelhost.hygiene.facts.rounds import DEFAULT_FULL_EVERY, IncrementalState
@@ -71,7 +63,7 @@ class WatchConfig:
     clean_leaked_bytes: int = 1
     # Stop an orphan only after it was seen in this many consecutive rounds.
     clean_orphan_rounds: int = 2
-    journal: str = "/var/log/accelhost/clean.jsonl"
+    journal: str = DEFAULT_JOURNAL
     grace_s: float = DEFAULT_GRACE_S
     # Auto-clean never reaches beyond this scope (pids, shmids, owners, keys; empty = all).
     scope: CleanFilters = CleanFilters()
@@ -193,14 +185,10 @@ class Watcher:
         procs, now = facts.processes or {}, facts.now_epoch
         for s in segments:
             p = procs.get(s.cpid)
-            age = None if p is None else facts.process_age_s(p)
-            if (
-                p is not None
-                and age is not None
-                and now is not None
-                and now - age <= s.ctime + 1  # the creator, not a process that reused its pid
-                and self.options.catalog.is_engine(p.command)
-            ):
+            if p is None or now is None or (age := facts.process_age_s(p)) is None:
+                continue
+            # the creator, not a process that reused its pid
+            if now - age <= s.ctime + 1 and self.options.catalog.is_engine(p.command):
                 self._engine_segments.add((s.shmid, s.ctime))
 
     def _log_changes(self, report: DoctorReport) -> None:
@@ -249,13 +237,7 @@ class Watcher:
             if n >= self.config.clean_orphan_rounds
             and (pid in scope.pids if scope.pids else not named)
         )
-        leaks = [
-            (s, v)
-            for s, v in leaks
-            if (s.shmid in scope.shmids if scope.shmids else not named)
-            and (not scope.owners or s.uid in scope.owners)
-            and (not scope.keys or (s.key & 0xFFFFFFFF) in scope.keys)
-        ]
+        leaks = [(s, v) for s, v in leaks if scope.takes_segment(s) and (scope.shmids or not named)]
         asked = bool(scope.shmids or scope.keys)
 
         def may_go(seg: ShmSegment) -> bool:
@@ -264,12 +246,7 @@ class Watcher:
 
         unasked = [(s, v) for s, v in leaks if not may_go(s)]
         leaks = [(s, v) for s, v in leaks if may_go(s)]
-        shm = [
-            j
-            for j in shm
-            if (not scope.owners or j.file.uid in scope.owners)
-            and (j.file.path in scope.paths if scope.paths else not named)
-        ]
+        shm = [j for j in shm if scope.takes_file(j.file) and (scope.paths or not named)]
         leaked = sum(s.size for s, _ in leaks) + sum(j.file.used_bytes for j in shm)
         do_segments = bool(leaks or shm) and leaked >= self.config.clean_leaked_bytes
         kept_leaks, kept_files = ([], []) if do_segments else (leaks, shm)
