@@ -487,6 +487,7 @@ def test_incremental_state_is_bounded_by_what_exists(shm_dir: Path) -> None:
     for n in range(10):
         churn(n)
     gc.collect()
+    existed = sum(n.isdigit() for n in os.listdir("/proc"))
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
@@ -500,7 +501,10 @@ def test_incremental_state_is_bounded_by_what_exists(shm_dir: Path) -> None:
     now = {int(n) for n in os.listdir("/proc") if n.isdigit()}
     assert len(set(known.processes) - now) < 20  # only what exited since that round
     assert not any(f.name.startswith("psm_churn") for f in known.shm_files[str(shm_dir)] or ())
-    assert grown < 256 * 1024, grown
+    # the state is bounded by the host: processes that other work on this machine started
+    # meanwhile may each be remembered (a few KiB each), what came and went may not
+    more = max(0, len(now) - existed)
+    assert grown < 256 * 1024 + more * 8 * 1024, (grown, more)
 
 
 def test_a_process_hidden_from_the_reader_may_hold_any_file() -> None:
