@@ -48,11 +48,23 @@ def _targets(procs: list[subprocess.Popen[bytes]]) -> dict[int, ProcessInfo]:
     return out
 
 
+def _ignores_term(pid: int) -> bool:
+    """SIGTERM (15) is in the process's ignored set (SigIgn, a hex mask of bit n-1)."""
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("SigIgn:"):
+                return bool(int(line.split()[1], 16) & (1 << (15 - 1)))
+    return False
+
+
 def test_sigterm_then_sigkill_for_the_stubborn_and_every_pidfd_let_go() -> None:
     procs = [subprocess.Popen(["sleep", "1000"])]
     procs += [subprocess.Popen([sys.executable, "-c", STUBBORN]) for _ in range(2)]
     try:
-        time.sleep(0.3)  # the stubborn ones have installed their SIG_IGN
+        for p in procs[1:]:  # until the stubborn ones have installed their SIG_IGN
+            deadline = time.monotonic() + 30
+            while not _ignores_term(p.pid) and time.monotonic() < deadline:
+                time.sleep(0.02)
         lines: list[str] = []
         poller = Recorder()
         loop = StopLoop(LiveHost(), lambda: _targets(procs), log=lines.append, poller=poller)  # type: ignore[arg-type]
