@@ -396,3 +396,14 @@ def test_lxc_and_nspawn_containers_are_named_by_their_cgroup_without_a_runtime()
     assert nspawn is not None and (nspawn.runtime, nspawn.name) == ("systemd-nspawn", "db")
     assert lxc.label == "web (lxc web)" and view.notes == ()  # every name is known
     assert [c.id for c in view.find("db")] == ["db"]
+
+
+def test_a_container_id_with_a_trailing_newline_is_no_id() -> None:
+    """Docker's and the CRI's answers are held to one rule (64 lowercase hex, nothing else):
+    `^...$` alone would let a trailing newline through."""
+    from accelhost.containers import docker_api
+
+    cid = "a" * 64
+    listed = docker_api.parse_container_list(json.dumps([{"Id": cid}, {"Id": cid + "\n"}]))
+    assert listed is not None and [c.id for c in listed] == [cid]
+    assert docker_api.parse_inspect(json.dumps({"Id": cid + "\n"})) is None

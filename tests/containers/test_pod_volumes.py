@@ -72,9 +72,10 @@ def test_a_nodes_mount_table_gives_each_pods_emptydir_and_each_sandboxs_shm() ->
             os.makedev(0, 291),
         ),
     )
-    assert [v.name for v in found.volumes_of(UID)] == ["dshm"]
-    shm = found.shm_of(BOX)
-    assert shm is not None and shm.dev == os.makedev(0, 290) and found.shm_of(cid(1)) is None
+    assert [v.name for v in found.volumes if v.pod_uid == UID] == ["dshm"]
+    shms = {s.sandbox_id: s for s in found.sandbox_shms}
+    shm = shms.get(BOX)
+    assert shm is not None and shm.dev == os.makedev(0, 290) and shms.get(cid(1)) is None
 
 
 def test_another_kubelet_root_and_containerd_state() -> None:

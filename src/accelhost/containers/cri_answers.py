@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelhost.containers.docker_api import as_object, pod_of, text_of
+from accelhost.containers.docker_api import as_object, full_id, pod_of, text_of
 from accelhost.containers.model import EXITED, RUNNING, Container, Pod
 
 SANDBOX_NAME = "POD"
@@ -29,7 +29,6 @@ _STATES = {
     "SANDBOX_READY": RUNNING,
     "SANDBOX_NOTREADY": EXITED,
 }
-_HEX = frozenset("0123456789abcdef")
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,7 @@ def parse_cri_look(endpoint: str, answer: Any) -> CriAnswer | None:
     containers: dict[str, Container] = dict(sandboxes)
     pids: dict[str, int] = {}
     for item in _items(data.get("containers")):
-        cid = _id(item.get("id"))
+        cid = full_id(item.get("id"))
         if cid is None:
             continue
         status = as_object(statuses.get(cid))
@@ -78,12 +77,6 @@ def parse_cri_look(endpoint: str, answer: Any) -> CriAnswer | None:
 
 def _items(value: Any) -> list[dict[str, Any]]:
     return [x for x in value if isinstance(x, dict)] if isinstance(value, list) else []
-
-
-def _id(value: Any) -> str | None:
-    """A runtime's full id (64 lowercase hex), or None."""
-    ok = isinstance(value, str) and len(value) == 64 and set(value) <= _HEX
-    return value if ok else None
 
 
 def _seconds(value: Any) -> float | None:
@@ -100,7 +93,7 @@ def _count(value: Any) -> int | None:
 
 
 def _sandbox(item: dict[str, Any], runtime: str) -> Container | None:
-    sid = _id(item.get("id"))
+    sid = full_id(item.get("id"))
     if sid is None:
         return None
     ns, name, uid = (text_of(item.get(k)) for k in ("namespace", "name", "uid"))
@@ -125,7 +118,7 @@ def _container(
     sandboxes: Mapping[str, Container],
 ) -> Container:
     labels = item.get("labels")
-    sandbox_id = _id(item.get("sandbox_id"))
+    sandbox_id = full_id(item.get("sandbox_id"))
     box = sandboxes.get(sandbox_id) if sandbox_id else None
     name = text_of(item.get("name")) or text_of(as_object(labels).get(CONTAINER_NAME_LABEL))
     state = _STATES.get(str(status.get("state") or item.get("state")))

@@ -16,7 +16,7 @@ from typing import Any
 from accelhost.containers.model import EXITED, GONE, RUNNING, Container, Pod
 
 LIST_PATH = "/containers/json?all=1"
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_FULL_ID = re.compile("[0-9a-f]{64}")
 _TIME = re.compile(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(\.\d{1,9})?(Z|[+-]\d\d:\d\d)$")
 _POD_LABELS = ("io.kubernetes.pod.name", "io.kubernetes.pod.namespace", "io.kubernetes.pod.uid")
 # Docker's words for a container's state, as accelhost's
@@ -83,6 +83,12 @@ def load_json(text: str | None) -> Any:
         return None
 
 
+def full_id(value: Any) -> str | None:
+    """A runtime's full container id (64 lowercase hex, nothing else: no trailing newline
+    either), or None."""
+    return value if isinstance(value, str) and _FULL_ID.fullmatch(value) else None
+
+
 def text_of(value: Any) -> str | None:
     """A non-empty string, or None."""
     return value if isinstance(value, str) and value else None
@@ -109,8 +115,8 @@ def parse_container_list(text: str | None, runtime: str = "docker") -> list[Cont
     for item in data:
         if not isinstance(item, dict):
             continue
-        cid = item.get("Id")
-        if not isinstance(cid, str) or not _HEX64.match(cid):
+        cid = full_id(item.get("Id"))
+        if cid is None:
             continue
         name = next((n.lstrip("/") for n in _list(item.get("Names")) if isinstance(n, str)), None)
         out.append(
@@ -132,8 +138,8 @@ def parse_inspect(text: str | None, runtime: str = "docker") -> tuple[Container,
     data = load_json(text)
     if not isinstance(data, dict):
         return None
-    cid = data.get("Id")
-    if not isinstance(cid, str) or not _HEX64.match(cid):
+    cid = full_id(data.get("Id"))
+    if cid is None:
         return None
     state = as_object(data.get("State"))
     host_config = as_object(data.get("HostConfig"))
@@ -180,7 +186,7 @@ def parse_events(text: str | None) -> list[RuntimeEvent]:
         attrs = as_object(actor.get("Attributes"))
         said = data.get("Action") or data.get("status")
         action = _AS_DOCKER.get(said) if isinstance(said, str) else None
-        cid = actor.get("ID") or data.get("id")
+        cid = full_id(actor.get("ID") or data.get("id"))
         nano, secs = data.get("timeNano"), data.get("time")
         if isinstance(nano, int) and not isinstance(nano, bool) and nano > 0:
             when = nano / 1e9
@@ -188,7 +194,7 @@ def parse_events(text: str | None) -> list[RuntimeEvent]:
             when = float(secs)
         else:
             continue
-        if action is None or not isinstance(cid, str) or not _HEX64.match(cid):
+        if action is None or cid is None:
             continue
         name, image = text_of(attrs.get("name")), text_of(attrs.get("image"))
         out.append(RuntimeEvent(action, cid, name, image, when))

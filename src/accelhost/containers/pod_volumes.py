@@ -74,12 +74,6 @@ class PodMounts:
     sandbox_shms: tuple[SandboxShm, ...] = ()
     notes: tuple[str, ...] = ()  # said once: e.g. a kubelet root that does not exist
 
-    def volumes_of(self, pod_uid: str) -> list[PodVolume]:
-        return [v for v in self.volumes if v.pod_uid == pod_uid]
-
-    def shm_of(self, sandbox_id: str) -> SandboxShm | None:
-        return next((s for s in self.sandbox_shms if s.sandbox_id == sandbox_id), None)
-
 
 def unescape(field: str) -> str:
     """mountinfo's octal escapes (`\\040` a blank, `\\011` a tab, `\\012`, `\\134`)."""

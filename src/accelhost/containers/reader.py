@@ -279,18 +279,14 @@ def parse_ns_link(target: str | None) -> int | None:
     return int(m.group(2)) if m else None
 
 
-def parse_nspid(status: str | None) -> tuple[int, ...]:
-    """The `NSpid:` values of a /proc/PID/status text (empty when absent or malformed)."""
-    values = (parse_status_field(status or "", "NSpid") or "").split()
-    if values and len(values) <= 64 and all(v.isascii() and v.isdigit() for v in values):
-        return tuple(int(v) for v in values)
-    return ()
-
-
 def read_namespaces(host: Host, pid: int) -> Namespaces:
     """The namespaces of one process (absent links stay None: gone, or not ours to read);
-    `NSpid:` ending in 1 marks a container's PID 1."""
+    `NSpid:` ending in 1 marks a container's PID 1 (malformed: no values)."""
     pid_ns, ipc, mnt = (
         parse_ns_link(host.read_link(f"/proc/{pid}/ns/{k}")) for k in ("pid", "ipc", "mnt")
     )
-    return Namespaces(pid_ns, ipc, mnt, parse_nspid(host.read_file(f"/proc/{pid}/status")))
+    status = host.read_file(f"/proc/{pid}/status") or ""
+    nspid = (parse_status_field(status, "NSpid") or "").split()
+    if len(nspid) > 64 or not all(v.isascii() and v.isdigit() for v in nspid):
+        nspid = []
+    return Namespaces(pid_ns, ipc, mnt, tuple(int(v) for v in nspid))

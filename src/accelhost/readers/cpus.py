@@ -7,7 +7,6 @@ from collections.abc import Callable, Mapping, Sequence
 
 from accelhost.cpulist import MAX_NODES, format_cpulist, parse_cpulist
 from accelhost.host.base import Host
-from accelhost.parsers.lscpu import parse_cpu_nodes, parse_threads_per_core
 from accelhost.parsers.procstat import find_allowed_cpus
 from accelhost.parsers.sysfs import (
     CPU_ROOT,
@@ -47,16 +46,6 @@ def read_cgroup_cpuset(host: Host, pid: int | str = "self") -> tuple[tuple[int, 
         if text is not None and text.strip():
             return tuple(sorted(set(parse_cpulist(text, path)))), path
     return None
-
-
-def read_lscpu_nodes(host: Host) -> tuple[Mapping[int, int], dict[int, tuple[int, ...]]]:
-    """(cpu -> node, node -> CPUs in file order) from `lscpu -e=CPU,NODE`; empty maps when
-    lscpu is not installed."""
-    return parse_cpu_nodes(stdout(host, LSCPU_NODES))
-
-
-def read_threads_per_core(host: Host) -> int | None:
-    return parse_threads_per_core(stdout(host, LSCPU))
 
 
 def stdout(host: Host, argv: list[str]) -> str | None:

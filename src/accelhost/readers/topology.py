@@ -8,14 +8,16 @@ most once per call, however many readers below ask.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from operator import itemgetter
+from typing import Any
 
 from accelhost.errors import ParseError
 from accelhost.family import family_from_chip_names, normalize_family
 from accelhost.host.base import CommandResult, Host, recorded_pci
 from accelhost.host.once import read_once
+from accelhost.parsers.lscpu import parse_cpu_nodes, parse_threads_per_core
 from accelhost.parsers.npusmi import parse_npu_map, parse_npu_smi_info, parse_npu_topo
 from accelhost.parsers.procstat import MISSING_LINE
 from accelhost.parsers.ps import parse_thread_ids
@@ -25,8 +27,6 @@ from accelhost.readers.cpus import (
     STATUS,
     read_allowed_cpus,
     read_cgroup_cpuset,
-    read_lscpu_nodes,
-    read_threads_per_core,
     stdout,
 )
 from accelhost.topology import Accelerator, Topology
@@ -85,8 +85,8 @@ def plain_topology(host: Host, family: str | None = None, notes: Sequence[str] =
 
     Nodes come from lscpu as on Ascend hosts, from sysfs where lscpu is missing.
     """
-    cpu_node, node_cpus = read_lscpu_nodes(host)
-    if not cpu_node:
+    nodes = parse_cpu_nodes(stdout(host, LSCPU_NODES))
+    if not nodes[0]:
         from accelhost.readers.gpu import read_sysfs_topology
 
         found: list[str] = []
@@ -94,19 +94,31 @@ def plain_topology(host: Host, family: str | None = None, notes: Sequence[str] =
         return replace(
             base,
             family=family,
-            threads_per_core=read_threads_per_core(host) or base.threads_per_core,
+            threads_per_core=parse_threads_per_core(stdout(host, LSCPU)) or base.threads_per_core,
             notes=(*notes, *found),
         )
+    return _lscpu_topology(host, family, nodes, read_allowed_cpus(host) or (), notes=tuple(notes))
+
+
+def _lscpu_topology(
+    host: Host,
+    family: str | None,
+    nodes: tuple[Mapping[int, int], dict[int, tuple[int, ...]]],
+    allowed: tuple[int, ...],
+    **fields: Any,
+) -> Topology:
+    """A topology of lscpu's CPUs and nodes (`nodes`: what `parse_cpu_nodes` gave), with
+    the cgroup cpuset and `fields` (an Ascend host's devices)."""
     cpuset = read_cgroup_cpuset(host)
     return Topology(
         machine=host.machine,
         family=family,
-        allowed_cpus=read_allowed_cpus(host) or (),
-        cpu_node=cpu_node,
-        node_cpus=node_cpus,
+        allowed_cpus=allowed,
+        cpu_node=nodes[0],
+        node_cpus=nodes[1],
         cpuset=cpuset[0] if cpuset else None,
-        threads_per_core=read_threads_per_core(host),
-        notes=tuple(notes),
+        threads_per_core=parse_threads_per_core(stdout(host, LSCPU)),
+        **fields,
     )
 
 
@@ -136,7 +148,7 @@ def read_ascend_topology(host: Host, family: str | None) -> Topology:
         family = family_from_chip_names([e.name for e in entries] + list(info.names))
         if family is None and (entries or info.chips):
             notes.append("cannot tell the Ascend family from the chip names; pass --device-type")
-    cpu_node, node_cpus = read_lscpu_nodes(host)
+    nodes = parse_cpu_nodes(stdout(host, LSCPU_NODES))
     bus = {(c.npu_id, c.chip_id): c.bus_id for c in info.chips}
     # positional and keyed by a C getter: this runs for every chip on every plan
     accelerators = tuple(
@@ -146,15 +158,11 @@ def read_ascend_topology(host: Host, family: str | None) -> Topology:
     tids: tuple[int, ...] = ()
     if family == "950":
         tids = tuple(parse_thread_ids(stdout(host, PS_THREADS)))
-    cpuset = read_cgroup_cpuset(host)
-    return Topology(
-        machine=host.machine,
-        family=family,
-        allowed_cpus=ascend_allowed_cpus(host),
-        cpu_node=cpu_node,
-        node_cpus=node_cpus,
-        cpuset=cpuset[0] if cpuset else None,
-        threads_per_core=read_threads_per_core(host),
+    return _lscpu_topology(
+        host,
+        family,
+        nodes,
+        ascend_allowed_cpus(host),
         accelerators=accelerators,
         affinity=parse_npu_topo(stdout(host, NPU_TOPO)),
         processes=info.processes,
