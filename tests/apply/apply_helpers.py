@@ -7,13 +7,16 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
+from accelhost.apply.threads import RoleMatcher
 from accelhost.cpulist import parse_cpulist
+from accelhost.plans import ThreadRole
 
 # A child whose threads name themselves (writing their own comm), then wait for stdin to close.
 CHILD = r"""
@@ -263,3 +266,28 @@ def irq_args(tree, state, plan):
 def saved_irqs(state: Path) -> dict[str, dict[str, object]]:
     """The IRQ masks a bind saved in `state`'s state file, by key."""
     return json.loads((state / "irq-state.json").read_text())["irqs"]
+
+
+class Assignment(NamedTuple):
+    tid: int
+    name: str
+    role: str
+    cpus: tuple[int, ...]
+
+
+def assign(
+    threads: Iterable[tuple[int, str]], main: Sequence[int], roles: Sequence[ThreadRole]
+) -> list[Assignment]:
+    """The plain reference `thread_steps` is tested against: every (tid, name) gets `main`,
+    or the CPUs of the last role it matches (sorted, unique); with no CPUs, none."""
+    matchers = [(RoleMatcher(r), tuple(sorted(set(r.cpus)))) for r in roles if r.cpus]
+    main_cpus = tuple(sorted(set(main)))
+    out = []
+    for tid, name in threads:
+        role, cpus = "main", main_cpus
+        for m, role_cpus in matchers:
+            if m.matches(name):
+                role, cpus = m.role.name, role_cpus
+        if cpus:
+            out.append(Assignment(tid, name, role, cpus))
+    return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-from apply_helpers import thread_cpus
+from apply_helpers import assign, thread_cpus
 
 from accelhost.apply.irq import banned_config, parse_interrupts
 from accelhost.apply.steps import (
@@ -18,13 +18,13 @@ from accelhost.apply.steps import (
     ThreadAffinity,
     Unresolved,
 )
-from accelhost.apply.threads import RoleMatcher, ThreadInfo, assign
+from accelhost.apply.threads import RoleMatcher
 from accelhost.plans import ThreadRole
 
 
 def test_later_roles_win_and_unmatched_threads_get_main():
     roles = [ThreadRole("acl", "acl_thread", (3,)), ThreadRole("mine", "^acl", (4,))]
-    got = assign([ThreadInfo(1, "python"), ThreadInfo(2, "acl_thread")], (0, 1), roles)
+    got = assign([(1, "python"), (2, "acl_thread")], (0, 1), roles)
     assert [(a.tid, a.role, a.cpus) for a in got] == [(1, "main", (0, 1)), (2, "mine", (4,))]
 
 
