@@ -61,9 +61,9 @@ def test_exit_status_partial_versus_full():
     unresolved = StepResult(Unresolved("irq", "no pci"), PLANNED)
     assert ApplyReport(results=(unresolved,), dry_run=True).exit_status == 2
     # A bind that did nothing is not ok, dry run or not (issue 18, point 4).
-    skipped = ApplyReport.skip("CPU binding skipped: non-ARM CPU detected.", device=0, pid=1)
+    skipped = ApplyReport(skipped="CPU binding skipped: non-ARM CPU detected.", device=0, pid=1)
     assert skipped.exit_status == 1 and not skipped.ok
-    assert not ApplyReport.skip("why", device=None, pid=1, dry_run=True).ok
+    assert not ApplyReport(skipped="why", device=None, pid=1, dry_run=True).ok
 
 
 def test_memory_step_selects_regions_when_several_nodes_have_memory(

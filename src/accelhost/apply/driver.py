@@ -175,7 +175,9 @@ def bind(
     if skip is None and worker_skipped is not None and argv is not None:
         skip = why  # `exec` pins no host threads for a skipped worker: it starts unbound
     if skip is not None:
-        return ApplyReport.skip(skip, device=device, pid=pid, dry_run=dry_run, device_found=found)
+        return ApplyReport(
+            skipped=skip, device=device, pid=pid, dry_run=dry_run, device_found=found
+        )
     if worker_skipped is not None:
         prepared = _host_threads_only(plan, options, why)
     elif argv is not None:
