@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import subprocess
@@ -14,8 +15,10 @@ from typing import NamedTuple
 
 import pytest
 
+from accelhost.apply import memory
 from accelhost.apply.threads import RoleMatcher
 from accelhost.cpulist import parse_cpulist
+from accelhost.kernel.libc import syscall
 from accelhost.plans import ThreadRole
 
 # A child whose threads name themselves (writing their own comm), then wait for stdin to close.
@@ -291,3 +294,14 @@ def assign(
         if cpus:
             out.append(Assignment(tid, name, role, cpus))
     return out
+
+
+def get_mempolicy() -> tuple[str, list[int]]:
+    """(mode name, nodes) of the calling thread's policy: what set_mempolicy is checked by."""
+    mode = ctypes.c_int(0)
+    mask, maxnode = memory._mask([1023])
+    args = (ctypes.byref(mode), mask, ctypes.c_ulong(maxnode), None, ctypes.c_ulong(0))
+    syscall("get_mempolicy", *args)
+    nodes = [w * 64 + b for w, v in enumerate(mask) for b in range(64) if v >> b & 1]
+    names = {number: name for name, number in memory.MODES.items()}
+    return names.get(mode.value, str(mode.value)), nodes

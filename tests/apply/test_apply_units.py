@@ -101,8 +101,9 @@ def test_mempolicy_round_trip_in_a_child():
     import sys
 
     code = (
+        f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r});"
         "from accelhost.apply import memory as m; m.set_mempolicy('bind', [0]);"
-        "print(m.get_mempolicy())"
+        "from apply_helpers import get_mempolicy; print(get_mempolicy())"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60
