@@ -158,7 +158,7 @@ def test_real_move_pages_reports_every_present_page(child: Child) -> None:
     result = run_move(step)
     assert result.status == OK, result.detail
     assert result.outcome is not None
-    assert result.outcome.on_node == 8 * MIB // 4096  # every page touched, all on node 0
+    assert result.outcome.pages_on_node == 8 * MIB // 4096  # every page touched, all on node 0
     assert result.outcome.regions_done == 1 and result.outcome.regions_left == 0
     assert result.outcome.batches == 2  # 2048 pages in batches of 1024
     data = result.to_dict()
@@ -190,7 +190,7 @@ def test_budget_stops_between_batches(child: Child) -> None:
     # read at 4 ms is past the 3 ms budget (deadline at 1 + 3 = 4 ms).
     assert calls == [256, 256]
     assert out.batches == 2 and out.regions_done == 0 and out.regions_left == 1
-    assert out.on_node == 512
+    assert out.pages_on_node == 512
 
 
 def test_zero_budget_moves_nothing(child: Child) -> None:

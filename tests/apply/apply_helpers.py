@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
+from accelhost.apply import memory
+from accelhost.apply.threads import RoleMatcher
 from accelhost.cpulist import parse_cpulist
+from accelhost.kernel.libc import syscall
+from accelhost.plans import ThreadRole
 
 # A child whose threads name themselves (writing their own comm), then wait for stdin to close.
 CHILD = r"""
@@ -263,3 +269,39 @@ def irq_args(tree, state, plan):
 def saved_irqs(state: Path) -> dict[str, dict[str, object]]:
     """The IRQ masks a bind saved in `state`'s state file, by key."""
     return json.loads((state / "irq-state.json").read_text())["irqs"]
+
+
+class Assignment(NamedTuple):
+    tid: int
+    name: str
+    role: str
+    cpus: tuple[int, ...]
+
+
+def assign(
+    threads: Iterable[tuple[int, str]], main: Sequence[int], roles: Sequence[ThreadRole]
+) -> list[Assignment]:
+    """The plain reference `thread_steps` is tested against: every (tid, name) gets `main`,
+    or the CPUs of the last role it matches (sorted, unique); with no CPUs, none."""
+    matchers = [(RoleMatcher(r), tuple(sorted(set(r.cpus)))) for r in roles if r.cpus]
+    main_cpus = tuple(sorted(set(main)))
+    out = []
+    for tid, name in threads:
+        role, cpus = "main", main_cpus
+        for m, role_cpus in matchers:
+            if m.matches(name):
+                role, cpus = m.role.name, role_cpus
+        if cpus:
+            out.append(Assignment(tid, name, role, cpus))
+    return out
+
+
+def get_mempolicy() -> tuple[str, list[int]]:
+    """(mode name, nodes) of the calling thread's policy: what set_mempolicy is checked by."""
+    mode = ctypes.c_int(0)
+    mask, maxnode = memory._mask([1023])
+    args = (ctypes.byref(mode), mask, ctypes.c_ulong(maxnode), None, ctypes.c_ulong(0))
+    syscall("get_mempolicy", *args)
+    nodes = [w * 64 + b for w, v in enumerate(mask) for b in range(64) if v >> b & 1]
+    names = {number: name for name, number in memory.MODES.items()}
+    return names.get(mode.value, str(mode.value)), nodes

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from apply_helpers import assign
 
 from accelhost.apply.execute import execute
 from accelhost.apply.steps import (
@@ -15,7 +16,7 @@ from accelhost.apply.steps import (
     StepResult,
     ThreadAffinity,
 )
-from accelhost.apply.threads import assign, list_threads, thread_steps
+from accelhost.apply.threads import list_threads, thread_steps
 from accelhost.errors import ApplyError
 from accelhost.plans import ThreadRole
 

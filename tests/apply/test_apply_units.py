@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-from apply_helpers import thread_cpus
+from apply_helpers import assign, thread_cpus
 
 from accelhost.apply.irq import banned_config, parse_interrupts
 from accelhost.apply.steps import (
@@ -18,13 +18,13 @@ from accelhost.apply.steps import (
     ThreadAffinity,
     Unresolved,
 )
-from accelhost.apply.threads import RoleMatcher, ThreadInfo, assign
+from accelhost.apply.threads import RoleMatcher
 from accelhost.plans import ThreadRole
 
 
 def test_later_roles_win_and_unmatched_threads_get_main():
     roles = [ThreadRole("acl", "acl_thread", (3,)), ThreadRole("mine", "^acl", (4,))]
-    got = assign([ThreadInfo(1, "python"), ThreadInfo(2, "acl_thread")], (0, 1), roles)
+    got = assign([(1, "python"), (2, "acl_thread")], (0, 1), roles)
     assert [(a.tid, a.role, a.cpus) for a in got] == [(1, "main", (0, 1)), (2, "mine", (4,))]
 
 
@@ -61,9 +61,9 @@ def test_exit_status_partial_versus_full():
     unresolved = StepResult(Unresolved("irq", "no pci"), PLANNED)
     assert ApplyReport(results=(unresolved,), dry_run=True).exit_status == 2
     # A bind that did nothing is not ok, dry run or not (issue 18, point 4).
-    skipped = ApplyReport.skip("CPU binding skipped: non-ARM CPU detected.", device=0, pid=1)
+    skipped = ApplyReport(skipped="CPU binding skipped: non-ARM CPU detected.", device=0, pid=1)
     assert skipped.exit_status == 1 and not skipped.ok
-    assert not ApplyReport.skip("why", device=None, pid=1, dry_run=True).ok
+    assert not ApplyReport(skipped="why", device=None, pid=1, dry_run=True).ok
 
 
 def test_memory_step_selects_regions_when_several_nodes_have_memory(
@@ -101,8 +101,9 @@ def test_mempolicy_round_trip_in_a_child():
     import sys
 
     code = (
+        f"import sys; sys.path.insert(0, {os.path.dirname(__file__)!r});"
         "from accelhost.apply import memory as m; m.set_mempolicy('bind', [0]);"
-        "print(m.get_mempolicy())"
+        "from apply_helpers import get_mempolicy; print(get_mempolicy())"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60

@@ -95,7 +95,7 @@ def build_bind(plan: Plan, device: int, options: BindOptions, host: Host | None 
     pid = options.pid
     roles = roles_of(plan, dev)
     if pid is not None and options.threads:
-        steps += thread_steps(pid, dev.main, roles)  # list_threads + assign, in one pass
+        steps += thread_steps(pid, dev.main, roles)
         planned = [*dev.main, *(c for r in roles for c in r.cpus)]
         # What the threads show says more than the environment alone: one warning, not two.
         clobbered = traps.clobber_warnings(pid, planned, live)
@@ -328,5 +328,5 @@ def build_unbind_threads(pid: int) -> Prepared:
         # it is the mask the kernel enforces for the calling thread, read in one call.
         cpus = tuple(sorted(os.sched_getaffinity(0)))
     return Prepared(
-        tuple(ThreadAffinity(pid, t.tid, t.name, "unbind", cpus) for t in list_threads(pid))
+        tuple(ThreadAffinity(pid, tid, name, "unbind", cpus) for tid, name in list_threads(pid))
     )

@@ -110,19 +110,13 @@ def refuse_foreign(plan: Plan, allow_foreign: bool = False, host: Host | None = 
         raise why
 
 
-def is_arm(machine: str) -> bool:
-    """Whether the reference counts `machine` (`uname -m`) as ARM, and so binds there."""
-    name = machine.lower()
-    return name in ARM_MACHINES or name.startswith("arm")
-
-
 def arch_skip(plan: Plan, any_arch: bool, machine: str | None = None) -> str | None:
-    """Why this plan is not bound on this host (the reference's sentence), or None."""
+    """Why this plan is not bound on this host (the reference's sentence: it binds where
+    `uname -m` is ARM), or None."""
     if any_arch or plan.device_type not in ASCEND_FAMILIES:
         return None
-    if is_arm(machine or os.uname().machine):
-        return None
-    return NON_ARM
+    name = (machine or os.uname().machine).lower()
+    return None if name in ARM_MACHINES or name.startswith("arm") else NON_ARM
 
 
 def with_roles(plan: Plan, device: int, roles: Sequence[RoleSpec] = ()) -> Plan:
@@ -175,7 +169,9 @@ def bind(
     if skip is None and worker_skipped is not None and argv is not None:
         skip = why  # `exec` pins no host threads for a skipped worker: it starts unbound
     if skip is not None:
-        return ApplyReport.skip(skip, device=device, pid=pid, dry_run=dry_run, device_found=found)
+        return ApplyReport(
+            skipped=skip, device=device, pid=pid, dry_run=dry_run, device_found=found
+        )
     if worker_skipped is not None:
         prepared = _host_threads_only(plan, options, why)
     elif argv is not None:

@@ -1,4 +1,4 @@
-"""NUMA memory: move_pages(2), set_mempolicy(2), get_mempolicy(2) via ctypes (no numactl),
+"""NUMA memory: move_pages(2) and set_mempolicy(2) via ctypes (no numactl),
 and the parsers of /proc/PID/smaps and /proc/PID/numa_maps that say what may move.
 
 Files are read through the host door, under `--host-root` when given.
@@ -48,17 +48,6 @@ def set_mempolicy(mode: str, nodes: list[int]) -> None:
     """The calling thread's policy; inherited by children and kept across execve."""
     mask, maxnode = _mask(nodes)
     syscall("set_mempolicy", ctypes.c_int(MODES[mode]), mask, ctypes.c_ulong(maxnode))
-
-
-def get_mempolicy() -> tuple[str, list[int]]:
-    """(mode name, nodes) of the calling thread's policy."""
-    mode = ctypes.c_int(0)
-    mask, maxnode = _mask([1023])
-    args = (ctypes.byref(mode), mask, ctypes.c_ulong(maxnode), None, ctypes.c_ulong(0))
-    syscall("get_mempolicy", *args)
-    nodes = [w * 64 + b for w, v in enumerate(mask) for b in range(64) if v >> b & 1]
-    names = {number: name for name, number in MODES.items()}
-    return names.get(mode.value, str(mode.value)), nodes
 
 
 def memory_nodes(root: str = "/") -> list[int]:

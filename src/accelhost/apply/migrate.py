@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from accelhost import formats
@@ -189,12 +189,13 @@ def build_move(
 
 @dataclass(frozen=True)
 class Outcome:
-    """What the budgeted run did: per-page statuses counted, and what was left untried."""
+    """What the budgeted run did: per-page statuses counted, and what was left untried.
+    The field names are the keys of --json's "moved"."""
 
     batches: int = 0
-    on_node: int = 0
-    absent: int = 0
-    refused: tuple[tuple[str, int], ...] = ()  # (errno name, pages)
+    pages_on_node: int = 0
+    pages_not_present: int = 0
+    pages_refused: dict[str, int] = field(default_factory=dict)  # errno name -> pages
     regions_done: int = 0
     regions_left: int = 0
     pages_left: int = 0
@@ -220,7 +221,7 @@ def move_within_budget(
 
     def outcome(left: Sequence[Region]) -> Outcome:
         return Outcome(
-            batches, on_node, absent, tuple(sorted(refused.items())), done, len(left),
+            batches, on_node, absent, dict(sorted(refused.items())), done, len(left),
             sum(r.off_node for r in left), (clock() - start) * 1000.0,
         )  # fmt: skip
 
@@ -259,17 +260,7 @@ class MoveResult(StepResult):
         out = StepResult.to_dict(self)
         out["resident_bytes_after"] = {str(n): kb * formats.KIB for n, kb in self.after_kb}
         if self.outcome is not None:
-            o = self.outcome
-            out["moved"] = {
-                "batches": o.batches,
-                "pages_on_node": o.on_node,
-                "pages_not_present": o.absent,
-                "pages_refused": dict(o.refused),
-                "regions_done": o.regions_done,
-                "regions_left": o.regions_left,
-                "pages_left": o.pages_left,
-                "elapsed_ms": round(o.elapsed_ms, 1),
-            }
+            out["moved"] = {**asdict(self.outcome), "elapsed_ms": round(self.outcome.elapsed_ms, 1)}
         return out
 
 
@@ -291,13 +282,12 @@ def run_move(step: MoveRegions, mover: Mover = memory.move_pages) -> MoveResult:
     after = tuple(memory.kb_per_node(memory.parse_numa_regions(text)).items()) if text else ()
     parts = [
         f"{outcome.regions_done} of {len(step.regions)} regions done in "
-        f"{outcome.elapsed_ms:.0f} ms ({outcome.on_node} pages now on node {step.to_node}, "
-        f"{outcome.absent} not present)"
+        f"{outcome.elapsed_ms:.0f} ms ({outcome.pages_on_node} pages now on node {step.to_node}, "
+        f"{outcome.pages_not_present} not present)"
     ]
-    if outcome.refused:
-        parts.append(
-            "the kernel kept " + ", ".join(f"{n} pages ({name})" for name, n in outcome.refused)
-        )
+    if outcome.pages_refused:
+        kept = ", ".join(f"{n} pages ({name})" for name, n in outcome.pages_refused.items())
+        parts.append("the kernel kept " + kept)
     if outcome.regions_left:
         parts.append(
             f"stopped at the {step.budget_ms} ms budget: {outcome.regions_left} regions "

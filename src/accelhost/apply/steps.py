@@ -220,7 +220,7 @@ class StepResult:
 @dataclass(frozen=True, kw_only=True)
 class ApplyReport:
     """What a bind (or dry run) did, step by step, with the warnings given before it.
-    A skipped bind (`ApplyReport.skip`) is not ok: it exits 1, never reads as "done"."""
+    A skipped bind (`skipped`: why nothing changed) is not ok: it exits 1, never reads as "done"."""
 
     results: tuple[StepResult, ...] = ()
     warnings: tuple[str, ...] = ()
@@ -232,19 +232,6 @@ class ApplyReport:
     device_found: Identified | None = None
     # The plan skipped this worker (Ascend 950): only the host threads were bound.
     worker_skipped: str | None = None
-
-    @classmethod
-    def skip(
-        cls,
-        why: str,
-        *,
-        device: int | None,
-        pid: int | None,
-        dry_run: bool = False,
-        device_found: Identified | None = None,
-    ) -> ApplyReport:
-        """A bind that changed nothing, and why (the ARM policy, a bad plan, ...)."""
-        return cls(dry_run=dry_run, device=device, pid=pid, skipped=why, device_found=device_found)
 
     @property
     def failed(self) -> list[StepResult]:

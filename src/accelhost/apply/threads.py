@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from accelhost.apply.steps import ThreadAffinity
 from accelhost.errors import ApplyError
@@ -23,18 +23,6 @@ if TYPE_CHECKING:
 # The kernel keeps 15 bytes of a thread name (TASK_COMM_LEN - 1).
 COMM_LEN = 15
 _REGEX_META = set(".^$*+?{}[]\\|()")
-
-
-class ThreadInfo(NamedTuple):  # not a dataclass: hundreds are made per bind
-    tid: int
-    name: str
-
-
-class Assignment(NamedTuple):
-    tid: int
-    name: str
-    role: str
-    cpus: tuple[int, ...]
 
 
 class RoleMatcher:
@@ -74,11 +62,11 @@ def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", "replace").rstrip("\n")
 
 
-def list_threads(pid: int) -> list[ThreadInfo]:
-    """Every thread of `pid` with its name, ascending; ApplyError when the process is gone."""
+def list_threads(pid: int) -> list[tuple[int, str]]:
+    """(tid, name) of every thread of `pid`, ascending; ApplyError when the process is gone."""
     dfd = _task_dir(pid)
     try:
-        return [ThreadInfo(tid, _decode(raw)) for tid, raw in _raw_names(dfd)]
+        return [(tid, _decode(raw)) for tid, raw in _raw_names(dfd)]
     finally:
         os.close(dfd)
 
@@ -109,9 +97,10 @@ def thread_steps(
     roles: Sequence[ThreadRole],
     skip: AbstractSet[int] = frozenset(),
 ) -> list[ThreadAffinity]:
-    """`assign(list_threads(pid), main, roles)` as ThreadAffinity steps, in one pass: the
-    hot path of a bind, with no ThreadInfo or Assignment in between. Threads in `skip` are
-    left out (the driver's retry rounds)."""
+    """A ThreadAffinity step for every thread of `pid` but `skip` (the driver's retry
+    rounds), in one pass (the hot path of a bind): each gets `main`, or the CPUs of the last
+    role it matches (sorted, unique: they compare with read-back affinities); with no CPUs,
+    a thread is left alone."""
     dfd = _task_dir(pid)  # first: a gone process is the error to give
     out = []
     make = ThreadAffinity
@@ -140,24 +129,6 @@ def thread_steps(
         return out
     finally:
         os.close(dfd)
-
-
-def assign(
-    threads: Iterable[ThreadInfo], main: Sequence[int], roles: Sequence[ThreadRole]
-) -> list[Assignment]:
-    """Every thread gets `main`, or the CPUs of the last role it matches (sorted, unique:
-    they compare with read-back affinities); with no CPUs, a thread is left alone."""
-    matchers = [(RoleMatcher(r), tuple(sorted(set(r.cpus)))) for r in roles if r.cpus]
-    main_cpus = tuple(sorted(set(main)))
-    out = []
-    for t in threads:
-        role, cpus = "main", main_cpus
-        for m, role_cpus in matchers:
-            if m.matches(t.name):
-                role, cpus = m.role.name, role_cpus
-        if cpus:
-            out.append(Assignment(t.tid, t.name, role, cpus))
-    return out
 
 
 def get_affinity(tid: int) -> tuple[int, ...] | None:

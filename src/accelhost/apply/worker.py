@@ -90,7 +90,7 @@ def bind_current_process(
         why = repr(exc) if unexpected else str(exc)
         after = " after an unexpected error" if unexpected else ""
         log.warning("CPU binding skipped%s: %s", after, why, exc_info=unexpected)
-        return ApplyReport.skip(why, device=device, pid=pid, dry_run=dry_run)
+        return ApplyReport(skipped=why, device=device, pid=pid, dry_run=dry_run)
     _log(report, strict)
     return report
 
