@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from accelhost import formats
 from accelhost.errors import AccelhostError
+from accelhost.render import isatty
 
 _UNITS = {"": 1e-3, "ms": 1e-3, "s": 1.0, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|us|µs|ns)?\s*$")
@@ -87,7 +88,7 @@ class Progress:
 
     def __init__(self, total: int, out: TextIO | None = None) -> None:
         self.out = out if out is not None else sys.stderr
-        self.enabled = bool(getattr(self.out, "isatty", lambda: False)())
+        self.enabled = isatty(self.out)
         self.total = total
         self.label = ""
         self.done = 0

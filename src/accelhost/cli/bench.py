@@ -224,12 +224,6 @@ def cmd_bench_bind(args: argparse.Namespace) -> int:
         bound = bindmod.from_plan(
             args.plan, device, memory=not args.no_memory, membind=args.membind
         )
-    return _measure(args, argv, metric, bound)
-
-
-def _measure(
-    args: argparse.Namespace, argv: list[str], metric: re.Pattern[str] | None, bound: Any
-) -> int:
     import socket
 
     from accelhost.bench import bind_report as report
