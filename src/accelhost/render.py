@@ -13,10 +13,19 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from itertools import zip_longest
-from typing import Any
+from typing import Any, TextIO
 
 # (column index, padded cell) -> the cell as printed
 Paint = Callable[[int, str], str]
+
+
+def isatty(stream: TextIO) -> bool:
+    """Whether `stream` is a terminal; False for anything that cannot say (a closed file,
+    a test's stand-in without `isatty`)."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def render_table(

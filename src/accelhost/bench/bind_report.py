@@ -15,7 +15,7 @@ from accelhost.bench.bind_exec import Binding
 from accelhost.bench.bind_runner import BOUND, FAILED, OK, UNBOUND, Figure, Outcome, Run
 from accelhost.bench.bind_stats import INCONCLUSIVE, MIN_RUNS, ArmStats, Comparison
 from accelhost.cpulist import format_cpulist
-from accelhost.render import render_table
+from accelhost.render import isatty, render_table
 
 ORDER = "interleaved rounds, each running both arms; the first arm alternates (round 1 unbound)"
 
@@ -138,7 +138,7 @@ class Progress:
     def __init__(self, total: int, out: TextIO | None = None) -> None:
         self.total = total
         self.out = out or sys.stderr
-        self.tty = _isatty(self.out)
+        self.tty = isatty(self.out)
         self.values: dict[str, list[float]] = {UNBOUND: [], BOUND: []}
         self.drawn = False
 
@@ -164,13 +164,6 @@ class Progress:
         if self.tty and self.drawn:
             self.out.write("\r\x1b[K")
             self.out.flush()
-
-
-def _isatty(out: TextIO) -> bool:
-    try:
-        return out.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 def _columns(out: TextIO) -> int:

@@ -10,6 +10,7 @@ no other threads, which the CLI has not.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import signal
@@ -110,7 +111,7 @@ class Figure:
             value = float(text)
         except (TypeError, ValueError):
             raise FigureError(f"--metric matched {text!r}, not a number") from None
-        if value != value or value in (float("inf"), float("-inf")):
+        if not math.isfinite(value):
             raise FigureError(f"--metric matched {text!r}, not a finite number")
         return value
 
@@ -159,13 +160,9 @@ class Stopped(Exception):
     """SIGTERM arrived: stop as for Ctrl-C (the child is in its own session and would
     otherwise outlive the benchmark)."""
 
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
 
 def _raise_stopped(signum: int, frame: object) -> None:
-    raise Stopped(signum)
+    raise Stopped
 
 
 def run_all(
@@ -199,7 +196,7 @@ def run_all(
             if why is not None:
                 return Outcome(tuple(runs), gave_up=why)
     except (KeyboardInterrupt, Stopped) as exc:
-        signum = exc.signum if isinstance(exc, Stopped) else int(signal.SIGINT)
+        signum = int(signal.SIGTERM if isinstance(exc, Stopped) else signal.SIGINT)
         for proc in current:
             _stop(proc, grace)
         if slot is not None and (not runs or runs[-1].slot != slot):

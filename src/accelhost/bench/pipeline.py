@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from accelhost import formats
-from accelhost.errors import AccelhostError
+from accelhost.errors import AccelhostError, UsageError
+from accelhost.render import isatty
 
 _UNITS = {"": 1e-3, "ms": 1e-3, "s": 1.0, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|us|µs|ns)?\s*$")
@@ -87,7 +88,7 @@ class Progress:
 
     def __init__(self, total: int, out: TextIO | None = None) -> None:
         self.out = out if out is not None else sys.stderr
-        self.enabled = bool(getattr(self.out, "isatty", lambda: False)())
+        self.enabled = isatty(self.out)
         self.total = total
         self.label = ""
         self.done = 0
@@ -243,16 +244,16 @@ def run_accelhost(
 
 
 def check_writable(path: str) -> None:
-    """Refuse an unwritable `path` now, not after minutes of benchmark."""
+    """Refuse an unwritable `path` now, not after minutes of benchmark: a usage error."""
     if not path:
-        raise AccelhostError("--trace: needs a file name")
+        raise UsageError("--trace: needs a file name")
     if os.path.isdir(path):
-        raise AccelhostError(f"--trace: {path} is a directory")
+        raise UsageError(f"--trace: {path} is a directory")
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise AccelhostError(f"--trace: the directory {parent} does not exist")
+        raise UsageError(f"--trace: the directory {parent} does not exist")
     if not os.access(parent, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise AccelhostError(f"--trace: {path} is not writable")
+        raise UsageError(f"--trace: {path} is not writable")
 
 
 def bench(

@@ -36,11 +36,6 @@ run Python are often better placed in separate processes.
 """
 
 
-def sentences() -> list[str]:
-    text = " ".join(CORPUS.split())
-    return [s.strip() + "." for s in text.split(".") if s.strip()]
-
-
 def real_workload(n: int, batch: int = 16, seq_len: int = 64) -> Workload:
     """The workload of `n` items, each a batch of `batch` sentences (as a server's dynamic
     batcher would hand over), warmed up: first calls allocate and compile."""
@@ -73,7 +68,7 @@ def real_workload(n: int, batch: int = 16, seq_len: int = 64) -> Workload:
     trainer = trainers.BpeTrainer(
         vocab_size=400, special_tokens=["[PAD]", "[UNK]"], show_progress=False
     )
-    lines = sentences()
+    lines = [s.strip() + "." for s in " ".join(CORPUS.split()).split(".") if s.strip()]
     tok.train_from_iterator(lines, trainer)
     vocab = tok.get_vocab_size()
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from accelhost.cli import options
 from accelhost.cli.common import command, command_after_dashes, one_device, print_json, warn
-from accelhost.errors import AccelhostError, ApplyError, ParseError, UsageError
+from accelhost.errors import ApplyError, ParseError, UsageError
 from accelhost.render import render_table
 
 # the stages whose cost `bench pipeline` takes, each as --STAGE-time: its default, and what
@@ -100,10 +100,7 @@ def handle_pipeline(args: argparse.Namespace) -> int:
             "--cpu-kind process does not combine with --real (its stages hold a model)"
         )
     if args.trace is not None:
-        try:
-            bench.check_writable(args.trace)
-        except AccelhostError as exc:
-            raise UsageError(str(exc)) from exc
+        bench.check_writable(args.trace)
     if args.real:
         from accelhost.bench.realwork import real_workload
 
@@ -224,12 +221,6 @@ def cmd_bench_bind(args: argparse.Namespace) -> int:
         bound = bindmod.from_plan(
             args.plan, device, memory=not args.no_memory, membind=args.membind
         )
-    return _measure(args, argv, metric, bound)
-
-
-def _measure(
-    args: argparse.Namespace, argv: list[str], metric: re.Pattern[str] | None, bound: Any
-) -> int:
     import socket
 
     from accelhost.bench import bind_report as report

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from accelhost.errors import ParseError, UsageError
 from accelhost.host.base import Host
+from accelhost.render import isatty
 
 if TYPE_CHECKING:
     from accelhost.planner.roles import RoleSpec
@@ -129,20 +130,13 @@ def command(
     parser.set_defaults(func=func)
 
 
-def _isatty(stream: TextIO) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
 def terminal_columns(stream: TextIO) -> int | None:
     """The width output to `stream` must fit: $COLUMNS when set, else the terminal's;
     None for a pipe or a file (no limit: logs and scripts get whole lines)."""
     env = os.environ.get("COLUMNS", "")
     if env.isdigit() and int(env) > 0:
         return int(env)
-    if not _isatty(stream):
+    if not isatty(stream):
         return None
     try:
         return os.get_terminal_size(stream.fileno()).columns
@@ -152,7 +146,7 @@ def terminal_columns(stream: TextIO) -> int | None:
 
 def colour_wanted(stream: TextIO) -> bool:
     """Colour only on a terminal, and never when NO_COLOR is set (https://no-color.org)."""
-    return _isatty(stream) and not os.environ.get("NO_COLOR")
+    return isatty(stream) and not os.environ.get("NO_COLOR")
 
 
 def fit(line: str, columns: int | None) -> list[str]:

@@ -110,16 +110,6 @@ def add_preflight(p: argparse.ArgumentParser) -> None:
     options.device(p, "preflight only these devices")
 
 
-def _catalog_engines(path: str | None) -> list[Engine]:
-    if not path:
-        return []
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"--engine-catalog {path}: {exc.strerror}") from None
-    return parse_catalog_file(text, path)
-
-
 def _catalog_words(args: argparse.Namespace) -> tuple[str, ...]:
     """The options that built the catalog, as typed: a fix repeats them."""
     words = ["--engine-catalog", args.engine_catalog] if args.engine_catalog else []
@@ -141,8 +131,14 @@ def hygiene_options(args: argparse.Namespace) -> HygieneOptions:
     for d in args.shm_dir:
         if live and not os.path.isdir(d):
             raise UsageError(f"--shm-dir {d}: not a directory")
+    engines: list[Engine] = []
+    if path := args.engine_catalog:
+        try:
+            engines = parse_catalog_file(Path(path).read_text(encoding="utf-8"), path)
+        except OSError as exc:
+            raise UsageError(f"--engine-catalog {path}: {exc.strerror}") from None
     catalog = build_catalog(
-        _catalog_engines(args.engine_catalog),
+        engines,
         frontends=args.engine_frontend,
         children=args.engine_child,
         shm_names=args.shm_name,

@@ -25,17 +25,6 @@ DESCRIPTION = (
 )
 
 
-def plan_from_args(args: argparse.Namespace) -> Plan:
-    from accelhost.api import plan
-
-    return plan(
-        host_from_args(args),
-        devices=args.device,
-        thread_roles=thread_roles(args),
-        **planning_kwargs(args),
-    )
-
-
 def render_plan(plan: Plan, columns: int | None = None) -> str:
     """The table people read: one row per device, CPU lists as ranges; within `columns`
     when given (a terminal's width)."""
@@ -75,7 +64,10 @@ def render_plan(plan: Plan, columns: int | None = None) -> str:
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    result = plan_from_args(args)
+    from accelhost.api import plan
+
+    host, roles = host_from_args(args), thread_roles(args)  # in the order they fail
+    result = plan(host, devices=args.device, thread_roles=roles, **planning_kwargs(args))
     if args.json:
         print_json(result.to_dict())
         return 0

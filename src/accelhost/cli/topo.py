@@ -24,6 +24,8 @@ DESCRIPTION = (
     "the allowed CPUs (and the cgroup cpuset when it differs), accelerators and their "
     "CPU affinity."
 )
+# what `topo --json` shows of an Accelerator (its provenance fields are the planner's)
+ACCELERATOR_KEYS = ("index", "name", "npu_id", "chip_id", "pci", "numa_node", "uuid")
 
 
 def topology_dict(topo: Topology) -> dict[str, Any]:
@@ -39,13 +41,7 @@ def topology_dict(topo: Topology) -> dict[str, Any]:
         "threads_per_core": topo.threads_per_core,
         "accelerators": [
             {
-                "index": a.index,
-                "name": a.name,
-                "npu_id": a.npu_id,
-                "chip_id": a.chip_id,
-                "pci": a.pci,
-                "numa_node": a.numa_node,
-                "uuid": a.uuid,
+                **{k: getattr(a, k) for k in ACCELERATOR_KEYS},
                 "affinity": list(topo.affinity.get(a.index, ())),
             }
             for a in topo.accelerators
