@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from accelhost.hygiene.text import human_bytes
+from accelhost.formats import human_bytes
 from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.readers.shmfiles import ShmFile
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from accelhost.containers.model import Container
-from accelhost.formats import mib_bytes
+from accelhost.formats import human_bytes, mib_bytes
 from accelhost.hygiene.doctor.container_init import check_container_init
 from accelhost.hygiene.doctor.evidence import (
     clean_fix,
@@ -45,7 +45,6 @@ from accelhost.hygiene.report import (
     CheckResult,
     DoctorReport,
 )
-from accelhost.hygiene.text import human_bytes
 from accelhost.parsers.devnodes import is_control_node
 
 
