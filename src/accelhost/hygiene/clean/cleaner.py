@@ -30,9 +30,10 @@ from accelhost.hygiene.clean.actions import (
     RemoveSegment,
     RemoveShmFile,
     StopProcesses,
+    Unmatched,
+    unmatched_targets,
 )
 from accelhost.hygiene.clean.journal import Journal
-from accelhost.hygiene.clean.targets import Unmatched, unmatched_targets
 from accelhost.hygiene.facts.host import HostFacts
 from accelhost.hygiene.judge.attribution import LeftBy
 from accelhost.hygiene.judge.containers import whose_action
