@@ -86,11 +86,8 @@ def check_orphan_engines(found: Findings, options: HygieneOptions) -> CheckResul
 
 def _in_containers(found: Findings, pids: list[int]) -> str:
     """`2290107 (in vllm-bash (docker 3f9a1c2e4b5d))`: pids, with the container of each."""
-    out = []
-    for pid in pids:
-        c = found.attribution.container_of(pid)
-        out.append(f"{pid}" + (f" (in {c.label})" if c else ""))
-    return " ".join(out)
+    of = found.attribution.container_of
+    return " ".join(f"{pid} (in {c.label})" if (c := of(pid)) else f"{pid}" for pid in pids)
 
 
 def _holders(facts: HostFacts) -> dict[int, set[str]]:
