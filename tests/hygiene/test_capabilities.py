@@ -18,7 +18,6 @@ from accelhost.hygiene.capabilities import (
     CLEAN_NEEDS,
     READ_CAPS,
     help_epilog,
-    markdown_table,
 )
 from accelhost.hygiene.clean.actions import RemoveSegment, RemoveShmFile, StopProcesses
 from accelhost.hygiene.report import CHECK_NAMES
@@ -112,6 +111,16 @@ def test_the_image_must_be_built_and_pushed_first() -> None:
         assert "docker push $REGISTRY/accelhost:0.1.0" in text
         assert image in text  # the placeholder the sed replaces
     assert "docker build -f contrib/docker/Dockerfile" in DOCKERFILE
+
+
+def markdown_table() -> str:
+    """The docs' table, from the one table (docs/hygiene.md embeds exactly this text)."""
+    rows = ["| check or clean action | capabilities (as root) | for |", "| --- | --- | --- |"]
+    for kind, needs in (("check", CHECK_NEEDS), ("clean", CLEAN_NEEDS)):
+        for n in needs:
+            caps = ", ".join(f"`{c}`" for c in n.caps) or "none"
+            rows.append(f"| {kind} `{n.what}` | {caps} | {n.why} |")
+    return "\n".join(rows)
 
 
 def test_docs_embed_the_table() -> None:

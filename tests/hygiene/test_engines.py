@@ -46,7 +46,7 @@ def test_builtin_catalog_tells_frontends_from_children() -> None:
     assert cat.child_engine("tail -f VLLM::EngineCore.log") is None
     from accelhost.hygiene.judge.rules import match_naming
 
-    namings = cat.shm_namings()
+    namings = [(e.name, g) for e in cat.engines for g in e.shm_names]  # in catalog order
     assert match_naming("psm_3f9a1c2e", namings) == "vLLM"  # the first engine naming it
     assert match_naming("vllm_offload_0.mmap", namings) == "vLLM"
     assert match_naming("nccl-Xa8Jd2", namings) == "NCCL"

@@ -13,7 +13,7 @@ Data flows one way, one room per step (each room's docstring names its modules):
 - `clean/`: what `clean` may do, its plan and order, the stop of orphans, its journal;
 - `watch/`: the doctor on a timer, what it exports, what wakes it at once.
 Shared by all: `options` (what to look for), `engines` (the engine catalog, the user's
-everywhere), `report`, `render` and `text` (what is shown), and `capabilities` (which Linux
+everywhere), `report` and `render` (what is shown), and `capabilities` (which Linux
 capabilities each check and each clean action needs: the one table the docs, `--help` and
 contrib/ are checked against).
 """

@@ -82,16 +82,6 @@ READ_CAPS = _union(CHECK_NEEDS)
 CLEAN_CAPS = tuple(c for c in _union(CLEAN_NEEDS) if c not in READ_CAPS)
 
 
-def markdown_table() -> str:
-    """The docs' table (docs/hygiene.md embeds exactly this text)."""
-    rows = ["| check or clean action | capabilities (as root) | for |", "| --- | --- | --- |"]
-    for kind, needs in (("check", CHECK_NEEDS), ("clean", CLEAN_NEEDS)):
-        for n in needs:
-            caps = ", ".join(f"`{c}`" for c in n.caps) or "none"
-            rows.append(f"| {kind} `{n.what}` | {caps} | {n.why} |")
-    return "\n".join(rows)
-
-
 def help_epilog(command: str) -> str:
     """One paragraph for `doctor --help` / `clean --help` / `watch --help`."""
     reads = [n.what for n in CHECK_NEEDS if n.caps]

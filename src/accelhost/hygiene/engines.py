@@ -232,10 +232,6 @@ class Catalog:
         `rules.match_naming` tells it."""
         return self._first("shm", name)
 
-    def shm_namings(self) -> list[tuple[str, str]]:
-        """(engine, glob) for every shared-memory naming, in catalog order."""
-        return [(e.name, g) for e in self.engines for g in e.shm_names]
-
 
 def _strings(value: Any, where: str) -> tuple[str, ...]:
     if value is None:

@@ -9,9 +9,8 @@ import textwrap
 from collections.abc import Sequence
 from typing import Any
 
-from accelhost.formats import MIB
-from accelhost.hygiene.report import CheckResult, DoctorReport
-from accelhost.hygiene.text import file_bytes, human_bytes, one_line
+from accelhost.formats import MIB, human_bytes
+from accelhost.hygiene.report import CheckResult, DoctorReport, one_line
 from accelhost.parsers.devnodes import is_control_node
 from accelhost.render import Paint, render_table
 
@@ -25,6 +24,18 @@ def _nodes(devices: Sequence[str]) -> list[str]:
     """Per-device nodes when there are any; driver control nodes only otherwise."""
     own = [d for d in devices if not is_control_node(d)]
     return own or list(devices)
+
+
+def _file_bytes(used: int, size: int) -> str:
+    """What a /dev/shm file takes, truthfully for both kinds: a sparse queue uses less than
+    its apparent size ("4.0 MiB used (of 240.0 MiB)"), and a 32-byte semaphore takes a
+    whole tmpfs page, more than its size: "32 B (one 4.0 KiB page)", never "4.0 KiB used
+    (of 32 B)".
+    """
+    if used <= size:
+        return f"{human_bytes(used)} used (of {human_bytes(size)})"
+    pages = "one 4.0 KiB page" if used == 4096 else f"{human_bytes(used)} in whole pages"
+    return f"{human_bytes(size)} ({pages})"
 
 
 def _age(seconds: float) -> str:
@@ -88,7 +99,7 @@ def evidence_lines(check: CheckResult) -> list[str]:
             lines.append(text)
         elif kind == "shm_file":
             lines.append(
-                f"{e['path']} {file_bytes(e['used_bytes'], e['size_bytes'])}, {e['owner']}"
+                f"{e['path']} {_file_bytes(e['used_bytes'], e['size_bytes'])}, {e['owner']}"
                 + (f", {_age(age)} old" if age is not None else "")
                 + (f", {e['naming']} naming" if e.get("naming") else "")
                 + f": {e['reason']}"

@@ -12,7 +12,6 @@ from typing import Any
 
 from accelhost import formats
 from accelhost.host.redact import redact_text, redact_values
-from accelhost.hygiene.text import one_line
 
 OK, WARN, FAIL, UNKNOWN, SKIP = "OK", "WARN", "FAIL", "UNKNOWN", "SKIP"
 STATUSES = (OK, WARN, FAIL, UNKNOWN, SKIP)
@@ -30,6 +29,13 @@ CHECK_NAMES = (
     "container_init",
 )
 BRIEF_WIDTH = 80
+
+
+def one_line(text: str, limit: int = 60) -> str:
+    """A command line (which can hold a whole `python -c` script) on one row of a table or
+    log; JSON output keeps the full command line."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 @dataclass(frozen=True)

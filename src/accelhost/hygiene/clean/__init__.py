@@ -1,3 +1,3 @@
-"""`accelhost clean`: what it may do (`actions`), its plan, order and stops (`cleaner`), its
-`journal`, and why a named target is not in the plan (`targets`).
+"""`accelhost clean`: what it may do and why a named target is not in the plan
+(`actions`), its plan, order and stops (`cleaner`), and its `journal`.
 """

@@ -30,16 +30,17 @@ from accelhost.hygiene.clean.actions import (
     RemoveSegment,
     RemoveShmFile,
     StopProcesses,
+    Unmatched,
+    unmatched_targets,
 )
 from accelhost.hygiene.clean.journal import Journal
-from accelhost.hygiene.clean.targets import Unmatched, unmatched_targets
 from accelhost.hygiene.facts.host import HostFacts
 from accelhost.hygiene.judge.attribution import LeftBy
 from accelhost.hygiene.judge.containers import whose_action
 from accelhost.hygiene.judge.findings import Findings, find
 from accelhost.hygiene.judge.rules import judge_segment, protected_pids
 from accelhost.hygiene.options import HygieneOptions
-from accelhost.hygiene.text import one_line
+from accelhost.hygiene.report import one_line
 from accelhost.parsers.sysvipc import ShmSegment
 from accelhost.readers.procs import ProcessInfo, descendants, read_process
 from accelhost.readers.shmfiles import ShmFile

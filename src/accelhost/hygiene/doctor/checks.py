@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from accelhost.containers.model import Container
-from accelhost.formats import mib_bytes
+from accelhost.formats import human_bytes, mib_bytes
 from accelhost.hygiene.doctor.container_init import check_container_init
 from accelhost.hygiene.doctor.evidence import (
     clean_fix,
@@ -45,7 +45,6 @@ from accelhost.hygiene.report import (
     CheckResult,
     DoctorReport,
 )
-from accelhost.hygiene.text import human_bytes
 from accelhost.parsers.devnodes import is_control_node
 
 
@@ -87,11 +86,8 @@ def check_orphan_engines(found: Findings, options: HygieneOptions) -> CheckResul
 
 def _in_containers(found: Findings, pids: list[int]) -> str:
     """`2290107 (in vllm-bash (docker 3f9a1c2e4b5d))`: pids, with the container of each."""
-    out = []
-    for pid in pids:
-        c = found.attribution.container_of(pid)
-        out.append(f"{pid}" + (f" (in {c.label})" if c else ""))
-    return " ".join(out)
+    of = found.attribution.container_of
+    return " ".join(f"{pid} (in {c.label})" if (c := of(pid)) else f"{pid}" for pid in pids)
 
 
 def _holders(facts: HostFacts) -> dict[int, set[str]]:

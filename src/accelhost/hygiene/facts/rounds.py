@@ -95,7 +95,6 @@ class IncrementalState:
     options: HygieneOptions
     full_every: int = DEFAULT_FULL_EVERY
     rounds: int = 0
-    full_scans: int = 0  # rounds that read every process's fds and maps
     _procs: dict[int, _Proc] = field(default_factory=dict)
     _hidden: set[int] = field(default_factory=set)
     _force_full: bool = True
@@ -181,7 +180,6 @@ class IncrementalState:
                             host, rec.info.pid, rights, maps_only, listed=self.files.listed
                         )
             cost.holder_scan = True
-            self.full_scans += 1
         held = self._held()  # the round's holders, final from here on
         if cost.holder_scan:
             self.files.confirm(now_epoch, held)
