@@ -23,6 +23,14 @@ from accelhost.readers.procs import read_process
 NOT_PERMITTED = "not permitted to signal it (run as root or as its owner)"
 
 
+def signal_name(sig: int) -> str:
+    """SIGTERM for 15; a number this Python has no name for stays a number."""
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
 class Pinned:
     """One target process, re-identified by pid and start time before every signal."""
 
