@@ -20,8 +20,14 @@ from accelhost.host.live import live_host
 from accelhost.host.redact import redact_text
 from accelhost.kernel.libc import open_pidfd
 from accelhost.readers.procs import ProcessInfo
-from accelhost.remove.signals import Pinned, signal_group, signal_name
-from accelhost.remove.stop import D_STATE, StopLoop, send_each
+from accelhost.remove.signals import (
+    D_STATE,
+    Pinned,
+    StopLoop,
+    send_each,
+    signal_group,
+    signal_name,
+)
 from accelhost.supervisor.cgroup import Cgroup, create_cgroup
 from accelhost.supervisor.forks import BATCH_S
 from accelhost.supervisor.leftovers import Leftovers
@@ -270,7 +276,7 @@ class Supervisor:
         self.tracked.clear()
 
     def _teardown(self, outcome: RunOutcome) -> None:
-        """The whole tree stopped (`remove.stop`), forks made meanwhile too. When the stop
+        """The whole tree stopped (`StopLoop`), forks made meanwhile too. When the stop
         signal was forwarded, the command's group had its SIGTERM: a second one would cut
         its shutdown short."""
         self._untrack()
