@@ -20,14 +20,7 @@ from accelhost.host.live import live_host
 from accelhost.host.redact import redact_text
 from accelhost.kernel.libc import open_pidfd
 from accelhost.readers.procs import ProcessInfo
-from accelhost.remove.signals import (
-    D_STATE,
-    Pinned,
-    StopLoop,
-    send_each,
-    signal_group,
-    signal_name,
-)
+from accelhost.remove.signals import D_STATE, Pinned, StopLoop, send_each, signal_group, signal_name
 from accelhost.supervisor.cgroup import Cgroup, create_cgroup
 from accelhost.supervisor.forks import BATCH_S
 from accelhost.supervisor.leftovers import Leftovers
@@ -42,13 +35,7 @@ from accelhost.supervisor.options import (
     SupervisorOptions,
 )
 from accelhost.supervisor.spawn import SpawnError, become_subreaper, spawn
-from accelhost.supervisor.tree import (
-    TreeScanner,
-    alive_only,
-    scan_tree,
-    still_same,
-    with_cmdlines,
-)
+from accelhost.supervisor.tree import TreeScanner, alive_only, scan_tree, still_same, with_cmdlines
 from accelhost.supervisor.wakeup import Waker
 
 # Extra signals whose dispositions the command gets back as default (Python ignores SIGPIPE
