@@ -1,4 +1,4 @@
-"""The one stop loop (`remove.stop`) needs nothing of `run` or `clean` but what it is
+"""The one stop loop (`remove.signals`) needs nothing of `run` or `clean` but what it is
 handed: here the test's own children are the targets (`targets` reaps and reads them) and
 the loop sleeps in a poll of the pidfds it registered. Processes are killed by pid in
 `finally`.
@@ -13,7 +13,7 @@ import time
 
 from accelhost.host.live import LiveHost
 from accelhost.readers.procs import ProcessInfo, read_process
-from accelhost.remove.stop import StopLoop
+from accelhost.remove.signals import StopLoop
 
 STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(1000)"
 

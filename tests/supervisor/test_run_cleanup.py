@@ -171,10 +171,11 @@ def test_cgroup_tracks_and_tears_down_the_tree(tmp_path: Path, version: str) -> 
 
 
 def test_cgroup_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
-    from accelhost.supervisor.cgroup import Mount, _candidates
+    from accelhost.containers.pod_volumes import Mount
+    from accelhost.supervisor.cgroup import _candidates
 
     # Asked for v2 on a host with only v1 mounted: nothing to try.
-    only_v1 = [Mount("/", "/sys/fs/cgroup/pids", "cgroup", frozenset({"pids"}))]
+    only_v1 = [Mount(1, 0, "/", "/sys/fs/cgroup/pids", "cgroup", "cgroup", frozenset({"pids"}))]
     assert _candidates("2", only_v1, {"pids": "/"}) == []
     if shutil.which("unshare") is None or not Path("/sys/fs/cgroup").is_dir():
         pytest.skip("needs unshare and /sys/fs/cgroup")

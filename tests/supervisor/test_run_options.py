@@ -9,9 +9,10 @@ from pathlib import Path
 
 from run_support import janitor, run_cmd
 
+from accelhost.containers.pod_volumes import Mount, parse_mountinfo
 from accelhost.host.live import LiveHost
 from accelhost.parsers.sysvipc import ShmSegment
-from accelhost.supervisor.cgroup import Mount, _candidates, read_mounts, read_own_cgroups
+from accelhost.supervisor.cgroup import _candidates, read_own_cgroups
 from accelhost.supervisor.leftovers import SegmentLedger, remove_leaked
 from accelhost.supervisor.tree import TreeScanner, scan_tree
 
@@ -97,9 +98,10 @@ OWN = "9:name=systemd:/\n8:pids:/docker/abc/x\n6:freezer:/\n0::/svc\n"
 
 
 def test_cgroup_candidates_prefer_v2_then_v1_freezer_and_map_container_roots() -> None:
-    mounts = read_mounts(MOUNTINFO)
+    mounts = parse_mountinfo(MOUNTINFO)
     own = read_own_cgroups(OWN)
-    assert [m.fstype for m in mounts] == ["cgroup", "cgroup", "cgroup2"]
+    assert [m.fstype for m in mounts] == ["tmpfs", "cgroup", "cgroup", "cgroup2"]
+    assert mounts[2].options == {"rw", "pids"}
     assert own == {"name=systemd": "/", "pids": "/docker/abc/x", "freezer": "/", "": "/svc"}
     assert _candidates("auto", mounts, own) == [
         (2, "/sys/fs/cgroup/unified/svc"),
@@ -108,7 +110,10 @@ def test_cgroup_candidates_prefer_v2_then_v1_freezer_and_map_container_roots() -
     no_freezer = [m for m in mounts if "freezer" not in m.options]
     # the pids mount shows only /docker/abc: our /docker/abc/x is its ./x
     assert _candidates("1", no_freezer, own) == [(1, "/sys/fs/cgroup/pids/x")]
-    assert _candidates("2", [Mount("/", "/p", "cgroup", frozenset({"pids"}))], own) == []
+    assert (
+        _candidates("2", [Mount(1, 0, "/", "/p", "cgroup", "cgroup", frozenset({"pids"}))], own)
+        == []
+    )
 
 
 def _seg(shmid: int, cpid: int, nattch: int = 0, perms: int = 0o600) -> ShmSegment:

@@ -25,7 +25,7 @@ from typing import Any
 import accelhost.apply.execute  # noqa: F401
 import accelhost.apply.memory  # noqa: F401
 from accelhost.bench.bind_exec import Binding, apply_in_child
-from accelhost.remove.signals import signal_group
+from accelhost.remove.signals import signal_group, signal_name
 
 UNBOUND = "unbound"
 BOUND = "bound"
@@ -260,7 +260,7 @@ def _one(
     current.clear()
     rc = proc.returncode
     if rc != 0:
-        how = f"killed by {_signal_name(-rc)}" if rc < 0 else f"exit status {rc}"
+        how = f"killed by {signal_name(-rc)}" if rc < 0 else f"exit status {rc}"
         last = _last_line(err) or _last_line(out)
         return Run(slot, FAILED, None, seconds, rc, how + (f": {last}" if last else ""))
     try:
@@ -284,13 +284,6 @@ def _stop(proc: subprocess.Popen[bytes], grace: float) -> None:
     for pipe in (proc.stdout, proc.stderr):
         if pipe is not None:
             pipe.close()
-
-
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 def _drain(fd: int) -> str:

@@ -29,14 +29,17 @@ EPILOG = "Example: accelhost run --grace 30 --fail-on-exit 'VLLM::EngineCore' --
 
 
 def build_run(p: argparse.ArgumentParser) -> None:
+    from accelhost.supervisor.options import SupervisorOptions as defaults
+
     command(p, handler, DESCRIPTION, EPILOG)
     options.grace(p, "the command's tree")
     p.add_argument(
         "--kill-wait",
         type=options.seconds,
-        default=5.0,
+        default=defaults.kill_wait_s,
         metavar="SECONDS",
-        help="how long to wait for SIGKILLed processes before reporting them (default 5)",
+        help="how long to wait for SIGKILLed processes before reporting them "
+        f"(default {defaults.kill_wait_s:g})",
     )
     p.add_argument(
         "--fail-on-exit",
@@ -97,9 +100,10 @@ def build_run(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--scan-interval",
         type=float,
-        default=5.0,
+        default=defaults.scan_interval_s,
         metavar="SECONDS",
-        help="slowest /proc rescan while --fail-on-exit or --bind tracks processes (default 5)",
+        help="slowest /proc rescan while --fail-on-exit or --bind tracks processes "
+        f"(default {defaults.scan_interval_s:g})",
     )
     options.snapshot(
         p,

@@ -46,6 +46,7 @@ class Mount:
     mount_point: str
     fstype: str
     source: str
+    options: frozenset[str] = frozenset()  # super options: a v1 cgroup's controllers
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,9 @@ def parse_mountinfo(text: str) -> list[Mount]:
                 mount_point=unescape(parts[4]),
                 fstype=parts[dash + 1],
                 source=unescape(parts[dash + 2]),
+                options=frozenset(parts[dash + 3].split(","))
+                if len(parts) > dash + 3
+                else frozenset(),
             )
         )
     return out

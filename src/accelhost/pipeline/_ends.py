@@ -33,7 +33,17 @@ def feed(r: Run, iterable: Iterable[Any]) -> None:
             if r.aborted:
                 break
             if r.settings.ordered and r.fed - r.released >= window:
-                _window_wait(r, window)
+                _hurry(r, True)
+                with r.window_cond:
+                    r.feeder_waiting = True
+                    try:
+                        while r.fed - r.released >= window and not r.aborted:
+                            r.window_cond.wait(0.1)
+                    finally:
+                        r.feeder_waiting = False
+                _hurry(r, False)
+                if r.aborted:
+                    raise Aborted
             first.put_many([Env(r.fed, item, item)])
             r.fed += 1
 
@@ -60,20 +70,6 @@ def _hurry(r: Run, on: bool) -> None:
     sit in a batch waiting to fill: batches go on as they are until the feeder goes on."""
     for ch in r.channels:
         ch.hurry(on)
-
-
-def _window_wait(r: Run, window: int) -> None:
-    _hurry(r, True)
-    with r.window_cond:
-        r.feeder_waiting = True
-        try:
-            while r.fed - r.released >= window and not r.aborted:
-                r.window_cond.wait(0.1)
-        finally:
-            r.feeder_waiting = False
-    _hurry(r, False)
-    if r.aborted:
-        raise Aborted
 
 
 def take(r: Run) -> list[Any] | None:

@@ -1,22 +1,36 @@
-"""Starting a run's workers, and the loops of the thread and async stages' workers.
+"""Starting a run's workers, and the loops of its thread, async and process stages.
 
 Processes start first, then their driver threads, the thread stages' workers and the
 async stages' event loop. A failed start leaves the run as far as it got, every started
 worker in its records, for the caller to tear down.
+
+A process stage's worker is the process and the thread in the run that drives it, in
+strict request/response over one duplex pipe: the parent sends `(value,)` (a batch's
+value is its list) or None to stop, the child answers `(ok, value_or_error, t0, t1)`.
+One message in flight at a time, so neither side blocks on a full pipe and the parent
+always knows which item a dead worker was on. A dead process fails the run, naming its
+item, and never hangs it (every wait also watches its sentinel and the abort pipe).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import multiprocessing
 import os
+import pickle
+import signal
 import threading
+import traceback
 from collections.abc import Awaitable, Callable
+from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as mp_wait
 from time import perf_counter
-from typing import Any
+from typing import Any, NoReturn
 
 from accelhost.pipeline._channel import Aborted
-from accelhost.pipeline._process import process_driver, start_process
-from accelhost.pipeline._run import Run, Worker, ending
+from accelhost.pipeline._errors import PipelineError, annotate, exc_note
+from accelhost.pipeline._run import Env, ProcessLink, Reply, Run, Worker, ending
 
 
 def start(r: Run) -> None:
@@ -130,3 +144,162 @@ async def _async_worker(r: Run, w: Worker) -> None:
                     ok, value = False, exc
                 r.outcome(w, good, (ok, value, t0, perf_counter()), batched)
             await outq.aput_many(envs)
+
+
+def start_process(r: Run, w: Worker) -> None:
+    st = r.settings.stages[w.stage]
+    ctx: Any = multiprocessing.get_context(st.start_method)
+    parent, child = ctx.Pipe(duplex=True)
+    p = ctx.Process(
+        target=child_main,
+        args=(st.fn, child),
+        name=f"accelhost-pipeline-{st.name}",
+        daemon=True,
+    )
+    try:
+        p.start()
+    except Exception as exc:
+        child.close()
+        parent.close()
+        raise PipelineError(
+            f"stage {w.stage + 1} ({st.name}): cannot start a worker process: {exc} "
+            "(a process stage needs a function defined at module level)"
+        ) from exc
+    child.close()
+    w.link = ProcessLink(p, parent)
+
+
+def process_driver(r: Run, w: Worker) -> None:
+    link = w.link
+    assert link is not None
+    si = w.stage
+    st = r.settings.stages[si]
+    inq, outq = r.channels[si], r.channels[si + 1]
+    batched = st.batch is not None
+    size = st.batch.max_size if st.batch is not None else 1
+    wait_s = st.batch.max_wait_ms / 1000 if st.batch is not None else 0.0
+    with ending(r, outq):
+        try:
+            while (envs := inq.get_batch(size, wait_s)) is not None:
+                good = _send(r, w, [e for e in envs if e.error is None], batched)
+                if good:
+                    r.outcome(w, good, _receive(r, w, good, batched), batched)
+                outq.put_many(envs)
+            if not r.aborted:  # the end of the input: the child may stop on its own
+                with contextlib.suppress(OSError):
+                    link.conn.send(None)
+                link.proc.join(1.0)
+        finally:
+            if link.proc.is_alive():
+                link.proc.terminate()
+                link.proc.join(1.0)
+
+
+def _send(r: Run, w: Worker, good: list[Env], batched: bool) -> list[Env]:
+    """Send one item's value (or one batch's); the items sent. A value that cannot be
+    pickled is that item's error, not its batch's."""
+    assert w.link is not None
+    while good:
+        try:
+            w.link.conn.send(([e.value for e in good] if batched else good[0].value,))
+            return good
+        except (EOFError, OSError):
+            _died(r, w, good, batched)
+        except Exception as exc:
+            bad = [e for e in good if not _picklable(e.value)] or good
+            for env in bad:
+                w.errors += 1
+                r.item_failed([env], w.stage, exc)
+            good = [e for e in good if e not in bad]
+    return good
+
+
+def _picklable(value: Any) -> bool:
+    try:
+        pickle.dumps(value)
+        return True
+    except Exception:
+        return False
+
+
+def _receive(r: Run, w: Worker, good: list[Env], batched: bool) -> Reply:
+    link = w.link
+    assert link is not None
+    if link.conn in mp_wait([link.conn, link.proc.sentinel, r.abort_r]):
+        try:
+            reply: Reply = link.conn.recv()
+            return reply
+        except (EOFError, OSError):
+            pass
+        except Exception as exc:  # it arrived whole, but its class rebuilds differently here
+            err = PipelineError(
+                f"stage {w.stage + 1} ({r.settings.stages[w.stage].label}): a result came "
+                f"back from the worker process but cannot be unpickled here: "
+                f"{type(exc).__name__}: {exc}"
+            )
+            err.__cause__ = exc
+            now = perf_counter()
+            return (False, err, now, now)
+    if r.aborted:
+        raise Aborted
+    _died(r, w, good, batched)
+
+
+def _died(r: Run, w: Worker, envs: list[Env], batched: bool) -> NoReturn:
+    """A worker process is gone: fail the run, naming the item (or batch) it was on."""
+    assert w.link is not None
+    proc = w.link.proc
+    proc.join(1.0)
+    name = r.settings.stages[w.stage].label
+    what = f"a batch of {len(envs)} items from #" if batched else "item #"
+    exc = PipelineError(
+        f"stage {w.stage + 1} ({name}): worker process {proc.pid} died "
+        f"(exit code {proc.exitcode}) while working on {what}{envs[0].seq}"
+    )
+    annotate(exc, [e.seq for e in envs], [e.item for e in envs], w.stage, name)
+    r.fail(exc)
+    raise Aborted
+
+
+class RemoteError(Exception):
+    """Stands in for an exception from a worker process that could not be pickled."""
+
+
+def portable_error(exc: BaseException) -> BaseException:
+    """The exception itself when it survives pickling, else a RemoteError saying what it
+    was; the worker's traceback, lost in pickling, travels as a note."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        pickle.loads(pickle.dumps(exc))
+        out = exc
+    except Exception:
+        out = RemoteError(f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}")
+    out.__traceback__ = None
+    exc_note(out, "traceback in the worker process:\n" + text.rstrip())
+    return out
+
+
+def child_main(fn: Callable[[Any], Any], conn: Connection) -> None:
+    """Serve calls until told to stop (or until the parent is gone)."""
+    # Ctrl-C reaches the whole process group; the parent decides how the pipeline ends.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):  # the parent is gone
+            return
+        if msg is None:
+            return
+        t0 = perf_counter()
+        try:
+            ok, value = True, fn(msg[0])
+        except Exception as exc:
+            ok, value = False, portable_error(exc)
+        reply = (ok, value, t0, perf_counter())
+        try:
+            conn.send(reply)
+        except (EOFError, OSError):
+            return
+        except Exception as exc:  # the result cannot be pickled: send why instead
+            err = RemoteError(f"the stage's result cannot be sent back from the worker: {exc}")
+            conn.send((False, err, reply[2], reply[3]))

@@ -1,7 +1,7 @@
 """`accelhost run`: supervise one engine so that nothing of it outlives it.
 
 What lives where: `loop` (`supervise`: start, forward signals, reap, stop the tree
-through `accelhost.remove.stop`), `options` (what it is asked and what it reports),
+through `accelhost.remove.signals`), `options` (what it is asked and what it reports),
 `spawn` (own session, subreaper, private namespaces, optional `cgroup`), `wakeup` (its
 one `poll()`), `tree` and `forks` (the tree now, and every process it ever had, from the
 kernel's process events), `leftovers` (the SysV segments and /dev/shm files the tree

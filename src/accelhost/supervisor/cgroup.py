@@ -13,6 +13,7 @@ import signal
 import time
 from dataclasses import dataclass
 
+from accelhost.containers.pod_volumes import Mount, parse_mountinfo
 from accelhost.errors import AccelhostError
 from accelhost.host.live import live_host
 from accelhost.remove.signals import signal_members
@@ -22,39 +23,6 @@ V1_PREFERENCE = ("freezer", "pids")
 
 class CgroupError(AccelhostError):
     """`--cgroup` was asked for and cannot be had here."""
-
-
-@dataclass(frozen=True)
-class Mount:
-    root: str  # the part of the hierarchy this mount shows (field 4 of mountinfo)
-    point: str
-    fstype: str  # cgroup or cgroup2
-    options: frozenset[str]  # super options: controller names for v1
-
-
-def _unescape(field: str) -> str:
-    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\134", "\\")
-
-
-def read_mounts(mountinfo: str) -> list[Mount]:
-    """cgroup and cgroup2 mounts from /proc/self/mountinfo text."""
-    out = []
-    for line in mountinfo.splitlines():
-        left, sep, right = line.partition(" - ")
-        if not sep:
-            continue
-        fields, rfields = left.split(), right.split()
-        if len(fields) < 5 or len(rfields) < 3 or rfields[0] not in ("cgroup", "cgroup2"):
-            continue
-        out.append(
-            Mount(
-                root=_unescape(fields[3]),
-                point=_unescape(fields[4]),
-                fstype=rfields[0],
-                options=frozenset(rfields[2].split(",")),
-            )
-        )
-    return out
 
 
 def read_own_cgroups(text: str) -> dict[str, str]:
@@ -74,7 +42,7 @@ def _join(mount: Mount, path: str) -> str:
     rel = path
     if mount.root != "/" and (path == mount.root or path.startswith(mount.root + "/")):
         rel = path[len(mount.root) :]
-    return os.path.join(mount.point, rel.lstrip("/"))
+    return os.path.join(mount.mount_point, rel.lstrip("/"))
 
 
 @dataclass
@@ -171,7 +139,7 @@ def _candidates(version: str, mounts: list[Mount], own: dict[str, str]) -> list[
 
 def create_cgroup(version: str, name: str) -> Cgroup:
     """A new, empty cgroup below our own. CgroupError with the reason when none can be made."""
-    mounts = read_mounts(_read("/proc/self/mountinfo"))
+    mounts = parse_mountinfo(_read("/proc/self/mountinfo"))
     own = read_own_cgroups(_read("/proc/self/cgroup"))
     candidates = _candidates(version, mounts, own)
     if not candidates:

@@ -5,7 +5,7 @@ System V segment and exited between two looks (`sh -c 'make_segment & wait'`) co
 tied to the tree, and its segment was left behind. The kernel's connector
 (`kernel.procevents`) reports every fork and exit as it happens, so the set of pids forked
 from the tree is exact without polling: the supervisor wakes when the socket has data (at
-most `BATCH_S` apart). A BPF filter (`kernel.bpf`) drops in the kernel the events of
+most `BATCH_S` apart). A BPF filter (`kernel.procevents` too) drops in the kernel the events of
 processes outside the tree (`ForkTracker` says which pass); where none can be had (no
 `ns_last_pid`, a tree too large for one program, the kernel refuses it) every event is read.
 
@@ -21,8 +21,14 @@ from dataclasses import dataclass, field
 
 from accelhost.host.base import Host
 from accelhost.host.live import live_host
-from accelhost.kernel.bpf import attach, detach, fork_filter
-from accelhost.kernel.procevents import PROC_EVENT_EXIT, PROC_EVENT_FORK, ProcEvents
+from accelhost.kernel.procevents import (
+    PROC_EVENT_EXIT,
+    PROC_EVENT_FORK,
+    ProcEvents,
+    attach,
+    detach,
+    fork_filter,
+)
 from accelhost.readers.procs import hears_process_events, read_process
 
 MAX_OUTSIDERS = 256  # outsiders whose forks the filter drops by pid
@@ -34,7 +40,7 @@ BATCH_S = 0.05
 class ForkTracker:
     """The tgids forked from `root` (directly or through any chain of descendants).
 
-    After each drain the classic BPF filter (`kernel.bpf.fork_filter`) is rebuilt from
+    After each drain the classic BPF filter (`kernel.procevents.fork_filter`) is rebuilt from
     `floor`, the pid counter (`ns_last_pid`) + 1 read *before* that drain, and the live
     tree. It passes:
     - forks by a process of the tree it lists, or by any process whose pid is at least

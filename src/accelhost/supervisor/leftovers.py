@@ -30,12 +30,7 @@ from accelhost.readers.shmfiles import list_shm_files, scan_held, stat_shm_file
 from accelhost.readers.sysv import read_segments
 from accelhost.remove.shm import ipc_rmid, remove_segment, unlink_shm_file
 from accelhost.supervisor.forks import ForkTracker
-from accelhost.supervisor.options import (
-    RemovedFile,
-    RemovedSegment,
-    RunOutcome,
-    SupervisorOptions,
-)
+from accelhost.supervisor.options import RemovedFile, RemovedSegment, RunOutcome, SupervisorOptions
 
 Inode = tuple[int, int]  # (st_dev, st_ino)
 

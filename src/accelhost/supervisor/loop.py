@@ -20,8 +20,7 @@ from accelhost.host.live import live_host
 from accelhost.host.redact import redact_text
 from accelhost.kernel.libc import open_pidfd
 from accelhost.readers.procs import ProcessInfo
-from accelhost.remove.signals import Pinned, signal_group
-from accelhost.remove.stop import D_STATE, StopLoop, send_each
+from accelhost.remove.signals import D_STATE, Pinned, StopLoop, send_each, signal_group, signal_name
 from accelhost.supervisor.cgroup import Cgroup, create_cgroup
 from accelhost.supervisor.forks import BATCH_S
 from accelhost.supervisor.leftovers import Leftovers
@@ -36,25 +35,12 @@ from accelhost.supervisor.options import (
     SupervisorOptions,
 )
 from accelhost.supervisor.spawn import SpawnError, become_subreaper, spawn
-from accelhost.supervisor.tree import (
-    TreeScanner,
-    alive_only,
-    scan_tree,
-    still_same,
-    with_cmdlines,
-)
+from accelhost.supervisor.tree import TreeScanner, alive_only, scan_tree, still_same, with_cmdlines
 from accelhost.supervisor.wakeup import Waker
 
 # Extra signals whose dispositions the command gets back as default (Python ignores SIGPIPE
 # and SIGXFSZ; a shell started by us must not inherit that).
 _RESET_FOR_CHILD = ("SIGPIPE", "SIGXFSZ")
-
-
-def _signame(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"
 
 
 class Supervisor:
@@ -193,7 +179,7 @@ class Supervisor:
                 # in the teardown (the stop is then no stop of it: its own status stays).
                 if sig in self.stopping and self.cmd_status is None:
                     self.stop_signal = sig
-                    self.opts.log(f"received {_signame(sig)}; stopping the command")
+                    self.opts.log(f"received {signal_name(sig)}; stopping the command")
                     return "signal"
             for fd in fds:
                 info = self.tracked.pop(fd, None)
@@ -208,7 +194,7 @@ class Supervisor:
                 )
                 return "engine-died"
             if (code := self.cmd_status) is not None:
-                how = f"killed by {_signame(-code)}" if code < 0 else f"status {code}"
+                how = f"killed by {signal_name(-code)}" if code < 0 else f"status {code}"
                 self.opts.log(f"command exited ({how})")
                 return "exited"
             now = time.monotonic()
@@ -277,7 +263,7 @@ class Supervisor:
         self.tracked.clear()
 
     def _teardown(self, outcome: RunOutcome) -> None:
-        """The whole tree stopped (`remove.stop`), forks made meanwhile too. When the stop
+        """The whole tree stopped (`StopLoop`), forks made meanwhile too. When the stop
         signal was forwarded, the command's group had its SIGTERM: a second one would cut
         its shutdown short."""
         self._untrack()

@@ -46,8 +46,7 @@ from accelhost.readers.procs import ProcessInfo, descendants, read_process
 from accelhost.readers.shmfiles import ShmFile
 from accelhost.remove import DEFAULT_GRACE_S
 from accelhost.remove.shm import Removal, remove_segment, unlink_shm_file
-from accelhost.remove.signals import Pinned, signal_pinned_group
-from accelhost.remove.stop import D_STATE, StopLoop, send_each
+from accelhost.remove.signals import D_STATE, Pinned, StopLoop, send_each, signal_pinned_group
 
 __all__ = ["CleanFilters", "Journal"]  # for the CLI, beside this module's own
 
@@ -224,7 +223,7 @@ def _remove(
 def _stop_all(
     stops: list[StopProcesses], grace_s: float, journal: Journal, say: Callable[[str], None]
 ) -> list[Outcome]:
-    """`accelhost.remove.stop`'s loop, each signal journaled before it is sent (and a group
+    """`accelhost.remove.signals`' stop loop, each signal journaled before it is sent (and a group
     signalled while a pinned member is still in it)."""
     host = live_host()
     refs = {t.pid: t for act in stops for t in act.targets}

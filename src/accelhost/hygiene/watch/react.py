@@ -29,9 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accelhost.host.live import live_host
-from accelhost.kernel.bpf import attach, exit_filter
 from accelhost.kernel.inotify import CreationWatch
-from accelhost.kernel.procevents import PROC_EVENT_EXEC, PROC_EVENT_EXIT, ProcEvents
+from accelhost.kernel.procevents import (
+    PROC_EVENT_EXEC,
+    PROC_EVENT_EXIT,
+    ProcEvents,
+    attach,
+    exit_filter,
+)
 from accelhost.readers.procs import hears_process_events, read_process
 
 # How long to let an exit settle (its children re-parented, its siblings killed) before
