@@ -23,6 +23,7 @@ from accelhost.hygiene.judge.rules import (
 from accelhost.readers.shmfiles import (
     HeldScan,
     ShmFile,
+    held_paths,
     list_shm_files,
     parse_maps,
     path_is_held,
@@ -31,11 +32,6 @@ from accelhost.readers.shmfiles import (
 )
 
 SHM = Path("/dev/shm")
-
-
-def held_paths(host: LiveHost, pids: list[int] | None = None) -> set[str]:
-    """Every path a live process (or one of `pids`) holds open or maps right now."""
-    return set(scan_held(host, pids).paths)
 
 
 # open: keep an fd; map: mmap then close the fd; map-unlink: mmap, close, unlink the name.

@@ -290,6 +290,12 @@ def scan_held(host: Host, pids: Iterable[int] | None = None) -> HeldScan:
     )
 
 
+def held_paths(host: Host, pids: Iterable[int] | None = None) -> set[str]:
+    """Every path a live process (or one of `pids`) holds open or maps right now (the
+    library's call for it: docs/hygiene.md shows it)."""
+    return set(scan_held(host, pids).paths)
+
+
 def path_is_held(host: Host, path: str) -> bool | None:
     """One file, looked up fresh: True held, False free, None when some process is unreadable."""
     fresh = stat_shm_file(path, host)
