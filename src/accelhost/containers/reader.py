@@ -102,9 +102,10 @@ def ask_cri(host: Host, explicit: Sequence[str] = ()) -> tuple[list[CriAnswer], 
 
 
 def _ask_socket(
-    host: Host, socket_path: str, wanted: set[str], now_epoch: float | None
+    host: Host, socket_path: str, wanted: set[str], window: tuple[int, str] | None
 ) -> tuple[dict[str, tuple[Container, int | None]], list[Container]] | None:
-    """id -> (container, init pid) from one socket, plus removed ones; None: no answer."""
+    """id -> (container, init pid) from one socket, plus removed ones (the events of
+    `window`: since, until); None: no answer."""
     runtime = "podman" if "podman" in socket_path else "docker"
     answer = host.http_get(socket_path, docker_api.LIST_PATH)
     listed = docker_api.parse_container_list(answer, runtime)
@@ -114,8 +115,8 @@ def _ask_socket(
     # The events first: they alone name a removed container (`docker rm -f`), and a slow
     # inspect below must not cost them.
     removed: list[Container] = []
-    if now_epoch is not None:
-        path = docker_api.events_path(*events_window(now_epoch, host.clock()), runtime)
+    if window is not None:
+        path = docker_api.events_path(*window, runtime)
         events = docker_api.parse_events(host.http_get(socket_path, path))
         removed = docker_api.removed_containers(events, runtime)
     order = sorted(found, key=lambda cid: (cid not in wanted, cid))[:MAX_INSPECT]
@@ -160,8 +161,10 @@ def read_containers(
     records: dict[str, tuple[Container, int | None]] = {}  # id -> (its record, its PID 1)
     removed: list[Container] = []
     answered: list[str] = []
+    # one window for every socket: a recording keeps one clock, which its replay asks with
+    window = None if now_epoch is None else events_window(now_epoch, host.clock())
     for socket_path in runtime_sockets(host, sockets):
-        got = _ask_socket(host, socket_path, wanted, now_epoch)
+        got = _ask_socket(host, socket_path, wanted, window)
         if got is not None:
             answered.append(socket_path)
             for cid, answer in got[0].items():
@@ -169,7 +172,7 @@ def read_containers(
             removed += got[1]
     cri, cri_notes = ask_cri(host, cri_sockets)
     for runtime in cri:
-        answered.append(runtime.endpoint.strip().removeprefix("unix://"))
+        answered.append(runtime.endpoint)  # as cri_endpoints wrote it
         for cid, c in runtime.containers.items():
             records.setdefault(cid, (c, runtime.pids.get(cid)))
     # A bare id under a parent no runtime owns (`--cgroup-parent`) is a container only where
@@ -186,7 +189,8 @@ def read_containers(
         # No process of it seen: a cgroup shape the parser does not know, or a reader
         # without the host's PID namespace. What the runtime says stands: a running
         # container called exited would take the blame for what others left.
-        containers.setdefault(cid, replace(rec, state=rec.state or EXITED))
+        if cid not in containers:
+            containers[cid] = replace(rec, state=rec.state or EXITED)
     for c in removed:
         containers.setdefault(c.id, c)
     for cid, c in containers.items():
