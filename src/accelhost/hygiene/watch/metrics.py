@@ -177,23 +177,28 @@ class HygieneCollector(Collector):
             self._clean_actions[key] = self._clean_actions.get(key, 0) + 1
 
     def collect(self) -> Iterator[Metric]:
+        # the order of the families is what /metrics shows (docs/hygiene.md quotes it)
         with self._lock:
             rnd, failed, t = self._round, self._failed, replace(self._totals)
             cleaned, degraded = dict(self._clean_actions), dict(self._degraded)
-        for name, value in (
-            ("accelhost_watch_runs", t.runs),
-            ("accelhost_watch_round_failures", t.failures),
-            ("accelhost_watch_cpu_seconds", t.cpu_s),
-            ("accelhost_watch_round_seconds", t.wall_s),
-            ("accelhost_watch_full_scans", t.full_scans),
-        ):
-            yield _single(CounterMetricFamily, name, value)
+        yield _single(CounterMetricFamily, "accelhost_watch_runs", t.runs)
+        yield _single(CounterMetricFamily, "accelhost_watch_round_failures", t.failures)
         actions = CounterMetricFamily(
             "accelhost_clean_actions", "Actions taken by --auto-clean", labels=["kind", "result"]
         )
         for (kind, result), n in sorted(cleaned.items()):
             actions.add_metric([kind, result], n)
         yield actions
+        for name, value in (
+            ("accelhost_watch_cpu_seconds", t.cpu_s),
+            ("accelhost_watch_round_seconds", t.wall_s),
+            ("accelhost_watch_full_scans", t.full_scans),
+        ):
+            yield _single(CounterMetricFamily, name, value)
+        yield _single(GaugeMetricFamily, "accelhost_watch_last_round_cpu_seconds", t.last_cpu_s)
+        yield _single(
+            GaugeMetricFamily, "accelhost_watch_last_round_duration_seconds", t.last_wall_s
+        )
         fallback = GaugeMetricFamily(
             "accelhost_watch_fallback",
             "1 when a source of changes (process events, shm listing) was lost and rounds "
@@ -203,18 +208,15 @@ class HygieneCollector(Collector):
         for source in sorted(degraded):
             fallback.add_metric([source], 1.0)
         yield fallback
-        gauges: dict[str, float] = {
-            "accelhost_watch_last_round_cpu_seconds": t.last_cpu_s,
-            "accelhost_watch_last_round_duration_seconds": t.last_wall_s,
-        }
         if rnd is None:
-            yield from (_single(GaugeMetricFamily, n, v) for n, v in gauges.items())
             if failed:
                 yield _status_family({name: UNKNOWN for name in CHECK_NAMES})
             return
-        gauges["accelhost_watch_last_run_timestamp_seconds"] = rnd.finished
+        yield _single(GaugeMetricFamily, "accelhost_watch_last_run_timestamp_seconds", rnd.finished)
         states = {c.name: c.status for c in rnd.report.checks}
         yield _status_family(states)
+        yield from _hugepages_family(rnd.facts)
+        gauges: dict[str, float] = {}
         if rnd.leaked_bytes is not None and rnd.leaked_count is not None:
             gauges["accelhost_shm_leaked_bytes"] = rnd.leaked_bytes
             gauges["accelhost_shm_leaked_segments"] = rnd.leaked_count
@@ -225,11 +227,11 @@ class HygieneCollector(Collector):
             # processes hidden from the reader (hidepid) may be orphans: no sample, not 0
             gauges["accelhost_orphan_processes"] = rnd.orphans
         yield from (_single(GaugeMetricFamily, n, v) for n, v in gauges.items())
-        yield from _host_families(rnd.facts)
+        yield from _device_families(rnd.facts)
 
 
-def _host_families(facts: HostFacts) -> Iterator[Metric]:
-    """The host's HugePages pools and device memory, as this round read them."""
+def _hugepages_family(facts: HostFacts) -> Iterator[Metric]:
+    """The host's HugePages pools, as this round read them."""
     if facts.hugepage_pools is not None:
         pages = GaugeMetricFamily(
             "accelhost_hugepages_pages",
@@ -248,6 +250,10 @@ def _host_families(facts: HostFacts) -> Iterator[Metric]:
                 ):
                     pages.add_metric([size, state], n)
         yield pages
+
+
+def _device_families(facts: HostFacts) -> Iterator[Metric]:
+    """Device memory, as this round read it."""
     known = [d for d in facts.devices if d.used_mib is not None and d.total_mib is not None]
     if "devices" in facts.errors or not known:
         return
