@@ -178,7 +178,7 @@ def process_driver(r: Run, w: Worker) -> None:
     batched = st.batch is not None
     size = st.batch.max_size if st.batch is not None else 1
     wait_s = st.batch.max_wait_ms / 1000 if st.batch is not None else 0.0
-    with ending(r, outq):
+    with ending(r, outq, quiet=(Aborted,)):  # a CancelledError here is no task's: it fails the run
         try:
             while (envs := inq.get_batch(size, wait_s)) is not None:
                 good = _send(r, w, [e for e in envs if e.error is None], batched)
