@@ -12,11 +12,14 @@ import os
 import signal
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from accelhost.containers.pod_volumes import Mount, parse_mountinfo
 from accelhost.errors import AccelhostError
 from accelhost.host.live import live_host
 from accelhost.remove.signals import signal_members
+
+if TYPE_CHECKING:  # the mount table is read only for --cgroup: `run` alone does not pay
+    from accelhost.containers.pod_volumes import Mount
 
 V1_PREFERENCE = ("freezer", "pids")
 
@@ -139,6 +142,8 @@ def _candidates(version: str, mounts: list[Mount], own: dict[str, str]) -> list[
 
 def create_cgroup(version: str, name: str) -> Cgroup:
     """A new, empty cgroup below our own. CgroupError with the reason when none can be made."""
+    from accelhost.containers.pod_volumes import parse_mountinfo
+
     mounts = parse_mountinfo(_read("/proc/self/mountinfo"))
     own = read_own_cgroups(_read("/proc/self/cgroup"))
     candidates = _candidates(version, mounts, own)
