@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelhost.errors import PlanError
 from accelhost.host.base import Host
-from accelhost.plans import HOSTNAME, Plan, PlannedHost
+from accelhost.plans import Plan, PlannedHost, read_hostname
 
 if TYPE_CHECKING:
     from accelhost.planner.roles import RoleSpec
@@ -36,8 +36,9 @@ def plan(
 
     topo = read_topology(host, device_type=device_type, pci=pci or None)
     result = plan_topology(topo, strategy=strategy, devices=devices, numa_from=numa_from)
-    name = (host.read_file(HOSTNAME) or "").strip() or None
-    planned = PlannedHost(name, tuple(topo.allowed_cpus), tuple(sorted(topo.node_cpus)))
+    planned = PlannedHost(
+        read_hostname(host), tuple(topo.allowed_cpus), tuple(sorted(topo.node_cpus))
+    )
     result = replace(result, host=planned)
     if reserve_irq or thread_roles:
         from accelhost.planner.roles import add_roles

@@ -10,12 +10,21 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accelhost import formats
 from accelhost.errors import PlanError, PlanFileError
 
+if TYPE_CHECKING:
+    from accelhost.host.base import Host
+
 HOSTNAME = "/proc/sys/kernel/hostname"
+
+
+def read_hostname(host: Host) -> str | None:
+    """The host's name as a plan records it (None: it has none to read)."""
+    return (host.read_file(HOSTNAME) or "").strip() or None
+
 
 # A device plan's CPU lists, in the order its JSON gives them.
 _CPU_LISTS = ("pool", "irq", "main", "acl", "release")

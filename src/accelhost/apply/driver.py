@@ -39,7 +39,7 @@ from accelhost.family import ASCEND_FAMILIES
 from accelhost.host.live import live_host
 from accelhost.parsers.sysfs import PCI_DEVICES
 from accelhost.planner.roles import RoleSpec, add_roles
-from accelhost.plans import HOSTNAME, Plan, PlannedHost, ThreadRole
+from accelhost.plans import Plan, PlannedHost, ThreadRole, read_hostname
 from accelhost.readers.cpus import read_sysfs_nodes
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def foreign(plan: Plan, host: Host | None = None) -> ForeignPlanError | None:
     diffs = differences(made, plan, online_cpus(h), sorted(node_cpus) or None, pci)
     if not diffs:
         return None
-    here = (h.read_file(HOSTNAME) or "").strip() or "unnamed"
+    here = read_hostname(h) or "unnamed"
     return ForeignPlanError(made.hostname or "unnamed", here, tuple(diffs), FORCE)
 
 
