@@ -11,7 +11,6 @@ unchanged, held by nobody) just before its unlink.
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -46,7 +45,14 @@ from accelhost.readers.procs import ProcessInfo, descendants, read_process
 from accelhost.readers.shmfiles import ShmFile
 from accelhost.remove import DEFAULT_GRACE_S
 from accelhost.remove.shm import Removal, remove_segment, unlink_shm_file
-from accelhost.remove.signals import D_STATE, Pinned, StopLoop, send_each, signal_pinned_group
+from accelhost.remove.signals import (
+    D_STATE,
+    Pinned,
+    StopLoop,
+    send_each,
+    signal_name,
+    signal_pinned_group,
+)
 
 __all__ = ["CleanFilters", "Journal"]  # for the CLI, beside this module's own
 
@@ -237,7 +243,7 @@ def _stop_all(
         }
 
     def send(sig: int, pins: list[Pinned]) -> list[int]:
-        name = signal.Signals(sig).name
+        name = signal_name(sig)
         sent: list[int] = []
         for act in stops:
             live = [p for p in pins if p.pid in {t.pid for t in act.targets}]
