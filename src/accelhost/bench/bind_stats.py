@@ -149,7 +149,8 @@ class Comparison:
     seed: int = DEFAULT_SEED
 
     def to_dict(self) -> dict[str, Any]:
-        rest = {f.name: getattr(self, f.name) for f in fields(self)[2:]}  # after the arms
+        arm_names = ("unbound", "bound")
+        rest = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in arm_names}
         arms = {"unbound": self.unbound.to_dict(), "bound": self.bound.to_dict()}
         return {"arms": arms, **rest, "ci": list(self.ci) if self.ci is not None else None}
 
