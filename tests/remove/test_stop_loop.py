@@ -65,6 +65,7 @@ def test_sigterm_then_sigkill_for_the_stubborn_and_every_pidfd_let_go() -> None:
             deadline = time.monotonic() + 30
             while not _ignores_term(p.pid) and time.monotonic() < deadline:
                 time.sleep(0.02)
+            assert _ignores_term(p.pid), f"{p.pid} never ignored SIGTERM"
         lines: list[str] = []
         poller = Recorder()
         loop = StopLoop(LiveHost(), lambda: _targets(procs), log=lines.append, poller=poller)  # type: ignore[arg-type]
