@@ -247,10 +247,7 @@ def build_exec(
 
 
 def build_unbind_irq(
-    state_dir: str,
-    device: int | None = None,
-    root: str | None = None,
-    forget: bool = False,
+    state_dir: str, device: int | None = None, root: str | None = None, forget: bool = False
 ) -> Prepared:
     """Put back the masks saved at bind time; restart/restore irqbalance once none remain.
 

@@ -22,13 +22,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from accelhost.apply.build import (
-    BindOptions,
-    Prepared,
-    build_bind,
-    build_exec,
-    host_thread_steps,
-)
+from accelhost.apply.build import BindOptions, Prepared, build_bind, build_exec, host_thread_steps
 from accelhost.apply.execute import execute, plan_only
 from accelhost.apply.steps import ApplyReport, StepResult, ThreadAffinity
 from accelhost.apply.threads import thread_steps

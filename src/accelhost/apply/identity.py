@@ -259,10 +259,7 @@ def namespace_ids(family: str | None, host: Host) -> list[int]:
 
 
 def device_of_local_rank(
-    plan: Plan,
-    local_rank: int,
-    env: Mapping[str, str] | None = None,
-    host: Host | None = None,
+    plan: Plan, local_rank: int, env: Mapping[str, str] | None = None, host: Host | None = None
 ) -> Identified:
     """The host id (a plan key) of the device worker `local_rank` of this process uses."""
     h = host or live_host()

@@ -92,10 +92,7 @@ def _raw_names(dfd: int, skip: AbstractSet[int] = frozenset()) -> Iterator[tuple
 
 
 def thread_steps(
-    pid: int,
-    main: Sequence[int],
-    roles: Sequence[ThreadRole],
-    skip: AbstractSet[int] = frozenset(),
+    pid: int, main: Sequence[int], roles: Sequence[ThreadRole], skip: AbstractSet[int] = frozenset()
 ) -> list[ThreadAffinity]:
     """A ThreadAffinity step for every thread of `pid` but `skip` (the driver's retry
     rounds), in one pass (the hot path of a bind): each gets `main`, or the CPUs of the last

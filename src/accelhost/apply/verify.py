@@ -11,13 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from accelhost import formats
 from accelhost.apply import traps
-from accelhost.apply.build import (
-    BindOptions,
-    device_irqs,
-    host_thread_steps,
-    roles_of,
-    target_node,
-)
+from accelhost.apply.build import BindOptions, device_irqs, host_thread_steps, roles_of, target_node
 from accelhost.apply.driver import role_warnings
 from accelhost.apply.irq import read_mask
 from accelhost.apply.memory import kb_per_node, parse_numa_regions, read_proc
