@@ -1,12 +1,5 @@
-"""The one bind driver: `bind`, `exec`, `run --bind` and `bind_current_process` come here,
-so that the four ways of binding cannot drift apart. Each only gathers its input and calls
-`bind`, which decides alike: a plan for another host is refused (unless `--force`); an
-Ascend plan is bound on ARM hosts only, as the reference does (unless `any_arch`: naming a
-pid or a command is asking); `--thread-role` specs go through the planner's own
-`add_roles`, so `nccl=^NCCL:2` means the same CPUs in `plan` and `bind`; threads born
-while binding are pinned for up to RETRY_ROUNDS rounds; a device whose worker plan was
-skipped (Ascend 950) gets only the host threads' pins, as the reference still gives them;
-one `ApplyReport` says it all.
+"""The one bind driver: `bind`, `exec`, `run --bind` and `bind_current_process` each only
+gather their input and call `bind`, so that the four ways of binding cannot drift apart.
 
 Whether a plan is this host's is decided by the hardware recorded in `Plan.host` and each
 device's `pci`: CPUs not online here, other NUMA nodes, a PCI address this host lacks. The
@@ -105,8 +98,8 @@ def refuse_foreign(plan: Plan, allow_foreign: bool = False, host: Host | None = 
 
 
 def arch_skip(plan: Plan, any_arch: bool, machine: str | None = None) -> str | None:
-    """Why this plan is not bound on this host (the reference's sentence: it binds where
-    `uname -m` is ARM), or None."""
+    """Why this plan is not bound on this host (the reference's sentence: it binds Ascend
+    where `uname -m` is ARM), or None; `any_arch`: naming a pid or a command is asking."""
     if any_arch or plan.device_type not in ASCEND_FAMILIES:
         return None
     name = (machine or os.uname().machine).lower()
@@ -114,8 +107,9 @@ def arch_skip(plan: Plan, any_arch: bool, machine: str | None = None) -> str | N
 
 
 def with_roles(plan: Plan, device: int, roles: Sequence[RoleSpec] = ()) -> Plan:
-    """The plan with extra thread roles added to `device` (PlanError for an unknown one,
-    or for roles on a device whose worker plan was skipped: it has no CPUs to give)."""
+    """The plan with extra thread roles added to `device` by the planner's own `add_roles`,
+    so `nccl=^NCCL:2` means the same CPUs in `plan` and `bind` (PlanError for an unknown
+    device, or for roles on a device whose worker plan was skipped: it has no CPUs to give)."""
     skipped = plan.worker_skip(device)
     if skipped is not None:
         if roles:

@@ -14,7 +14,7 @@ import fnmatch
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from accelhost.cpulist import MAX_DEVICES
@@ -49,7 +49,7 @@ class Identified:
     how: str
 
     def to_dict(self) -> dict[str, object]:
-        return {"device": self.device, "how": self.how}
+        return asdict(self)
 
     def line(self) -> str:
         return f"device {self.device}: {self.how}"

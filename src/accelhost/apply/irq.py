@@ -4,10 +4,6 @@ irqbalance, which, left running, rewrites the masks within seconds.
 Every path is under a root (`--host-root`): node agents see the host at /host and tests
 use a fake tree. The files are read through the host door: the caller passes a `Host`
 (a `LiveHost` when binding) and the path made with `rooted`, so one reader serves both.
-Ascend, as vllm-ascend binds them: the SQ IRQ is the first `sq_send_trigger_irq` line of
-/proc/interrupts that is one of the device's MSI IRQs, and the CQ IRQ is the next number
-(docs/bind.md, "IRQs"). Other PCI devices: every MSI/MSI-X IRQ of the device, spread one
-CPU each, round robin over the reserved IRQ CPUs.
 
 The reference stops irqbalance for the whole host and never restarts it. Kinder options:
 `ban` adds the reserved CPUs to its own banned list (IRQBALANCE_BANNED_CPULIST, irqbalance
@@ -30,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from accelhost import formats
 from accelhost.cpulist import format_cpulist, parse_cpu_mask, parse_cpulist
 from accelhost.errors import ApplyError, ParseError
+from accelhost.host.live import live_host
 
 if TYPE_CHECKING:
     from accelhost.host.base import Host
@@ -83,9 +80,10 @@ def find_irqs(
     host: Host, root: str, pci: str, irq_cpus: tuple[int, ...], device: int, ascend: bool
 ) -> list[DeviceIrq]:
     """An Ascend device (`ascend`, or one that shows the SQ interrupt: hand-written plans
-    name no family): the SQ IRQ gets irq_cpus[0] (pool[0]), CQ = SQ + 1 irq_cpus[1]
-    (pool[1]). Another: one CPU per MSI IRQ, round robin, so no reserved CPU takes every
-    interrupt."""
+    name no family), as vllm-ascend binds it (docs/bind.md, "IRQs"): the SQ IRQ, the first
+    `sq_send_trigger_irq` line of /proc/interrupts among its MSI IRQs, gets irq_cpus[0]
+    (pool[0]); CQ = SQ + 1 irq_cpus[1] (pool[1]). Another: one CPU per MSI/MSI-X IRQ, round
+    robin, so no reserved CPU takes every interrupt."""
     msi = msi_irqs(host, root, pci)
     if msi is None:
         raise IrqLookupError(f"no {rooted(root, f'/sys/bus/pci/devices/{pci}/msi_irqs')}")
@@ -154,8 +152,6 @@ def state_key(root: str, irq: int) -> str:
 def load_state(path: str) -> dict[str, Any]:
     """The saved state; empty when there is none. ApplyError when the file cannot be
     trusted: silently starting afresh would overwrite the only copy of the masks."""
-    from accelhost.host.live import live_host
-
     text = live_host().read_file(path)
     empty: dict[str, Any] = {"format": formats.IRQ_STATE, "irqs": {}, "irqbalance": None}
     if text is None:

@@ -6,6 +6,7 @@ Files are read through the host door, under `--host-root` when given.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import re
@@ -76,18 +77,13 @@ def node_of_cpu(cpu: int, root: str = "/") -> int | None:
     """The node whose cpulist holds `cpu`, from sysfs; None when unknown."""
     host = live_host()
     base = os.path.join(root, "sys/devices/system/node")
-    listed = host.list_dir(base)
-    if listed is None:
-        return None
-    names = [n for n in listed if re.fullmatch(r"node\d+", n)]
-    for name in sorted(names, key=lambda n: int(n[4:])):
-        path = os.path.join(base, name, "cpulist")
+    names = host.list_dir(base) or ()
+    for node in sorted(int(n[4:]) for n in names if re.fullmatch(r"node\d+", n)):
+        path = os.path.join(base, f"node{node}", "cpulist")
         text = host.read_file(path)
-        try:
+        with contextlib.suppress(ParseError):
             if text is not None and cpu in parse_cpulist(text, path):
-                return int(name[4:])
-        except ParseError:
-            continue
+                return node
     return None
 
 

@@ -244,7 +244,6 @@ class ApplyReport:
         part at best (2: its host threads; 1: not even those)."""
         if self.skipped is not None:
             return EXIT_NOTHING
-        # Failed when run; in a dry run, what cannot be prepared.
         bad = sum(r.status == FAILED or isinstance(r.step, Unresolved) for r in self.results)
         if self.worker_skipped is not None:
             done = sum(r.status != SKIPPED for r in self.results) - bad

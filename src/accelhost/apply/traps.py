@@ -162,7 +162,7 @@ def classify_clobber(
     if len(sets) == 1:
         (only,) = sets
         if len(only) == 1 and len(allowed) > 1 and not only <= plan_cpus:
-            return [_one_cpu(pid, len(affinities), only, allowed, env, omp_text)]
+            return [_one_cpu(pid, len(affinities), only, allowed, omp, omp_text)]
         return []
     singles = {tid: s for tid, s in affinities.items() if len(s) == 1}
     pinned = frozenset().union(*singles.values()) if singles else frozenset()
@@ -183,7 +183,7 @@ def _one_cpu(
     threads: int,
     only: frozenset[int],
     allowed: set[int],
-    env: Mapping[str, str],
+    omp: Mapping[str, str],
     omp_text: str,
 ) -> str:
     (cpu,) = only
@@ -191,10 +191,9 @@ def _one_cpu(
         f"every thread of process {pid} ({threads}) runs on CPU {cpu} only, of the "
         f"{len(allowed)} CPUs its cgroup allows ({format_cpulist(sorted(allowed))})"
     )
-    bind = env.get("OMP_PROC_BIND", "").strip().lower()
-    if "OMP_PROC_BIND" in env and bind not in _FALSE:
+    if "OMP_PROC_BIND" in omp:  # set, and not to false
         return (
-            f"{head}: OMP_PROC_BIND={env['OMP_PROC_BIND']} is set, and torch's bundled libgomp "
+            f"{head}: OMP_PROC_BIND={omp['OMP_PROC_BIND']} is set, and torch's bundled libgomp "
             "pins the whole process to CPU 0 with it before any binding (vllm-ascend #11307). "
             "Unset OMP_PROC_BIND (or set OMP_PROC_BIND=false) in the engine's environment and "
             "restart it; binding now fixes the threads that exist, but OpenMP threads started "
