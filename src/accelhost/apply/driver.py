@@ -74,12 +74,12 @@ def differences(
     return out
 
 
-def foreign(plan: Plan, host: Host | None = None) -> ForeignPlanError | None:
+def foreign(plan: Plan) -> ForeignPlanError | None:
     """Why `plan` was made for another host; None when it is this host's."""
     made = plan.host
     if made is None:
         return None
-    h = host or live_host()
+    h = live_host()
     _, node_cpus = read_sysfs_nodes(h)
     pci = h.list_dir(PCI_DEVICES) or None  # no sysfs here: nothing to compare
     diffs = differences(made, plan, online_cpus(h), sorted(node_cpus) or None, pci)
@@ -89,10 +89,10 @@ def foreign(plan: Plan, host: Host | None = None) -> ForeignPlanError | None:
     return ForeignPlanError(made.hostname or "unnamed", here, tuple(diffs), FORCE)
 
 
-def refuse_foreign(plan: Plan, allow_foreign: bool = False, host: Host | None = None) -> None:
+def refuse_foreign(plan: Plan, allow_foreign: bool) -> None:
     """ForeignPlanError (an ApplyError, exit 1) for a plan made for another host, unless
     `allow_foreign`."""
-    why = None if allow_foreign else foreign(plan, host)
+    why = None if allow_foreign else foreign(plan)
     if why is not None:
         raise why
 

@@ -128,13 +128,6 @@ def thread_steps(
         os.close(dfd)
 
 
-def get_affinity(tid: int) -> tuple[int, ...] | None:
-    try:
-        return tuple(sorted(os.sched_getaffinity(tid)))
-    except OSError:
-        return None
-
-
 def scan_named_threads(matcher: RoleMatcher, host: Host) -> list[tuple[int, int, str]]:
     """(pid, tid, name) of every thread on the host whose name matches (950 UVB threads),
     through the host door: unlike a bind's own threads, this walk is not on the hot path."""

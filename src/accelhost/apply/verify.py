@@ -6,8 +6,9 @@ may move IRQs: one line per thread or IRQ that drifted, naming both values.
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from accelhost import formats
 from accelhost.apply import traps
@@ -16,14 +17,11 @@ from accelhost.apply.driver import role_warnings
 from accelhost.apply.irq import read_mask
 from accelhost.apply.memory import kb_per_node, parse_numa_regions, read_proc
 from accelhost.apply.steps import ThreadAffinity
-from accelhost.apply.threads import get_affinity, thread_steps
+from accelhost.apply.threads import thread_steps
 from accelhost.cpulist import cpu_mask, format_cpulist, parse_cpu_mask
 from accelhost.formats import human_bytes
 from accelhost.host.live import live_host
 from accelhost.plans import Plan
-
-if TYPE_CHECKING:
-    from accelhost.host.base import Host
 
 
 @dataclass(frozen=True)
@@ -116,7 +114,7 @@ class VerifyReport:
         }
 
 
-def verify(plan: Plan, device: int, options: BindOptions, host: Host | None = None) -> VerifyReport:
+def verify(plan: Plan, device: int, options: BindOptions) -> VerifyReport:
     """A device whose worker plan was skipped (Ascend 950) has only host threads to check."""
     skipped = plan.worker_skip(device)
     dev = None if skipped is not None else plan.device(device)
@@ -125,7 +123,7 @@ def verify(plan: Plan, device: int, options: BindOptions, host: Host | None = No
     if skipped is not None:
         info.append(f"worker CPU binding skipped for device {device}: {skipped}")
     pid = options.pid
-    live = live_host()  # the process's and the IRQ tree's files; `host` answers commands
+    live = live_host()
     checks: list[ThreadAffinity] = []
     if dev is not None and pid is not None and options.threads:
         roles = roles_of(plan, dev)
@@ -139,16 +137,17 @@ def verify(plan: Plan, device: int, options: BindOptions, host: Host | None = No
         checks += host_thread_steps(live, plan, pid if dev is not None else None)[0]
     threads = 0
     for t in checks:
-        actual = get_affinity(t.tid)
-        if actual is None:  # exited meanwhile
+        try:
+            actual = os.sched_getaffinity(t.tid)
+        except OSError:  # exited meanwhile
             continue
         threads += 1
-        if set(actual) != set(t.cpus):
+        if actual != set(t.cpus):
             expected = f"{format_cpulist(t.cpus)} [{t.role}]"
             drifts.append(Drift("thread", t.tid, t.name, expected, format_cpulist(actual)))
     irqs = 0
     if dev is not None and options.irq and dev.irq and plan.device_type != "950":
-        found, problem = device_irqs(plan, dev, options.host_root, host, live)
+        found, problem = device_irqs(plan, dev, options.host_root, None, live)
         if problem is not None:
             info.append(f"IRQs not checked: {problem}")
         for i in found:
