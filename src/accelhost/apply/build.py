@@ -138,7 +138,6 @@ def _memory_steps(dev: DevicePlan, pid: int, root: str, budget_ms: int) -> list[
         return [Unresolved(f"move pages of process {pid}", why)]
     if node is None:
         node = nodes[0] if nodes else 0
-    # Region by region within the budget (apply/migrate.py), never the whole process.
     step = build_move(pid, node, budget_ms, nodes, root)
     if isinstance(step, str):
         return [Unresolved(f"move pages of process {pid} to node {node}", step)]

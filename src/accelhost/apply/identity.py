@@ -33,6 +33,7 @@ from accelhost.parsers.devnodes import (
 )
 from accelhost.planner.visible import by_uuid, is_uuid, visible_entries
 from accelhost.plans import Plan, load_plan
+from accelhost.readers.procs import open_fds
 
 if TYPE_CHECKING:
     from accelhost.host.base import Host
@@ -197,8 +198,6 @@ def nvidia_gpus(host: Host) -> list[NvidiaGpu]:
 
 def held_nodes(pid: int, globs: Sequence[str] = (), host: Host | None = None) -> list[HeldNode]:
     """The device nodes `pid` holds open, each with its PCI address where one is known."""
-    from accelhost.readers.procs import open_fds
-
     h = host or live_host()
     minors: dict[int, str] | None = None
     out = []

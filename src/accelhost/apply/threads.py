@@ -58,21 +58,17 @@ def _task_dir(pid: int) -> int:
         raise ApplyError(f"cannot list the threads of process {pid}: {exc.strerror}") from None
 
 
-def _decode(raw: bytes) -> str:
-    return raw.decode("utf-8", "replace").rstrip("\n")
-
-
 def list_threads(pid: int) -> list[tuple[int, str]]:
     """(tid, name) of every thread of `pid`, ascending; ApplyError when the process is gone."""
     dfd = _task_dir(pid)
     try:
-        return [(tid, _decode(raw)) for tid, raw in _raw_names(dfd)]
+        return list(_names(dfd))
     finally:
         os.close(dfd)
 
 
-def _raw_names(dfd: int, skip: AbstractSet[int] = frozenset()) -> Iterator[tuple[int, bytes]]:
-    """(tid, raw comm) of every thread under an open task directory but `skip`, ascending;
+def _names(dfd: int, skip: AbstractSet[int] = frozenset()) -> Iterator[tuple[int, str]]:
+    """(tid, name) of every thread under an open task directory but `skip`, ascending;
     threads that exit meanwhile are left out. Names are opened relative to the directory:
     on a 500-thread engine the path walk from /proc is most of the cost."""
     opn, rd, cls, rdonly = os.open, os.read, os.close, os.O_RDONLY  # the hot loop
@@ -88,7 +84,11 @@ def _raw_names(dfd: int, skip: AbstractSet[int] = frozenset()) -> Iterator[tuple
             continue
         finally:
             cls(fd)
-        yield tid, raw
+        try:  # comm is almost always valid UTF-8: the strict decode is the fast one
+            name = raw.decode().rstrip("\n")
+        except UnicodeDecodeError:
+            name = raw.decode("utf-8", "replace").rstrip("\n")
+        yield tid, name
 
 
 def thread_steps(
@@ -107,11 +107,7 @@ def thread_steps(
         literals = [(m.literal, name, cpus) for m, name, cpus in matchers if m.literal is not None]
         only_literals = len(literals) == len(matchers)
         main_cpus = tuple(sorted(set(main)))
-        for tid, raw in _raw_names(dfd, skip):
-            try:  # comm is almost always valid UTF-8; same result as _decode when it is
-                name = raw.decode().rstrip("\n")
-            except UnicodeDecodeError:
-                name = _decode(raw)
+        for tid, name in _names(dfd, skip):
             role, cpus = "main", main_cpus
             if only_literals:
                 for lit, role_name, role_cpus in literals:

@@ -162,7 +162,12 @@ def classify_clobber(
     if len(sets) == 1:
         (only,) = sets
         if len(only) == 1 and len(allowed) > 1 and not only <= plan_cpus:
-            return [_one_cpu(pid, len(affinities), only, allowed, omp, omp_text)]
+            (cpu,) = only
+            head = (
+                f"every thread of process {pid} ({len(affinities)}) runs on CPU {cpu} only, of "
+                f"the {len(allowed)} CPUs its cgroup allows ({format_cpulist(sorted(allowed))})"
+            )
+            return [f"{head}: {_why_one_cpu(omp, omp_text)}"]
         return []
     singles = {tid: s for tid, s in affinities.items() if len(s) == 1}
     pinned = frozenset().union(*singles.values()) if singles else frozenset()
@@ -178,22 +183,10 @@ def classify_clobber(
     return []
 
 
-def _one_cpu(
-    pid: int,
-    threads: int,
-    only: frozenset[int],
-    allowed: set[int],
-    omp: Mapping[str, str],
-    omp_text: str,
-) -> str:
-    (cpu,) = only
-    head = (
-        f"every thread of process {pid} ({threads}) runs on CPU {cpu} only, of the "
-        f"{len(allowed)} CPUs its cgroup allows ({format_cpulist(sorted(allowed))})"
-    )
+def _why_one_cpu(omp: Mapping[str, str], omp_text: str) -> str:
     if "OMP_PROC_BIND" in omp:  # set, and not to false
         return (
-            f"{head}: OMP_PROC_BIND={omp['OMP_PROC_BIND']} is set, and torch's bundled libgomp "
+            f"OMP_PROC_BIND={omp['OMP_PROC_BIND']} is set, and torch's bundled libgomp "
             "pins the whole process to CPU 0 with it before any binding (vllm-ascend #11307). "
             "Unset OMP_PROC_BIND (or set OMP_PROC_BIND=false) in the engine's environment and "
             "restart it; binding now fixes the threads that exist, but OpenMP threads started "
@@ -201,11 +194,11 @@ def _one_cpu(
         )
     if omp_text:
         return (
-            f"{head}: the OpenMP runtime pinned it ({omp_text}). Unset these in the engine's "
+            f"the OpenMP runtime pinned it ({omp_text}). Unset these in the engine's "
             "environment (vLLM's CPU backend: VLLM_CPU_OMP_THREADS_BIND=nobind) and restart it"
         )
     return (
-        f"{head}: something pinned it before binding (taskset, numactl, a launcher's CPU "
+        "something pinned it before binding (taskset, numactl, a launcher's CPU "
         "binding). Check the engine's start command; a plan made from this process's allowed "
         "CPUs would see one CPU"
     )
