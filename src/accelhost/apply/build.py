@@ -200,10 +200,9 @@ def build_irq(
         else:
             cfg = irqmod.config_path(root)
             text = irqmod.banned_config(live.read_file(cfg) or "", dev.irq, [i.irq for i in irqs])
-            ban = IrqBalance(
-                "ban", cpus=dev.irq, config_path=cfg, config_text=text, state_path=state
+            steps.append(
+                IrqBalance("ban", cpus=dev.irq, config_path=cfg, config_text=text, state_path=state)
             )
-            steps.append(ban)
     elif mode == "keep":
         warnings.append(
             "--irqbalance=keep: if irqbalance runs, it may move these IRQs back within seconds"

@@ -66,9 +66,6 @@ class HeldNode:
     pci: str | None = None
 
 
-# -- the rules (pure) ------------------------------------------------------------------
-
-
 def nodes_of_targets(targets: Iterable[str], globs: Sequence[str] = ()) -> list[HeldNode]:
     """The device nodes among a process's fd link targets, each once, in path order.
     A `--device-glob` node's id is the number its name ends with; a render node's number
@@ -176,9 +173,6 @@ def _uuid_device(entry: str, uuids: Mapping[str, int] | None, where: str) -> int
         problem = "no GPU" if not hits else "several GPUs"
         raise UsageError(f"{where}: {entry} matches {problem} of this host: pass device=")
     return hits.pop()
-
-
-# -- the readers (through a Host) ------------------------------------------------------
 
 
 def plan_pci(plan: Plan) -> dict[str, int]:

@@ -52,7 +52,6 @@ def bind_current_process(
     """
     pid = os.getpid()
     try:
-        # Imported here: `import accelhost` in a worker should cost next to nothing.
         from accelhost.apply import driver
         from accelhost.apply.build import BindOptions
         from accelhost.planner.roles import parse_role_spec
