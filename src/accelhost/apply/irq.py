@@ -138,9 +138,6 @@ def unrestorable(host: Host, root: str, irq: int) -> str | None:
     return None
 
 
-# --- saved state (for `unbind --irq`) --------------------------------------------------
-
-
 def state_path(state_dir: str) -> str:
     return os.path.join(state_dir, STATE_FILE)
 
@@ -153,11 +150,10 @@ def load_state(path: str) -> dict[str, Any]:
     """The saved state; empty when there is none. ApplyError when the file cannot be
     trusted: silently starting afresh would overwrite the only copy of the masks."""
     text = live_host().read_file(path)
-    empty: dict[str, Any] = {"format": formats.IRQ_STATE, "irqs": {}, "irqbalance": None}
     if text is None:
         if os.path.exists(path):
             raise ApplyError(f"cannot read the saved IRQ state {path}")
-        return empty
+        return {"format": formats.IRQ_STATE, "irqs": {}, "irqbalance": None}
 
     def bad(why: str) -> ApplyError:
         return ApplyError(
@@ -287,9 +283,6 @@ def forget(path: str, keys: Iterable[str], irqbalance: bool = False) -> None:
             data["irqs"].pop(key, None)
         if irqbalance:
             data["irqbalance"] = None
-
-
-# --- irqbalance ------------------------------------------------------------------------
 
 
 def is_active(host: Host) -> bool:

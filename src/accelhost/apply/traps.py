@@ -111,9 +111,8 @@ _FALSE = ("false", "0", "")
 def thread_affinities(pid: int, host: Host | None = None) -> dict[int, frozenset[int]]:
     """Each live thread's CPUs, by sched_getaffinity(2): the mask the kernel enforces."""
     names = (host or live_host()).list_dir(f"/proc/{pid}/task") or ()
-    tids = [int(t) for t in names if t.isdigit()]
     out = {}
-    for tid in tids:
+    for tid in [int(t) for t in names if t.isdigit()]:
         try:
             out[tid] = frozenset(os.sched_getaffinity(tid))
         except OSError:

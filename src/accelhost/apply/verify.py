@@ -119,9 +119,7 @@ def verify(plan: Plan, device: int, options: BindOptions) -> VerifyReport:
     skipped = plan.worker_skip(device)
     dev = None if skipped is not None else plan.device(device)
     drifts: list[Drift] = []
-    info: list[str] = []
-    if skipped is not None:
-        info.append(f"worker CPU binding skipped for device {device}: {skipped}")
+    info = [] if skipped is None else [f"worker CPU binding skipped for device {device}: {skipped}"]
     pid = options.pid
     live = live_host()
     checks: list[ThreadAffinity] = []

@@ -1,10 +1,9 @@
 """`accelhost.bind_current_process`: bind the calling worker from inside the worker.
 
 Call it after the model is loaded and warmed up, so the runtime's threads (ACL, release,
-NCCL, ...) exist and get their CPUs. It never raises into the worker unless `strict=True`:
-a failed bind must not stop an engine from serving. Messages go through `logging` under
-`accelhost.apply`. Importing it loads only the plan types and a few standard modules;
-the applier (the one bind driver, `accelhost.apply.driver`) is imported on the first call.
+NCCL, ...) exist and get their CPUs. Messages go through `logging` under `accelhost.apply`.
+Importing it loads only the plan types and a few standard modules; the applier (the one
+bind driver, `accelhost.apply.driver`) is imported on the first call.
 """
 
 from __future__ import annotations
@@ -47,8 +46,8 @@ def bind_current_process(
     The same driver as `accelhost bind --pid <this process>`. `thread_roles` are
     `--thread-role` strings or RoleSpecs. Without `device`, the device of worker
     `local_rank` (entry R of the visible-devices variable, as a host id). Returns the report
-    (`report.ok`, `report.lines()`); with `strict=True` a bad plan or a failed step raises
-    `AccelhostError` instead of only logging a warning.
+    (`report.ok`, `report.lines()`). A bad plan or a failed step is only logged, as a failed
+    bind must not stop an engine from serving; with `strict=True` it raises `AccelhostError`.
     """
     pid = os.getpid()
     try:
