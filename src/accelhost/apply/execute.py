@@ -73,8 +73,12 @@ def execute(steps: Sequence[Step], host: Host | None = None) -> list[StepResult]
                 # cpusets and online CPUs can change between build and execute, so "ok"
                 # without it would be a guess. One cheap call per thread.
                 got = getaffinity(step.tid)
+            except ProcessLookupError:
+                status, detail = SKIPPED, "the thread has exited"
             except OSError as exc:
-                status, detail = _thread_error(exc)
+                status, detail = FAILED, _oserror(exc)
+                if exc.errno == 22:  # EINVAL: none of the CPUs is allowed (cpuset, offline)
+                    detail = "none of these CPUs is allowed for this thread (cpuset or offline)"
             except (OverflowError, ValueError) as exc:  # a CPU id no kernel has
                 status, detail = FAILED, _bad_cpus(exc)
             else:
@@ -173,14 +177,6 @@ def _oserror(exc: OSError) -> str:
 
 def _bad_cpus(exc: Exception) -> str:
     return f"no such CPU on any kernel ({exc})"
-
-
-def _thread_error(exc: OSError) -> tuple[str, str]:
-    if isinstance(exc, ProcessLookupError):
-        return SKIPPED, "the thread has exited"
-    if exc.errno == 22:  # EINVAL: none of the CPUs is allowed (cpuset, offline)
-        return FAILED, "none of these CPUs is allowed for this thread (cpuset or offline)"
-    return FAILED, _oserror(exc)
 
 
 def _kernel_set(got: set[int]) -> str:

@@ -279,12 +279,10 @@ def device_of_local_rank(
     return found
 
 
-def device_for_command(
-    pid: int, plan_path: str | None, globs: Sequence[str] = (), host: Host | None = None
-) -> Identified:
+def device_for_command(pid: int, plan_path: str | None, globs: Sequence[str] = ()) -> Identified:
     """`bind`/`verify --pid P` without --device: the device P holds, joined to the plan
     file's `pci` when it has them (when planning this host, the node's number)."""
-    h = host or live_host()
+    h = live_host()
     if h.list_dir(f"/proc/{pid}") is None:
         raise ApplyError(f"process {pid} does not exist")
     return device_of_pid(pid, load_plan(plan_path) if plan_path else None, globs, h)

@@ -120,11 +120,10 @@ def thread_affinities(pid: int, host: Host | None = None) -> dict[int, frozenset
     return out
 
 
-def clobber_warnings(pid: int, planned: Sequence[int] = (), host: Host | None = None) -> list[str]:
+def clobber_warnings(pid: int, planned: Sequence[int], host: Host) -> list[str]:
     """Known pathological narrowings of `pid`'s threads, each with what to do about it.
     Cheap in the common case: with several CPUs on the main thread and no OpenMP pinning
     variable, neither pattern can hold, and the other threads are not read."""
-    host = host or live_host()
     env = process_environ(pid, host)
     try:
         main = os.sched_getaffinity(pid)
