@@ -70,20 +70,18 @@ def nodes_of_targets(targets: Iterable[str], globs: Sequence[str] = ()) -> list[
     """The device nodes among a process's fd link targets, each once, in path order.
     A `--device-glob` node's id is the number its name ends with; a render node's number
     (128 + n) is no device id: it is known by its PCI address only."""
-    found: dict[str, HeldNode] = {}
-    for target in targets:
-        if target in found:
-            continue
+    found: list[HeldNode] = []
+    for target in sorted(set(targets)):
         kind = node_kind(target)
         if kind is not None:
             name, number = kind
-            found[target] = HeldNode(target, name, None if name == "render" else number)
+            found.append(HeldNode(target, name, None if name == "render" else number))
             continue
         if any(fnmatch.fnmatchcase(target, glob) for glob in globs):
             m = _TRAILING_NUMBER.search(os.path.basename(target))
             glob_id = int(m.group()) if m and int(m.group()) < MAX_DEVICES else None
-            found[target] = HeldNode(target, "glob", glob_id)
-    return [found[p] for p in sorted(found)]
+            found.append(HeldNode(target, "glob", glob_id))
+    return found
 
 
 def device_of_nodes(
