@@ -5,8 +5,7 @@ shared host table after warm-up). Here only the process's own private pages move
 `move_pages(2)` in batches, the regions with most pages off the node first, and the time
 budget is checked before every batch: a batch is at most BATCH_PAGES pages, so a bind
 never runs past its budget by more than one batch. What must not move is skipped by rule
-(`select_regions`, pure); the step says what it skipped and why, and gives the resident
-memory per node (from /proc/PID/numa_maps) before and after.
+(`select_regions`, pure), and the step says so.
 """
 
 from __future__ import annotations
@@ -126,7 +125,7 @@ class MoveRegions(Step):
     nodes: tuple[int, ...] = ()  # the host's memory nodes, when known
 
     def describe(self) -> str:
-        if len(self.nodes) == 1 and self.nodes == (self.to_node,):
+        if self.nodes == (self.to_node,):
             return (
                 f"move pages of process {self.pid} to NUMA node {self.to_node} (only node "
                 f"{self.to_node} has memory: nothing to move); resident now "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping, Sequence
 
@@ -26,11 +27,10 @@ def process_environ(pid: int | str, host: Host | None = None) -> dict[str, str] 
 def _cpuset(pid: int | str, host: Host) -> tuple[int, ...] | None:
     """The cgroup cpuset of `pid`; None when absent or unreadable (these warnings are
     advice: a list that does not parse costs the advice, not the bind)."""
-    try:
+    with contextlib.suppress(ParseError):
         found = read_cgroup_cpuset(host, pid)
-    except ParseError:
-        return None
-    return None if found is None else found[0]
+        return None if found is None else found[0]
+    return None
 
 
 def omp_warnings(env: Mapping[str, str] | None, who: str) -> list[str]:
@@ -206,9 +206,7 @@ def online_cpus(host: Host | None = None) -> tuple[int, ...] | None:
     """The CPUs online now (/sys/devices/system/cpu/online), sorted; None when unknown."""
     path = "/sys/devices/system/cpu/online"
     text = (host or live_host()).read_file(path)
-    if text is None or not text.strip():
-        return None
-    try:
-        return tuple(sorted(set(parse_cpulist(text, path))))
-    except ParseError:
-        return None
+    with contextlib.suppress(ParseError):
+        if text is not None and text.strip():
+            return tuple(sorted(set(parse_cpulist(text, path))))
+    return None
