@@ -167,9 +167,8 @@ def load_state(path: str) -> dict[str, Any]:
         raise bad("not valid JSON") from None
     if not isinstance(data, dict) or data.get("format") != formats.IRQ_STATE:
         raise bad(f"format is not {formats.IRQ_STATE!r}")
-    data.setdefault("irqs", {})
-    data.setdefault("irqbalance", None)
-    irqs, ib = data["irqs"], data["irqbalance"]
+    irqs = data.setdefault("irqs", {})
+    ib = data.setdefault("irqbalance", None)
     if not isinstance(irqs, dict) or not all(
         isinstance(r, dict)
         and isinstance(r.get("irq"), int)
