@@ -254,17 +254,16 @@ def device_of_local_rank(
 ) -> Identified:
     """The host id (a plan key) of the device worker `local_rank` of this process uses."""
     h = host or live_host()
-    family = plan.device_type
     gpus = nvidia_gpus(h)
     by_pci = plan_pci(plan)
     uuids = {g.uuid: by_pci.get(g.pci, g.minor) for g in gpus if g.uuid is not None}
-    nodes = namespace_ids(family, h)
+    nodes = namespace_ids(plan.device_type, h)
     if keyed_by_ordinal(plan, nodes):
         nodes = []  # an ordinal of this namespace's devices is the plan's key
     found = device_of_rank(
         dict(os.environ) if env is None else env,
         local_rank,
-        family=family,
+        family=plan.device_type,
         namespace_ids=nodes,
         uuids={k: v for k, v in uuids.items() if v is not None},
     )

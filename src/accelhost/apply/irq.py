@@ -322,15 +322,12 @@ def banned_config(original: str, cpus: Iterable[int], irqs: Iterable[int] = ()) 
     ban_args = [f"--banirq={irq}" for irq in irqs]
     found_cpus = found_args = False
     for i, line in enumerate(lines):
-        m = _BANNED.match(line)
-        if m and not found_cpus:
+        if (m := _BANNED.match(line)) and not found_cpus:
             with contextlib.suppress(ParseError):
                 wanted |= set(parse_cpulist(m.group(1).strip()))
             lines[i] = f'IRQBALANCE_BANNED_CPULIST="{format_cpulist(wanted)}"'
             found_cpus = True
-            continue
-        a = _ARGS.match(line)
-        if a and not found_args:
+        elif (a := _ARGS.match(line)) and not found_args:
             args = a.group(1).split()
             args += [b for b in ban_args if b not in args]
             lines[i] = f'IRQBALANCE_ARGS="{" ".join(args)}"'
