@@ -1,11 +1,5 @@
 """The one bind driver: `bind`, `exec`, `run --bind` and `bind_current_process` each only
 gather their input and call `bind`, so that the four ways of binding cannot drift apart.
-
-Whether a plan is this host's is decided by the hardware recorded in `Plan.host` and each
-device's `pci`: CPUs not online here, other NUMA nodes, a PCI address this host lacks. The
-hostname is only named: a container has one of its own, and a plan is as good on a twin
-machine. A plan without `host` is not checked; a fact this host does not show is not
-compared.
 """
 
 from __future__ import annotations
@@ -50,7 +44,8 @@ def differences(
     nodes: Sequence[int] | None,
     pci: Collection[str] | None,
 ) -> list[str]:
-    """What of the plan's host is not so here; None for a fact this host does not show."""
+    """What of the plan's host is not so here: CPUs not online here, other NUMA nodes, a PCI
+    address this host lacks; a fact this host does not show (None) is not compared."""
     out: list[str] = []
     if online is not None:
         here = set(online)
@@ -75,7 +70,9 @@ def differences(
 
 
 def foreign(plan: Plan) -> ForeignPlanError | None:
-    """Why `plan` was made for another host; None when it is this host's."""
+    """Why `plan` was made for another host; None when it is this host's, or has no `host`.
+    The hardware recorded in `Plan.host` and each device's `pci` decide; the hostname is only
+    named: a container has one of its own, and a plan is as good on a twin machine."""
     made = plan.host
     if made is None:
         return None
