@@ -89,8 +89,7 @@ def foreign(plan: Plan) -> ForeignPlanError | None:
 def refuse_foreign(plan: Plan, allow_foreign: bool) -> None:
     """ForeignPlanError (an ApplyError, exit 1) for a plan made for another host, unless
     `allow_foreign`."""
-    why = None if allow_foreign else foreign(plan)
-    if why is not None:
+    if not allow_foreign and (why := foreign(plan)) is not None:
         raise why
 
 
