@@ -48,11 +48,9 @@ class CpuDetail:
     hold all members, allowed or not (torchrun keys cores and complexes by their lowest);
     `packages` only the lowest allowed CPU of each node."""
 
-    possible_nodes: tuple[int, ...] = ()
     siblings: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     packages: Mapping[int, int] = field(default_factory=dict)
     caches: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
-    cpuset_path: str | None = None
     allowed_source: str = "/proc/self/status"
 
 
@@ -87,11 +85,6 @@ class Topology:
     def here(self) -> str:
         """The host in a message's words: "this host" live, "the recorded host" replayed."""
         return "the recorded host" if self.recorded else "this host"
-
-    @property
-    def indices(self) -> tuple[int, ...]:
-        """Logical ids of every accelerator on the host, ascending."""
-        return tuple(sorted(a.index for a in self.accelerators))
 
     def accelerator(self, index: int) -> Accelerator | None:
         return next((acc for acc in self.accelerators if acc.index == index), None)
