@@ -36,9 +36,7 @@ def plan(
 
     topo = read_topology(host, device_type=device_type, pci=pci or None)
     result = plan_topology(topo, strategy=strategy, devices=devices, numa_from=numa_from)
-    planned = PlannedHost(
-        read_hostname(host), tuple(topo.allowed_cpus), tuple(sorted(topo.node_cpus))
-    )
+    planned = PlannedHost(read_hostname(host), topo.allowed_cpus, tuple(sorted(topo.node_cpus)))
     result = replace(result, host=planned)
     if reserve_irq or thread_roles:
         from accelhost.planner.roles import add_roles

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -123,9 +123,9 @@ class Plan:
 
     def device(self, index: int) -> DevicePlan:
         """The plan of one device; PlanError naming the planned ones when it is absent."""
-        for dev in self.devices:
-            if dev.device == index:
-                return dev
+        found = next((dev for dev in self.devices if dev.device == index), None)
+        if found is not None:
+            return found
         have = ", ".join(str(d.device) for d in self.devices) or "none"
         why = f"; worker CPU binding skipped: {self.worker_skipped}" if self.worker_skipped else ""
         raise PlanError(f"device {index} is not in the plan (planned devices: {have}{why})")
@@ -292,11 +292,6 @@ class _Reader:
             allowed_cpus=self.cpus(raw.get("allowed_cpus", []), "host.allowed_cpus"),
             numa_nodes=self.cpus(raw.get("numa_nodes", []), "host.numa_nodes"),
         )
-
-
-def numa_node_of(pool: Iterable[int], cpu_node: Mapping[int, int]) -> int | None:
-    """The NUMA node of a pool is the node of its first CPU."""
-    return next((cpu_node.get(cpu) for cpu in pool), None)
 
 
 def load_plan(plan: Plan | dict[str, Any] | str | os.PathLike[str]) -> Plan:

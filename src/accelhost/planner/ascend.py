@@ -66,23 +66,21 @@ def running_npus(topo: Topology) -> list[int]:
             chips_of.setdefault(acc.npu_id, {})[acc.chip_id or 0] = acc.index
     running: set[int] = set()
     for proc in topo.processes:
-        chips = chips_of.get(proc.npu_id)
+        if not chips_of:  # no NPU/chip ids known: the table's NPU id is the logical one
+            if proc.chip_id in (None, 0):
+                running.add(proc.npu_id)
+            continue
+        chips = chips_of.get(proc.npu_id, {})
         if proc.chip_id is not None:
-            if chips is not None and proc.chip_id in chips:
+            if proc.chip_id in chips:
                 running.add(chips[proc.chip_id])
-            elif not chips_of and proc.chip_id == 0:
-                running.add(proc.npu_id)
-            continue
-        if chips is None:
-            if not chips_of:
-                running.add(proc.npu_id)
-            continue
-        if len(chips) != 1:
+        elif len(chips) > 1:
             raise PlanError(
                 f"NPU {proc.npu_id} has {len(chips)} chips but the process table gives no "
                 "chip id; cannot tell which logical NPU runs the process."
             )
-        running.add(next(iter(chips.values())))
+        elif chips:
+            running.add(next(iter(chips.values())))
     if topo.visible_env is not None and topo.visible_env.strip():
         running &= set(visible_ids(topo.visible_env))
     if not running:
@@ -232,7 +230,7 @@ def split_roles(
     # An equal DevicePlan built without its frozen __init__ (a plan builds one per NPU);
     # tests/test_plan_rules.py checks that it stays equal.
     plan = _new(DevicePlan)
-    node = topo.cpu_node.get(pool[0])  # plans.numa_node_of, inlined
+    node = topo.cpu_node.get(pool[0])  # a pool's NUMA node is the node of its first CPU
     fields = {"device": device, "pool": pool, **roles, "numa_node": node, "pci": pci}
     _set(plan, "__dict__", {**fields, "thread_roles": ()})
     return plan

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from accelhost.cpulist import format_cpulist
 from accelhost.errors import PlanError
 from accelhost.planner.visible import resolve_visible
-from accelhost.plans import DevicePlan, Plan, numa_node_of
+from accelhost.plans import DevicePlan, Plan
 from accelhost.topology import Accelerator, Topology
 
 STRATEGIES: tuple[str, ...] = ("node", "socket", "exclusive", "core-complex")
@@ -90,11 +90,10 @@ def plan_gpus(
     pools = {item.gpu.index: _POOLS[strategy](item, cut) for item in placed}
     cpu_node = {cpu: node for node, cpus in node_cpus.items() for cpu in cpus}
     pci = {item.gpu.index: item.gpu.pci for item in placed}
-    plans = []
-    for index in sorted(wanted):
-        pool = pools[index]
-        home = numa_node_of(pool, cpu_node)
-        plans.append(DevicePlan(index, pool, main=pool, numa_node=home, pci=pci[index]))
+    plans = (  # a pool's NUMA node is the node of its first CPU
+        DevicePlan(i, pools[i], main=pools[i], numa_node=cpu_node.get(pools[i][0]), pci=pci[i])
+        for i in sorted(wanted)
+    )
     return Plan(
         device_type=topo.family or "pci",
         mode=strategy,
