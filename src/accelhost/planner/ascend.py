@@ -136,21 +136,17 @@ def _candidates(topo: Topology, running: Sequence[int], allowed: set[int]) -> li
 def topo_affinity_pools(topo: Topology, running: Sequence[int]) -> Pools:
     allowed_set = set(topo.allowed_cpus)
     node_count = len(topo.node_cpus)
-    extended: dict[int, list[int]] = {}
+    groups: dict[tuple[int, ...], list[int]] = {}  # NPUs by their (extended) affinity
     for npu in _candidates(topo, running, allowed_set):
         base = [c for c in topo.affinity.get(npu, ()) if c in allowed_set]
         if not base:
             raise PlanError(AFFINITY_CONFLICT)
         nodes = {topo.cpu_node.get(c) for c in base}
-        if len(nodes) == 1 and None not in nodes and node_count:
-            (node,) = nodes
-            assert node is not None
+        node = nodes.pop() if len(nodes) == 1 else None
+        if node is not None and node_count:
             nxt = (node + 1) % node_count
             base = sorted(set(base) | {c for c in topo.node_cpus.get(nxt, ()) if c in allowed_set})
-        extended[npu] = base
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for npu, pool in extended.items():
-        groups.setdefault(tuple(pool), []).append(npu)
+        groups.setdefault(tuple(base), []).append(npu)
     pools: Pools = {}
     for pool_key, members in groups.items():
         if len(members) == 1:
@@ -188,12 +184,11 @@ def cluster_pools(topo: Topology, running: Sequence[int]) -> Pools:
     for npu in _candidates(topo, running, allowed):
         cpus = [c for c in topo.affinity.get(npu, ()) if c in allowed]
         nodes = {topo.cpu_node.get(c) for c in cpus}
-        if len(nodes) != 1 or None in nodes:
+        node = nodes.pop() if len(nodes) == 1 else None
+        if node is None:
             raise PlanError(
                 f"invalid topo affinity. npu={npu}, cpus={cpus}. action: skip worker CPU binding."
             )
-        (node,) = nodes
-        assert node is not None
         by_node.setdefault(node, []).append(npu)
     pools: Pools = {}
     for node, npus in sorted(by_node.items()):
@@ -207,9 +202,6 @@ def cluster_pools(topo: Topology, running: Sequence[int]) -> Pools:
                 f"npus={sorted(npus)}. action: skip worker CPU binding."
             )
         pools.update(zip(sorted(npus), clusters, strict=False))
-    for npu in running:
-        if npu not in pools:
-            raise PlanError(f"NPU {npu} has no CPU cluster. action: skip worker CPU binding.")
     return {n: pools[n] for n in running}
 
 

@@ -47,11 +47,8 @@ def plan_gpus(
     numa_from: str = "numa_node",
     devices: Sequence[int] | None = None,
 ) -> Plan:
-    """One pool per visible GPU (main = pool); PlanError when any visible GPU cannot get one.
-
-    `devices` limits which GPUs appear in the plan, not how CPUs are shared: the pools are
-    always cut for every visible GPU, so planning one GPU gives its part of the full plan.
-    """
+    """One pool per visible GPU (main = pool). `devices` limits which GPUs appear in the
+    plan, not how CPUs are shared: planning one GPU gives its part of the full plan."""
     if strategy not in STRATEGIES:
         raise PlanError(f"unknown GPU strategy {strategy!r} (choose: {', '.join(STRATEGIES)})")
     if numa_from not in NUMA_SOURCES:
