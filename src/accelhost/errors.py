@@ -1,8 +1,5 @@
-"""Typed errors: everything a user can cause derives from AccelhostError.
-
-The CLI turns an AccelhostError into one line on standard error and a non-zero exit;
-anything else is a bug and keeps its traceback.
-"""
+"""Typed errors. The CLI turns an AccelhostError into one line on standard error and a
+non-zero exit; anything else is a bug and keeps its traceback."""
 
 from __future__ import annotations
 

@@ -131,14 +131,11 @@ def _gpu_node(
     if gpu.numa_node is not None:
         return gpu.numa_node
     if not gpu.in_sysfs and gpu.numa_source == "unknown":
-        hint = (
-            "; its local CPUs are known: numa_from='local_cpulist' places it by them"
-            if local_cpus
-            else ""
-        )
+        hint = "; its local CPUs are known: numa_from='local_cpulist' places it by them"
         raise PlanError(
             f"device {gpu.index} ({gpu.pci}) has no entry in /sys/bus/pci/devices "
-            f"(mistyped address, or a container without the host's PCI tree){hint}"
+            f"(mistyped address, or a container without the host's PCI tree)"
+            f"{hint if local_cpus else ''}"
         )
     if sum(1 for cpus in node_cpus.values() if cpus) > 1:
         what = "reports numa_node -1" if gpu.numa_source == "sysfs" else "has no known node"

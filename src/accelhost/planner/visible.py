@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TypeVar
 
 from accelhost.errors import PlanError, UsageError
 from accelhost.family import ASCEND_FAMILIES
 from accelhost.topology import Accelerator
-
-T = TypeVar("T")
 
 CUDA = "CUDA_VISIBLE_DEVICES"
 ASCEND = "ASCEND_RT_VISIBLE_DEVICES"
@@ -83,7 +80,7 @@ def is_uuid(entry: str) -> bool:
     return entry.upper().startswith(("GPU-", "MIG-"))
 
 
-def by_uuid(entry: str, uuids: Mapping[str, T]) -> list[T]:
+def by_uuid(entry: str, uuids: Mapping[str, int]) -> list[int]:
     """What the GPUs whose UUID starts with `entry` map to (a unique prefix is enough)."""
     wanted = entry.lower()
     return [value for uuid, value in uuids.items() if uuid.lower().startswith(wanted)]
