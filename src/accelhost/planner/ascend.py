@@ -265,7 +265,7 @@ def plan_ascend(
         try:
             pools = cluster_pools(topo, running)
         except PlanError as exc:
-            return host_threads_only(family, running, exc.reason, host_threads, topo)
+            return host_threads_only(family, running, exc.reason, host_threads)
         if not topo.host_thread_tids:
             messages.append(UVB_NOT_FOUND)
     elif mode == "topo_affinity":
@@ -294,7 +294,7 @@ def plan_ascend(
 
 
 def host_threads_only(
-    family: str, running: Sequence[int], reason: str, threads: HostThreads, topo: Topology
+    family: str, running: Sequence[int], reason: str, threads: HostThreads
 ) -> Plan:
     """A 950 whose worker plan is skipped: the reference pins the UVB poll threads before
     its worker plan, and they stay pinned. Nothing left to bind is a refusal."""
@@ -313,7 +313,7 @@ def host_threads_only(
         mode="cluster",
         visible=tuple(running),
         devices=(),
-        messages=(note,) if topo.host_thread_tids else (note, UVB_NOT_FOUND),
+        messages=(note,) if threads.tids else (note, UVB_NOT_FOUND),
         host_threads=threads,
         worker_skipped=reason,
     )

@@ -1,8 +1,7 @@
 """Extra roles inside a pool: CPUs kept for device interrupts and for named threads.
 
-Also the one grammar of `--thread-role` for every command (plan, bind, exec, verify,
-run --bind): `NAME=PATTERN:COUNT` takes COUNT CPUs of the pool, `NAME=PATTERN@CPULIST`
-names the CPUs outright.
+Also the one grammar of `--thread-role` (`parse_role_spec`) for every command (plan,
+bind, exec, verify, run --bind).
 
 A COUNT role is carved from `main`: on a GPU plan `main` is the whole pool, so IRQ CPUs
 are the first K of the pool and thread roles come from its end; on an Ascend plan the
