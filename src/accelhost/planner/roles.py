@@ -103,22 +103,21 @@ def add_roles(
     a pool would be left with no main CPU, or a role name repeats."""
     if reserve_irq < 0:
         raise PlanError(f"--reserve-irq must be 0 or more, not {reserve_irq}")
-    specs = list(thread_roles)
     names: list[str] = []
-    for spec in specs:
+    for spec in thread_roles:
         if spec.ncpus < 1 and not spec.cpus:
             raise PlanError(f"thread role {spec.name!r} needs at least one CPU, not {spec.ncpus}")
         if spec.name in names:
             raise PlanError(f"thread role {spec.name!r} given twice")
         names.append(spec.name)
-    if reserve_irq == 0 and not specs:
+    if reserve_irq == 0 and not thread_roles:
         return plan
     if device is not None:
         plan.device(device)  # PlanError naming the planned devices
     return replace(
         plan,
         devices=tuple(
-            _split(dev, reserve_irq, specs) if device in (None, dev.device) else dev
+            _split(dev, reserve_irq, thread_roles) if device in (None, dev.device) else dev
             for dev in plan.devices
         ),
     )
