@@ -1,7 +1,5 @@
-"""The public library API: read a host, make its plan.
-
-Every family plans the same way: host -> facts (`accelhost.readers`) -> `Topology` ->
-planner (`accelhost.planner`) -> `Plan`.
+"""The public library API: read a host, make its plan, the same way for every family:
+host -> facts (`accelhost.readers`) -> `Topology` -> planner (`accelhost.planner`) -> `Plan`.
 """
 
 from __future__ import annotations

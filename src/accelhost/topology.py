@@ -77,8 +77,7 @@ class Topology:
     # Why a device tool told nothing (it failed): its devices or processes are then
     # unknown, never "none".
     unread: tuple[str, ...] = ()
-    # Read from a recording, not this machine: messages say "the recorded host". Where the
-    # facts came from, not a fact: a replay equals the live read it recorded.
+    # Where the facts came from (a recording), not a fact: a replay equals the live read.
     recorded: bool = field(default=False, compare=False)
 
     @property
