@@ -166,12 +166,10 @@ class _Cut:
             hint = (
                 "; numa_from='local_cpulist' (--numa-from local_cpulist) places it by its "
                 "local CPUs instead"
-                if numa_from == "numa_node"
-                else ""
             )
             raise PlanError(
                 f"{who} is on NUMA node {node}, a memory-only node with no CPUs "
-                f"(as GPU memory on Grace hosts){hint}"
+                f"(as GPU memory on Grace hosts){hint if numa_from == 'numa_node' else ''}"
             )
         if not self.allowed.intersection(cpus):
             raise PlanError(
