@@ -25,8 +25,7 @@ from accelhost.plans import DevicePlan, Plan, ThreadRole
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 # What may follow the last `@` of a CPULIST role: the kernel's list grammar, strides too.
 _CPULIST_RE = re.compile(r"^[0-9][0-9,:\s-]*$")
-# One short word in the usage line (the two grammars made it 80 columns alone); the help
-# spells them out.
+# One short word in the usage line: the two grammars made it 80 columns alone.
 ROLE_METAVAR = "ROLE"
 ROLE_HELP = (
     "ROLE is NAME=PATTERN:COUNT or NAME=PATTERN@CPULIST: "
