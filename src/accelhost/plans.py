@@ -255,14 +255,13 @@ class _Reader:
 
     def role(self, where: str, name: str, raw: Any) -> ThreadRole:
         pattern = raw.get("pattern") if isinstance(raw, dict) else None
+        where = f"{where}.thread_roles.{name}"
         if not isinstance(pattern, str):
-            raise self.fail(f"{where}.thread_roles.{name} needs a 'pattern' string")
+            raise self.fail(f"{where} needs a 'pattern' string")
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise self.fail(
-                f"{where}.thread_roles.{name}: bad pattern {pattern!r}: {exc}"
-            ) from None
+            raise self.fail(f"{where}: bad pattern {pattern!r}: {exc}") from None
         return ThreadRole(name, pattern, self.cpus(raw.get("cpus"), f"thread_roles.{name}.cpus"))
 
     def host_threads(self, raw: Any) -> HostThreads:
