@@ -25,9 +25,6 @@ The house rule: only three packages change the machine, each in the ways its own
 states (`apply`, `remove`, `supervisor`); nothing else changes the machine (accelhost's
 own files and a pipeline's own workers are not the machine). tests/test_house_rules.py
 holds every module to it.
-
-The worker-side import must stay cheap (no CLI, no table rendering, no metrics): names are
-resolved lazily on first use.
 """
 
 from __future__ import annotations
@@ -87,8 +84,9 @@ if TYPE_CHECKING:
 
 def lazy_names(package: str, names: Mapping[str, str]) -> Callable[[str], Any]:
     """A package's module `__getattr__` that imports `names[name]` (a module holding the
-    attribute of that name) on first use and keeps it: a worker's `import accelhost`, and
-    `accelhost --help`, must not load what they do not use.
+    attribute of that name) on first use and keeps it: a worker's `import accelhost` must
+    stay cheap (no CLI, no table rendering, no metrics), and `accelhost --help` must not
+    load what it does not use either.
 
     No name may be a submodule's name too: importing the submodule would set the module on
     the package in the name's place (tests/test_import_graph.py checks)."""

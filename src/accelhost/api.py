@@ -1,7 +1,5 @@
-"""The public library API: read a host, make its plan.
-
-Every family plans the same way: host -> facts (`accelhost.readers`) -> `Topology` ->
-planner (`accelhost.planner`) -> `Plan`.
+"""The public library API: read a host, make its plan, the same way for every family:
+host -> facts (`accelhost.readers`) -> `Topology` -> planner (`accelhost.planner`) -> `Plan`.
 """
 
 from __future__ import annotations
@@ -36,9 +34,7 @@ def plan(
 
     topo = read_topology(host, device_type=device_type, pci=pci or None)
     result = plan_topology(topo, strategy=strategy, devices=devices, numa_from=numa_from)
-    planned = PlannedHost(
-        read_hostname(host), tuple(topo.allowed_cpus), tuple(sorted(topo.node_cpus))
-    )
+    planned = PlannedHost(read_hostname(host), topo.allowed_cpus, tuple(sorted(topo.node_cpus)))
     result = replace(result, host=planned)
     if reserve_irq or thread_roles:
         from accelhost.planner.roles import add_roles

@@ -1,8 +1,5 @@
-"""Typed errors: everything a user can cause derives from AccelhostError.
-
-The CLI turns an AccelhostError into one line on standard error and a non-zero exit;
-anything else is a bug and keeps its traceback.
-"""
+"""Typed errors. The CLI turns an AccelhostError into one line on standard error and a
+non-zero exit; anything else is a bug and keeps its traceback."""
 
 from __future__ import annotations
 
@@ -17,11 +14,9 @@ class UsageError(AccelhostError):
 
 
 class SnapshotError(UsageError):
-    """A snapshot file that cannot be read: missing, bad JSON, wrong format or types.
-
-    A usage error (exit 2) wherever it is met: the user named the file, so every command
-    (`plan`, `topo`, `doctor`, ...) answers a missing or bad one alike.
-    """
+    """A snapshot file that cannot be read (missing, bad JSON, wrong format or types): a
+    usage error wherever it is met, since the user named the file, so that every command
+    (`plan`, `topo`, `doctor`, ...) answers a missing or bad one alike."""
 
 
 class ParseError(AccelhostError):
@@ -50,12 +45,9 @@ class ApplyError(AccelhostError):
 
 
 class PlanFileError(UsageError, ApplyError, PlanError):
-    """A plan file named by the user that is no plan: unreadable, empty, not JSON, or JSON
-    that is not a plan.
-
-    Like a bad snapshot, a usage error (exit 2) on every command line, in one shape for
-    all four; still an ApplyError and a PlanError to a library caller that catches those.
-    """
+    """A plan file named by the user that is no plan (unreadable, empty, not JSON, not a
+    plan): like a bad snapshot, a usage error on every command line, in one shape for all
+    four; still an ApplyError and a PlanError to a library caller that catches those."""
 
 
 class ForeignPlanError(ApplyError):
@@ -64,15 +56,11 @@ class ForeignPlanError(ApplyError):
     terminal (a 16-device plan differs in 18 ways)."""
 
     def __init__(self, made_for: str, here: str, differences: tuple[str, ...], how: str) -> None:
-        self.made_for = made_for
-        self.here = here
+        self.head = f"the plan was made for another host ({made_for}; this is {here})"
         self.differences = differences
-        super().__init__(f"{self._head()}: {'; '.join(differences)}; {how}")
-
-    def _head(self) -> str:
-        return f"the plan was made for another host ({self.made_for}; this is {self.here})"
+        super().__init__(f"{self.head}: {'; '.join(differences)}; {how}")
 
     def short(self, how: str) -> str:
         first, rest = self.differences[0], len(self.differences) - 1
         more = f"; and {rest} more difference{'s' if rest > 1 else ''}" if rest else ""
-        return f"{self._head()}: {first}{more}; {how}"
+        return f"{self.head}: {first}{more}; {how}"

@@ -35,11 +35,11 @@ def mib_bytes(mib: float | None) -> int | None:
 def human_bytes(n: int | float) -> str:
     """Bytes for a person: 512 B, 4.0 KiB, 1.5 GiB (the text twin of a JSON byte count)."""
     value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB"):
+        if value < 1024:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
-    return f"{value:.1f} TiB"
+    return f"{value:.1f} GiB"
 
 
 # Every document a command prints, by command: what tests check `--json` against.

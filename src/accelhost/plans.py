@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -123,9 +123,9 @@ class Plan:
 
     def device(self, index: int) -> DevicePlan:
         """The plan of one device; PlanError naming the planned ones when it is absent."""
-        for dev in self.devices:
-            if dev.device == index:
-                return dev
+        found = next((dev for dev in self.devices if dev.device == index), None)
+        if found is not None:
+            return found
         have = ", ".join(str(d.device) for d in self.devices) or "none"
         why = f"; worker CPU binding skipped: {self.worker_skipped}" if self.worker_skipped else ""
         raise PlanError(f"device {index} is not in the plan (planned devices: {have}{why})")
@@ -255,14 +255,13 @@ class _Reader:
 
     def role(self, where: str, name: str, raw: Any) -> ThreadRole:
         pattern = raw.get("pattern") if isinstance(raw, dict) else None
+        where = f"{where}.thread_roles.{name}"
         if not isinstance(pattern, str):
-            raise self.fail(f"{where}.thread_roles.{name} needs a 'pattern' string")
+            raise self.fail(f"{where} needs a 'pattern' string")
         try:
             re.compile(pattern)
         except re.error as exc:
-            raise self.fail(
-                f"{where}.thread_roles.{name}: bad pattern {pattern!r}: {exc}"
-            ) from None
+            raise self.fail(f"{where}: bad pattern {pattern!r}: {exc}") from None
         return ThreadRole(name, pattern, self.cpus(raw.get("cpus"), f"thread_roles.{name}.cpus"))
 
     def host_threads(self, raw: Any) -> HostThreads:
@@ -292,11 +291,6 @@ class _Reader:
             allowed_cpus=self.cpus(raw.get("allowed_cpus", []), "host.allowed_cpus"),
             numa_nodes=self.cpus(raw.get("numa_nodes", []), "host.numa_nodes"),
         )
-
-
-def numa_node_of(pool: Iterable[int], cpu_node: Mapping[int, int]) -> int | None:
-    """The NUMA node of a pool is the node of its first CPU."""
-    return next((cpu_node.get(cpu) for cpu in pool), None)
 
 
 def load_plan(plan: Plan | dict[str, Any] | str | os.PathLike[str]) -> Plan:

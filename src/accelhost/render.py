@@ -55,16 +55,13 @@ def render_table(
     return "\n".join(lines)
 
 
-# A column is narrowed to no less than its header and this many characters.
-NARROWEST = 8
-
-
 def _narrowed(cells: list[list[str]], widths: list[int], columns: int) -> list[int]:
     """`widths` with the widest column taken down one character at a time until the
-    table (two blanks between columns) fits `columns`, or nothing can give more. Lists
-    (cells with a comma or blank) give first: a UUID or a path is cut only if they cannot."""
+    table (two blanks between columns) fits `columns`, or nothing can give more (no column
+    goes below its header or 8 characters). Lists (cells with a comma or blank) give first:
+    a UUID or a path is cut only if they cannot."""
     out = list(widths)
-    floor = [max(len(h), NARROWEST) for h in cells[0]]
+    floor = [max(len(h), 8) for h in cells[0]]
     lists = {i for row in cells[1:] for i, c in enumerate(row) if re.search(r"[, ]", c)}
     while sum(out) + 2 * (len(out) - 1) > columns:
         can = [i for i, w in enumerate(out) if w > floor[i]]

@@ -48,11 +48,9 @@ class CpuDetail:
     hold all members, allowed or not (torchrun keys cores and complexes by their lowest);
     `packages` only the lowest allowed CPU of each node."""
 
-    possible_nodes: tuple[int, ...] = ()
     siblings: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
     packages: Mapping[int, int] = field(default_factory=dict)
     caches: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
-    cpuset_path: str | None = None
     allowed_source: str = "/proc/self/status"
 
 
@@ -79,19 +77,13 @@ class Topology:
     # Why a device tool told nothing (it failed): its devices or processes are then
     # unknown, never "none".
     unread: tuple[str, ...] = ()
-    # Read from a recording, not this machine: messages say "the recorded host". Where the
-    # facts came from, not a fact: a replay equals the live read it recorded.
+    # Where the facts came from (a recording), not a fact: a replay equals the live read.
     recorded: bool = field(default=False, compare=False)
 
     @property
     def here(self) -> str:
         """The host in a message's words: "this host" live, "the recorded host" replayed."""
         return "the recorded host" if self.recorded else "this host"
-
-    @property
-    def indices(self) -> tuple[int, ...]:
-        """Logical ids of every accelerator on the host, ascending."""
-        return tuple(sorted(a.index for a in self.accelerators))
 
     def accelerator(self, index: int) -> Accelerator | None:
         return next((acc for acc in self.accelerators if acc.index == index), None)

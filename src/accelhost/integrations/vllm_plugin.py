@@ -106,12 +106,11 @@ class _ToVllm(logging.Handler):
         log.handle(record)
 
 
-def bind_worker(worker: Any, plan_path: str) -> ApplyReport | None:
+def bind_worker(worker: Any, plan_path: str) -> None:
     """Bind this worker process; one log line either way (and the applier's warnings,
     through vLLM's logger when nothing else shows them). Never raises."""
-    applier = logging.getLogger("accelhost.apply")
-    forward = None if applier.hasHandlers() else _ToVllm(logging.WARNING)
-    if forward is not None:
+    applier, forward = logging.getLogger("accelhost.apply"), _ToVllm(logging.WARNING)
+    if not applier.hasHandlers():
         applier.addHandler(forward)
     try:
         from accelhost.apply.worker import bind_current_process
@@ -135,13 +134,10 @@ def bind_worker(worker: Any, plan_path: str) -> ApplyReport | None:
         report = bind_current_process(plan_path, **kwargs)
         level, line = summary(report, os.getpid(), how)
         log.log(level, "accelhost: %s", line)
-        return report
     except Exception as exc:  # the engine must keep serving whatever went wrong here
         log.warning("accelhost: binding this worker failed, the engine goes on unbound: %r", exc)
-        return None
     finally:
-        if forward is not None:
-            applier.removeHandler(forward)
+        applier.removeHandler(forward)  # a no-op when it was not added
 
 
 def summary(report: ApplyReport, pid: int, how: str) -> tuple[int, str]:

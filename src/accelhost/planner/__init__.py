@@ -1,13 +1,7 @@
-"""Planners: pure functions from a `Topology` to a `Plan`, one per family and strategy.
-
-What lives where:
-- `ascend`: vllm-ascend's pools and roles (global_slice, topo_affinity, cluster);
-- `gpu`: torchrun's `--numa-binding` strategies (exclusive, node, socket, core-complex);
-- `visible`: the one reading of the visible-devices variables (`CUDA_VISIBLE_DEVICES` into
-  CUDA ordinals, `ASCEND_RT_VISIBLE_DEVICES`, HIP/ROCR, Neuron) and of GPU UUIDs;
-- `roles`: IRQ CPUs and named thread roles added on top of any plan.
-
-`plan_topology` is the one place that picks the planner for a topology's family.
+"""Planners: pure functions from a `Topology` to a `Plan`, one per family and strategy:
+`ascend` (vllm-ascend's pools and roles), `gpu` (torchrun's `--numa-binding`), `visible`
+(the visible-devices variables and GPU UUIDs), `roles` (IRQ CPUs and thread roles added
+on top of any plan). `plan_topology` is the one place that picks a topology's planner.
 """
 
 from __future__ import annotations

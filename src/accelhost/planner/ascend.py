@@ -66,23 +66,21 @@ def running_npus(topo: Topology) -> list[int]:
             chips_of.setdefault(acc.npu_id, {})[acc.chip_id or 0] = acc.index
     running: set[int] = set()
     for proc in topo.processes:
-        chips = chips_of.get(proc.npu_id)
+        if not chips_of:  # no NPU/chip ids known: the table's NPU id is the logical one
+            if proc.chip_id in (None, 0):
+                running.add(proc.npu_id)
+            continue
+        chips = chips_of.get(proc.npu_id, {})
         if proc.chip_id is not None:
-            if chips is not None and proc.chip_id in chips:
+            if proc.chip_id in chips:
                 running.add(chips[proc.chip_id])
-            elif not chips_of and proc.chip_id == 0:
-                running.add(proc.npu_id)
-            continue
-        if chips is None:
-            if not chips_of:
-                running.add(proc.npu_id)
-            continue
-        if len(chips) != 1:
+        elif len(chips) > 1:
             raise PlanError(
                 f"NPU {proc.npu_id} has {len(chips)} chips but the process table gives no "
                 "chip id; cannot tell which logical NPU runs the process."
             )
-        running.add(next(iter(chips.values())))
+        elif chips:
+            running.add(next(iter(chips.values())))
     if topo.visible_env is not None and topo.visible_env.strip():
         running &= set(visible_ids(topo.visible_env))
     if not running:
@@ -138,21 +136,17 @@ def _candidates(topo: Topology, running: Sequence[int], allowed: set[int]) -> li
 def topo_affinity_pools(topo: Topology, running: Sequence[int]) -> Pools:
     allowed_set = set(topo.allowed_cpus)
     node_count = len(topo.node_cpus)
-    extended: dict[int, list[int]] = {}
+    groups: dict[tuple[int, ...], list[int]] = {}  # NPUs by their (extended) affinity
     for npu in _candidates(topo, running, allowed_set):
         base = [c for c in topo.affinity.get(npu, ()) if c in allowed_set]
         if not base:
             raise PlanError(AFFINITY_CONFLICT)
         nodes = {topo.cpu_node.get(c) for c in base}
-        if len(nodes) == 1 and None not in nodes and node_count:
-            (node,) = nodes
-            assert node is not None
+        node = nodes.pop() if len(nodes) == 1 else None
+        if node is not None and node_count:
             nxt = (node + 1) % node_count
             base = sorted(set(base) | {c for c in topo.node_cpus.get(nxt, ()) if c in allowed_set})
-        extended[npu] = base
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for npu, pool in extended.items():
-        groups.setdefault(tuple(pool), []).append(npu)
+        groups.setdefault(tuple(base), []).append(npu)
     pools: Pools = {}
     for pool_key, members in groups.items():
         if len(members) == 1:
@@ -190,12 +184,11 @@ def cluster_pools(topo: Topology, running: Sequence[int]) -> Pools:
     for npu in _candidates(topo, running, allowed):
         cpus = [c for c in topo.affinity.get(npu, ()) if c in allowed]
         nodes = {topo.cpu_node.get(c) for c in cpus}
-        if len(nodes) != 1 or None in nodes:
+        node = nodes.pop() if len(nodes) == 1 else None
+        if node is None:
             raise PlanError(
                 f"invalid topo affinity. npu={npu}, cpus={cpus}. action: skip worker CPU binding."
             )
-        (node,) = nodes
-        assert node is not None
         by_node.setdefault(node, []).append(npu)
     pools: Pools = {}
     for node, npus in sorted(by_node.items()):
@@ -209,9 +202,6 @@ def cluster_pools(topo: Topology, running: Sequence[int]) -> Pools:
                 f"npus={sorted(npus)}. action: skip worker CPU binding."
             )
         pools.update(zip(sorted(npus), clusters, strict=False))
-    for npu in running:
-        if npu not in pools:
-            raise PlanError(f"NPU {npu} has no CPU cluster. action: skip worker CPU binding.")
     return {n: pools[n] for n in running}
 
 
@@ -232,7 +222,7 @@ def split_roles(
     # An equal DevicePlan built without its frozen __init__ (a plan builds one per NPU);
     # tests/test_plan_rules.py checks that it stays equal.
     plan = _new(DevicePlan)
-    node = topo.cpu_node.get(pool[0])  # plans.numa_node_of, inlined
+    node = topo.cpu_node.get(pool[0])  # a pool's NUMA node is the node of its first CPU
     fields = {"device": device, "pool": pool, **roles, "numa_node": node, "pci": pci}
     _set(plan, "__dict__", {**fields, "thread_roles": ()})
     return plan
@@ -275,7 +265,7 @@ def plan_ascend(
         try:
             pools = cluster_pools(topo, running)
         except PlanError as exc:
-            return host_threads_only(family, running, exc.reason, host_threads, topo)
+            return host_threads_only(family, running, exc.reason, host_threads)
         if not topo.host_thread_tids:
             messages.append(UVB_NOT_FOUND)
     elif mode == "topo_affinity":
@@ -304,7 +294,7 @@ def plan_ascend(
 
 
 def host_threads_only(
-    family: str, running: Sequence[int], reason: str, threads: HostThreads, topo: Topology
+    family: str, running: Sequence[int], reason: str, threads: HostThreads
 ) -> Plan:
     """A 950 whose worker plan is skipped: the reference pins the UVB poll threads before
     its worker plan, and they stay pinned. Nothing left to bind is a refusal."""
@@ -323,7 +313,7 @@ def host_threads_only(
         mode="cluster",
         visible=tuple(running),
         devices=(),
-        messages=(note,) if topo.host_thread_tids else (note, UVB_NOT_FOUND),
+        messages=(note,) if threads.tids else (note, UVB_NOT_FOUND),
         host_threads=threads,
         worker_skipped=reason,
     )

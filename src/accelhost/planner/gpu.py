@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from accelhost.cpulist import format_cpulist
 from accelhost.errors import PlanError
 from accelhost.planner.visible import resolve_visible
-from accelhost.plans import DevicePlan, Plan, numa_node_of
+from accelhost.plans import DevicePlan, Plan
 from accelhost.topology import Accelerator, Topology
 
 STRATEGIES: tuple[str, ...] = ("node", "socket", "exclusive", "core-complex")
@@ -47,11 +47,8 @@ def plan_gpus(
     numa_from: str = "numa_node",
     devices: Sequence[int] | None = None,
 ) -> Plan:
-    """One pool per visible GPU (main = pool); PlanError when any visible GPU cannot get one.
-
-    `devices` limits which GPUs appear in the plan, not how CPUs are shared: the pools are
-    always cut for every visible GPU, so planning one GPU gives its part of the full plan.
-    """
+    """One pool per visible GPU (main = pool). `devices` limits which GPUs appear in the
+    plan, not how CPUs are shared: planning one GPU gives its part of the full plan."""
     if strategy not in STRATEGIES:
         raise PlanError(f"unknown GPU strategy {strategy!r} (choose: {', '.join(STRATEGIES)})")
     if numa_from not in NUMA_SOURCES:
@@ -90,11 +87,10 @@ def plan_gpus(
     pools = {item.gpu.index: _POOLS[strategy](item, cut) for item in placed}
     cpu_node = {cpu: node for node, cpus in node_cpus.items() for cpu in cpus}
     pci = {item.gpu.index: item.gpu.pci for item in placed}
-    plans = []
-    for index in sorted(wanted):
-        pool = pools[index]
-        home = numa_node_of(pool, cpu_node)
-        plans.append(DevicePlan(index, pool, main=pool, numa_node=home, pci=pci[index]))
+    plans = (  # a pool's NUMA node is the node of its first CPU
+        DevicePlan(i, pools[i], main=pools[i], numa_node=cpu_node.get(pools[i][0]), pci=pci[i])
+        for i in sorted(wanted)
+    )
     return Plan(
         device_type=topo.family or "pci",
         mode=strategy,
@@ -135,14 +131,11 @@ def _gpu_node(
     if gpu.numa_node is not None:
         return gpu.numa_node
     if not gpu.in_sysfs and gpu.numa_source == "unknown":
-        hint = (
-            "; its local CPUs are known: numa_from='local_cpulist' places it by them"
-            if local_cpus
-            else ""
-        )
+        hint = "; its local CPUs are known: numa_from='local_cpulist' places it by them"
         raise PlanError(
             f"device {gpu.index} ({gpu.pci}) has no entry in /sys/bus/pci/devices "
-            f"(mistyped address, or a container without the host's PCI tree){hint}"
+            f"(mistyped address, or a container without the host's PCI tree)"
+            f"{hint if local_cpus else ''}"
         )
     if sum(1 for cpus in node_cpus.values() if cpus) > 1:
         what = "reports numa_node -1" if gpu.numa_source == "sysfs" else "has no known node"
@@ -173,12 +166,10 @@ class _Cut:
             hint = (
                 "; numa_from='local_cpulist' (--numa-from local_cpulist) places it by its "
                 "local CPUs instead"
-                if numa_from == "numa_node"
-                else ""
             )
             raise PlanError(
                 f"{who} is on NUMA node {node}, a memory-only node with no CPUs "
-                f"(as GPU memory on Grace hosts){hint}"
+                f"(as GPU memory on Grace hosts){hint if numa_from == 'numa_node' else ''}"
             )
         if not self.allowed.intersection(cpus):
             raise PlanError(

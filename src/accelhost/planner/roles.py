@@ -1,8 +1,7 @@
 """Extra roles inside a pool: CPUs kept for device interrupts and for named threads.
 
-Also the one grammar of `--thread-role` for every command (plan, bind, exec, verify,
-run --bind): `NAME=PATTERN:COUNT` takes COUNT CPUs of the pool, `NAME=PATTERN@CPULIST`
-names the CPUs outright.
+Also the one grammar of `--thread-role` (`parse_role_spec`) for every command (plan,
+bind, exec, verify, run --bind).
 
 A COUNT role is carved from `main`: on a GPU plan `main` is the whole pool, so IRQ CPUs
 are the first K of the pool and thread roles come from its end; on an Ascend plan the
@@ -26,8 +25,7 @@ from accelhost.plans import DevicePlan, Plan, ThreadRole
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 # What may follow the last `@` of a CPULIST role: the kernel's list grammar, strides too.
 _CPULIST_RE = re.compile(r"^[0-9][0-9,:\s-]*$")
-# One short word in the usage line (the two grammars made it 80 columns alone); the help
-# spells them out.
+# One short word in the usage line: the two grammars made it 80 columns alone.
 ROLE_METAVAR = "ROLE"
 ROLE_HELP = (
     "ROLE is NAME=PATTERN:COUNT or NAME=PATTERN@CPULIST: "
@@ -104,22 +102,21 @@ def add_roles(
     a pool would be left with no main CPU, or a role name repeats."""
     if reserve_irq < 0:
         raise PlanError(f"--reserve-irq must be 0 or more, not {reserve_irq}")
-    specs = list(thread_roles)
     names: list[str] = []
-    for spec in specs:
+    for spec in thread_roles:
         if spec.ncpus < 1 and not spec.cpus:
             raise PlanError(f"thread role {spec.name!r} needs at least one CPU, not {spec.ncpus}")
         if spec.name in names:
             raise PlanError(f"thread role {spec.name!r} given twice")
         names.append(spec.name)
-    if reserve_irq == 0 and not specs:
+    if reserve_irq == 0 and not thread_roles:
         return plan
     if device is not None:
         plan.device(device)  # PlanError naming the planned devices
     return replace(
         plan,
         devices=tuple(
-            _split(dev, reserve_irq, specs) if device in (None, dev.device) else dev
+            _split(dev, reserve_irq, thread_roles) if device in (None, dev.device) else dev
             for dev in plan.devices
         ),
     )

@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TypeVar
 
 from accelhost.errors import PlanError, UsageError
 from accelhost.family import ASCEND_FAMILIES
 from accelhost.topology import Accelerator
-
-T = TypeVar("T")
 
 CUDA = "CUDA_VISIBLE_DEVICES"
 ASCEND = "ASCEND_RT_VISIBLE_DEVICES"
@@ -63,27 +60,25 @@ def visible_entries(env: Mapping[str, str], family: str | None) -> tuple[str | N
     names = (
         (ASCEND,) if family in ASCEND_FAMILIES else (CUDA,) if family == "nvidia" else ANY_VISIBLE
     )
-    for name in names:
-        value = env.get(name, "")
-        if not value.strip():
-            continue
-        entries = parse_visible(name, value)
-        rocr = env.get(ROCR, "")
-        if name != HIP or not rocr.strip():
-            return name, entries
-        under = parse_visible(ROCR, rocr)
-        for h in entries:
-            if not h.isdigit() or int(h) >= len(under):
-                raise UsageError(f"{HIP} entry {h!r} is not an index into {ROCR}={rocr}")
-        return name, [under[int(h)] for h in entries]
-    return None, []
+    name = next((n for n in names if env.get(n, "").strip()), None)
+    if name is None:
+        return None, []
+    entries = parse_visible(name, env[name])
+    rocr = env.get(ROCR, "")
+    if name != HIP or not rocr.strip():
+        return name, entries
+    under = parse_visible(ROCR, rocr)
+    for h in entries:
+        if not h.isdigit() or int(h) >= len(under):
+            raise UsageError(f"{HIP} entry {h!r} is not an index into {ROCR}={rocr}")
+    return name, [under[int(h)] for h in entries]
 
 
 def is_uuid(entry: str) -> bool:
     return entry.upper().startswith(("GPU-", "MIG-"))
 
 
-def by_uuid(entry: str, uuids: Mapping[str, T]) -> list[T]:
+def by_uuid(entry: str, uuids: Mapping[str, int]) -> list[int]:
     """What the GPUs whose UUID starts with `entry` map to (a unique prefix is enough)."""
     wanted = entry.lower()
     return [value for uuid, value in uuids.items() if uuid.lower().startswith(wanted)]

@@ -75,8 +75,6 @@ def read_cpu_detail(
     host: Host,
     allowed: Sequence[int],
     node_cpus: Mapping[int, Sequence[int]],
-    possible_nodes: tuple[int, ...] = (),
-    cpuset_path: str | None = None,
     allowed_source: str = STATUS,
 ) -> CpuDetail:
     """SMT siblings, caches and sockets of the allowed CPUs, as torchrun's rules need them;
@@ -93,11 +91,9 @@ def read_cpu_detail(
         if text is not None:
             packages[lowest] = parse_int_file(text, path)
     return CpuDetail(
-        possible_nodes=possible_nodes,
         siblings=_read_groups(host, allowed, _read_siblings),
         packages=packages,
         caches=_read_groups(host, allowed, _read_top_cache),
-        cpuset_path=cpuset_path,
         allowed_source=allowed_source,
     )
 

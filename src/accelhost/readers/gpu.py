@@ -81,19 +81,12 @@ def read_sysfs_topology(host: Host, notes: list[str]) -> Topology:
 
     A host without NUMA information is one node 0 of its allowed CPUs, as torchrun has it.
     """
-    possible, node_cpus = read_sysfs_nodes(host)
+    _, node_cpus = read_sysfs_nodes(host)
     if not node_cpus:
         notes.append("no NUMA node information in sysfs; all allowed CPUs count as node 0")
     cpuset = read_cgroup_cpuset(host)
     allowed, source = allowed_or_fallback(read_allowed_cpus(host), cpuset, node_cpus, notes)
-    detail = read_cpu_detail(
-        host,
-        allowed,
-        node_cpus,
-        possible_nodes=possible,
-        cpuset_path=cpuset[1] if cpuset else None,
-        allowed_source=source,
-    )
+    detail = read_cpu_detail(host, allowed, node_cpus, allowed_source=source)
     nodes = dict(node_cpus) if node_cpus else {0: allowed}
     return Topology(
         machine=host.machine,
