@@ -133,8 +133,7 @@ def _read_clock(host: Host) -> tuple[float | None, float | None]:
         uptime = None
     stat = host.read_file("/proc/stat") or ""
     btime = next(
-        (float(line.split()[1]) for line in stat.splitlines() if line.startswith("btime ")),
-        None,
+        (float(line.split()[1]) for line in stat.splitlines() if line.startswith("btime ")), None
     )
     if uptime is None or btime is None:
         return None, uptime
@@ -142,10 +141,7 @@ def _read_clock(host: Host) -> tuple[float | None, float | None]:
 
 
 def _read_engine_env(
-    host: Host,
-    procs: Mapping[int, ProcessInfo],
-    holders: set[int],
-    options: HygieneOptions,
+    host: Host, procs: Mapping[int, ProcessInfo], holders: set[int], options: HygieneOptions
 ) -> dict[int, dict[str, str]]:
     """Allocator settings of the engines that hold a device (the only ones it matters for;
     the recorder keeps only these variables, too)."""

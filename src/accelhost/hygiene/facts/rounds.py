@@ -41,13 +41,7 @@ from accelhost.hygiene.facts.devices import device_paths_held
 from accelhost.hygiene.facts.shmstate import ShmState
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.readers.procs import ProcessInfo, read_process
-from accelhost.readers.shmfiles import (
-    HeldScan,
-    PidHolds,
-    ReaderRights,
-    ShmFile,
-    held_by,
-)
+from accelhost.readers.shmfiles import HeldScan, PidHolds, ReaderRights, ShmFile, held_by
 
 # A process's stat, cmdline and fds are read again in this many rounds after it appeared.
 REREAD_ROUNDS = 1
