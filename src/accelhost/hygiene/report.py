@@ -12,22 +12,14 @@ from typing import Any
 
 from accelhost import formats
 from accelhost.host.redact import redact_text, redact_values
+from accelhost.hygiene.capabilities import CHECK_NEEDS
 
 OK, WARN, FAIL, UNKNOWN, SKIP = "OK", "WARN", "FAIL", "UNKNOWN", "SKIP"
 STATUSES = (OK, WARN, FAIL, UNKNOWN, SKIP)
 # How bad, for "the worst finding": a FAIL outranks not knowing, which outranks a WARN.
 SEVERITY = {SKIP: 0, OK: 1, WARN: 2, UNKNOWN: 3, FAIL: 4}
-CHECK_NAMES = (
-    "orphan_engines",
-    "device_holders",
-    "unattributed_memory",
-    "shared_memory",
-    "posix_shm",
-    "hugepages",
-    "preflight",
-    "host_tuning",
-    "container_init",
-)
+# Every check, in the doctor's order: named once, in the capability table.
+CHECK_NAMES = tuple(need.what for need in CHECK_NEEDS)
 BRIEF_WIDTH = 80
 
 
