@@ -180,7 +180,14 @@ class IncrementalState:
         if lister is not None:
             self.files.read_births(lister, held)
         self.last = cost
-        return self._known(held, listed=bool(listing))
+        return KnownProcesses(
+            processes={pid: rec.info for pid, rec in self._procs.items()} if listing else None,
+            device_fds={pid: rec.devices for pid, rec in self._procs.items() if rec.devices},
+            hidden=frozenset(self._hidden),
+            shm_files=self.files.snapshot(),
+            held=held,
+            cgroups=self._cgroups,
+        )
 
     def _read_new(
         self,
@@ -270,13 +277,3 @@ class IncrementalState:
             return listed
         young = max(0.0, self._young_due - now_epoch)
         return young if listed is None else min(listed, young)
-
-    def _known(self, held: HeldScan, listed: bool) -> KnownProcesses:
-        return KnownProcesses(
-            processes={pid: rec.info for pid, rec in self._procs.items()} if listed else None,
-            device_fds={pid: rec.devices for pid, rec in self._procs.items() if rec.devices},
-            hidden=frozenset(self._hidden),
-            shm_files=self.files.snapshot(),
-            held=held,
-            cgroups=self._cgroups,
-        )
