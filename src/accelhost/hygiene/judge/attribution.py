@@ -116,21 +116,19 @@ class Attribution:
 
     @cached_property
     def _host_engine_starts(self) -> list[tuple[float, int]]:
-        f, is_engine = self.facts, self.catalog.is_engine
-        out = []
-        for pid, p in sorted((f.processes or {}).items()):
-            age = f.process_age_s(p)
-            if pid in self.view.pid_container or f.now_epoch is None or age is None:
-                continue
-            if not p.is_zombie and is_engine(p.command):
-                out.append((f.now_epoch - age, pid))
-        return out
-
-    def host_engines(self, born: float) -> list[int]:
-        """Engine processes in no container that ran at `born` (one gone since is not
-        known): they write the host's /dev/shm too."""
-        starts = self._host_engine_starts
-        return [pid for start, pid in starts if start <= born + LIFETIME_SLACK_S]
+        """(start, pid) of the engine processes in no container: they write the host's
+        /dev/shm too (one gone since is not known)."""
+        f = self.facts
+        if f.now_epoch is None:
+            return []
+        return [
+            (f.now_epoch - age, pid)
+            for pid, p in sorted((f.processes or {}).items())
+            if pid not in self.view.pid_container
+            and (age := f.process_age_s(p)) is not None
+            and not p.is_zombie
+            and self.catalog.is_engine(p.command)
+        ]
 
     @cached_property
     def listed(self) -> Mapping[str, ShmFile]:
@@ -177,7 +175,7 @@ class Attribution:
         found = sure + maybe
         if not found:
             return None
-        hosts = self.host_engines(born)
+        hosts = [pid for start, pid in self._host_engine_starts if start <= born + LIFETIME_SLACK_S]
         why = []
         if sure:
             gone = "it no longer runs" if len(sure) == 1 else "none of them runs now"
