@@ -167,14 +167,8 @@ def _read_pool(host: Host, base: str, size_kb: int, node: int | None) -> HugePag
     total, free = count("nr_hugepages"), count("free_hugepages")
     if total is None or free is None:
         return None
-    return HugePagePool(
-        size_kb=size_kb,
-        node=node,
-        total=total,
-        free=free,
-        reserved=count("resv_hugepages") or 0,
-        surplus=count("surplus_hugepages") or 0,
-    )
+    reserved, surplus = count("resv_hugepages") or 0, count("surplus_hugepages") or 0
+    return HugePagePool(size_kb, node, total, free, reserved, surplus)
 
 
 def _read_pools(host: Host, base: str, node: int | None) -> list[HugePagePool] | None:

@@ -188,15 +188,9 @@ def find_orphans(
             continue
         if top is not proc:
             reason = f"under {engine} process {top.pid} ({top.comm}), {reason}"
-        group_front = next(
-            (
-                f
-                for f, name in sorted(frontends.items())
-                if name == engine and processes[f].pgid == proc.pgid and proc.pgid > 0
-            ),
-            None,
-        )
-        out.append(Orphan(proc, engine, reason, processes.get(proc.ppid), top, group_front))
+        ours = [f for f, e in sorted(frontends.items()) if e == engine and proc.pgid > 0]
+        front = next((f for f in ours if processes[f].pgid == proc.pgid), None)
+        out.append(Orphan(proc, engine, reason, processes.get(proc.ppid), top, front))
     return out
 
 
