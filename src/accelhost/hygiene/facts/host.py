@@ -185,16 +185,9 @@ def _read_hugepages(host: Host, meminfo: Meminfo | None) -> tuple[HugePagePool, 
     pools = _read_pools(host, HUGEPAGES_DIR, None)
     if not pools and meminfo is not None and meminfo.hugepagesize_kb:
         # Older kernels or masked sysfs: the default size still shows in /proc/meminfo.
-        pools = [
-            HugePagePool(
-                size_kb=meminfo.hugepagesize_kb,
-                node=None,
-                total=meminfo.hugepages_total or 0,
-                free=meminfo.hugepages_free or 0,
-                reserved=meminfo.hugepages_rsvd or 0,
-                surplus=meminfo.hugepages_surp or 0,
-            )
-        ]
+        m = meminfo  # total, free, reserved, surplus: HugePagePool's order
+        counts = (m.hugepages_total, m.hugepages_free, m.hugepages_rsvd, m.hugepages_surp)
+        pools = [HugePagePool(meminfo.hugepagesize_kb, None, *(n or 0 for n in counts))]
     if pools is None:
         return None
     for name in host.list_dir(NODES_DIR) or []:

@@ -103,7 +103,7 @@ class Attribution:
         self._engine_in: dict[str, bool] = {}
 
     def container_of(self, pid: int) -> Container | None:
-        return None if self.facts.containers is None else self.view.of_pid(pid)
+        return self.view.of_pid(pid)  # an empty view where no containers were read
 
     def runs_engine(self, c: Container) -> bool:
         """Some process of `c` is an engine's (the user's catalog)."""
@@ -165,7 +165,7 @@ class Attribution:
         """The stopped containers whose lifetime covers `born` (host /dev/shm, SysV): one
         whose IPC mode is unknown only as a possible author, and a host engine that ran
         then makes every one of them only possible."""
-        if self.facts.containers is None or born is None:
+        if born is None:
             return None
         stopped = [c for c in self.view.containers.values() if c.state != RUNNING and c.started]
         alive = sorted((c for c in stopped if _alive_at(c, born)), key=lambda c: (c.started, c.id))
@@ -235,8 +235,7 @@ class Attribution:
         when it names none, and those it names when they are several of no one pod (an id
         prefix two ids share, a name a removed container and a new one share, one container
         name in two pods): what it removes must be exactly what was meant."""
-        cf = self.facts.containers
-        found = self.view.find(wanted) if cf else []
+        found = self.view.find(wanted)
         pods = {(c.pod.uid or c.pod.label) if c.pod else None for c in found}
         if len(found) > 1 and (None in pods or len(pods) > 1):
             named = "; ".join(sorted(f"{c.label} {c.state or '?'}" for c in found))
@@ -245,9 +244,9 @@ class Attribution:
             )
         if found:
             return found
-        known = self.view.known_labels() if cf else []
+        known = self.view.known_labels()
         listed = "; ".join(known) if known else "none (no container on this host)"
-        note = f" ({'; '.join(cf.view.notes)})" if cf and cf.view.notes else ""
+        note = f" ({'; '.join(self.view.notes)})" if self.view.notes else ""
         raise UsageError(f"--container {wanted}: no such container; known: {listed}{note}")
 
 
