@@ -88,9 +88,8 @@ class ShmState:
         return tuple(tokens)
 
     def restat_confirmed(self, host: Host) -> None:
-        """Stat afresh each engine-named file a holder scan confirmed as held by nobody:
-        it is judged leaked on this stat each round. One written since was written by
-        someone: it is confirmed again (a holder scan) when it is old enough again."""
+        """Stat afresh each file a holder scan confirmed as held by nobody (it is judged on
+        this stat); one written since is confirmed again by a scan once old enough again."""
         if not self.confirmed:
             return
         for entries, name, ino, f in self._entries():
@@ -121,8 +120,8 @@ class ShmState:
         return [f for f in self.every() if not held.holds(f) and naming_of(f.name) is not None]
 
     def confirm(self, now_epoch: float, held: HeldScan) -> None:
-        """Remember the engine-named files held by nobody and old enough (only those can
-        be removed; each is stat'ed afresh every round from now on)."""
+        """Remember the engine-named files held by nobody and old enough: only those can
+        be removed."""
         min_age = self.options.shm_min_age_s
         unheld = self._unheld_named(held)
         self.confirmed = {
