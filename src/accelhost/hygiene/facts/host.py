@@ -260,10 +260,9 @@ def read_facts(
     state: IncrementalState | None = None,
     tools_of: HostFacts | None = None,
 ) -> HostFacts:
-    """Read every input of the doctor's checks from `host` (live, snapshot or recording);
-    with `state` (a watch's, kept from round to round) a live host's processes and shm
-    files are read only where they changed; with `tools_of`, the device tools' answer
-    (npu-smi, nvidia-smi: seconds each) of that same round is taken, not asked again."""
+    """Read every input of the doctor's checks from `host` (live, snapshot or recording),
+    with a watch's `state`; `tools_of`: facts of this same round whose device tools' answer
+    (npu-smi, nvidia-smi: seconds each) is taken, not asked again."""
     lister = host if host.is_live and isinstance(host, InodeLister) else None
     host = read_once(host)  # a fresh wrapper per call: each watch round reads anew
     opts = options or HygieneOptions()

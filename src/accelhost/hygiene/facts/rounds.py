@@ -114,8 +114,7 @@ class IncrementalState:
         self._force_full = True
 
     def read(self, host: Host, lister: InodeLister | None, now_epoch: float) -> KnownProcesses:
-        """One round's process-side facts, reading only what changed where `lister` (a
-        live host) tells it; without one, everything (a snapshot, a recording)."""
+        """One round's process-side facts: only what changed where `lister` tells it."""
         self.rounds += 1
         full = lister is None or self._force_full or self.rounds % self.full_every == 0
         cost = RoundCost(full=full)

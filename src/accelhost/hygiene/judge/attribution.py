@@ -92,12 +92,12 @@ class Attribution:
         self.facts = facts
         self.catalog = catalog
         self.seen_holders = dict(seen_holders or {})
-        cf = facts.containers
-        view = cf.view if cf is not None else ContainerView()
+        view = facts.containers.view if facts.containers is not None else ContainerView()
+        modes = ipc_modes or {}
         fill = {
-            i: replace(c, ipc_mode=(ipc_modes or {})[i])
+            i: replace(c, ipc_mode=modes[i])
             for i, c in view.containers.items()
-            if not c.ipc_mode and (ipc_modes or {}).get(i)
+            if not c.ipc_mode and modes.get(i)
         }
         self.view = replace(view, containers={**view.containers, **fill}) if fill else view
         self._engine_in: dict[str, bool] = {}
