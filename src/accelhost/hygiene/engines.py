@@ -247,8 +247,7 @@ def parse_catalog_file(text: str, source: str) -> list[Engine]:
         where = f"--engine-catalog {source}: engines[{n}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise UsageError(f"{where}: each engine needs a string 'name'")
-        unknown = set(entry) - {"name", *_LISTS}
-        if unknown:
+        if unknown := set(entry) - {"name", *_LISTS}:
             raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
         out.append(Engine(entry["name"], *(_strings(entry.get(k), f"{where}.{k}") for k in _LISTS)))
     return out

@@ -135,9 +135,7 @@ def _read_clock(host: Host) -> tuple[float | None, float | None]:
     btime = next(
         (float(line.split()[1]) for line in stat.splitlines() if line.startswith("btime ")), None
     )
-    if uptime is None or btime is None:
-        return None, uptime
-    return btime + uptime, uptime
+    return (None if uptime is None or btime is None else btime + uptime), uptime
 
 
 def _read_engine_env(
