@@ -1,16 +1,12 @@
 """Host hygiene: find and safely remove what crashed engines leave behind.
 
-`read_facts` reads a host (live, snapshot, recording); the checks judge the facts; the
-cleaner plans what to remove and has `accelhost.remove` do it; `watch` repeats it all and
-exports metrics; `preflight` says whether an engine will fit before it starts. Names load
-on first use: `accelhost --help` registers these commands without importing the checks.
-
-Data flows one way, one room per step (each room's docstring names its modules):
-- `facts/`: one look at a host, live or recorded alike, through one reader;
+Names load on first use: `accelhost --help` registers these commands without importing
+the checks. Data flows one way, one room per step (each room's docstring names its modules):
+- `facts/`: one look at a host (`read_facts`), live or recorded alike, through one reader;
 - `judge/`: what the facts mean, once per look: every removal rule, the findings handed to
   checks, plan and metrics, and whose each thing is (the `--container` scope);
 - `doctor/`: the checks, their evidence and fixes, and the start-up memory preflight;
-- `clean/`: what `clean` may do, its plan and order, the stop of orphans, its journal;
+- `clean/`: what `clean` may do, its plan, order and stops (`accelhost.remove` acts), its journal;
 - `watch/`: the doctor on a timer, what it exports, what wakes it at once.
 Shared by all: `options` (what to look for), `engines` (the engine catalog, the user's
 everywhere), `report` and `render` (what is shown), and `capabilities` (which Linux

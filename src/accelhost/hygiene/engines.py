@@ -111,19 +111,14 @@ class Engine:
 
     def merged(self, other: Engine) -> Engine:
         return Engine(
-            self.name,
-            *(tuple(dict.fromkeys(getattr(self, k) + getattr(other, k))) for k in _LISTS),
+            self.name, *(tuple(dict.fromkeys(getattr(self, k) + getattr(other, k))) for k in _LISTS)
         )
 
 
 BUILTIN_ENGINES: tuple[Engine, ...] = (
     Engine(
         "vLLM",
-        frontends=(
-            r"(?:^|[\s/])vllm\s+serve\b",
-            r"\bvllm\.entrypoints\.",
-            r"^VLLM::APIServer",
-        ),
+        frontends=(r"(?:^|[\s/])vllm\s+serve\b", r"\bvllm\.entrypoints\.", r"^VLLM::APIServer"),
         children=(r"^VLLM::EngineCore", r"^VLLM::Worker", r"^VLLM::DPCoordinator"),
         # multiprocessing.shared_memory (message queues), its semaphores, KV offload files
         shm_names=("psm_*", "sem.mp-*", "vllm_offload_*.mmap"),
@@ -149,10 +144,7 @@ BUILTIN_ENGINES: tuple[Engine, ...] = (
         "TensorRT-LLM",
         frontends=(r"(?:^|[\s/])trtllm-serve\b", r"\btensorrt_llm\.commands\.serve\b"),
     ),
-    Engine(
-        "LMDeploy",
-        frontends=(r"(?:^|[\s/])lmdeploy\s+serve\b", r"\blmdeploy\.serve\."),
-    ),
+    Engine("LMDeploy", frontends=(r"(?:^|[\s/])lmdeploy\s+serve\b", r"\blmdeploy\.serve\.")),
     Engine("MindIE", frontends=(r"\bmindieservice_daemon\b", r"\bmindie_llm\b")),
     Engine("NCCL", shm_names=("nccl-*",)),
     Engine("PyTorch", shm_names=("torch_*",)),
@@ -255,8 +247,7 @@ def parse_catalog_file(text: str, source: str) -> list[Engine]:
         where = f"--engine-catalog {source}: engines[{n}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise UsageError(f"{where}: each engine needs a string 'name'")
-        unknown = set(entry) - {"name", *_LISTS}
-        if unknown:
+        if unknown := set(entry) - {"name", *_LISTS}:
             raise UsageError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
         out.append(Engine(entry["name"], *(_strings(entry.get(k), f"{where}.{k}") for k in _LISTS)))
     return out

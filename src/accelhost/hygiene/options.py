@@ -87,9 +87,8 @@ class HygieneOptions:
         return re.compile("|".join(map(fnmatch.translate, globs))) if globs else None
 
     def is_device_path(self, path: str) -> bool:
-        if is_device_node(path):
-            return True
-        return self._glob_rx is not None and self._glob_rx.match(path) is not None
+        rx = self._glob_rx
+        return is_device_node(path) or (rx is not None and rx.match(path) is not None)
 
     def baseline_mib(self, vendor: str) -> int:
         if self.idle_baseline_mib is not None:

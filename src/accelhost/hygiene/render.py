@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Sequence
+from itertools import zip_longest
 from typing import Any
 
 from accelhost.formats import MIB, human_bytes
@@ -145,24 +146,19 @@ EVIDENCE_WIDTH = 76
 FIX_WIDTH = 44
 
 
-def column_widths(report: DoctorReport, columns: int | None) -> tuple[int, int]:
-    """Evidence and fix widths that keep the table within `columns` (None: no limit, the
-    widest layout); evidence gets most of the room, neither less than 20."""
-    if columns is None:
-        return EVIDENCE_WIDTH, FIX_WIDTH
-    name = max([len("CHECK"), *(len(c.name) for c in report.checks)])
-    status = max([len("STATUS"), *(len(c.status) for c in report.checks)])
-    room = columns - name - status - 3 * 2  # three gaps of two spaces
-    evidence = max(20, min(EVIDENCE_WIDTH, room * 63 // 100))
-    return evidence, max(20, min(FIX_WIDTH, room - evidence))
-
-
 def render_report(
     report: DoctorReport, columns: int | None = None, paint: Paint | None = None
 ) -> str:
     """One block of rows per check: summary then evidence lines, fix wrapped alongside,
-    all within `columns` when given (evidence and fix wrap; JSON output keeps it all)."""
-    width, fix_width = column_widths(report, columns)
+    all within `columns` when given (evidence and fix wrap; JSON output keeps it all):
+    evidence gets most of the room, neither less than 20 characters."""
+    width, fix_width = EVIDENCE_WIDTH, FIX_WIDTH
+    if columns is not None:
+        name = max([len("CHECK"), *(len(c.name) for c in report.checks)])
+        status = max([len("STATUS"), *(len(c.status) for c in report.checks)])
+        room = columns - name - status - 3 * 2  # three gaps of two spaces
+        width = max(20, min(EVIDENCE_WIDTH, room * 63 // 100))
+        fix_width = max(20, min(FIX_WIDTH, room - width))
     rows: list[list[str]] = []
     for c in report.checks:
         left = textwrap.wrap(c.summary, width) or [""]
@@ -171,15 +167,8 @@ def render_report(
                 line, width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False
             )
         right = textwrap.wrap(c.fix, fix_width, break_on_hyphens=False)
-        for n in range(max(len(left), len(right))):
-            rows.append(
-                [
-                    c.name if n == 0 else "",
-                    c.status if n == 0 else "",
-                    left[n] if n < len(left) else "",
-                    right[n] if n < len(right) else "",
-                ]
-            )
+        for n, (ev, fix) in enumerate(zip_longest(left, right, fillvalue="")):
+            rows.append([c.name, c.status, ev, fix] if n == 0 else ["", "", ev, fix])
     return render_table(["CHECK", "STATUS", "EVIDENCE", "FIX"], rows, paint)
 
 

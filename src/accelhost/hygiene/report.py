@@ -12,23 +12,14 @@ from typing import Any
 
 from accelhost import formats
 from accelhost.host.redact import redact_text, redact_values
+from accelhost.hygiene.capabilities import CHECK_NEEDS
 
 OK, WARN, FAIL, UNKNOWN, SKIP = "OK", "WARN", "FAIL", "UNKNOWN", "SKIP"
 STATUSES = (OK, WARN, FAIL, UNKNOWN, SKIP)
 # How bad, for "the worst finding": a FAIL outranks not knowing, which outranks a WARN.
 SEVERITY = {SKIP: 0, OK: 1, WARN: 2, UNKNOWN: 3, FAIL: 4}
-CHECK_NAMES = (
-    "orphan_engines",
-    "device_holders",
-    "unattributed_memory",
-    "shared_memory",
-    "posix_shm",
-    "hugepages",
-    "preflight",
-    "host_tuning",
-    "container_init",
-)
-BRIEF_WIDTH = 80
+# Every check, in the doctor's order: named once, in the capability table.
+CHECK_NAMES = tuple(need.what for need in CHECK_NEEDS)
 
 
 def one_line(text: str, limit: int = 60) -> str:
@@ -76,8 +67,8 @@ class DoctorReport:
         ran = [c for c in self.checks if c.status != SKIP]
         return max(ran, key=lambda c: SEVERITY[c.status], default=None)
 
-    def brief(self, width: int = BRIEF_WIDTH) -> str:
-        """One line for a monitor: the verdict, then the worst finding (at most `width`)."""
+    def brief(self) -> str:
+        """One line for a monitor: the verdict, then the worst finding (at most 80 characters)."""
         worst = self.worst()
         if worst is None:
             line = f"{UNKNOWN} no check ran"
@@ -85,7 +76,7 @@ class DoctorReport:
             line = f"{OK} {sum(c.status == OK for c in self.checks)} check(s) OK"
         else:
             line = f"{self.verdict} {worst.name}: {worst.summary}"
-        return one_line(line, width)
+        return one_line(line, 80)
 
     def get(self, name: str) -> CheckResult | None:
         return next((c for c in self.checks if c.name == name), None)

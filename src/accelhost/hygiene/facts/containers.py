@@ -104,12 +104,10 @@ def parse_remove_ipc(texts: list[tuple[str, str]]) -> tuple[bool | None, str | N
 
 
 def _read_logind(host: Host) -> tuple[bool | None, str | None]:
-    texts: list[tuple[str, str]] = []
-    for path in reversed(LOGIND_CONFS):  # /etc's replaces the vendor file
-        main = host.read_file(path)
-        if main is not None:
-            texts.append((path, main))
-            break
+    # /etc's replaces the vendor file: the first that exists is the only one read
+    confs = ((path, host.read_file(path)) for path in reversed(LOGIND_CONFS))
+    main = next(((path, text) for path, text in confs if text is not None), None)
+    texts = [main] if main else []
     dropins: dict[str, str] = {}
     for d in LOGIND_DROPINS:
         for name in host.list_dir(d) or []:
@@ -207,13 +205,12 @@ def read_container_facts(
     host: Host,
     procs: Mapping[int, ProcessInfo] | None,
     now_epoch: float | None,
-    options: HygieneOptions | None = None,
+    options: HygieneOptions,
     host_shm: Mapping[str, tuple[ShmFile, ...] | None] | None = None,
     cgroups: MutableMapping[tuple[int, int], CgroupContainer | None] | None = None,
 ) -> ContainerFacts:
     """Everything the container-aware checks need (`procs` None: no process table), with
     the runtimes, the kubelet root and the engine catalog of `options`."""
-    opts = options or HygieneOptions()
     space_text = host.run(list(STATFS_ARGV))
     space = parse_statfs(space_text.stdout if space_text is not None and space_text.ok else None)
     errors = {} if space is not None else {"shm_space": f"{SHM}: free space not read (stat -f)"}
@@ -221,14 +218,14 @@ def read_container_facts(
     if procs is None:
         return ContainerFacts(ContainerView(), (), space, remove_ipc, source, errors=errors)
     view = read_containers(
-        host, procs, now_epoch, opts.container_sockets, cgroups, opts.cri_sockets
+        host, procs, now_epoch, options.container_sockets, cgroups, options.cri_sockets
     )
-    mounts = read_pod_mounts(host, opts.kubelet_root)
+    mounts = read_pod_mounts(host, options.kubelet_root)
     if mounts.notes:
         view = replace(view, notes=(*view.notes, *mounts.notes))
     host_devs = {f.dev for files in (host_shm or {}).values() for f in files or () if f.dev}
     dirs = _shm_dirs(host, view, procs, host_devs, mounts)
-    uids = _engine_uids(host, procs, opts.catalog.is_engine) if remove_ipc else {}
+    uids = _engine_uids(host, procs, options.catalog.is_engine) if remove_ipc else {}
     held_by = {
         node: cid
         for cid in sorted(view.containers)

@@ -133,19 +133,13 @@ def _read_clock(host: Host) -> tuple[float | None, float | None]:
         uptime = None
     stat = host.read_file("/proc/stat") or ""
     btime = next(
-        (float(line.split()[1]) for line in stat.splitlines() if line.startswith("btime ")),
-        None,
+        (float(line.split()[1]) for line in stat.splitlines() if line.startswith("btime ")), None
     )
-    if uptime is None or btime is None:
-        return None, uptime
-    return btime + uptime, uptime
+    return (None if uptime is None or btime is None else btime + uptime), uptime
 
 
 def _read_engine_env(
-    host: Host,
-    procs: Mapping[int, ProcessInfo],
-    holders: set[int],
-    options: HygieneOptions,
+    host: Host, procs: Mapping[int, ProcessInfo], holders: set[int], options: HygieneOptions
 ) -> dict[int, dict[str, str]]:
     """Allocator settings of the engines that hold a device (the only ones it matters for;
     the recorder keeps only these variables, too)."""
@@ -171,14 +165,8 @@ def _read_pool(host: Host, base: str, size_kb: int, node: int | None) -> HugePag
     total, free = count("nr_hugepages"), count("free_hugepages")
     if total is None or free is None:
         return None
-    return HugePagePool(
-        size_kb=size_kb,
-        node=node,
-        total=total,
-        free=free,
-        reserved=count("resv_hugepages") or 0,
-        surplus=count("surplus_hugepages") or 0,
-    )
+    reserved, surplus = count("resv_hugepages") or 0, count("surplus_hugepages") or 0
+    return HugePagePool(size_kb, node, total, free, reserved, surplus)
 
 
 def _read_pools(host: Host, base: str, node: int | None) -> list[HugePagePool] | None:
@@ -195,16 +183,9 @@ def _read_hugepages(host: Host, meminfo: Meminfo | None) -> tuple[HugePagePool, 
     pools = _read_pools(host, HUGEPAGES_DIR, None)
     if not pools and meminfo is not None and meminfo.hugepagesize_kb:
         # Older kernels or masked sysfs: the default size still shows in /proc/meminfo.
-        pools = [
-            HugePagePool(
-                size_kb=meminfo.hugepagesize_kb,
-                node=None,
-                total=meminfo.hugepages_total or 0,
-                free=meminfo.hugepages_free or 0,
-                reserved=meminfo.hugepages_rsvd or 0,
-                surplus=meminfo.hugepages_surp or 0,
-            )
-        ]
+        m = meminfo  # total, free, reserved, surplus: HugePagePool's order
+        counts = (m.hugepages_total, m.hugepages_free, m.hugepages_rsvd, m.hugepages_surp)
+        pools = [HugePagePool(meminfo.hugepagesize_kb, None, *(n or 0 for n in counts))]
     if pools is None:
         return None
     for name in host.list_dir(NODES_DIR) or []:
@@ -277,10 +258,9 @@ def read_facts(
     state: IncrementalState | None = None,
     tools_of: HostFacts | None = None,
 ) -> HostFacts:
-    """Read every input of the doctor's checks from `host` (live, snapshot or recording);
-    with `state` (a watch's, kept from round to round) a live host's processes and shm
-    files are read only where they changed; with `tools_of`, the device tools' answer
-    (npu-smi, nvidia-smi: seconds each) of that same round is taken, not asked again."""
+    """Read every input of the doctor's checks from `host` (live, snapshot or recording),
+    with a watch's `state`; `tools_of`: facts of this same round whose device tools' answer
+    (npu-smi, nvidia-smi: seconds each) is taken, not asked again."""
     lister = host if host.is_live and isinstance(host, InodeLister) else None
     host = read_once(host)  # a fresh wrapper per call: each watch round reads anew
     opts = options or HygieneOptions()

@@ -41,13 +41,7 @@ from accelhost.hygiene.facts.devices import device_paths_held
 from accelhost.hygiene.facts.shmstate import ShmState
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.readers.procs import ProcessInfo, read_process
-from accelhost.readers.shmfiles import (
-    HeldScan,
-    PidHolds,
-    ReaderRights,
-    ShmFile,
-    held_by,
-)
+from accelhost.readers.shmfiles import HeldScan, PidHolds, ReaderRights, ShmFile, held_by
 
 # A process's stat, cmdline and fds are read again in this many rounds after it appeared.
 REREAD_ROUNDS = 1
@@ -120,8 +114,7 @@ class IncrementalState:
         self._force_full = True
 
     def read(self, host: Host, lister: InodeLister | None, now_epoch: float) -> KnownProcesses:
-        """One round's process-side facts, reading only what changed where `lister` (a
-        live host) tells it; without one, everything (a snapshot, a recording)."""
+        """One round's process-side facts: only what changed where `lister` tells it."""
         self.rounds += 1
         full = lister is None or self._force_full or self.rounds % self.full_every == 0
         cost = RoundCost(full=full)
@@ -186,7 +179,14 @@ class IncrementalState:
         if lister is not None:
             self.files.read_births(lister, held)
         self.last = cost
-        return self._known(held, listed=bool(listing))
+        return KnownProcesses(
+            processes={pid: rec.info for pid, rec in self._procs.items()} if listing else None,
+            device_fds={pid: rec.devices for pid, rec in self._procs.items() if rec.devices},
+            hidden=frozenset(self._hidden),
+            shm_files=self.files.snapshot(),
+            held=held,
+            cgroups=self._cgroups,
+        )
 
     def _read_new(
         self,
@@ -276,13 +276,3 @@ class IncrementalState:
             return listed
         young = max(0.0, self._young_due - now_epoch)
         return young if listed is None else min(listed, young)
-
-    def _known(self, held: HeldScan, listed: bool) -> KnownProcesses:
-        return KnownProcesses(
-            processes={pid: rec.info for pid, rec in self._procs.items()} if listed else None,
-            device_fds={pid: rec.devices for pid, rec in self._procs.items() if rec.devices},
-            hidden=frozenset(self._hidden),
-            shm_files=self.files.snapshot(),
-            held=held,
-            cgroups=self._cgroups,
-        )

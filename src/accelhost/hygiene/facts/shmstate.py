@@ -88,9 +88,8 @@ class ShmState:
         return tuple(tokens)
 
     def restat_confirmed(self, host: Host) -> None:
-        """Stat afresh each engine-named file a holder scan confirmed as held by nobody:
-        it is judged leaked on this stat each round. One written since was written by
-        someone: it is confirmed again (a holder scan) when it is old enough again."""
+        """Stat afresh each file a holder scan confirmed as held by nobody (it is judged on
+        this stat); one written since is confirmed again by a scan once old enough again."""
         if not self.confirmed:
             return
         for entries, name, ino, f in self._entries():
@@ -116,30 +115,25 @@ class ShmState:
                 found = True
         return found
 
-    def confirm(self, now_epoch: float, held: HeldScan) -> None:
-        """Remember the engine-named files held by nobody and old enough (only those can
-        be removed; each is stat'ed afresh every round from now on)."""
+    def _unheld_named(self, held: HeldScan) -> list[ShmFile]:
         naming_of = self.options.catalog.shm_naming
+        return [f for f in self.every() if not held.holds(f) and naming_of(f.name) is not None]
+
+    def confirm(self, now_epoch: float, held: HeldScan) -> None:
+        """Remember the engine-named files held by nobody and old enough: only those can
+        be removed."""
+        min_age = self.options.shm_min_age_s
+        unheld = self._unheld_named(held)
         self.confirmed = {
-            (f.path, f.inode)
-            for f in self.every()
-            if not held.holds(f)
-            and (f.age_s(now_epoch) or 0.0) >= self.options.shm_min_age_s
-            and naming_of(f.name) is not None
+            (f.path, f.inode) for f in unheld if (f.age_s(now_epoch) or 0.0) >= min_age
         }
 
     def due(self, now_epoch: float, held: HeldScan) -> float | None:
         """Seconds until the next engine-named file, held by nobody we know of, reaches
         --shm-min-age (it is judged then, not at the next round); None when none will."""
         min_age = self.options.shm_min_age_s
-        waits = [
-            min_age - age
-            for f in self.every()
-            if (age := f.age_s(now_epoch)) is not None
-            and age < min_age
-            and not held.holds(f)
-            and self.options.catalog.shm_naming(f.name) is not None
-        ]
+        ages = [f.age_s(now_epoch) for f in self._unheld_named(held)]
+        waits = [min_age - age for age in ages if age is not None and age < min_age]
         return max(0.0, min(waits)) if waits else None
 
     def snapshot(self) -> dict[str, tuple[ShmFile, ...] | None]:

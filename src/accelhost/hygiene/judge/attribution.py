@@ -92,18 +92,18 @@ class Attribution:
         self.facts = facts
         self.catalog = catalog
         self.seen_holders = dict(seen_holders or {})
-        cf = facts.containers
-        view = cf.view if cf is not None else ContainerView()
+        view = facts.containers.view if facts.containers is not None else ContainerView()
+        modes = ipc_modes or {}
         fill = {
-            i: replace(c, ipc_mode=(ipc_modes or {})[i])
+            i: replace(c, ipc_mode=modes[i])
             for i, c in view.containers.items()
-            if not c.ipc_mode and (ipc_modes or {}).get(i)
+            if not c.ipc_mode and modes.get(i)
         }
         self.view = replace(view, containers={**view.containers, **fill}) if fill else view
         self._engine_in: dict[str, bool] = {}
 
     def container_of(self, pid: int) -> Container | None:
-        return None if self.facts.containers is None else self.view.of_pid(pid)
+        return self.view.of_pid(pid)  # an empty view where no containers were read
 
     def runs_engine(self, c: Container) -> bool:
         """Some process of `c` is an engine's (the user's catalog)."""
@@ -116,21 +116,19 @@ class Attribution:
 
     @cached_property
     def _host_engine_starts(self) -> list[tuple[float, int]]:
-        f, is_engine = self.facts, self.catalog.is_engine
-        out = []
-        for pid, p in sorted((f.processes or {}).items()):
-            age = f.process_age_s(p)
-            if pid in self.view.pid_container or f.now_epoch is None or age is None:
-                continue
-            if not p.is_zombie and is_engine(p.command):
-                out.append((f.now_epoch - age, pid))
-        return out
-
-    def host_engines(self, born: float) -> list[int]:
-        """Engine processes in no container that ran at `born` (one gone since is not
-        known): they write the host's /dev/shm too."""
-        starts = self._host_engine_starts
-        return [pid for start, pid in starts if start <= born + LIFETIME_SLACK_S]
+        """(start, pid) of the engine processes in no container: they write the host's
+        /dev/shm too (one gone since is not known)."""
+        f = self.facts
+        if f.now_epoch is None:
+            return []
+        return [
+            (f.now_epoch - age, pid)
+            for pid, p in sorted((f.processes or {}).items())
+            if pid not in self.view.pid_container
+            and (age := f.process_age_s(p)) is not None
+            and not p.is_zombie
+            and self.catalog.is_engine(p.command)
+        ]
 
     @cached_property
     def listed(self) -> Mapping[str, ShmFile]:
@@ -167,7 +165,7 @@ class Attribution:
         """The stopped containers whose lifetime covers `born` (host /dev/shm, SysV): one
         whose IPC mode is unknown only as a possible author, and a host engine that ran
         then makes every one of them only possible."""
-        if self.facts.containers is None or born is None:
+        if born is None:
             return None
         stopped = [c for c in self.view.containers.values() if c.state != RUNNING and c.started]
         alive = sorted((c for c in stopped if _alive_at(c, born)), key=lambda c: (c.started, c.id))
@@ -177,7 +175,7 @@ class Attribution:
         found = sure + maybe
         if not found:
             return None
-        hosts = self.host_engines(born)
+        hosts = [pid for start, pid in self._host_engine_starts if start <= born + LIFETIME_SLACK_S]
         why = []
         if sure:
             gone = "it no longer runs" if len(sure) == 1 else "none of them runs now"
@@ -237,8 +235,7 @@ class Attribution:
         when it names none, and those it names when they are several of no one pod (an id
         prefix two ids share, a name a removed container and a new one share, one container
         name in two pods): what it removes must be exactly what was meant."""
-        cf = self.facts.containers
-        found = self.view.find(wanted) if cf else []
+        found = self.view.find(wanted)
         pods = {(c.pod.uid or c.pod.label) if c.pod else None for c in found}
         if len(found) > 1 and (None in pods or len(pods) > 1):
             named = "; ".join(sorted(f"{c.label} {c.state or '?'}" for c in found))
@@ -247,9 +244,9 @@ class Attribution:
             )
         if found:
             return found
-        known = self.view.known_labels() if cf else []
+        known = self.view.known_labels()
         listed = "; ".join(known) if known else "none (no container on this host)"
-        note = f" ({'; '.join(cf.view.notes)})" if cf and cf.view.notes else ""
+        note = f" ({'; '.join(self.view.notes)})" if self.view.notes else ""
         raise UsageError(f"--container {wanted}: no such container; known: {listed}{note}")
 
 

@@ -89,8 +89,7 @@ class Findings:
     @property
     def shm_known(self) -> bool:
         """The holders and at least one shm dir were read: a count of 0 means none."""
-        listed = any(files is not None for files in self.facts.shm_files.values())
-        return self.shm is not None and listed
+        return self.shm is not None and any(f is not None for f in self.facts.shm_files.values())
 
     @property
     def leaked_files(self) -> list[ShmVerdict] | None:

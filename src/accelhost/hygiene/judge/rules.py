@@ -188,15 +188,9 @@ def find_orphans(
             continue
         if top is not proc:
             reason = f"under {engine} process {top.pid} ({top.comm}), {reason}"
-        group_front = next(
-            (
-                f
-                for f, name in sorted(frontends.items())
-                if name == engine and processes[f].pgid == proc.pgid and proc.pgid > 0
-            ),
-            None,
-        )
-        out.append(Orphan(proc, engine, reason, processes.get(proc.ppid), top, group_front))
+        ours = [f for f, e in sorted(frontends.items()) if e == engine and proc.pgid > 0]
+        front = next((f for f in ours if processes[f].pgid == proc.pgid), None)
+        out.append(Orphan(proc, engine, reason, processes.get(proc.ppid), top, front))
     return out
 
 
@@ -262,10 +256,10 @@ class ShmVerdict:
 
     file: ShmFile
     naming: str | None  # which engine's naming the name matches (None: no known naming)
-    leaked: bool  # held by nobody, unchanged long enough, named: clean removes it
-    unclaimed: bool  # held by nobody, unchanged long enough, but no naming: reported only
-    blocked: bool  # cannot tell: some live process's open files were unreadable
     reason: str
+    leaked: bool = False  # held by nobody, unchanged long enough, named: clean removes it
+    unclaimed: bool = False  # held by nobody, unchanged long enough, but no naming: reported only
+    blocked: bool = False  # cannot tell: some live process's open files were unreadable
     # seconds until a named file held by nobody counts as leaked (None: not one)
     waiting_s: float | None = None
 
@@ -287,32 +281,24 @@ def judge_shm_file(
     """The /dev/shm leak rule for one file. `holders_name`: the file as its holders name it
     where that differs from the host's path (a container's own /dev/shm: `/dev/shm/x`,
     not `/proc/<pid>/root/dev/shm/x`); `note` ends the reason (where it lies)."""
-
-    def verdict(
-        abandoned: bool, why: str, blocked: bool = False, waiting: float | None = None
-    ) -> ShmVerdict:
-        if abandoned and naming is None:
-            why += "; matches no engine naming: not removed (see --shm-name)"
-        named = naming is not None
-        wait = waiting if named else None
-        return ShmVerdict(
-            f, naming, abandoned and named, abandoned and not named, blocked, why, wait
-        )
-
     if scan.holds(f) or (holders_name is not None and scan.holds(holders_name)):
-        return verdict(False, "held open or mapped by a live process" + note)
+        return ShmVerdict(f, naming, "held open or mapped by a live process" + note)
     age = f.age_s(now_epoch)
     if age is None:
-        return verdict(False, "age unknown (no clock)" + note)
+        return ShmVerdict(f, naming, "age unknown (no clock)" + note)
     if age < min_age_s:
         why = f"unchanged {age:.0f} s, under {min_age_s:g} s{note}"
-        return verdict(False, why, waiting=min_age_s - age)
+        return ShmVerdict(f, naming, why, waiting_s=None if naming is None else min_age_s - age)
     if not scan.complete:
         shown = ", ".join(str(p) for p in scan.unreadable[:3])
         more = f" and {len(scan.unreadable) - 3} more" if len(scan.unreadable) > 3 else ""
         why = f"cannot tell: open files of pid(s) {shown}{more} unreadable, any may hold it"
-        return verdict(False, why + note, blocked=True)
-    return verdict(True, f"held by no process, unchanged {age:.0f} s{note}")
+        return ShmVerdict(f, naming, why + note, blocked=True)
+    why = f"held by no process, unchanged {age:.0f} s{note}"
+    if naming is None:
+        why += "; matches no engine naming: not removed (see --shm-name)"
+        return ShmVerdict(f, naming, why, unclaimed=True)
+    return ShmVerdict(f, naming, why, leaked=True)
 
 
 def match_naming(name: str, namings: Sequence[tuple[str, str]]) -> str | None:
