@@ -144,9 +144,7 @@ def parse_pod_mounts(
 
 
 def read_pod_mounts(
-    host: Host,
-    kubelet_root: str | None = None,
-    containerd_state: str = DEFAULT_CONTAINERD_STATE,
+    host: Host, kubelet_root: str | None = None, containerd_state: str = DEFAULT_CONTAINERD_STATE
 ) -> PodMounts:
     """`parse_pod_mounts` of this host's mount table. `kubelet_root` None: the usual one,
     silently absent on a host without a kubelet; one that was named and is no directory
