@@ -56,11 +56,8 @@ def parse_time(text: Any) -> float | None:
     except (ValueError, OverflowError):
         return None
     frac = float(m.group(7)) if m.group(7) else 0.0
-    zone = m.group(8)
-    offset = 0
-    if zone != "Z":
-        sign = -1 if zone[0] == "-" else 1
-        offset = sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
+    zone = m.group(8)  # Z, or +HH:MM / -HH:MM: the sign is both fields'
+    offset = 0 if zone == "Z" else int(zone[:3]) * 3600 + int(zone[0] + zone[4:6]) * 60
     return base + frac - offset
 
 
