@@ -240,13 +240,8 @@ def trim_answer(path: str, body: str, redact: Any = None) -> str:
     data = load_json(body)
     if isinstance(data, list):
         data = [
-            {
-                "Id": item.get("Id"),
-                "Names": item.get("Names"),
-                "Image": item.get("Image"),
-                "State": item.get("State"),
-                "Labels": _kube_labels(item.get("Labels")),
-            }
+            {k: item.get(k) for k in ("Id", "Names", "Image", "State")}
+            | {"Labels": _kube_labels(item.get("Labels"))}
             for item in data
             if isinstance(item, dict)
         ]
@@ -255,9 +250,7 @@ def trim_answer(path: str, body: str, redact: Any = None) -> str:
         config = as_object(data.get("Config"))
         args = [a for a in _list(data.get("Args")) if isinstance(a, str)]
         data = {
-            "Id": data.get("Id"),
-            "Name": data.get("Name"),
-            "Path": data.get("Path"),
+            **{k: data.get(k) for k in ("Id", "Name", "Path")},
             "Args": redact(args) if redact else args,
             "RestartCount": data.get("RestartCount"),
             "State": {

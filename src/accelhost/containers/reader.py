@@ -266,8 +266,10 @@ def _with_processes(
 ) -> Container:
     """PID 1's command and host-IPC sharing from the processes seen in the container."""
     init = next((p for p in pids if namespaces[p].is_namespace_init), None)
-    if init is None:  # no nested PID namespace seen (--pid=host): the runtime's, else the oldest
-        init = init_pid if init_pid in procs else min(pids, key=lambda p: (procs[p].start_ticks, p))
+    if init is None and init_pid in procs:
+        init = init_pid
+    if init is None:  # no nested PID namespace seen (--pid=host): the oldest process
+        init = min(pids, key=lambda p: (procs[p].start_ticks, p))
     ipcs = {namespaces[p].ipc for p in pids if namespaces[p].ipc is not None}
     shares = None if not ipcs or host_ipc is None else host_ipc in ipcs
     return replace(c, pid1_command=procs[init].command, shares_host_ipc=shares)
