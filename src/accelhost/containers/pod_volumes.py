@@ -121,13 +121,11 @@ def parse_pod_mounts(
         return re.compile(re.escape(root.rstrip("/")) + shape)
 
     volume = below(kubelet_root, rf"/pods/([^/]+)/volumes/{re.escape(EMPTY_DIR)}/([^/]+)")
-    sandboxes = (
-        (
-            "containerd",
-            below(containerd_state, rf"/io\.containerd\.grpc\.v1\.cri/sandboxes/({_HEX64})/shm"),
-        ),
-        ("cri-o", below(CRIO_RUNROOT, rf"/overlay-containers/({_HEX64})/userdata/shm")),
+    containerd = below(
+        containerd_state, rf"/io\.containerd\.grpc\.v1\.cri/sandboxes/({_HEX64})/shm"
     )
+    crio = below(CRIO_RUNROOT, rf"/overlay-containers/({_HEX64})/userdata/shm")
+    sandboxes = (("containerd", containerd), ("cri-o", crio))
     volumes: dict[str, PodVolume] = {}
     shms: dict[str, SandboxShm] = {}
     for m in parse_mountinfo(text):
