@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from accelhost.containers.docker_api import as_object, full_id, pod_of, text_of
+from accelhost.containers.docker_api import as_object, full_id, objects_in, pod_of, text_of
 from accelhost.containers.model import EXITED, RUNNING, Container, Pod
 
 SANDBOX_NAME = "POD"
@@ -58,12 +58,12 @@ def parse_cri_look(endpoint: str, answer: Any) -> CriAnswer | None:
     name = text_of(version.get("runtime_name"))
     runtime = RUNTIME_WORDS.get(name or "", "kubernetes")
     said = " ".join(x for x in (name, text_of(version.get("runtime_version"))) if x)
-    boxes = (_sandbox(item, runtime) for item in _items(data.get("sandboxes")))
+    boxes = (_sandbox(item, runtime) for item in objects_in(data.get("sandboxes")))
     sandboxes = {box.id: box for box in boxes if box is not None}
     statuses = as_object(data.get("statuses"))
     containers: dict[str, Container] = dict(sandboxes)
     pids: dict[str, int] = {}
-    for item in _items(data.get("containers")):
+    for item in objects_in(data.get("containers")):
         cid = full_id(item.get("id"))
         if cid is None:
             continue
@@ -73,10 +73,6 @@ def parse_cri_look(endpoint: str, answer: Any) -> CriAnswer | None:
         if type(pid) is int and pid > 0:
             pids[cid] = pid
     return CriAnswer(endpoint, runtime, said or None, containers, pids)
-
-
-def _items(value: Any) -> list[dict[str, Any]]:
-    return [x for x in value if isinstance(x, dict)] if isinstance(value, list) else []
 
 
 def _seconds(value: Any) -> float | None:
@@ -122,6 +118,7 @@ def _container(
     box = sandboxes.get(sandbox_id) if sandbox_id else None
     name = text_of(item.get("name")) or text_of(as_object(labels).get(CONTAINER_NAME_LABEL))
     state = _STATES.get(str(status.get("state") or item.get("state")))
+    mounts = {p for m in objects_in(status.get("mounts")) if (p := text_of(m.get("host_path")))}
     return Container(
         runtime=runtime,
         id=cid,
@@ -133,7 +130,5 @@ def _container(
         finished=_seconds(status.get("finished_at")),
         attempt=_count(item.get("attempt")),
         sandbox_id=sandbox_id,
-        mounts=tuple(
-            sorted({p for m in _items(status.get("mounts")) if (p := text_of(m.get("host_path")))})
-        ),
+        mounts=tuple(sorted(mounts)),
     )

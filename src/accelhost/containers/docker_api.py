@@ -56,11 +56,8 @@ def parse_time(text: Any) -> float | None:
     except (ValueError, OverflowError):
         return None
     frac = float(m.group(7)) if m.group(7) else 0.0
-    zone = m.group(8)
-    offset = 0
-    if zone != "Z":
-        sign = -1 if zone[0] == "-" else 1
-        offset = sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
+    zone = m.group(8)  # Z, or +HH:MM / -HH:MM: the sign is both fields'
+    offset = 0 if zone == "Z" else int(zone[:3]) * 3600 + int(zone[0] + zone[4:6]) * 60
     return base + frac - offset
 
 
@@ -69,8 +66,13 @@ def as_object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
+def objects_in(value: Any) -> list[dict[str, Any]]:
+    """The JSON objects in a list; none in anything else."""
+    return [x for x in value if isinstance(x, dict)] if isinstance(value, list) else []
+
+
+def _strings_in(value: Any) -> list[str]:
+    return [x for x in value if isinstance(x, str)] if isinstance(value, list) else []
 
 
 def load_json(text: str | None) -> Any:
@@ -112,13 +114,11 @@ def parse_container_list(text: str | None, runtime: str = "docker") -> list[Cont
     if not isinstance(data, list):
         return None
     out = []
-    for item in data:
-        if not isinstance(item, dict):
-            continue
+    for item in objects_in(data):
         cid = full_id(item.get("Id"))
         if cid is None:
             continue
-        name = next((n.lstrip("/") for n in _list(item.get("Names")) if isinstance(n, str)), None)
+        name = next((n.lstrip("/") for n in _strings_in(item.get("Names"))), None)
         out.append(
             Container(
                 runtime=runtime,
@@ -145,8 +145,7 @@ def parse_inspect(text: str | None, runtime: str = "docker") -> tuple[Container,
     host_config = as_object(data.get("HostConfig"))
     config = as_object(data.get("Config"))
     path = text_of(data.get("Path"))
-    args = _list(data.get("Args"))
-    argv = ([path] if path else []) + [a for a in args if isinstance(a, str)]
+    argv = ([path] if path else []) + _strings_in(data.get("Args"))
     pid, restarts = state.get("Pid"), data.get("RestartCount")
     return (
         Container(
@@ -243,24 +242,16 @@ def trim_answer(path: str, body: str, redact: Any = None) -> str:
     data = load_json(body)
     if isinstance(data, list):
         data = [
-            {
-                "Id": item.get("Id"),
-                "Names": item.get("Names"),
-                "Image": item.get("Image"),
-                "State": item.get("State"),
-                "Labels": _kube_labels(item.get("Labels")),
-            }
-            for item in data
-            if isinstance(item, dict)
+            {k: item.get(k) for k in ("Id", "Names", "Image", "State")}
+            | {"Labels": _kube_labels(item.get("Labels"))}
+            for item in objects_in(data)
         ]
     elif isinstance(data, dict):
         state = as_object(data.get("State"))
         config = as_object(data.get("Config"))
-        args = [a for a in _list(data.get("Args")) if isinstance(a, str)]
+        args = _strings_in(data.get("Args"))
         data = {
-            "Id": data.get("Id"),
-            "Name": data.get("Name"),
-            "Path": data.get("Path"),
+            **{k: data.get(k) for k in ("Id", "Name", "Path")},
             "Args": redact(args) if redact else args,
             "RestartCount": data.get("RestartCount"),
             "State": {

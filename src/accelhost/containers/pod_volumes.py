@@ -103,9 +103,7 @@ def parse_mountinfo(text: str) -> list[Mount]:
                 mount_point=unescape(parts[4]),
                 fstype=parts[dash + 1],
                 source=unescape(parts[dash + 2]),
-                options=frozenset(parts[dash + 3].split(","))
-                if len(parts) > dash + 3
-                else frozenset(),
+                options=frozenset(parts[dash + 3].split(",") if len(parts) > dash + 3 else ()),
             )
         )
     return out
@@ -123,13 +121,11 @@ def parse_pod_mounts(
         return re.compile(re.escape(root.rstrip("/")) + shape)
 
     volume = below(kubelet_root, rf"/pods/([^/]+)/volumes/{re.escape(EMPTY_DIR)}/([^/]+)")
-    sandboxes = (
-        (
-            "containerd",
-            below(containerd_state, rf"/io\.containerd\.grpc\.v1\.cri/sandboxes/({_HEX64})/shm"),
-        ),
-        ("cri-o", below(CRIO_RUNROOT, rf"/overlay-containers/({_HEX64})/userdata/shm")),
+    containerd = below(
+        containerd_state, rf"/io\.containerd\.grpc\.v1\.cri/sandboxes/({_HEX64})/shm"
     )
+    crio = below(CRIO_RUNROOT, rf"/overlay-containers/({_HEX64})/userdata/shm")
+    sandboxes = (("containerd", containerd), ("cri-o", crio))
     volumes: dict[str, PodVolume] = {}
     shms: dict[str, SandboxShm] = {}
     for m in parse_mountinfo(text):
@@ -143,11 +139,7 @@ def parse_pod_mounts(
     return PodMounts(tuple(volumes.values()), tuple(shms.values()))
 
 
-def read_pod_mounts(
-    host: Host,
-    kubelet_root: str | None = None,
-    containerd_state: str = DEFAULT_CONTAINERD_STATE,
-) -> PodMounts:
+def read_pod_mounts(host: Host, kubelet_root: str | None = None) -> PodMounts:
     """`parse_pod_mounts` of this host's mount table. `kubelet_root` None: the usual one,
     silently absent on a host without a kubelet; one that was named and is no directory
     is said in `notes`. No mount table (a snapshot without it): nothing found, said where
@@ -162,4 +154,4 @@ def read_pod_mounts(
     if text is None:  # said where a kubelet root was named: elsewhere, likely no kubelet
         said = () if kubelet_root is None else (f"{MOUNTINFO} not read: pods' volumes not seen",)
         return PodMounts(notes=(*notes, *said))
-    return replace(parse_pod_mounts(text, root, containerd_state), notes=tuple(notes))
+    return replace(parse_pod_mounts(text, root), notes=tuple(notes))

@@ -121,9 +121,8 @@ def _ask_socket(
         removed = docker_api.removed_containers(events, runtime)
     order = sorted(found, key=lambda cid: (cid not in wanted, cid))[:MAX_INSPECT]
     for cid in order:
-        got = docker_api.parse_inspect(
-            host.http_get(socket_path, f"/containers/{cid}/json"), runtime
-        )
+        inspected = host.http_get(socket_path, f"/containers/{cid}/json")
+        got = docker_api.parse_inspect(inspected, runtime)
         if got is None or got[0].id != cid:
             # slow or garbled: ask it nothing more (a doctor waits a second, not one a
             # container); the listing's names stand

@@ -61,23 +61,19 @@ class Host(Protocol):
 
     def run_many(self, argvs: Sequence[Sequence[str]]) -> list[CommandResult | None]:
         """Run independent commands; a live host runs them concurrently."""
-        ...
 
     def read_file(self, path: str) -> str | None: ...
 
     def list_dir(self, path: str) -> list[str] | None:
         """Sorted entry names."""
-        ...
 
     def read_link(self, path: str) -> str | None: ...
 
     def stat_dir(self, path: str) -> list[FileStat] | None:
         """Every entry as it is (links not followed), sorted by name."""
-        ...
 
     def stat(self, path: str) -> FileStat | None:
         """Links followed, so /proc/PID/fd/N is the open file itself."""
-        ...
 
     def getenv(self, name: str) -> str | None: ...
 
@@ -85,18 +81,15 @@ class Host(Protocol):
         """The wall clock, as the host's processes and its container runtime stamp time
         (epoch seconds, to the microsecond); None for a recording that kept none. The
         kernel's boot time plus uptime is up to a second off it (whole-second boot time)."""
-        ...
 
     def http_get(self, socket_path: str, path: str) -> str | None:
         """A container runtime's API; None unless `200` comes within a second."""
-        ...
 
     def cri_look(self, endpoint: str) -> dict[str, Any] | None:
         """What the CRI runtime on `endpoint` (a socket path or `unix://` endpoint) says of
         its pod sandboxes and containers, as plain JSON-able data (`accelhost.host.cri`),
         or `{"error": why}` when it cannot be asked (silent for a second, not the CRI);
         None where no such socket exists."""
-        ...
 
 
 def recorded_pci(host: Host) -> tuple[str, ...] | None:

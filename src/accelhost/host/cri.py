@@ -23,6 +23,9 @@ MAX_STATUSES = 512  # containers asked for their status in one look (the rest: l
 KEPT_LABEL_PREFIX = "io.kubernetes."
 # A containerd without its CRI plugin (Docker's own) answers so
 NOT_CRI = "not a CRI runtime (runtime.v1 not served)"
+# copied as they are (the rest of each answer is picked below)
+_VERSION_FIELDS = ("runtime_name", "runtime_version", "runtime_api_version")
+_STATUS_FIELDS = ("created_at", "started_at", "finished_at", "exit_code", "reason")
 
 
 def cri_look(endpoint: str, timeout: float = LOOK_TIMEOUT_S) -> dict[str, Any] | None:
@@ -71,11 +74,7 @@ def cri_look(endpoint: str, timeout: float = LOOK_TIMEOUT_S) -> dict[str, Any] |
     finally:
         channel.close()
     return {
-        "version": {
-            "runtime_name": version.runtime_name,
-            "runtime_version": version.runtime_version,
-            "runtime_api_version": version.runtime_api_version,
-        },
+        "version": {k: getattr(version, k) for k in _VERSION_FIELDS},
         "sandboxes": [_sandbox(p) for p in pods.items],
         "containers": containers,
         "statuses": statuses,
@@ -118,11 +117,7 @@ def _status(answer: Any) -> dict[str, Any]:
     return {
         "state": _enum_name(s, "state"),
         "image": s.image.image,
-        "created_at": s.created_at,
-        "started_at": s.started_at,
-        "finished_at": s.finished_at,
-        "exit_code": s.exit_code,
-        "reason": s.reason,
+        **{k: getattr(s, k) for k in _STATUS_FIELDS},
         "mounts": [
             {"container_path": m.container_path, "host_path": m.host_path, "readonly": m.readonly}
             for m in s.mounts

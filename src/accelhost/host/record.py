@@ -58,21 +58,16 @@ class RecordingHost(HostWrapper):
                 self._kept[section][key] = _as_json(value)
         return value
 
-    def _keep_command(self, argv: Sequence[str], result: CommandResult | None) -> None:
-        key = command_key(argv)
-        if result is not None and (keep := self._filters.get(key)):
-            result = CommandResult(keep(result.stdout), result.rc)
-        self._keep("commands", key, result)
-
     def run(self, argv: Sequence[str]) -> CommandResult | None:
-        result = self.inner.run(argv)
-        self._keep_command(argv, result)
-        return result
+        return self.run_many([argv])[0]
 
     def run_many(self, argvs: Sequence[Sequence[str]]) -> list[CommandResult | None]:
         results = self.inner.run_many(argvs)
         for argv, result in zip(argvs, results, strict=True):
-            self._keep_command(argv, result)
+            key, kept = command_key(argv), result
+            if result is not None and (keep := self._filters.get(key)):
+                kept = CommandResult(keep(result.stdout), result.rc)
+            self._keep("commands", key, kept)
         return results
 
     def read_file(self, path: str) -> str | None:

@@ -67,20 +67,16 @@ def redact_cmdline(raw: str) -> str:
     out: list[str] = []
     hide_next = False
     for arg in raw.split("\0"):
+        name, eq, _ = arg.partition("=")
         if hide_next and arg:
             out.append(REDACTED)
             hide_next = False
-            continue
-        hide_next = False
-        name, eq, _ = arg.partition("=")
-        if _SECRET_OPTION.match(name):
-            if eq:
-                arg = f"{name}={REDACTED}"
-            else:
-                hide_next = True
+        elif _SECRET_OPTION.match(name):
+            out.append(f"{name}={REDACTED}" if eq else arg)
+            hide_next = not eq
         else:
-            arg = redact_text(arg)
-        out.append(arg)
+            out.append(redact_text(arg))
+            hide_next = False
     return "\0".join(out)
 
 

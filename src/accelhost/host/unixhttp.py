@@ -22,10 +22,7 @@ _MAX_HEADER_BYTES = 64 * 1024
 
 
 def unix_http_get(
-    socket_path: str,
-    path: str,
-    timeout_s: float = TIMEOUT_S,
-    max_bytes: int = MAX_ANSWER_BYTES,
+    socket_path: str, path: str, timeout_s: float = TIMEOUT_S, max_bytes: int = MAX_ANSWER_BYTES
 ) -> str | None:
     """The body of `GET path` on the unix socket, or None (absent, slow, refused, not 200,
     garbled, too large). Never raises, never takes longer than about `timeout_s`."""

@@ -19,6 +19,7 @@ forwards the signals it gets meanwhile).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -129,10 +130,8 @@ def signal_members(pids: Iterable[int], sig: int) -> None:
     """Signal the members of the caller's own cgroup, just listed (frozen where the freezer
     allows, so no pid can be freed and reused before the signal lands)."""
     for pid in pids:
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, sig)
-        except OSError:
-            continue
 
 
 def send_each(sig: int, pins: list[Pinned]) -> list[int]:
