@@ -38,24 +38,9 @@ class Pipeline:
             raise PipelineError(f"queue_size must be an integer >= 1, not {queue_size!r}")
         if on_error not in ("raise", "skip", "return"):
             raise PipelineError(f"on_error must be 'raise', 'skip' or 'return', not {on_error!r}")
-        self.stages = list(stages)
-        self.queue_size = queue_size
-        self.ordered = ordered
-        self.on_error: OnError = on_error
-        self.trace = trace
-        self.join_timeout = join_timeout
+        self._settings = RunSettings(stages, queue_size, ordered, on_error, trace, join_timeout)
         self._run: Run | None = None
         self._active = False
-
-    def _settings(self) -> RunSettings:
-        return RunSettings(
-            stages=tuple(self.stages),
-            queue_size=self.queue_size,
-            ordered=self.ordered,
-            on_error=self.on_error,
-            trace=self.trace,
-            join_timeout=self.join_timeout,
-        )
 
     def run(self, iterable: Iterable[Any]) -> Generator[Any, None, None]:
         """Results for `iterable`, as a generator; closing it early stops everything."""
@@ -113,8 +98,7 @@ class Pipeline:
         """Where the time went in the current or last run, per stage: busy (inside the
         stage function) and idle (the rest; the device stage's idle fraction is the
         bubble), and the time-weighted queue depth."""
-        r = self._run
-        return stats(r.settings if r is not None else self._settings(), r, self._active)
+        return stats(self._settings, self._run, self._active)
 
     def prometheus_collector(self, prefix: str = "accelhost_pipeline", pipeline: str = "default"):  # type: ignore[no-untyped-def]
         """A prometheus-client collector reading `stats()` at each scrape."""
@@ -132,7 +116,7 @@ class Pipeline:
     def _start(self) -> Run:
         if self._active:
             raise PipelineError("this pipeline is already running; create another one")
-        r = Run(self._settings())
+        r = Run(self._settings)
         self._run = r
         self._active = True
         try:
