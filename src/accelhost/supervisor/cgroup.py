@@ -7,6 +7,7 @@ can be written, `--cgroup` fails with one line instead of running unprotected.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
@@ -30,14 +31,9 @@ class CgroupError(AccelhostError):
 
 def read_own_cgroups(text: str) -> dict[str, str]:
     """Controller (or "" for v2, "name=systemd" for named v1) -> our path in it."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) != 3:
-            continue
-        for name in parts[1].split(","):  # v2's line lists none: its name is ""
-            out[name] = parts[2]
-    return out
+    rows = [line.split(":", 2) for line in text.splitlines()]
+    # v2's line lists no controller: its name is ""
+    return {name: row[2] for row in rows if len(row) == 3 for name in row[1].split(",")}
 
 
 def _join(mount: Mount, path: str) -> str:
@@ -65,11 +61,9 @@ class Cgroup:
         """SIGKILL every member at once: cgroup.kill (v2, Linux 5.14+), else freeze, kill
         each, thaw, so that no member can fork between the listing and the kill."""
         if self.version == 2 and os.path.exists(self._file("cgroup.kill")):
-            try:
+            with contextlib.suppress(OSError):
                 _write(self._file("cgroup.kill"), "1")
                 return
-            except OSError:
-                pass
         frozen = self._freeze(True)
         signal_members(self.pids(), signal.SIGKILL)
         if frozen:

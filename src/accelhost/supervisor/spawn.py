@@ -35,7 +35,6 @@ def become_subreaper() -> bool:
     try:
         prctl = libc().prctl
         prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong]
-        prctl.restype = ctypes.c_int
         return bool(prctl(PR_SET_CHILD_SUBREAPER, 1, 0) == 0)
     except (OSError, AttributeError):
         return False
@@ -47,10 +46,8 @@ def private_ipc_setup() -> Callable[[], None]:
     their last process. Raises OSError (EPERM without CAP_SYS_ADMIN)."""
     unshare = libc().unshare
     unshare.argtypes = [ctypes.c_int]
-    unshare.restype = ctypes.c_int
     mount = libc().mount
     mount.argtypes = [ctypes.c_char_p] * 3 + [ctypes.c_ulong, ctypes.c_char_p]
-    mount.restype = ctypes.c_int
 
     def setup() -> None:
         check(unshare(CLONE_NEWIPC | CLONE_NEWNS), "unshare")
