@@ -45,6 +45,9 @@ class SegmentLedger:
     def start(cls, host: Host) -> SegmentLedger:
         return cls(before=frozenset(s.shmid for s in read_segments(host) or []))
 
+    def note(self, pids: Iterable[int]) -> None:
+        self.creators.update(pids)
+
     def absorb(self, members: Iterable[int], ambiguous: Iterable[int]) -> None:
         """Take in what the process events saw: every member, and the reused pids."""
         self.creators.update(members)
@@ -240,7 +243,7 @@ class Leftovers:
 
     def note(self, pids: Iterable[int]) -> None:
         if self.segments is not None:
-            self.segments.creators.update(pids)
+            self.segments.note(pids)
 
     def observe(self, pids: Iterable[int]) -> None:
         """The live tree as the teardown begins: which /dev/shm files it holds."""

@@ -24,23 +24,26 @@ from accelhost.remove.signals import D_STATE, Pinned, StopLoop, send_each, signa
 from accelhost.supervisor.cgroup import Cgroup, create_cgroup
 from accelhost.supervisor.forks import BATCH_S
 from accelhost.supervisor.leftovers import Leftovers
-from accelhost.supervisor.options import (
-    FIRST_SCAN_S,
-    FORWARDED_SIGNAL_NAMES,
-    STATUS_CANNOT_EXECUTE,
-    STATUS_ENGINE_DIED,
-    STATUS_NOT_FOUND,
-    STOPPING_SIGNAL_NAMES,
-    RunOutcome,
-    SupervisorOptions,
-)
+from accelhost.supervisor.options import RunOutcome, SupervisorOptions
 from accelhost.supervisor.spawn import SpawnError, become_subreaper, spawn
 from accelhost.supervisor.tree import TreeScanner, alive_only, scan_tree, still_same, with_cmdlines
 from accelhost.supervisor.wakeup import Waker
 
-# Extra signals whose dispositions the command gets back as default (Python ignores SIGPIPE
-# and SIGXFSZ; a shell started by us must not inherit that).
-_RESET_FOR_CHILD = ("SIGPIPE", "SIGXFSZ")
+# Signals passed on to the command's group that also start the teardown; SIGHUP and
+# SIGUSR1/2 (often "reload") are passed on only.
+STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+FORWARDED = (*STOPPING, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+# Dispositions the command gets back as default: ours, and SIGPIPE and SIGXFSZ (Python
+# ignores them; a shell started by us must not inherit that).
+_RESET_FOR_CHILD = (*FORWARDED, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ)
+
+# /proc rescans while something is tracked start this fast and back off to scan_interval_s.
+FIRST_SCAN_S = 0.2
+
+# Exit statuses of the supervisor itself (a shell's conventions where there is one).
+STATUS_CANNOT_EXECUTE = 126
+STATUS_NOT_FOUND = 127
+STATUS_ENGINE_DIED = 1
 
 
 class Supervisor:
@@ -58,12 +61,9 @@ class Supervisor:
         self.tracked_nofd: dict[int, ProcessInfo] = {}  # pid -> process
         self.bound = False
         self.patterns = [re.compile(p) for p in options.fail_on_exit]
-        self.forwarded = [signal.Signals[n] for n in FORWARDED_SIGNAL_NAMES]
-        self.stopping = {signal.Signals[n] for n in STOPPING_SIGNAL_NAMES}
         self.cgroup: Cgroup | None = None
         self.left = Leftovers(host)
         self.waker = Waker()
-        self.poller = self.waker.poller
         self.scanner = TreeScanner(host, self.me)
 
     def _reap(self) -> None:
@@ -93,7 +93,7 @@ class Supervisor:
         return tree
 
     def run(self) -> RunOutcome:
-        self.waker.install([*self.forwarded, signal.SIGCHLD])
+        self.waker.install([*FORWARDED, signal.SIGCHLD])
         try:
             return self._run()
         except BaseException:
@@ -120,9 +120,10 @@ class Supervisor:
             self.waker.add_events(fd, drain, BATCH_S)
         if self.opts.cgroup:
             self.cgroup = create_cgroup(self.opts.cgroup, f"accelhost-run-{self.me}")
-        reset = [*self.forwarded, signal.SIGCHLD, *(signal.Signals[n] for n in _RESET_FOR_CHILD)]
         try:
-            self.cmd_pid = spawn(self.opts.argv, self.cgroup, reset, self.opts.private_ipc)
+            self.cmd_pid = spawn(
+                self.opts.argv, self.cgroup, _RESET_FOR_CHILD, self.opts.private_ipc
+            )
         except SpawnError as exc:
             if self.cgroup is not None and not self.cgroup.remove():
                 self.opts.warn(f"could not remove cgroup {self.cgroup.path}")
@@ -177,13 +178,13 @@ class Supervisor:
                 self._forward(sig)
                 # Only a command still there got it: after its exit its group gets SIGTERM
                 # in the teardown (the stop is then no stop of it: its own status stays).
-                if sig in self.stopping and self.cmd_status is None:
+                if sig in STOPPING and self.cmd_status is None:
                     self.stop_signal = sig
                     self.opts.log(f"received {signal_name(sig)}; stopping the command")
                     return "signal"
             for fd in fds:
                 info = self.tracked.pop(fd, None)
-                self.poller.unregister(fd)
+                self.waker.poller.unregister(fd)
                 os.close(fd)
                 if info is not None and self.died is None:
                     self.died = info
@@ -234,7 +235,7 @@ class Supervisor:
                 self.tracked_nofd[pid] = info
             elif still_same(self.host, info):
                 self.tracked[fd] = info
-                self.poller.register(fd, select.POLLIN)
+                self.waker.poller.register(fd, select.POLLIN)
             else:
                 os.close(fd)  # it died between the scan and the pidfd: already a death
                 self.died = info
@@ -258,7 +259,7 @@ class Supervisor:
 
     def _untrack(self) -> None:
         for fd in list(self.tracked):
-            self.poller.unregister(fd)
+            self.waker.poller.unregister(fd)
             os.close(fd)
         self.tracked.clear()
 
@@ -274,7 +275,7 @@ class Supervisor:
             send=self._send,
             spare=lambda info: forwarded and info.pgid == self.cmd_pid,
             log=self.opts.log,
-            poller=self.poller,
+            poller=self.waker.poller,
             wait=self._wait_forwarding,
         )
         left = loop.run(self.opts.grace_s, self.opts.kill_wait_s)
