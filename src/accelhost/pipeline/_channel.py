@@ -221,7 +221,7 @@ class Channel(Generic[T]):
 
     def hurry(self, on: bool) -> None:
         """While on (the feeder waits for the ordered window to open), a wait with a
-        timeout, a batch filling up, returns at once: see `_ends._hurry`."""
+        timeout, a batch filling up, returns at once: see `_pipeline._hurry`."""
         with self._lock:
             self._hurry = on
             if on:
