@@ -33,6 +33,7 @@ from accelhost.supervisor.forks import ForkTracker
 from accelhost.supervisor.options import RemovedFile, RemovedSegment, RunOutcome, SupervisorOptions
 
 Inode = tuple[int, int]  # (st_dev, st_ino)
+Scan = Callable[[], Iterable[int]]
 
 
 @dataclass
@@ -189,16 +190,10 @@ class Leftovers:
     tracker: ForkTracker | None = None
     creations: CreationWatch | None = None
     # the live tree's pids by a /proc scan, where there are no process events
-    scan: Callable[[], Iterable[int]] | None = None
+    scan: Scan | None = None
 
     @classmethod
-    def start(
-        cls,
-        host: Host,
-        root: int,
-        opts: SupervisorOptions,
-        scan: Callable[[], Iterable[int]] | None = None,
-    ) -> Leftovers:
+    def start(cls, host: Host, root: int, opts: SupervisorOptions, scan: Scan) -> Leftovers:
         """Record what exists before the command starts (call before spawning it)."""
         if not opts.clean_shm or opts.private_ipc:
             return cls(host)
