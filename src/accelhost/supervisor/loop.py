@@ -28,11 +28,10 @@ from accelhost.host.redact import redact_text
 from accelhost.kernel.libc import open_pidfd
 from accelhost.readers.procs import ProcessInfo
 from accelhost.remove.signals import D_STATE, Pinned, StopLoop, send_each, signal_group, signal_name
-from accelhost.supervisor.cgroup import Cgroup, create_cgroup
 from accelhost.supervisor.forks import BATCH_S
 from accelhost.supervisor.leftovers import Leftovers
 from accelhost.supervisor.options import RunOutcome, SupervisorOptions
-from accelhost.supervisor.spawn import SpawnError, become_subreaper, spawn
+from accelhost.supervisor.spawn import Cgroup, SpawnError, become_subreaper, create_cgroup, spawn
 from accelhost.supervisor.tree import TreeScanner, alive_only, scan_tree, still_same, with_cmdlines
 
 # Signals passed on to the command's group that also start the teardown; SIGHUP and
