@@ -5,7 +5,7 @@ supervisor costs nothing: no timer fires unless something is tracked (`--fail-on
 `--bind`), and then only a /proc rescan that backs off to `scan_interval_s`. Signals
 arrive through `signal.set_wakeup_fd`'s self-pipe and are handled in the loop (a handler,
 unlike SIG_DFL, is never discarded by the kernel for PID 1). An event source is muted for
-its `batch_s` after each drain: a host that forks a lot costs a few wakeups a second, not
+`BATCH_S` after each drain: a host that forks a lot costs a few wakeups a second, not
 one a fork.
 """
 
@@ -28,7 +28,6 @@ from accelhost.host.redact import redact_text
 from accelhost.kernel.libc import open_pidfd
 from accelhost.readers.procs import ProcessInfo
 from accelhost.remove.signals import D_STATE, Pinned, StopLoop, send_each, signal_group, signal_name
-from accelhost.supervisor.forks import BATCH_S
 from accelhost.supervisor.leftovers import Leftovers
 from accelhost.supervisor.options import RunOutcome, SupervisorOptions
 from accelhost.supervisor.spawn import Cgroup, SpawnError, become_subreaper, create_cgroup, spawn
@@ -51,6 +50,10 @@ STATUS_NOT_FOUND = 127
 STATUS_ENGINE_DIED = 1
 
 
+# After draining a source, wait this long before looking at it again (events just queue).
+BATCH_S = 0.05
+
+
 def _noop(signum: int, frame: FrameType | None) -> None:
     """The wakeup fd carries the signal to the loop."""
 
@@ -62,8 +65,8 @@ class Waker:
         self._wake_w = -1
         self._saved: dict[int, object] = {}
         self._saved_wakeup = -1
-        # event sources read in batches: fd -> (drain, batch seconds); muted ones: fd -> until
-        self._sources: dict[int, tuple[Callable[[], None], float]] = {}
+        # event sources read in batches: fd -> drain; muted ones: fd -> until
+        self._sources: dict[int, Callable[[], None]] = {}
         self._muted: dict[int, float] = {}
 
     def install(self, signals: Iterable[int]) -> None:
@@ -83,9 +86,9 @@ class Waker:
                 os.close(fd)
         self._wake_r = self._wake_w = -1
 
-    def add_events(self, fd: int, drain: Callable[[], None], batch_s: float) -> None:
-        """A source read whenever it has data, at most once per `batch_s`."""
-        self._sources[fd] = (drain, batch_s)
+    def add_events(self, fd: int, drain: Callable[[], None]) -> None:
+        """A source read whenever it has data, at most once per `BATCH_S`."""
+        self._sources[fd] = drain
         self.poller.register(fd, select.POLLIN)
 
     def wait(self, timeout_s: float | None) -> tuple[list[int], list[int]]:
@@ -105,10 +108,9 @@ class Waker:
                 if fd == self._wake_r:
                     signals.extend(self._signals())
                 elif fd in self._sources:
-                    drain, batch_s = self._sources[fd]
-                    drain()
+                    self._sources[fd]()
                     self.poller.modify(fd, 0)
-                    self._muted[fd] = time.monotonic() + batch_s
+                    self._muted[fd] = time.monotonic() + BATCH_S
                 else:
                     fds.append(fd)
             if signals or fds or (end is not None and time.monotonic() >= end):
@@ -193,7 +195,7 @@ class Supervisor:
             self.host, self.me, self.opts, scan=lambda: alive_only(self._scan())
         )
         for fd, drain in self.left.sources():
-            self.waker.add_events(fd, drain, BATCH_S)
+            self.waker.add_events(fd, drain)
         if self.opts.cgroup:
             self.cgroup = create_cgroup(self.opts.cgroup, f"accelhost-run-{self.me}")
         try:
