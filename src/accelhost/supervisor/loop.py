@@ -61,8 +61,7 @@ def _noop(signum: int, frame: FrameType | None) -> None:
 class Waker:
     def __init__(self) -> None:
         self.poller = select.poll()
-        self._wake_r = -1
-        self._wake_w = -1
+        self._wake_r = self._wake_w = -1
         self._saved: dict[int, object] = {}
         self._saved_wakeup = -1
         # event sources read in batches: fd -> drain; muted ones: fd -> until
