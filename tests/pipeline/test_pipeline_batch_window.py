@@ -45,7 +45,7 @@ def test_item_late_into_a_filling_batch_when_the_window_is_full(
         Stage(fn, kind=kind, batch=Batch(4, math.inf)),  # type: ignore[arg-type]
         queue_size=1,
     )
-    window = pipe._settings().window()
+    window = pipe._settings.window()
     n = 3 * window
 
     def source() -> Iterator[int]:

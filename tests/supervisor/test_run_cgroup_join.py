@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from run_support import PY
 
-from accelhost.supervisor.cgroup import CgroupError, create_cgroup
+from accelhost.supervisor.spawn import CgroupError, create_cgroup
 
 # The kernel refusing the join (EBUSY, as a cgroup v2 domain with controllers enabled
 # answers), in the child between fork and exec; the cgroup's path is recorded for the test.

@@ -139,7 +139,7 @@ def test_pid1_of_a_new_pid_namespace_reaps_and_tears_down(tmp_path: Path) -> Non
 
 
 def _cgroup_writable(version: str) -> bool:
-    from accelhost.supervisor.cgroup import CgroupError, create_cgroup
+    from accelhost.supervisor.spawn import CgroupError, create_cgroup
 
     try:
         cg = create_cgroup(version, f"accelhost-probe-{os.getpid()}")
@@ -172,7 +172,7 @@ def test_cgroup_tracks_and_tears_down_the_tree(tmp_path: Path, version: str) -> 
 
 def test_cgroup_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
     from accelhost.containers.pod_volumes import Mount
-    from accelhost.supervisor.cgroup import _candidates
+    from accelhost.supervisor.spawn import _candidates
 
     # Asked for v2 on a host with only v1 mounted: nothing to try.
     only_v1 = [Mount(1, 0, "/", "/sys/fs/cgroup/pids", "cgroup", "cgroup", frozenset({"pids"}))]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from run_support import PY, janitor, live_shmids, run_cmd, state, wait_for
 
-from accelhost.supervisor.cgroup import CgroupError, create_cgroup, join_cgroup
+from accelhost.supervisor.spawn import CgroupError, create_cgroup, join_cgroup
 
 MARGIN_S = 30.0
 

@@ -28,8 +28,8 @@ from tree_helper import shmget
 from accelhost.host.live import LiveHost
 from accelhost.kernel.inotify import CreationWatch
 from accelhost.kernel.procevents import PROC_EVENT_EXIT, PROC_EVENT_FORK, ProcEvents
-from accelhost.supervisor.forks import ForkTracker
 from accelhost.supervisor.leftovers import ShmFileLedger
+from accelhost.supervisor.tree import ForkTracker
 
 MARGIN_S = 20.0
 

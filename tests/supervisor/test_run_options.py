@@ -12,8 +12,8 @@ from run_support import janitor, run_cmd
 from accelhost.containers.pod_volumes import Mount, parse_mountinfo
 from accelhost.host.live import LiveHost
 from accelhost.parsers.sysvipc import ShmSegment
-from accelhost.supervisor.cgroup import _candidates, read_own_cgroups
 from accelhost.supervisor.leftovers import SegmentLedger, remove_leaked
+from accelhost.supervisor.spawn import _candidates, read_own_cgroups
 from accelhost.supervisor.tree import TreeScanner, scan_tree
 
 MARGIN_S = 30.0

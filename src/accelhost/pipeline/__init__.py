@@ -4,10 +4,10 @@
 `accelhost.pipeline.torch` and are imported by whoever wants them.
 
 What lives where: `_stage` (Stage, Batch: what the user describes), `_pipeline` (Pipeline:
-starts and ends runs), `_run` (one run's state, settings and per-worker records), `_ends`
-(the feeder and the reorder buffer), `_workers` (starts a run's workers; the thread, async
-and process stages' loops), `_channel` (the bounded queues), `_report` (stats, trace,
-Prometheus: what a run reports), `_errors` (PipelineError and naming the failing item).
+starts and ends runs; the feeder and the reorder buffer), `_run` (one run's state, settings
+and per-worker records), `_workers` (starts a run's workers; the thread, async and process
+stages' loops), `_channel` (the bounded queues), `_report` (stats, trace, Prometheus: what
+a run reports), `_errors` (PipelineError and naming the failing item).
 The benchmark, `accelhost bench pipeline`, lives in `accelhost.bench`.
 """
 

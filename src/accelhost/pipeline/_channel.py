@@ -49,16 +49,14 @@ class Channel(Generic[T]):
         self._not_full = threading.Condition(self._lock)
         # threads waiting on each condition: a notify costs microseconds, skip it when
         # nobody waits (the common case while items flow)
-        self._getters = 0
-        self._putters = 0
+        self._getters = self._putters = 0
         self._producers = producers
         self._aborted = False
         self._hurry = False
         self._aget: list[Waiter] = []
         self._aput: list[Waiter] = []
         # time-weighted depth: the integral of depth over time, updated on every change
-        self._t0 = perf_counter()
-        self._t_last = self._t0
+        self._t0 = self._t_last = perf_counter()
         self._area = 0.0
         self.depth_max = 0
         self.depth_trace: list[tuple[float, int]] | None = [] if trace else None
@@ -221,7 +219,7 @@ class Channel(Generic[T]):
 
     def hurry(self, on: bool) -> None:
         """While on (the feeder waits for the ordered window to open), a wait with a
-        timeout, a batch filling up, returns at once: see `_ends._hurry`."""
+        timeout, a batch filling up, returns at once: see `_pipeline._hurry`."""
         with self._lock:
             self._hurry = on
             if on:

@@ -1,18 +1,24 @@
-"""`Pipeline`: the user's handle, which starts a `Run` per `run`/`stream` call and ends it."""
+"""`Pipeline`: the user's handle, which starts a `Run` per `run`/`stream` call and ends it,
+and the run's two ends: the feeder that puts the caller's items in, and the reorder buffer
+that hands the results out (bounded: under `ordered` the feeder lets at most
+`RunSettings.window()` items be inside the run at once).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import threading
 from collections.abc import AsyncGenerator, AsyncIterable, Generator, Iterable
 from time import perf_counter
 from typing import Any
 
-from accelhost.pipeline import _ends, _workers
+from accelhost.pipeline import _workers
+from accelhost.pipeline._channel import Aborted
 from accelhost.pipeline._errors import PipelineError
 from accelhost.pipeline._report import collector, stats, trace_events
-from accelhost.pipeline._run import Run, RunSettings
+from accelhost.pipeline._run import Env, Run, RunSettings, ending
 from accelhost.pipeline._stage import OnError, Stage
 
 
@@ -38,32 +44,17 @@ class Pipeline:
             raise PipelineError(f"queue_size must be an integer >= 1, not {queue_size!r}")
         if on_error not in ("raise", "skip", "return"):
             raise PipelineError(f"on_error must be 'raise', 'skip' or 'return', not {on_error!r}")
-        self.stages = list(stages)
-        self.queue_size = queue_size
-        self.ordered = ordered
-        self.on_error: OnError = on_error
-        self.trace = trace
-        self.join_timeout = join_timeout
+        self._settings = RunSettings(stages, queue_size, ordered, on_error, trace, join_timeout)
         self._run: Run | None = None
         self._active = False
-
-    def _settings(self) -> RunSettings:
-        return RunSettings(
-            stages=tuple(self.stages),
-            queue_size=self.queue_size,
-            ordered=self.ordered,
-            on_error=self.on_error,
-            trace=self.trace,
-            join_timeout=self.join_timeout,
-        )
 
     def run(self, iterable: Iterable[Any]) -> Generator[Any, None, None]:
         """Results for `iterable`, as a generator; closing it early stops everything."""
         r = self._start()
         ok = False
         try:
-            _ends.start_feeder(r, iterable)
-            while (out := _ends.take(r)) is not None:
+            start_feeder(r, iterable)
+            while (out := take(r)) is not None:
                 for value in out:
                     r.yielded += 1
                     yield value
@@ -83,10 +74,10 @@ class Pipeline:
         feeder: asyncio.Task[None] | None = None
         try:
             if isinstance(source, AsyncIterable):
-                feeder = asyncio.get_running_loop().create_task(_ends.afeed(r, source))
+                feeder = asyncio.get_running_loop().create_task(afeed(r, source))
             else:
-                _ends.start_feeder(r, source)
-            while (out := await _ends.atake(r)) is not None:
+                start_feeder(r, source)
+            while (out := await atake(r)) is not None:
                 for value in out:
                     r.yielded += 1
                     yield value
@@ -113,8 +104,7 @@ class Pipeline:
         """Where the time went in the current or last run, per stage: busy (inside the
         stage function) and idle (the rest; the device stage's idle fraction is the
         bubble), and the time-weighted queue depth."""
-        r = self._run
-        return stats(r.settings if r is not None else self._settings(), r, self._active)
+        return stats(self._settings, self._run, self._active)
 
     def prometheus_collector(self, prefix: str = "accelhost_pipeline", pipeline: str = "default"):  # type: ignore[no-untyped-def]
         """A prometheus-client collector reading `stats()` at each scrape."""
@@ -132,7 +122,7 @@ class Pipeline:
     def _start(self) -> Run:
         if self._active:
             raise PipelineError("this pipeline is already running; create another one")
-        r = Run(self._settings())
+        r = Run(self._settings)
         self._run = r
         self._active = True
         try:
@@ -147,3 +137,111 @@ class Pipeline:
             r.finish(perf_counter() + r.settings.join_timeout, abort=not clean)
         finally:
             self._active = False
+
+
+def start_feeder(r: Run, iterable: Iterable[Any]) -> None:
+    """Feed `iterable` from a thread of the run's own (joined when the run ends)."""
+    feeder = threading.Thread(
+        target=feed, args=(r, iterable), name="accelhost-pipeline-feed", daemon=True
+    )
+    r.helpers.append(feeder)
+    feeder.start()
+
+
+_NOTE = "accelhost.pipeline: raised by the input iterable"
+
+
+def feed(r: Run, iterable: Iterable[Any]) -> None:
+    first, window = r.channels[0], r.settings.window()
+    with ending(r, first, note=_NOTE):
+        for item in iterable:
+            if r.aborted:
+                break
+            if r.settings.ordered and r.fed - r.released >= window:
+                _hurry(r, True)
+                with r.window_cond:
+                    r.feeder_waiting = True
+                    try:
+                        while r.fed - r.released >= window and not r.aborted:
+                            r.window_cond.wait(0.1)
+                    finally:
+                        r.feeder_waiting = False
+                _hurry(r, False)
+                if r.aborted:
+                    raise Aborted
+            first.put_many([Env(r.fed, item, item)])
+            r.fed += 1
+
+
+async def afeed(r: Run, aiterable: AsyncIterable[Any]) -> None:
+    first, window = r.channels[0], r.settings.window()
+    with ending(r, first, note=_NOTE):
+        async for item in aiterable:
+            if r.aborted:
+                break
+            if r.settings.ordered and r.fed - r.released >= window:
+                _hurry(r, True)
+                while r.fed - r.released >= window:
+                    if r.aborted:
+                        raise Aborted
+                    await asyncio.sleep(0.001)
+                _hurry(r, False)
+            await first.aput_many([Env(r.fed, item, item)])
+            r.fed += 1
+
+
+def _hurry(r: Run, on: bool) -> None:
+    """While the window is full no item comes in until one leaves, and the one awaited may
+    sit in a batch waiting to fill: batches go on as they are until the feeder goes on."""
+    for ch in r.channels:
+        ch.hurry(on)
+
+
+def take(r: Run) -> list[Any] | None:
+    """The next results for the caller, in the order they may leave; None at the end."""
+    try:
+        return _settle(r, r.channels[-1].get_many(1 << 16))
+    except Aborted:
+        return None
+
+
+async def atake(r: Run) -> list[Any] | None:
+    """`take` for an event loop."""
+    try:
+        return _settle(r, await r.channels[-1].aget_many(1 << 16))
+    except Aborted:
+        return None
+
+
+def _settle(r: Run, envs: list[Env] | None) -> list[Any] | None:
+    """Results of the items taken from the last channel that may leave now (under
+    `ordered`, once every earlier one has); a failed item leaves as its error under
+    on_error='return', not at all under 'skip', and frees its place either way. None at
+    the end."""
+    if envs is None:
+        return None
+    if r.settings.ordered:
+        ready: list[Env] = []
+        pending, nxt = r.pending, r.next_seq
+        for env in envs:
+            if env.seq == nxt:
+                ready.append(env)
+                nxt += 1
+                while nxt in pending:
+                    ready.append(pending.pop(nxt))
+                    nxt += 1
+            else:
+                pending[env.seq] = env
+        r.next_seq = nxt
+        envs = ready
+    return_errors = r.settings.on_error == "return"
+    out = [
+        env.value if env.error is None else env.error
+        for env in envs
+        if env.error is None or return_errors
+    ]
+    r.released += len(envs)
+    if r.feeder_waiting:
+        with r.window_cond:
+            r.window_cond.notify()
+    return out

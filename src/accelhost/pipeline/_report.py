@@ -17,7 +17,7 @@ from accelhost.pipeline._run import Run, RunSettings
 
 
 def stats(settings: RunSettings, r: Run | None, running: bool) -> dict[str, Any]:
-    """`settings` are those of `r` when there is a run, else the pipeline's current ones."""
+    """`settings`: the pipeline's, which every run of it shares."""
     now = perf_counter()
     wall = ((r.t_end or now) - r.t_start) if r is not None else 0.0
     stages = []

@@ -234,16 +234,15 @@ class Run:
             if fd >= 0:
                 setattr(self, name, -1)
                 os.close(fd)
-        stuck = self.pending_threads()
-        if stuck and self.t_end is None:
-            names = ", ".join(t.name for t in stuck)
-            warnings.warn(
-                f"accelhost.pipeline: {names} still running a stage function after the "
-                "pipeline ended; they are daemon threads and are left behind",
-                RuntimeWarning,
-                stacklevel=4,
-            )
         if self.t_end is None:
+            if stuck := self.pending_threads():
+                names = ", ".join(t.name for t in stuck)
+                warnings.warn(
+                    f"accelhost.pipeline: {names} still running a stage function after the "
+                    "pipeline ended; they are daemon threads and are left behind",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
             self.t_end = perf_counter()
 
     def raise_if_failed(self) -> None:

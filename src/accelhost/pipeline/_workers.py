@@ -134,12 +134,10 @@ async def _async_worker(r: Run, w: Worker) -> None:
         while (envs := await inq.aget_batch(size, wait_s)) is not None:
             good = [e for e in envs if e.error is None]
             if good:
+                arg = [e.value for e in good] if batched else good[0].value
                 t0 = perf_counter()
                 try:
-                    ok, value = (
-                        True,
-                        await fn([e.value for e in good] if batched else good[0].value),
-                    )
+                    ok, value = True, await fn(arg)
                 except Exception as exc:
                     ok, value = False, exc
                 r.outcome(w, good, (ok, value, t0, perf_counter()), batched)
@@ -151,10 +149,7 @@ def start_process(r: Run, w: Worker) -> None:
     ctx: Any = multiprocessing.get_context(st.start_method)
     parent, child = ctx.Pipe(duplex=True)
     p = ctx.Process(
-        target=child_main,
-        args=(st.fn, child),
-        name=f"accelhost-pipeline-{st.name}",
-        daemon=True,
+        target=child_main, args=(st.fn, child), name=f"accelhost-pipeline-{st.name}", daemon=True
     )
     try:
         p.start()

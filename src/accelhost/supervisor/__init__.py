@@ -1,12 +1,12 @@
 """`accelhost run`: supervise one engine so that nothing of it outlives it.
 
 What lives where: `loop` (`supervise`: start, forward signals, reap, stop the tree
-through `accelhost.remove.signals`), `options` (what it is asked and what it reports),
-`spawn` (own session, subreaper, private namespaces, optional `cgroup`), `wakeup` (its
-one `poll()`), `tree` and `forks` (the tree now, and every process it ever had, from the
-kernel's process events), `leftovers` (the SysV segments and /dev/shm files the tree
-left, found here and removed through `accelhost.remove`), `integrations` (the preflight
-and `--bind`, loaded when asked).
+through `accelhost.remove.signals`, all from its one `poll()`), `options` (what it is asked
+and what it reports), `spawn` (own session, subreaper, private namespaces, its optional
+cgroup), `tree` (the tree now, and every process it ever had, from the kernel's process
+events), `leftovers` (the SysV segments and /dev/shm files the tree left, found here and
+removed through `accelhost.remove`), `integrations` (the preflight and `--bind`, loaded
+when asked).
 
 Its part of the house rule (`accelhost`): supervisor/ sets up the child it starts (spawn,
 subreaper, namespaces, its cgroup).

@@ -82,9 +82,8 @@ def holders_of_device(host: Host, tree: dict[int, ProcessInfo], device: int) -> 
     exact: list[int] = []
     other: list[int] = []
     for pid, info in tree.items():
-        if info.state == "Z":
-            continue
-        nodes = [k for k in map(node_kind, (open_fds(host, pid) or {}).values()) if k is not None]
+        fds = (open_fds(host, pid) or {}) if info.state != "Z" else {}
+        nodes = [k for k in map(node_kind, fds.values()) if k is not None]
         if not nodes:
             continue
         exact_node = any(kind in ("davinci", "nvidia") and n == device for kind, n in nodes)

@@ -1,5 +1,5 @@
 """What the tree may leave behind besides processes, fed the pids the supervisor sees and
-made exact by process events (`forks`). With `--private-ipc` there is nothing to
+made exact by process events (`tree`). With `--private-ipc` there is nothing to
 attribute: the kernel frees the tree's namespaces.
 
 System V segments: exiting processes do not remove them, and a leaked one keeps HugePages
@@ -29,10 +29,11 @@ from accelhost.readers.procs import list_pids
 from accelhost.readers.shmfiles import list_shm_files, scan_held, stat_shm_file
 from accelhost.readers.sysv import read_segments
 from accelhost.remove.shm import ipc_rmid, remove_segment, unlink_shm_file
-from accelhost.supervisor.forks import ForkTracker
 from accelhost.supervisor.options import RemovedFile, RemovedSegment, RunOutcome, SupervisorOptions
+from accelhost.supervisor.tree import ForkTracker
 
 Inode = tuple[int, int]  # (st_dev, st_ino)
+Scan = Callable[[], Iterable[int]]
 
 
 @dataclass
@@ -189,16 +190,10 @@ class Leftovers:
     tracker: ForkTracker | None = None
     creations: CreationWatch | None = None
     # the live tree's pids by a /proc scan, where there are no process events
-    scan: Callable[[], Iterable[int]] | None = None
+    scan: Scan | None = None
 
     @classmethod
-    def start(
-        cls,
-        host: Host,
-        root: int,
-        opts: SupervisorOptions,
-        scan: Callable[[], Iterable[int]] | None = None,
-    ) -> Leftovers:
+    def start(cls, host: Host, root: int, opts: SupervisorOptions, scan: Scan) -> Leftovers:
         """Record what exists before the command starts (call before spawning it)."""
         if not opts.clean_shm or opts.private_ipc:
             return cls(host)

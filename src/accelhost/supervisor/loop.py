@@ -1,18 +1,25 @@
 """The supervisor: start one command, pass signals on, and leave nothing of it behind.
 
-It sleeps in one `poll()` (`wakeup.Waker`), so an idle supervisor costs nothing: no timer
-fires unless something is tracked (`--fail-on-exit`, `--bind`), and then only a /proc
-rescan that backs off to `scan_interval_s`.
+It sleeps in one `poll()` (`Waker`) over signals, pidfds and process events, so an idle
+supervisor costs nothing: no timer fires unless something is tracked (`--fail-on-exit`,
+`--bind`), and then only a /proc rescan that backs off to `scan_interval_s`. Signals
+arrive through `signal.set_wakeup_fd`'s self-pipe and are handled in the loop (a handler,
+unlike SIG_DFL, is never discarded by the kernel for PID 1). An event source is muted for
+`BATCH_S` after each drain: a host that forks a lot costs a few wakeups a second, not
+one a fork.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
 import select
 import signal
 import time
+from collections.abc import Callable, Iterable
+from types import FrameType
 
 from accelhost.errors import AccelhostError
 from accelhost.host.base import Host
@@ -21,26 +28,99 @@ from accelhost.host.redact import redact_text
 from accelhost.kernel.libc import open_pidfd
 from accelhost.readers.procs import ProcessInfo
 from accelhost.remove.signals import D_STATE, Pinned, StopLoop, send_each, signal_group, signal_name
-from accelhost.supervisor.cgroup import Cgroup, create_cgroup
-from accelhost.supervisor.forks import BATCH_S
 from accelhost.supervisor.leftovers import Leftovers
-from accelhost.supervisor.options import (
-    FIRST_SCAN_S,
-    FORWARDED_SIGNAL_NAMES,
-    STATUS_CANNOT_EXECUTE,
-    STATUS_ENGINE_DIED,
-    STATUS_NOT_FOUND,
-    STOPPING_SIGNAL_NAMES,
-    RunOutcome,
-    SupervisorOptions,
-)
-from accelhost.supervisor.spawn import SpawnError, become_subreaper, spawn
+from accelhost.supervisor.options import RunOutcome, SupervisorOptions
+from accelhost.supervisor.spawn import Cgroup, SpawnError, become_subreaper, create_cgroup, spawn
 from accelhost.supervisor.tree import TreeScanner, alive_only, scan_tree, still_same, with_cmdlines
-from accelhost.supervisor.wakeup import Waker
 
-# Extra signals whose dispositions the command gets back as default (Python ignores SIGPIPE
-# and SIGXFSZ; a shell started by us must not inherit that).
-_RESET_FOR_CHILD = ("SIGPIPE", "SIGXFSZ")
+# Signals passed on to the command's group that also start the teardown; SIGHUP and
+# SIGUSR1/2 (often "reload") are passed on only.
+STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+FORWARDED = (*STOPPING, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+# Dispositions the command gets back as default: ours, and SIGPIPE and SIGXFSZ (Python
+# ignores them; a shell started by us must not inherit that).
+_RESET_FOR_CHILD = (*FORWARDED, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ)
+
+# /proc rescans while something is tracked start this fast and back off to scan_interval_s.
+FIRST_SCAN_S = 0.2
+
+# Exit statuses of the supervisor itself (a shell's conventions where there is one).
+STATUS_CANNOT_EXECUTE = 126
+STATUS_NOT_FOUND = 127
+STATUS_ENGINE_DIED = 1
+
+
+# After draining a source, wait this long before looking at it again (events just queue).
+BATCH_S = 0.05
+
+
+def _noop(signum: int, frame: FrameType | None) -> None:
+    """The wakeup fd carries the signal to the loop."""
+
+
+class Waker:
+    def __init__(self) -> None:
+        self.poller = select.poll()
+        self._wake_r = self._wake_w = -1
+        self._saved: dict[int, object] = {}
+        self._saved_wakeup = -1
+        # event sources read in batches: fd -> drain; muted ones: fd -> until
+        self._sources: dict[int, Callable[[], None]] = {}
+        self._muted: dict[int, float] = {}
+
+    def install(self, signals: Iterable[int]) -> None:
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self.poller.register(self._wake_r, select.POLLIN)
+        for sig in signals:
+            self._saved[sig] = signal.signal(sig, _noop)
+        self._saved_wakeup = signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+
+    def restore(self) -> None:
+        signal.set_wakeup_fd(self._saved_wakeup)
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        self._saved.clear()
+        for fd in (self._wake_r, self._wake_w):
+            if fd >= 0:
+                os.close(fd)
+        self._wake_r = self._wake_w = -1
+
+    def add_events(self, fd: int, drain: Callable[[], None]) -> None:
+        """A source read whenever it has data, at most once per `BATCH_S`."""
+        self._sources[fd] = drain
+        self.poller.register(fd, select.POLLIN)
+
+    def wait(self, timeout_s: float | None) -> tuple[list[int], list[int]]:
+        """Sleep until a signal, a watched fd, or the timeout: (signals, readable fds)."""
+        end = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            now = time.monotonic()
+            for fd, until in list(self._muted.items()):
+                if now >= until:
+                    self.poller.modify(fd, select.POLLIN)
+                    del self._muted[fd]
+            wake = [t for t in (end, *self._muted.values()) if t is not None]
+            ms = None if not wake else max(0, int((min(wake) - now) * 1000) + 1)
+            signals: list[int] = []
+            fds: list[int] = []
+            for fd, _ in self.poller.poll(ms):
+                if fd == self._wake_r:
+                    signals.extend(self._signals())
+                elif fd in self._sources:
+                    self._sources[fd]()
+                    self.poller.modify(fd, 0)
+                    self._muted[fd] = time.monotonic() + BATCH_S
+                else:
+                    fds.append(fd)
+            if signals or fds or (end is not None and time.monotonic() >= end):
+                return signals, fds
+
+    def _signals(self) -> list[int]:
+        out: list[int] = []
+        with contextlib.suppress(BlockingIOError):  # the pipe is drained
+            while data := os.read(self._wake_r, 512):
+                out.extend(data)
+        return out
 
 
 class Supervisor:
@@ -58,12 +138,9 @@ class Supervisor:
         self.tracked_nofd: dict[int, ProcessInfo] = {}  # pid -> process
         self.bound = False
         self.patterns = [re.compile(p) for p in options.fail_on_exit]
-        self.forwarded = [signal.Signals[n] for n in FORWARDED_SIGNAL_NAMES]
-        self.stopping = {signal.Signals[n] for n in STOPPING_SIGNAL_NAMES}
         self.cgroup: Cgroup | None = None
         self.left = Leftovers(host)
         self.waker = Waker()
-        self.poller = self.waker.poller
         self.scanner = TreeScanner(host, self.me)
 
     def _reap(self) -> None:
@@ -93,7 +170,7 @@ class Supervisor:
         return tree
 
     def run(self) -> RunOutcome:
-        self.waker.install([*self.forwarded, signal.SIGCHLD])
+        self.waker.install([*FORWARDED, signal.SIGCHLD])
         try:
             return self._run()
         except BaseException:
@@ -117,12 +194,13 @@ class Supervisor:
             self.host, self.me, self.opts, scan=lambda: alive_only(self._scan())
         )
         for fd, drain in self.left.sources():
-            self.waker.add_events(fd, drain, BATCH_S)
+            self.waker.add_events(fd, drain)
         if self.opts.cgroup:
             self.cgroup = create_cgroup(self.opts.cgroup, f"accelhost-run-{self.me}")
-        reset = [*self.forwarded, signal.SIGCHLD, *(signal.Signals[n] for n in _RESET_FOR_CHILD)]
         try:
-            self.cmd_pid = spawn(self.opts.argv, self.cgroup, reset, self.opts.private_ipc)
+            self.cmd_pid = spawn(
+                self.opts.argv, self.cgroup, _RESET_FOR_CHILD, self.opts.private_ipc
+            )
         except SpawnError as exc:
             if self.cgroup is not None and not self.cgroup.remove():
                 self.opts.warn(f"could not remove cgroup {self.cgroup.path}")
@@ -177,13 +255,13 @@ class Supervisor:
                 self._forward(sig)
                 # Only a command still there got it: after its exit its group gets SIGTERM
                 # in the teardown (the stop is then no stop of it: its own status stays).
-                if sig in self.stopping and self.cmd_status is None:
+                if sig in STOPPING and self.cmd_status is None:
                     self.stop_signal = sig
                     self.opts.log(f"received {signal_name(sig)}; stopping the command")
                     return "signal"
             for fd in fds:
                 info = self.tracked.pop(fd, None)
-                self.poller.unregister(fd)
+                self.waker.poller.unregister(fd)
                 os.close(fd)
                 if info is not None and self.died is None:
                     self.died = info
@@ -234,7 +312,7 @@ class Supervisor:
                 self.tracked_nofd[pid] = info
             elif still_same(self.host, info):
                 self.tracked[fd] = info
-                self.poller.register(fd, select.POLLIN)
+                self.waker.poller.register(fd, select.POLLIN)
             else:
                 os.close(fd)  # it died between the scan and the pidfd: already a death
                 self.died = info
@@ -258,7 +336,7 @@ class Supervisor:
 
     def _untrack(self) -> None:
         for fd in list(self.tracked):
-            self.poller.unregister(fd)
+            self.waker.poller.unregister(fd)
             os.close(fd)
         self.tracked.clear()
 
@@ -274,7 +352,7 @@ class Supervisor:
             send=self._send,
             spare=lambda info: forwarded and info.pgid == self.cmd_pid,
             log=self.opts.log,
-            poller=self.poller,
+            poller=self.waker.poller,
             wait=self._wait_forwarding,
         )
         left = loop.run(self.opts.grace_s, self.opts.kill_wait_s)

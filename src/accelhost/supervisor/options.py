@@ -13,18 +13,6 @@ from accelhost.remove import DEFAULT_GRACE_S
 if TYPE_CHECKING:
     from accelhost.plans import Plan
 
-FORWARDED_SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
-# Of those, the ones that also start the teardown (SIGHUP, SIGUSR1/2 often mean "reload").
-STOPPING_SIGNAL_NAMES = ("SIGTERM", "SIGINT", "SIGQUIT")
-
-# /proc rescans while something is tracked start this fast and back off to scan_interval_s.
-FIRST_SCAN_S = 0.2
-
-# Exit statuses of the supervisor itself (a shell's conventions where there is one).
-STATUS_CANNOT_EXECUTE = 126
-STATUS_NOT_FOUND = 127
-STATUS_ENGINE_DIED = 1
-
 
 def _stderr(line: str) -> None:
     # A closed or broken stderr must not stop a teardown half way.
