@@ -138,10 +138,7 @@ def hygiene_options(args: argparse.Namespace) -> HygieneOptions:
         except OSError as exc:
             raise UsageError(f"--engine-catalog {path}: {exc.strerror}") from None
     catalog = build_catalog(
-        engines,
-        frontends=args.engine_frontend,
-        children=args.engine_child,
-        shm_names=args.shm_name,
+        engines, frontends=args.engine_frontend, children=args.engine_child, shm_names=args.shm_name
     )
     dirs = tuple(dict.fromkeys([*DEFAULT_SHM_DIRS, *(d.rstrip("/") or "/" for d in args.shm_dir)]))
     return HygieneOptions(

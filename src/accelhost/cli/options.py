@@ -90,11 +90,7 @@ def device(p: Parser, context: str, one: bool = False) -> None:
         "one here, e.g. 3" if one else "e.g. 0-3,5"
     )
     p.add_argument(
-        "--device",
-        "--devices",
-        type=device_ids,
-        metavar="LIST",
-        help=f"{context} ({ids})",
+        "--device", "--devices", type=device_ids, metavar="LIST", help=f"{context} ({ids})"
     )
 
 
