@@ -48,10 +48,7 @@ def topology_dict(topo: Topology) -> dict[str, Any]:
         ],
         "processes": [
             {
-                "npu_id": p.npu_id,
-                "chip_id": p.chip_id,
-                "pid": p.pid,
-                "name": p.name,
+                **{k: getattr(p, k) for k in ("npu_id", "chip_id", "pid", "name")},
                 "memory_bytes": None if p.memory_mb is None else p.memory_mb * formats.MIB,
             }
             for p in topo.processes
