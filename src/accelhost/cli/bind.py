@@ -1,8 +1,7 @@
 """`accelhost bind | exec | verify | unbind`: apply a plan to this machine, check it, undo it.
 
 Every command builds its list of steps first; `--dry-run` prints that list and changes
-nothing. Exit status: 0 all steps succeeded, 2 some failed (partial), 1 nothing could be
-done or a user's mistake (one line on standard error, never a traceback).
+nothing.
 """
 
 from __future__ import annotations
