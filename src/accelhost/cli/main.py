@@ -199,7 +199,8 @@ def _main(args_list: list[str]) -> int:
                 f"unrecognized arguments: {' '.join(extra)}"
             )
     except ArgumentsRefused as exc:
-        _json_failure(_asked_json(args_list), named, 2, exc.reason)
+        before_dashes = args_list[: args_list.index("--")] if "--" in args_list else args_list
+        _json_failure("--json" in before_dashes, named, 2, exc.reason)
         raise  # argparse's SystemExit(2), as callers of main() have always seen it
     func = getattr(args, "func", None)
     if func is None:
@@ -242,19 +243,11 @@ def _json_failure(wanted: bool, command: str, status: int, reason: str) -> None:
         print_json({"format": name, "exit_code": status, "reason": reason})
 
 
-def _asked_json(args_list: list[str]) -> bool:
-    """Whether a command line argparse refused asked for --json (before any `--`)."""
-    words = args_list[: args_list.index("--")] if "--" in args_list else args_list
-    return "--json" in words
-
-
 def _named(args_list: list[str]) -> str:
     """The command (`plan`, `bench pipeline`) a command line names, as its document is
     named: no top-level option takes a value, so it is the first word or two."""
     words = [a for a in args_list if not a.startswith("-")][:2]
-    if words[:1] == ["bench"]:
-        return " ".join(words)
-    return words[0] if words else ""
+    return " ".join(words if words[:1] == ["bench"] else words[:1])
 
 
 if __name__ == "__main__":

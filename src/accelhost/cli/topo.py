@@ -107,8 +107,7 @@ def _device_rows(topo: Topology) -> tuple[list[str], list[tuple[object, ...]]]:
     """The accelerators table: a GPU's (or --pci device's) uuid, an Ascend chip's npu/chip
     ids and whether a process runs on it."""
     if topo.family in ("nvidia", "pci"):
-        headers = ["device", "pci", "numa", "affinity", "uuid"]
-        return headers, [
+        return ["device", "pci", "numa", "affinity", "uuid"], [
             (
                 acc.index,
                 acc.pci or "-",
