@@ -52,8 +52,7 @@ def render_plan(plan: Plan, columns: int | None = None) -> str:
         lines.append(render_table(headers, rows, columns=columns))
     if plan.worker_skipped is not None:
         lines.append(f"worker CPU binding skipped: {plan.worker_skipped}")
-    if plan.host_threads is not None:
-        ht = plan.host_threads
+    if (ht := plan.host_threads) is not None:
         tids = ", ".join(map(str, ht.tids)) or "none found"
         cpus = format_cpulist(ht.cpus) or "-"
         lines += ["", f"host threads {ht.pattern}: CPUs {cpus} (tids: {tids})"]
