@@ -35,7 +35,6 @@ def test_the_top_level_loads_no_command_module(argv: list[str]) -> None:
     loaded = _loaded(*argv)
     assert not {m for m in loaded if m.startswith(("accelhost.cli.", "accelhost.hygiene"))} - {
         "accelhost.cli.main",
-        "accelhost.cli.streams",
     }
     for module in ("accelhost.planner", "accelhost.supervisor", "dataclasses", "pathlib"):
         assert module not in loaded, module

@@ -51,8 +51,7 @@ def build_bench(parser: argparse.ArgumentParser) -> None:
             f"(default {default})",
         )
     p.add_argument(
-        "--items",
-        help="items per method (default 100, or 20000 when every stage costs nothing)",
+        "--items", help="items per method (default 100, or 20000 when every stage costs nothing)"
     )
     p.add_argument(
         "--real",

@@ -1,8 +1,7 @@
 """`accelhost bind | exec | verify | unbind`: apply a plan to this machine, check it, undo it.
 
 Every command builds its list of steps first; `--dry-run` prints that list and changes
-nothing. Exit status: 0 all steps succeeded, 2 some failed (partial), 1 nothing could be
-done or a user's mistake (one line on standard error, never a traceback).
+nothing.
 """
 
 from __future__ import annotations
@@ -13,11 +12,13 @@ import sys
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR
-from accelhost.cli import bind_args, common, options
+from accelhost.apply import DEFAULT_MIGRATE_BUDGET_MS, DEFAULT_STATE_DIR, IRQBALANCE_MODES
+from accelhost.cli import common, options
 from accelhost.errors import ApplyError, UsageError
 
 if TYPE_CHECKING:
+    from accelhost.apply.build import BindOptions
+    from accelhost.apply.identity import Identified
     from accelhost.apply.steps import ApplyReport
     from accelhost.plans import Plan
 
@@ -71,7 +72,7 @@ def _budget_ms(text: str) -> int:
 
 def build_bind(bind: argparse.ArgumentParser) -> None:
     common.command(bind, cmd_bind, BIND_DESCRIPTION, EPILOG)
-    bind_args.plan_options(bind, "apply", f"the device whose plan to apply{HELD_DEVICE}")
+    plan_options(bind, "apply", f"the device whose plan to apply{HELD_DEVICE}")
     options.pid(bind, "the worker (required unless --irq-only)")
     options.dry_run(bind)
     bind.add_argument("--irq-only", action="store_true", help="run only the IRQ step")
@@ -86,19 +87,19 @@ def build_bind(bind: argparse.ArgumentParser) -> None:
         f"(default {DEFAULT_MIGRATE_BUDGET_MS})",
     )
     options.device_glob(bind)
-    bind_args.irq_options(bind)
+    irq_options(bind)
     options.thread_role(bind)
     options.json_output(bind)
 
 
 def build_exec(ex: argparse.ArgumentParser) -> None:
     common.command(ex, cmd_exec, EXEC_DESCRIPTION, EXEC_EPILOG)
-    bind_args.plan_options(ex, "apply", "the device whose plan to apply")
+    plan_options(ex, "apply", "the device whose plan to apply")
     options.dry_run(ex)
     options.no_irq(ex, "do not move them")
     options.no_memory(ex, "set no memory policy")
     options.membind(ex)
-    bind_args.irq_options(ex)
+    irq_options(ex)
     options.thread_role(ex)
     options.json_output(ex)
     # not "command": main.py names the subcommand so (its errors say "accelhost exec: ...")
@@ -109,7 +110,7 @@ def build_exec(ex: argparse.ArgumentParser) -> None:
 
 def build_verify(ver: argparse.ArgumentParser) -> None:
     common.command(ver, cmd_verify, VERIFY_DESCRIPTION)
-    bind_args.plan_options(ver, "check against", f"the device whose plan to check{HELD_DEVICE}")
+    plan_options(ver, "check against", f"the device whose plan to check{HELD_DEVICE}")
     options.pid(ver, "the worker (omit to check IRQs only)")
     options.no_irq(ver, "do not check them")
     options.host_root(ver)
@@ -133,6 +134,80 @@ def build_unbind(un: argparse.ArgumentParser) -> None:
     )
     options.dry_run(un)
     options.json_output(un)
+
+
+def plan_options(p: argparse.ArgumentParser, verb: str, device: str) -> None:
+    """--plan, --device, and how to plan this host when no --plan is given, in the
+    command's own words: `verb` is what it does with the plan ("apply", "check against"),
+    `device` what --device means to it."""
+    options.plan_file(p, f"the plan to {verb} (default: plan this host now)")
+    options.force(p, verb)
+    # Optional at parse time: a command that still needs it says so (`give --device`).
+    options.device(p, device, one=True)
+    planning = p.add_argument_group("planning this host (without --plan)")
+    options.device_type(planning)
+    options.planning(planning)
+
+
+def irq_options(p: argparse.ArgumentParser) -> None:
+    options.host_root(p)
+    p.add_argument(
+        "--irqbalance",
+        choices=IRQBALANCE_MODES,
+        default="stop",
+        help="if irqbalance runs: stop it (default, as the reference; warns), ban the IRQ "
+        "CPUs and IRQs in its configuration and restart it, or keep it as it is",
+    )
+    options.state_dir(p)
+
+
+def device_of(args: argparse.Namespace, what: str) -> tuple[int, Identified | None]:
+    """The one device the command applies to, and how it was found when it was not given;
+    UsageError when none (or several) is given."""
+    device = common.one_device(args, what)
+    if device is not None:
+        return device, None
+    if getattr(args, "pid", None) is None or getattr(args, "irq_only", False):
+        raise UsageError(f"give --device N (the device whose plan to {what})")
+    # No --device: the device the process holds open (exit 2 for none or several).
+    from accelhost.apply.identity import device_for_command
+
+    found = device_for_command(args.pid, args.plan, args.device_glob)
+    return found.device, found
+
+
+def load_plan(args: argparse.Namespace, device: int) -> Plan:
+    """The plan from `--plan FILE`, else a plan of this host made now.
+
+    Planning reads the host once (`read_once`): the warning about this process's CPUs and
+    both planning attempts share every command and file, so npu-smi or nvidia-smi runs
+    once per command even when the second attempt is needed.
+    """
+    from accelhost.plans import load_plan as load
+
+    if args.plan:
+        return load(args.plan)
+    from accelhost.api import plan_for_device
+    from accelhost.apply.traps import narrowed_warning
+    from accelhost.host import read_once
+    from accelhost.host.live import live_host
+
+    kwargs = common.planning_kwargs(args)
+    host = read_once(live_host())
+    common.warn(narrowed_warning("self", host))
+    return plan_for_device(host, device, **kwargs)
+
+
+def bind_options(args: argparse.Namespace, **kw: Any) -> BindOptions:
+    from accelhost.apply.build import BindOptions
+
+    return BindOptions(
+        host_root=getattr(args, "host_root", "/") or "/",
+        irqbalance=getattr(args, "irqbalance", "stop"),
+        state_dir=getattr(args, "state_dir", None) or DEFAULT_STATE_DIR,
+        allow_foreign=getattr(args, "force", False),
+        **kw,
+    )
 
 
 def _quiet_library_log() -> None:
@@ -176,16 +251,16 @@ def cmd_bind(args: argparse.Namespace) -> int:
     if args.pid is None and not args.irq_only:
         raise UsageError("--pid PID is required (or --irq-only to bind the device's IRQs only)")
     roles = common.thread_roles(args)
-    device, found = bind_args.device_of(args, "bind")
+    device, found = device_of(args, "bind")
     if args.pid is not None and not args.irq_only and not os.path.isdir(f"/proc/{args.pid}"):
         raise ApplyError(f"process {args.pid} does not exist")
-    plan = bind_args.load_plan(args, device)
+    plan = load_plan(args, device)
     if args.irq_only and plan.device_type != "950" and not plan.device(device).irq:
         raise ApplyError(
             f"--irq-only: the plan reserves no IRQ CPUs for device {device} "
             "(its 'irq' list is empty): nothing to bind"
         )
-    options = bind_args.bind_options(
+    options = bind_options(
         args,
         pid=None if args.irq_only else args.pid,
         threads=not args.irq_only,
@@ -209,9 +284,9 @@ def cmd_exec(args: argparse.Namespace) -> int:
         args.cmd_argv, "no command to run: accelhost exec --device N -- COMMAND [ARG...]"
     )
     roles = common.thread_roles(args)
-    device, _ = bind_args.device_of(args, "exec")
-    plan = bind_args.load_plan(args, device)
-    options = bind_args.bind_options(
+    device, _ = device_of(args, "exec")
+    plan = load_plan(args, device)
+    options = bind_options(
         args, membind=args.membind, memory=not args.no_memory, irq=not args.no_irq
     )
     _quiet_library_log()
@@ -239,16 +314,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from accelhost.apply.verify import verify
 
     roles = common.thread_roles(args)
-    device, found = bind_args.device_of(args, "verify")
+    device, found = device_of(args, "verify")
     if args.pid is not None and not os.path.isdir(f"/proc/{args.pid}"):
         raise ApplyError(f"process {args.pid} does not exist")
-    plan = with_roles(bind_args.load_plan(args, device), device, roles)
+    plan = with_roles(load_plan(args, device), device, roles)
     if args.pid is None and not _irqs_to_check(plan, device, args.no_irq):
         raise UsageError(
             f"nothing to check: give --pid PID (the plan has no IRQ CPUs for device {device}"
             + (", and --no-irq was given)" if args.no_irq else ")")
         )
-    options = bind_args.bind_options(args, pid=args.pid, irq=not args.no_irq)
+    options = bind_options(args, pid=args.pid, irq=not args.no_irq)
     refuse_foreign(plan, options.allow_foreign)
     rep = verify(plan, device, options)
     if args.json:

@@ -31,7 +31,7 @@ def one_device(args: argparse.Namespace, what: str = "this command") -> int | No
 
 def pci_from_args(args: argparse.Namespace) -> list[str] | None:
     """`--pci ADDR[,ADDR...]` as the planner's PCI addresses, or None; bad ones are usage
-    errors. Shared by topo, plan and the planning options of bind/exec/verify."""
+    errors."""
     if getattr(args, "pci", None) is None:
         return None
     from accelhost.readers.gpu import pci_addresses
@@ -88,8 +88,7 @@ def warn(lines: Iterable[str]) -> None:
 
 
 def thread_roles(args: argparse.Namespace) -> list[RoleSpec]:
-    """--thread-role through the planner's one role parser: the same words for a bad spec
-    in plan, bind, exec and verify."""
+    """--thread-role through the planner's one role parser (see `options.thread_role`)."""
     from accelhost.planner.roles import parse_role_spec
 
     return [parse_role_spec(text) for text in getattr(args, "thread_role", ())]

@@ -1,9 +1,6 @@
 """`accelhost doctor | clean | watch`: keep an accelerator host clean.
 
-doctor reads and judges with the Node Problem Detector's exit contract (0 healthy, 1 a
-problem on the node, 2 could not tell: a bad command line is 2, never 1); clean shows what
-it would do and does it only with --yes; watch repeats the doctor, serves Prometheus
-metrics and may clean when a threshold is crossed.
+doctor's exit statuses (DOCTOR_DESCRIPTION) are the Node Problem Detector's contract.
 """
 
 from __future__ import annotations
@@ -246,11 +243,10 @@ def clean_main(args: argparse.Namespace) -> int:
     )
     plan = make_plan(read_facts(host, options), options, filters)
     out = plan.to_dict(dry_run=not args.yes)
-    quiet = bool(args.json)
     columns = terminal_columns(sys.stdout)
 
     def say(line: str) -> None:
-        if not quiet:  # redacted before it is cut to fit: a secret is never half shown
+        if not args.json:  # redacted before it is cut to fit: a secret is never half shown
             print("\n".join(fit(redact_text(line), columns)), flush=True)
 
     say(

@@ -113,13 +113,9 @@ def add_preflight(p: argparse.ArgumentParser) -> None:
 def _catalog_words(args: argparse.Namespace) -> tuple[str, ...]:
     """The options that built the catalog, as typed: a fix repeats them."""
     words = ["--engine-catalog", args.engine_catalog] if args.engine_catalog else []
-    for flag, values in (
-        ("--engine-child", args.engine_child),
-        ("--engine-frontend", args.engine_frontend),
-        ("--shm-name", args.shm_name),
-    ):
-        for v in values:
-            words += [flag, v]
+    for flag in ("--engine-child", "--engine-frontend", "--shm-name"):
+        for value in getattr(args, flag[2:].replace("-", "_")):
+            words += [flag, value]
     return tuple(words)
 
 
@@ -127,9 +123,8 @@ def hygiene_options(args: argparse.Namespace) -> HygieneOptions:
     devices = getattr(args, "device", None)
     if devices is not None and getattr(args, "expect_util", None) is None:
         raise UsageError("--device goes with --expect-util U (the preflight)")
-    live = not getattr(args, "snapshot", None)
     for d in args.shm_dir:
-        if live and not os.path.isdir(d):
+        if not args.snapshot and not os.path.isdir(d):
             raise UsageError(f"--shm-dir {d}: not a directory")
     engines: list[Engine] = []
     if path := args.engine_catalog:
@@ -138,10 +133,7 @@ def hygiene_options(args: argparse.Namespace) -> HygieneOptions:
         except OSError as exc:
             raise UsageError(f"--engine-catalog {path}: {exc.strerror}") from None
     catalog = build_catalog(
-        engines,
-        frontends=args.engine_frontend,
-        children=args.engine_child,
-        shm_names=args.shm_name,
+        engines, frontends=args.engine_frontend, children=args.engine_child, shm_names=args.shm_name
     )
     dirs = tuple(dict.fromkeys([*DEFAULT_SHM_DIRS, *(d.rstrip("/") or "/" for d in args.shm_dir)]))
     return HygieneOptions(
@@ -154,10 +146,10 @@ def hygiene_options(args: argparse.Namespace) -> HygieneOptions:
         catalog=catalog,
         catalog_words=_catalog_words(args),
         shm_dirs=dirs,
-        container_sockets=tuple(getattr(args, "docker_socket", ())),
-        cri_sockets=tuple(getattr(args, "cri_socket", ())),
-        kubelet_root=getattr(args, "kubelet_root", None),
-        container=getattr(args, "container", None),
+        container_sockets=tuple(args.docker_socket),
+        cri_sockets=tuple(args.cri_socket),
+        kubelet_root=args.kubelet_root,
+        container=args.container,
     )
 
 

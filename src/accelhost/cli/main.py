@@ -10,10 +10,13 @@ the handler (`func`): it takes the parsed arguments and returns the exit status.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
+import os
 import sys
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO, cast
 
 from accelhost.errors import AccelhostError, ForeignPlanError, PlanError, UsageError
 
@@ -118,8 +121,6 @@ def build_parser(only: str | None = None, *, full: bool = True) -> argparse.Argu
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its status is the exit status, whatever became of its output."""
-    from accelhost.cli.streams import guard
-
     out, err = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = guard(out), guard(err)
     try:
@@ -128,6 +129,63 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
         sys.stderr.flush()
         sys.stdout, sys.stderr = out, err
+
+
+class ReaderGoneGuard:
+    """One text stream (everything but `write` and `flush` is the stream's own) whose reader
+    going away ends the output, never the command.
+
+    `accelhost doctor | head` closes the pipe after ten lines; Python then raises
+    BrokenPipeError from whatever `print` was running, deep inside the command, and the
+    verdict the command was about to return was lost (the pipeline exited 0 on a FAIL). Here
+    the first EPIPE points the stream's descriptor at /dev/null, so the rest of the output,
+    and the flush at exit, go nowhere quietly, and the command finishes and returns its own
+    status.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.reader_gone = False
+
+    def write(self, text: str) -> int:
+        if not self.reader_gone:
+            try:
+                return self.stream.write(text)
+            except BrokenPipeError:
+                self._discard()
+        return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self._discard()
+        except (OSError, ValueError):
+            if not self.reader_gone:
+                raise
+
+    def _discard(self) -> None:
+        """From now on the descriptor is /dev/null: what is still buffered is dropped
+        there, and a command started later (exec, run) inherits no dead pipe."""
+        self.reader_gone = True
+        try:
+            fd = self.stream.fileno()
+            with open(os.devnull, "w") as null:
+                os.dup2(null.fileno(), fd)
+        except (OSError, ValueError, io.UnsupportedOperation):
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def guard(stream: TextIO) -> TextIO:
+    """`stream` behind a `ReaderGoneGuard` (once: a guard is not wrapped again)."""
+    if isinstance(stream, ReaderGoneGuard):
+        return stream
+    return cast(TextIO, ReaderGoneGuard(stream))
 
 
 def _main(args_list: list[str]) -> int:
@@ -141,7 +199,8 @@ def _main(args_list: list[str]) -> int:
                 f"unrecognized arguments: {' '.join(extra)}"
             )
     except ArgumentsRefused as exc:
-        _json_failure(_asked_json(args_list), named, 2, exc.reason)
+        before_dashes = args_list[: args_list.index("--")] if "--" in args_list else args_list
+        _json_failure("--json" in before_dashes, named, 2, exc.reason)
         raise  # argparse's SystemExit(2), as callers of main() have always seen it
     func = getattr(args, "func", None)
     if func is None:
@@ -184,19 +243,11 @@ def _json_failure(wanted: bool, command: str, status: int, reason: str) -> None:
         print_json({"format": name, "exit_code": status, "reason": reason})
 
 
-def _asked_json(args_list: list[str]) -> bool:
-    """Whether a command line argparse refused asked for --json (before any `--`)."""
-    words = args_list[: args_list.index("--")] if "--" in args_list else args_list
-    return "--json" in words
-
-
 def _named(args_list: list[str]) -> str:
     """The command (`plan`, `bench pipeline`) a command line names, as its document is
     named: no top-level option takes a value, so it is the first word or two."""
     words = [a for a in args_list if not a.startswith("-")][:2]
-    if words[:1] == ["bench"]:
-        return " ".join(words)
-    return words[0] if words else ""
+    return " ".join(words if words[:1] == ["bench"] else words[:1])
 
 
 if __name__ == "__main__":

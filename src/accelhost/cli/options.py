@@ -79,22 +79,15 @@ def device_ids(text: str) -> list[int]:
 
 
 def device(p: Parser, context: str, one: bool = False) -> None:
-    """`--device LIST` (alias `--devices`): device ids in the CPU-list grammar (`0-3,5`).
-
-    The value is always a list (one shape in every command); a command that takes one
-    device (`one`: its help offers no list) checks with `common.one_device`. Ids are the
-    host's (the `npu-smi info` / `nvidia-smi` index, the N of /dev/davinciN or
-    /dev/nvidiaN), which is also what plan keys are.
-    """
+    """`--device LIST` (alias `--devices`), always a list (one shape in every command): a
+    command taking one device (`one`: its help offers no list) checks with `common.one_device`.
+    Ids are the host's: the `npu-smi info` / `nvidia-smi` index, the N of /dev/davinciN or
+    /dev/nvidiaN."""
     ids = "host ids, as npu-smi / nvidia-smi number them and plan keys are; " + (
         "one here, e.g. 3" if one else "e.g. 0-3,5"
     )
     p.add_argument(
-        "--device",
-        "--devices",
-        type=device_ids,
-        metavar="LIST",
-        help=f"{context} ({ids})",
+        "--device", "--devices", type=device_ids, metavar="LIST", help=f"{context} ({ids})"
     )
 
 

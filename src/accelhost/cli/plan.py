@@ -40,10 +40,7 @@ def render_plan(plan: Plan, columns: int | None = None) -> str:
             dev.device,
             "-" if dev.numa_node is None else dev.numa_node,
             format_cpulist(dev.pool),
-            format_cpulist(dev.irq) or "-",
-            format_cpulist(dev.main) or "-",
-            format_cpulist(dev.acl) or "-",
-            format_cpulist(dev.release) or "-",
+            *(format_cpulist(cpus) or "-" for cpus in (dev.irq, dev.main, dev.acl, dev.release)),
         ]
         row += [roles.get(name, "-") for name in extra_roles]
         if show_pci:
@@ -55,8 +52,7 @@ def render_plan(plan: Plan, columns: int | None = None) -> str:
         lines.append(render_table(headers, rows, columns=columns))
     if plan.worker_skipped is not None:
         lines.append(f"worker CPU binding skipped: {plan.worker_skipped}")
-    if plan.host_threads is not None:
-        ht = plan.host_threads
+    if (ht := plan.host_threads) is not None:
         tids = ", ".join(map(str, ht.tids)) or "none found"
         cpus = format_cpulist(ht.cpus) or "-"
         lines += ["", f"host threads {ht.pattern}: CPUs {cpus} (tids: {tids})"]

@@ -85,11 +85,9 @@ def run_snapshot(args: argparse.Namespace) -> int:
         os.replace(tmp, args.output)
     except OSError as exc:
         raise AccelhostError(f"cannot write {args.output}: {exc.strerror}") from None
-    size = len(text.encode())
-    commands = len(data.get("commands", {}))
     print(
-        f"recorded {args.output} ({size / 1024:.1f} KiB, {commands} commands); "
-        f"replay with --snapshot {args.output}",
+        f"recorded {args.output} ({len(text.encode()) / 1024:.1f} KiB, "
+        f"{len(data.get('commands', {}))} commands); replay with --snapshot {args.output}",
         file=sys.stderr,
     )
     return 0

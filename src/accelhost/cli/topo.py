@@ -48,10 +48,7 @@ def topology_dict(topo: Topology) -> dict[str, Any]:
         ],
         "processes": [
             {
-                "npu_id": p.npu_id,
-                "chip_id": p.chip_id,
-                "pid": p.pid,
-                "name": p.name,
+                **{k: getattr(p, k) for k in ("npu_id", "chip_id", "pid", "name")},
                 "memory_bytes": None if p.memory_mb is None else p.memory_mb * formats.MIB,
             }
             for p in topo.processes
@@ -110,8 +107,7 @@ def _device_rows(topo: Topology) -> tuple[list[str], list[tuple[object, ...]]]:
     """The accelerators table: a GPU's (or --pci device's) uuid, an Ascend chip's npu/chip
     ids and whether a process runs on it."""
     if topo.family in ("nvidia", "pci"):
-        headers = ["device", "pci", "numa", "affinity", "uuid"]
-        return headers, [
+        return ["device", "pci", "numa", "affinity", "uuid"], [
             (
                 acc.index,
                 acc.pci or "-",
