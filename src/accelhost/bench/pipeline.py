@@ -211,10 +211,7 @@ def run_asyncio_recipe(wl: Workload, progress: Progress) -> Result:
 
 
 def run_accelhost(
-    wl: Workload,
-    progress: Progress,
-    trace: str | None = None,
-    cpu_kind: str = "thread",
+    wl: Workload, progress: Progress, trace: str | None = None, cpu_kind: str = "thread"
 ) -> Result:
     from accelhost.pipeline import Pipeline, Stage
 

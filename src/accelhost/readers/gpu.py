@@ -147,11 +147,7 @@ def _topo(result: CommandResult | None, notes: list[str]) -> dict[int, TopoAffin
 
 
 def _read_gpu(
-    host: Host,
-    index: int,
-    pci: str,
-    uuid: str | None,
-    topo: Mapping[int, TopoAffinity],
+    host: Host, index: int, pci: str, uuid: str | None, topo: Mapping[int, TopoAffinity]
 ) -> tuple[Accelerator, tuple[int, ...] | None]:
     """(the device, its local CPUs or None): sysfs first, `nvidia-smi topo -m` after."""
     base = f"{PCI_DEVICES}/{pci}"
@@ -183,9 +179,7 @@ def _read_gpu(
 
 
 def _nvml_fill(
-    host: Host,
-    gpus: list[tuple[Accelerator, tuple[int, ...] | None]],
-    notes: list[str],
+    host: Host, gpus: list[tuple[Accelerator, tuple[int, ...] | None]], notes: list[str]
 ) -> list[tuple[Accelerator, tuple[int, ...] | None]]:
     """Last resort for GPUs whose node and CPUs neither sysfs nor `topo -m` gave: live hosts
     only (NVML cannot be replayed), and only when nvidia-ml-py is installed."""
