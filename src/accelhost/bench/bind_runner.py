@@ -64,8 +64,7 @@ def schedule(repeats: int, warmup: int) -> list[Slot]:
     return slots
 
 
-# With no figure from any run of the first rounds (both arms, each first once), the rest
-# would fail the same way: the benchmark stops and says why instead of running them all.
+# Both arms, each first once: with no figure from these, the rest would fail the same way.
 GIVE_UP_ROUNDS = 2
 
 

@@ -10,7 +10,6 @@ from operator import itemgetter
 from accelhost.cpulist import IDS, MAX_CPUS, MAX_NODES, parse_id
 from accelhost.errors import ParseError
 
-# A data row: optional indent, a CPU id, a node id. Rows with `-` as node are skipped.
 _ROW = re.compile(r"^[ \t]*([0-9]+)[ \t]+([0-9]+)", re.MULTILINE)
 _ANY_DIGIT_ROW = re.compile(r"^[ \t]*[0-9]", re.MULTILINE)
 # "0", "1", ... as lscpu prints CPU ids: comparing a column against it is cheaper than int().

@@ -75,9 +75,9 @@ def read_cpu_detail(
     host: Host,
     allowed: Sequence[int],
     node_cpus: Mapping[int, Sequence[int]],
-    possible_nodes: tuple[int, ...] = (),
-    cpuset_path: str | None = None,
-    allowed_source: str = STATUS,
+    possible_nodes: tuple[int, ...],
+    cpuset_path: str | None,
+    allowed_source: str,
 ) -> CpuDetail:
     """SMT siblings, caches and sockets of the allowed CPUs, as torchrun's rules need them;
     read once per core / cache group, which keeps a 640-CPU snapshot small."""
