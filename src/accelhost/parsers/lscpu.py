@@ -91,9 +91,7 @@ def parse_cpu_nodes(text: str | None) -> tuple[Mapping[int, int], dict[int, tupl
 
 def parse_threads_per_core(text: str | None) -> int | None:
     """`Thread(s) per core:` of plain `lscpu`; None when absent or not a number."""
-    if not text:
-        return None
-    for line in text.splitlines():
+    for line in (text or "").splitlines():
         if "Thread(s) per core:" in line:
             value = line.split(":", 1)[1].strip()
             return int(value) if value.isascii() and value.isdigit() and len(value) < 4 else None

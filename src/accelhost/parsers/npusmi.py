@@ -182,9 +182,7 @@ class MapEntry(NamedTuple):
 
 def parse_npu_map(text: str | None) -> list[MapEntry]:
     """Entries in file order (the caller sorts by logical id where needed)."""
-    if not text:
-        return []
-    lines = text.splitlines()
+    lines = (text or "").splitlines()
     # the header is the first line that is not blank; blank rows give no cells below
     first = next((i for i, ln in enumerate(lines) if not ln.isspace() and ln), None)
     if first is None:
@@ -223,11 +221,9 @@ def parse_npu_map(text: str | None) -> list[MapEntry]:
 def parse_npu_topo(text: str | None) -> dict[int, tuple[int, ...]]:
     """NPU index -> affinity CPUs in written order."""
     out: dict[int, tuple[int, ...]] = {}
-    if not text:
-        return out
     # NPUs usually share a handful of affinity lists (all 16 on an A3): parse each once.
     seen: dict[str, tuple[int, ...] | None] = {}
-    for line in text.splitlines():
+    for line in (text or "").splitlines():
         if not line.startswith("NPU"):
             continue
         # only the first and the last token matter: no need to split the whole matrix row
@@ -257,9 +253,7 @@ def parse_npu_topo(text: str | None) -> dict[int, tuple[int, ...]]:
 
 def parse_board_pci(text: str | None) -> str | None:
     """Last token of the `PCIe Bus Info` line, lower-cased; None when absent."""
-    if not text:
-        return None
-    for line in text.splitlines():
+    for line in (text or "").splitlines():
         if "PCIe Bus Info" in line:
             return line.split()[-1].lower()  # the line holds at least those three words
     return None

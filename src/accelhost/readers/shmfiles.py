@@ -46,9 +46,7 @@ class ShmFile:
         return self.path.rsplit("/", 1)[-1]
 
     def age_s(self, now_epoch: float | None) -> float | None:
-        if now_epoch is None:
-            return None
-        return max(0.0, now_epoch - self.mtime)
+        return None if now_epoch is None else max(0.0, now_epoch - self.mtime)
 
 
 def _shm_file(path: str, st: FileStat) -> ShmFile | None:
