@@ -75,16 +75,14 @@ def from_plan(path: str, device: int, *, memory: bool = True, membind: bool = Fa
     steps = tuple(s for s in prepared.steps if not isinstance(s, ExecCommand))
     cpus = next((s.cpus for s in steps if isinstance(s, OwnAffinity)), ())
     check_allowed(cpus)
-    warnings = (*prepared.warnings, *prepared.notes)
-    return Binding(steps, tuple(cpus), path, device, warnings)
+    return Binding(steps, tuple(cpus), path, device, (*prepared.warnings, *prepared.notes))
 
 
 def check_allowed(cpus: Sequence[int]) -> None:
     """Refuse before the first run: every bound run would fail (or be bound to fewer CPUs
     than asked, which is not the binding being measured)."""
     allowed = os.sched_getaffinity(0)
-    outside = sorted(set(cpus) - allowed)
-    if outside:
+    if outside := sorted(set(cpus) - allowed):
         raise ApplyError(
             f"CPUs {format_cpulist(outside)} of the bound arm are not among the CPUs this "
             f"process may use ({format_cpulist(sorted(allowed))})"
@@ -100,8 +98,7 @@ def apply_in_child(steps: Sequence[Step], report_fd: int) -> None:
     from accelhost.apply.execute import execute
     from accelhost.apply.steps import FAILED
 
-    failed = [r for r in execute(steps) if r.status == FAILED]
-    if failed:
+    if failed := [r for r in execute(steps) if r.status == FAILED]:
         text = "; ".join(f"{r.step.describe()}: {r.detail}" for r in failed)
         os.write(report_fd, text.encode("utf-8", "replace")[:4000])
         raise BindFailed(text)

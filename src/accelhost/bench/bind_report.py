@@ -85,8 +85,7 @@ def text(setup: Setup, outcome: Outcome, comparison: Comparison) -> str:
             f"bootstrap, {c.resamples} resamples, seed {c.seed})"
         )
     lines += [f"ratio of medians bound/unbound: {ratio}", f"verdict: {c.verdict} ({c.why})"]
-    bad = [r for r in outcome.runs if r.status != OK]
-    if bad:
+    if bad := [r for r in outcome.runs if r.status != OK]:
         lines += ["", "runs without a figure (not counted):"]
         lines += [f"  run {r.slot.index} {_where(r)}: {r.status}: {r.detail}" for r in bad]
     if outcome.interrupted:
@@ -153,8 +152,7 @@ class Progress:
             f" | {medians}" if medians else ""
         )
         if self.tty:
-            width = _columns(self.out)
-            self.out.write("\r\x1b[K" + line[: width - 1])
+            self.out.write("\r\x1b[K" + line[: _columns(self.out) - 1])
             self.drawn = True
         else:
             self.out.write(line + "\n")

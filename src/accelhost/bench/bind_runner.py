@@ -64,8 +64,7 @@ def schedule(repeats: int, warmup: int) -> list[Slot]:
     return slots
 
 
-# With no figure from any run of the first rounds (both arms, each first once), the rest
-# would fail the same way: the benchmark stops and says why instead of running them all.
+# Both arms, each first once: with no figure from these, the rest would fail the same way.
 GIVE_UP_ROUNDS = 2
 
 
@@ -192,8 +191,7 @@ def run_all(
             runs.append(run)
             if on_run is not None:
                 on_run(run)
-            why = give_up(runs)
-            if why is not None:
+            if (why := give_up(runs)) is not None:
                 return Outcome(tuple(runs), gave_up=why)
     except (KeyboardInterrupt, Stopped) as exc:
         signum = int(signal.SIGTERM if isinstance(exc, Stopped) else signal.SIGINT)
@@ -246,7 +244,8 @@ def _one(
         )
     except subprocess.SubprocessError:
         os.close(fds.pop())  # the write end: the read below then ends
-        detail = _drain(fds[0])
+        with open(fds[0], "rb", closefd=False) as pipe:
+            detail = pipe.read().decode("utf-8", "replace").strip()
         raise BindingError(detail or "a binding step failed in the child") from None
     except OSError as exc:
         seconds = time.perf_counter() - start
@@ -284,13 +283,6 @@ def _stop(proc: subprocess.Popen[bytes], grace: float) -> None:
     for pipe in (proc.stdout, proc.stderr):
         if pipe is not None:
             pipe.close()
-
-
-def _drain(fd: int) -> str:
-    chunks = []
-    while chunk := os.read(fd, 4096):
-        chunks.append(chunk)
-    return b"".join(chunks).decode("utf-8", "replace").strip()
 
 
 def _last_line(data: bytes) -> str:

@@ -105,9 +105,7 @@ def bootstrap_ci(
         raise ValueError(f"confidence {confidence} is not between 0 and 1")
     if resamples < 1:
         raise ValueError("resamples must be at least 1")
-    if len(bound) < MIN_RUNS or len(unbound) < MIN_RUNS:
-        return None
-    if ratio_of_medians(bound, unbound) is None:
+    if len(bound) < MIN_RUNS or len(unbound) < MIN_RUNS or ratio_of_medians(bound, unbound) is None:
         return None
     rng = random.Random(seed)
     b, u = list(bound), list(unbound)

@@ -36,8 +36,6 @@ def parse_duration(text: str) -> float:
 
 def burn(seconds: float) -> None:
     """Hold the GIL doing pure-Python work until this thread used `seconds` of CPU."""
-    if seconds <= 0:
-        return
     clock = time.thread_time
     end = clock() + seconds
     x = 0
@@ -211,10 +209,7 @@ def run_asyncio_recipe(wl: Workload, progress: Progress) -> Result:
 
 
 def run_accelhost(
-    wl: Workload,
-    progress: Progress,
-    trace: str | None = None,
-    cpu_kind: str = "thread",
+    wl: Workload, progress: Progress, trace: str | None = None, cpu_kind: str = "thread"
 ) -> Result:
     from accelhost.pipeline import Pipeline, Stage
 

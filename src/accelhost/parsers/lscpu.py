@@ -10,7 +10,6 @@ from operator import itemgetter
 from accelhost.cpulist import IDS, MAX_CPUS, MAX_NODES, parse_id
 from accelhost.errors import ParseError
 
-# A data row: optional indent, a CPU id, a node id. Rows with `-` as node are skipped.
 _ROW = re.compile(r"^[ \t]*([0-9]+)[ \t]+([0-9]+)", re.MULTILINE)
 _ANY_DIGIT_ROW = re.compile(r"^[ \t]*[0-9]", re.MULTILINE)
 # "0", "1", ... as lscpu prints CPU ids: comparing a column against it is cheaper than int().
@@ -92,9 +91,7 @@ def parse_cpu_nodes(text: str | None) -> tuple[Mapping[int, int], dict[int, tupl
 
 def parse_threads_per_core(text: str | None) -> int | None:
     """`Thread(s) per core:` of plain `lscpu`; None when absent or not a number."""
-    if not text:
-        return None
-    for line in text.splitlines():
+    for line in (text or "").splitlines():
         if "Thread(s) per core:" in line:
             value = line.split(":", 1)[1].strip()
             return int(value) if value.isascii() and value.isdigit() and len(value) < 4 else None

@@ -62,8 +62,9 @@ class NpuSmiInfo:
 
 
 def _cells(line: str) -> list[str]:
+    """The cells of a table row, unstripped: a busy host's rows strip only what is read."""
     parts = line.split("|")
-    return [p.strip() for p in parts[1:-1]] if len(parts) > 2 else [p.strip() for p in parts[1:]]
+    return parts[1:-1] if len(parts) > 2 else parts[1:]
 
 
 def parse_npu_smi_info(text: str | None) -> NpuSmiInfo:
@@ -85,16 +86,13 @@ def _parse(text: str) -> NpuSmiInfo:
     chips = _parse_chips("\n" + "\n".join(lines if start is None else lines[:start]))
     if start is None:
         return NpuSmiInfo(chips=chips)
-    header = _cells(lines[start].strip())
+    header = [c.strip() for c in _cells(lines[start].strip())]
     id_column = " ".join(header[0].split()) if header else "NPU Chip"
     has_chip = id_column != "NPU ID"
 
     def col(name: str) -> int:
         """The index of the column whose header starts with `name`; past any row if none."""
-        for i, cell in enumerate(header):
-            if cell.lower().startswith(name):
-                return i
-        return 1 << 30
+        return next((i for i, cell in enumerate(header) if cell.lower().startswith(name)), 1 << 30)
 
     i_pid, i_name, i_mem = col("process id"), col("process name"), col("process memory")
     processes: list[DeviceProcess] = []
@@ -104,9 +102,7 @@ def _parse(text: str) -> NpuSmiInfo:
         line = raw.strip()
         if not (line.startswith("| ") and line[2:].lstrip()[:1].isdigit()):
             continue  # separators and `| No running processes found in NPU 3 |`
-        # the cells as _cells() gives them, each stripped only where it is read
-        parts = line.split("|")
-        cells = parts[1:-1] if len(parts) > 2 else parts[1:]
+        cells = _cells(line)
         n = len(cells)
         if n < 2:
             continue
@@ -125,15 +121,9 @@ def _parse(text: str) -> NpuSmiInfo:
         # comparisons, not calls: this loop runs for every process of a busy host
         if npu >= MAX_CARD_ID or (chip or 0) >= MAX_DEVICES or pid >= MAX_PID:
             raise ParseError(_INFO, f"an id beyond what a host can have in {line[:60]!r}")
-        processes.append(
-            DeviceProcess(
-                npu,
-                chip,
-                pid,
-                cells[i_name].strip() if i_name < n else "",
-                int(mem_text) if mem_text.isdecimal() else None,
-            )
-        )
+        name = cells[i_name].strip() if i_name < n else ""
+        mem = int(mem_text) if mem_text.isdecimal() else None
+        processes.append(DeviceProcess(npu, chip, pid, name, mem))
     if len(processes) > MAX_PID:
         raise ParseError(_INFO, f"more than {MAX_PID} process rows")
     return NpuSmiInfo(chips=chips, processes=tuple(processes), id_column=id_column)
@@ -192,9 +182,7 @@ class MapEntry(NamedTuple):
 
 def parse_npu_map(text: str | None) -> list[MapEntry]:
     """Entries in file order (the caller sorts by logical id where needed)."""
-    if not text:
-        return []
-    lines = text.splitlines()
+    lines = (text or "").splitlines()
     # the header is the first line that is not blank; blank rows give no cells below
     first = next((i for i, ln in enumerate(lines) if not ln.isspace() and ln), None)
     if first is None:
@@ -233,11 +221,9 @@ def parse_npu_map(text: str | None) -> list[MapEntry]:
 def parse_npu_topo(text: str | None) -> dict[int, tuple[int, ...]]:
     """NPU index -> affinity CPUs in written order."""
     out: dict[int, tuple[int, ...]] = {}
-    if not text:
-        return out
     # NPUs usually share a handful of affinity lists (all 16 on an A3): parse each once.
     seen: dict[str, tuple[int, ...] | None] = {}
-    for line in text.splitlines():
+    for line in (text or "").splitlines():
         if not line.startswith("NPU"):
             continue
         # only the first and the last token matter: no need to split the whole matrix row
@@ -267,9 +253,7 @@ def parse_npu_topo(text: str | None) -> dict[int, tuple[int, ...]]:
 
 def parse_board_pci(text: str | None) -> str | None:
     """Last token of the `PCIe Bus Info` line, lower-cased; None when absent."""
-    if not text:
-        return None
-    for line in text.splitlines():
+    for line in (text or "").splitlines():
         if "PCIe Bus Info" in line:
             return line.split()[-1].lower()  # the line holds at least those three words
     return None

@@ -20,12 +20,8 @@ from accelhost.errors import ParseError
 from accelhost.parsers.sysfs import normalize_pci_address
 
 # Exactly these command lines: snapshots key commands by their argv.
-QUERY_GPU_ARGV: tuple[str, ...] = (
-    "nvidia-smi",
-    "--query-gpu=index,pci.bus_id,uuid",
-    "--format=csv,noheader",
-)
-TOPO_ARGV: tuple[str, ...] = ("nvidia-smi", "topo", "-m")
+QUERY_GPU_ARGV = ("nvidia-smi", "--query-gpu=index,pci.bus_id,uuid", "--format=csv,noheader")
+TOPO_ARGV = ("nvidia-smi", "topo", "-m")
 GPU_QUERY = (
     "nvidia-smi",
     "--query-gpu=index,memory.used,memory.total",

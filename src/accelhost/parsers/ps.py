@@ -9,10 +9,8 @@ UVB_THREAD = "uvb_poll_window_thread"
 
 def parse_thread_ids(text: str | None, name: str = UVB_THREAD) -> list[int]:
     """Thread ids (the SPID column) of lines naming `name`, in file order."""
-    if not text:
-        return []
     tids = []
-    for line in text.splitlines():
+    for line in (text or "").splitlines():
         if name in line:
             cols = line.split()
             tid = cols[1] if len(cols) > 1 else ""

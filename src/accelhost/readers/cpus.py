@@ -65,8 +65,7 @@ def read_sysfs_nodes(host: Host) -> tuple[tuple[int, ...], dict[int, tuple[int, 
     node_cpus: dict[int, tuple[int, ...]] = {}
     for node in possible:
         path = f"{NODE_ROOT}/node{node}/cpulist"
-        cpus = host.read_file(path)
-        if cpus is not None:
+        if (cpus := host.read_file(path)) is not None:
             node_cpus[node] = tuple(parse_cpulist(cpus, path))
     return tuple(possible), node_cpus
 
@@ -75,7 +74,7 @@ def read_cpu_detail(
     host: Host,
     allowed: Sequence[int],
     node_cpus: Mapping[int, Sequence[int]],
-    allowed_source: str = STATUS,
+    allowed_source: str,
 ) -> CpuDetail:
     """SMT siblings, caches and sockets of the allowed CPUs, as torchrun's rules need them;
     read once per core / cache group, which keeps a 640-CPU snapshot small."""
@@ -87,8 +86,7 @@ def read_cpu_detail(
             continue
         lowest = min(on_node)
         path = f"{CPU_ROOT}/cpu{lowest}/topology/physical_package_id"
-        text = host.read_file(path)
-        if text is not None:
+        if (text := host.read_file(path)) is not None:
             packages[lowest] = parse_int_file(text, path)
     return CpuDetail(
         siblings=_read_groups(host, allowed, _read_siblings),
@@ -137,8 +135,7 @@ def _read_groups(
         members = tuple(sorted(set(group) | {cpu}))
         for member in members:
             out.setdefault(member, members)
-    allowed_set = set(allowed)
-    return {cpu: grp for cpu, grp in sorted(out.items()) if cpu in allowed_set}
+    return {cpu: out[cpu] for cpu in sorted(set(allowed)) if cpu in out}
 
 
 def _read_siblings(host: Host, cpu: int) -> tuple[int, ...] | None:

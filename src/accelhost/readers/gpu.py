@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -21,6 +21,7 @@ from accelhost.host.base import CommandResult, Host
 from accelhost.parsers.nvidia_smi import (
     QUERY_GPU_ARGV,
     TOPO_ARGV,
+    GpuRow,
     TopoAffinity,
     parse_query_gpu,
     parse_topo_matrix,
@@ -38,9 +39,6 @@ from accelhost.topology import Accelerator, CpuDetail, Topology
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 NVIDIA_COMMANDS = [list(QUERY_GPU_ARGV), list(TOPO_ARGV)]
 
-# A GPU row before its sysfs facts: index, PCI address, UUID.
-_Row = tuple[int, str, "str | None"]
-
 
 def read_gpu_topology(host: Host, pci: Sequence[str] | None = None) -> Topology | None:
     """The GPUs (or `pci` devices, from sysfs only, indexed in the given order) and CPUs of
@@ -48,10 +46,10 @@ def read_gpu_topology(host: Host, pci: Sequence[str] | None = None) -> Topology 
     notes: list[str] = []
     unread: list[str] = []
     topo: dict[int, TopoAffinity] = {}
-    rows: list[_Row]
+    rows: list[GpuRow]
     if pci is not None:
         family = "pci"
-        rows = [(i, addr, None) for i, addr in enumerate(pci_addresses(pci))]
+        rows = [GpuRow(i, addr, None) for i, addr in enumerate(pci_addresses(pci))]
         visible_env = None
     else:
         family = "nvidia"
@@ -62,7 +60,7 @@ def read_gpu_topology(host: Host, pci: Sequence[str] | None = None) -> Topology 
         topo = _topo(topo_result, notes)
         visible_env = host.getenv(CUDA_VISIBLE_DEVICES)
     base = read_sysfs_topology(host, notes)
-    gpus = [_read_gpu(host, i, addr, uuid, topo) for i, addr, uuid in rows]
+    gpus = [_read_gpu(host, row, topo.get(row.index)) for row in rows]
     if family == "nvidia":
         gpus = _nvml_fill(host, gpus, notes)
     return replace(
@@ -86,7 +84,7 @@ def read_sysfs_topology(host: Host, notes: list[str]) -> Topology:
         notes.append("no NUMA node information in sysfs; all allowed CPUs count as node 0")
     cpuset = read_cgroup_cpuset(host)
     allowed, source = allowed_or_fallback(read_allowed_cpus(host), cpuset, node_cpus, notes)
-    detail = read_cpu_detail(host, allowed, node_cpus, allowed_source=source)
+    detail = read_cpu_detail(host, allowed, node_cpus, source)
     nodes = dict(node_cpus) if node_cpus else {0: allowed}
     return Topology(
         machine=host.machine,
@@ -116,7 +114,7 @@ def pci_addresses(pci: Sequence[str]) -> list[str]:
     return addresses
 
 
-def _nvidia_rows(query: CommandResult, notes: list[str], unread: list[str]) -> list[_Row]:
+def _nvidia_rows(query: CommandResult, notes: list[str], unread: list[str]) -> list[GpuRow]:
     if not query.ok:
         first = next((ln.strip() for ln in query.stdout.splitlines() if ln.strip()), "")
         why = f": {first}" if first else ""
@@ -125,7 +123,7 @@ def _nvidia_rows(query: CommandResult, notes: list[str], unread: list[str]) -> l
     rows = parse_query_gpu(query.stdout, " ".join(QUERY_GPU_ARGV))
     if not rows:
         notes.append("nvidia-smi lists no GPU")
-    return [(r.index, r.pci, r.uuid) for r in rows]
+    return rows
 
 
 def _topo(result: CommandResult | None, notes: list[str]) -> dict[int, TopoAffinity]:
@@ -140,18 +138,13 @@ def _topo(result: CommandResult | None, notes: list[str]) -> dict[int, TopoAffin
 
 
 def _read_gpu(
-    host: Host,
-    index: int,
-    pci: str,
-    uuid: str | None,
-    topo: Mapping[int, TopoAffinity],
+    host: Host, gpu: GpuRow, row: TopoAffinity | None
 ) -> tuple[Accelerator, tuple[int, ...] | None]:
-    """(the device, its local CPUs or None): sysfs first, `nvidia-smi topo -m` after."""
-    base = f"{PCI_DEVICES}/{pci}"
+    """(the device, its local CPUs or None): sysfs first, `nvidia-smi topo -m` (`row`) after."""
+    base = f"{PCI_DEVICES}/{gpu.pci}"
     node_text = host.read_file(f"{base}/numa_node")
     cpus_text = host.read_file(f"{base}/local_cpulist")
     irq_names = host.list_dir(f"{base}/msi_irqs") or []
-    row = topo.get(index)
     numa_node, numa_source = None, "unknown"
     if node_text is not None:
         numa_node, numa_source = parse_numa_node(node_text, f"{base}/numa_node"), "sysfs"
@@ -163,9 +156,9 @@ def _read_gpu(
     elif row is not None and row.cpus:
         local_cpus, cpus_source = row.cpus, "nvidia-smi topo -m"
     acc = Accelerator(
-        index=index,
-        pci=pci,
-        uuid=uuid,
+        index=gpu.index,
+        pci=gpu.pci,
+        uuid=gpu.uuid,
         numa_node=numa_node,
         numa_source=numa_source,
         cpus_source=cpus_source,
@@ -176,9 +169,7 @@ def _read_gpu(
 
 
 def _nvml_fill(
-    host: Host,
-    gpus: list[tuple[Accelerator, tuple[int, ...] | None]],
-    notes: list[str],
+    host: Host, gpus: list[tuple[Accelerator, tuple[int, ...] | None]], notes: list[str]
 ) -> list[tuple[Accelerator, tuple[int, ...] | None]]:
     """Last resort for GPUs whose node and CPUs neither sysfs nor `topo -m` gave: live hosts
     only (NVML cannot be replayed), and only when nvidia-ml-py is installed."""
@@ -218,9 +209,6 @@ def nvml_affinity(indices: Sequence[int]) -> dict[int, tuple[int | None, tuple[i
     """GPU index -> (NUMA node or None, CPUs near it or None), for the GPUs NVML knows."""
     try:
         nvml: Any = importlib.import_module("pynvml")
-    except ImportError:
-        return {}
-    try:
         nvml.nvmlInit()
     except Exception:  # NVMLError has no stable base to name; any failure means "no answer"
         return {}

@@ -46,8 +46,7 @@ class ProcessInfo:
 
 def list_pids(host: Host) -> list[int]:
     """Every process id under /proc, ascending."""
-    names = host.list_dir("/proc") or []
-    return sorted(int(n) for n in names if n.isdigit())
+    return sorted(int(n) for n in host.list_dir("/proc") or [] if n.isdigit())
 
 
 def read_process(host: Host, pid: int, *, cmdline: bool = True) -> ProcessInfo | None:

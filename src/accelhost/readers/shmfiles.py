@@ -46,9 +46,7 @@ class ShmFile:
         return self.path.rsplit("/", 1)[-1]
 
     def age_s(self, now_epoch: float | None) -> float | None:
-        if now_epoch is None:
-            return None
-        return max(0.0, now_epoch - self.mtime)
+        return None if now_epoch is None else max(0.0, now_epoch - self.mtime)
 
 
 def _shm_file(path: str, st: FileStat) -> ShmFile | None:
@@ -91,10 +89,8 @@ class HeldScan:
     paths: frozenset[str]
     inodes: frozenset[tuple[int, int]]  # (st_dev, st_ino) of open or mapped files
     unreadable: tuple[int, ...]  # live pids whose fd/maps could not be read: may hold anything
-    # PID 1 when it is unreadable although the reader holds CAP_SYS_PTRACE, because it
-    # holds capabilities the reader's namespace lacks (a sandbox's or VM's init): the kernel
-    # hides it even from root. Named in evidence, assumed to hold none. Every other
-    # unreadable process is in `unreadable` (see `held_by`).
+    # PID 1 unreadable to a ptrace-all reader for its greater capabilities (a sandbox's or
+    # VM's init): named in evidence, assumed to hold none (why: `held_by`).
     privileged: tuple[int, ...] = ()
 
     @property
@@ -139,17 +135,15 @@ def _fd_paths(
     host: Host,
     pid: int,
     inodes: set[tuple[int, int]],
-    devices: set[str] | None = None,
-    is_device: Callable[[str], bool] | None = None,
-    listed: Container[str] = (),
+    devices: set[str],
+    is_device: Callable[[str], bool] | None,
+    listed: Container[str],
 ) -> set[str] | None:
-    """Paths of a process's open files, and into `inodes` the identity of each open regular
-    file: a process of another mount namespace (a pod's emptyDir at its /dev/shm) names by
-    its own path a file we list under the host's path. With `is_device`, the device nodes
-    among them (deleted ones too) go into `devices`: one walk of the fds serves both.
-    A target that is one of the `listed` paths is held by that path already (`holds`):
-    its identity is not looked up; a `(deleted)` one gives its identity only (a file made
-    under a temporary name and linked to its own: see the module docstring)."""
+    """Paths of a process's open files (as `held_by` says), and into `inodes` the identity
+    of each open regular file: a process of another mount namespace (a pod's emptyDir at
+    its /dev/shm) names by its own path a file we list under the host's path. A listed
+    target is held by that path already (`holds`); a `(deleted)` one gives its identity
+    only (see the module docstring); device nodes, deleted ones too, go into `devices`."""
     fds = open_fds(host, pid)
     if fds is None:
         return None
@@ -159,7 +153,7 @@ def _fd_paths(
             continue  # sockets, pipes, anon_inode:...
         deleted = target.endswith(_DELETED)
         path = target.removesuffix(_DELETED)
-        if devices is not None and is_device is not None and is_device(path):
+        if is_device is not None and is_device(path):
             devices.add(path)
         if not deleted:
             out.add(target)

@@ -68,16 +68,11 @@ def _read(host: Host, family: str | None, pci: Sequence[str] | None) -> Topology
     # here: an Ascend `plan` does not pay for them at start-up.
     from accelhost.readers.gpu import read_gpu_topology
 
-    if pci is not None:
-        found = read_gpu_topology(host, pci=pci)
-        assert found is not None  # with addresses given there is always a topology
-        return found
-    if family == "pci":
+    if pci is None and family == "pci":
         return plain_topology(host, family, notes=(NO_PCI,))
-    found = read_gpu_topology(host)
-    if family == "nvidia":
-        return found or plain_topology(host, family, notes=(NO_SMI,))
-    return found or plain_topology(host)
+    # None only without addresses, on a host without nvidia-smi: family None or nvidia
+    found = read_gpu_topology(host, pci)
+    return found or plain_topology(host, family, notes=(NO_SMI,) if family == "nvidia" else ())
 
 
 def plain_topology(host: Host, family: str | None = None, notes: Sequence[str] = ()) -> Topology:
