@@ -77,7 +77,7 @@ def foreign(plan: Plan) -> ForeignPlanError | None:
     if made is None:
         return None
     h = live_host()
-    _, node_cpus = read_sysfs_nodes(h)
+    node_cpus = read_sysfs_nodes(h)
     pci = h.list_dir(PCI_DEVICES) or None  # no sysfs here: nothing to compare
     diffs = differences(made, plan, online_cpus(h), sorted(node_cpus) or None, pci)
     if not diffs:

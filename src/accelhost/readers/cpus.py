@@ -54,8 +54,8 @@ def stdout(host: Host, argv: list[str]) -> str | None:
     return result.stdout if result else None
 
 
-def read_sysfs_nodes(host: Host) -> tuple[tuple[int, ...], dict[int, tuple[int, ...]]]:
-    """(possible node ids, node -> CPUs) from /sys/devices/system/node; CPU-less memory
+def read_sysfs_nodes(host: Host) -> dict[int, tuple[int, ...]]:
+    """node -> CPUs of each possible node (/sys/devices/system/node); CPU-less memory
     nodes are kept as `()`, in written order."""
     text = host.read_file(f"{NODE_ROOT}/possible")
     if text is not None:
@@ -67,7 +67,7 @@ def read_sysfs_nodes(host: Host) -> tuple[tuple[int, ...], dict[int, tuple[int, 
         path = f"{NODE_ROOT}/node{node}/cpulist"
         if (cpus := host.read_file(path)) is not None:
             node_cpus[node] = tuple(parse_cpulist(cpus, path))
-    return tuple(possible), node_cpus
+    return node_cpus
 
 
 def read_cpu_detail(

@@ -79,7 +79,7 @@ def read_sysfs_topology(host: Host, notes: list[str]) -> Topology:
 
     A host without NUMA information is one node 0 of its allowed CPUs, as torchrun has it.
     """
-    _, node_cpus = read_sysfs_nodes(host)
+    node_cpus = read_sysfs_nodes(host)
     if not node_cpus:
         notes.append("no NUMA node information in sysfs; all allowed CPUs count as node 0")
     cpuset = read_cgroup_cpuset(host)
