@@ -113,6 +113,11 @@ def test_lscpu_nodes_dense_shape_behaves_as_a_dict() -> None:
     assert parse_cpu_nodes("CPU NODE\n0 0\n1 0\n2 1\n3 1\n4 0\n")[0] == cpu_node
 
 
+def test_lscpu_nodes_unreadable_row_is_quoted_not_the_blank_line_before_it() -> None:
+    with pytest.raises(ParseError, match=r"cannot read row '0:x'"):
+        parse_cpu_nodes("CPU NODE\n\n0:x\n")
+
+
 def test_lscpu_threads_per_core() -> None:
     assert parse_threads_per_core("Thread(s) per core:              2\n") == 2
     assert parse_threads_per_core("Thread(s) per core: n/a\n") is None

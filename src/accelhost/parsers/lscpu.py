@@ -76,7 +76,7 @@ def parse_cpu_nodes(text: str | None) -> tuple[Mapping[int, int], dict[int, tupl
             return CpuNodes(nodes), {n: tuple(c) for n, c in grouped.items()}
     pairs = _ROW.findall(text)
     if not pairs and _ANY_DIGIT_ROW.search(text):
-        bad = next(ln for ln in text.splitlines() if ln.strip()[:1] in "0123456789")
+        bad = next(ln for ln in text.splitlines() if _ANY_DIGIT_ROW.match(ln))
         raise ParseError(SOURCE, f"cannot read row {bad.strip()[:60]!r}")
     if len(pairs) > MAX_CPUS:
         raise ParseError(SOURCE, f"{len(pairs)} rows: more CPUs than a kernel can have")
