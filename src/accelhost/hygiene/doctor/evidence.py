@@ -159,10 +159,7 @@ def shm_file_evidence(j: ShmVerdict, now_epoch: float | None) -> dict[str, Any]:
 
 
 def clean_command(
-    options: HygieneOptions,
-    only: str | None = None,
-    named: tuple[str, ...] = (),
-    yes: bool = True,
+    options: HygieneOptions, only: str | None = None, named: tuple[str, ...] = (), yes: bool = True
 ) -> str:
     """`accelhost clean --yes [NAMED] [--only KIND] [options in force]`, quoted for a shell.
     `named`: what the command names (`--shmid 7`); `only`: the one kind it cleans; `yes`
