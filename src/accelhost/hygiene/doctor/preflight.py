@@ -179,14 +179,9 @@ def preflight_from_facts(
         return PreflightReport("FAIL", util, tuple(results), f"{first.device}: {first.message}")
     if blind:
         return PreflightReport("UNKNOWN", util, tuple(results), unread)
-    return PreflightReport(
-        "OK",
-        util,
-        tuple(results),
-        results[0].message
-        if len(results) == 1
-        else f"{len(results)} devices have room for utilization {util}",
-    )
+    one = results[0].message if len(results) == 1 else None
+    why = one or f"{len(results)} devices have room for utilization {util}"
+    return PreflightReport("OK", util, tuple(results), why)
 
 
 def preflight(host: Host, util: float, device: int | None = None) -> PreflightReport:

@@ -242,13 +242,8 @@ def _hugepages_family(facts: HostFacts) -> Iterator[Metric]:
         for p in facts.hugepage_pools:
             if p.node is None:
                 size = str(p.size_kb * 1024)
-                for state, n in (
-                    ("total", p.total),
-                    ("free", p.free),
-                    ("reserved", p.reserved),
-                    ("surplus", p.surplus),
-                ):
-                    pages.add_metric([size, state], n)
+                for state in ("total", "free", "reserved", "surplus"):
+                    pages.add_metric([size, state], getattr(p, state))
         yield pages
 
 
