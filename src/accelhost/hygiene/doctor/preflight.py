@@ -252,14 +252,9 @@ def _device_preflight(facts: HostFacts, options: HygieneOptions) -> CheckResult:
     )
     if len(worst) > 1:
         summary += f" (and {len(worst) - 1} more device(s))"
-    return CheckResult(
-        name,
-        FAIL,
-        summary,
-        tuple(d.to_dict() for d in worst),
-        f"free the device ({clean_command(options)} for orphans and leaks) or start with "
-        f"--gpu-memory-utilization {min(d.max_util for d in worst)} or lower",
-    )
+    fix = f"free the device ({clean_command(options)} for orphans and leaks) or start with "
+    fix += f"--gpu-memory-utilization {min(d.max_util for d in worst)} or lower"
+    return CheckResult(name, FAIL, summary, tuple(d.to_dict() for d in worst), fix)
 
 
 def check_unattributed_memory(facts: HostFacts, options: HygieneOptions) -> CheckResult:
@@ -309,14 +304,10 @@ def check_unattributed_memory(facts: HostFacts, options: HygieneOptions) -> Chec
             return unknown(name, unread)
         return CheckResult(name, OK, f"{len(facts.devices)} device(s): memory accounted for")
     text = ", ".join(unaccounted)
-    return CheckResult(
-        name,
-        WARN,
-        f"memory in use by no listed process: {text}" + (f"; {unread}" if blind else ""),
-        tuple(evidence),
-        f"look for orphans and leaked segments ({clean_command(options, yes=False)}); if "
-        "none, the driver holds it: restart the driver or reset the device when it is idle",
-    )
+    summary = f"memory in use by no listed process: {text}" + (f"; {unread}" if blind else "")
+    fix = f"look for orphans and leaked segments ({clean_command(options, yes=False)}); if "
+    fix += "none, the driver holds it: restart the driver or reset the device when it is idle"
+    return CheckResult(name, WARN, summary, tuple(evidence), fix)
 
 
 def _tool_node(path: str) -> bool:

@@ -217,15 +217,11 @@ class Watcher:
         leaks: list[tuple[ShmSegment, LeakVerdict]],
         shm: list[ShmVerdict],
     ) -> None:
-        seen: dict[tuple[int, int], int] = {}
-        for o in orphans:
-            if o.group_frontend is not None:
-                # Its engine's frontend lives in its process group: that server may still
-                # be stopping it, or be a neighbour started by the same script. Never
-                # automatically; `accelhost clean` shows it to a person.
-                continue
-            key = (o.proc.pid, o.proc.start_ticks)
-            seen[key] = self._orphan_rounds.get(key, 0) + 1
+        # An orphan whose engine's frontend lives in its process group is never stopped
+        # automatically: that server may still be stopping it, or be a neighbour started by
+        # the same script; `accelhost clean` shows it to a person.
+        keys = [(o.proc.pid, o.proc.start_ticks) for o in orphans if o.group_frontend is None]
+        seen = {key: self._orphan_rounds.get(key, 0) + 1 for key in keys}
         self._orphan_rounds = seen  # only current orphans are remembered
         scope = self.config.scope
         # A scope that names things (pids, shmids, paths) leaves out every kind it does
