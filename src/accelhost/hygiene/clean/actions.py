@@ -1,7 +1,6 @@
 """What the cleaner may do, as plain values: a dry run prints them, `--yes` does them.
 
-The JSON of each action uses the doctor's keys for the same facts (`pid`, `cmdline`,
-`shmid`, `key`, `bytes`, `creator_pid`, `last_pid`, `path`, `used_bytes`, ...).
+The JSON of each action uses the doctor's keys for the same facts (`doctor.evidence`).
 
 A target named on the command line (`--pid`, `--shmid`, `--path`) that matches nothing
 must never pass in silence: a person who typed a pid believes it is being cleaned.

@@ -165,15 +165,11 @@ def check_device_holders(found: Findings, options: HygieneOptions) -> CheckResul
         return CheckResult(name, UNKNOWN, f"could not run: {why}; {tool}", ev)
     blind = _unreadable(facts)
     if blind:
-        return CheckResult(
-            name,
-            UNKNOWN,
-            f"{seen} as far as this user can see; open files of {len(blind)} process(es) "
-            f"cannot be read (pid(s) {some_pids(sorted(blind))}): any may hold a device node",
-            ev,
-            "run the doctor as root (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH) to see every "
-            "process's open files",
-        )
+        summary = f"{seen} as far as this user can see; open files of {len(blind)} process(es) "
+        summary += f"cannot be read (pid(s) {some_pids(sorted(blind))}): any may hold a device node"
+        fix = "run the doctor as root (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH) to see every "
+        fix += "process's open files"
+        return CheckResult(name, UNKNOWN, summary, ev, fix)
     return CheckResult(name, OK, seen, ev)
 
 

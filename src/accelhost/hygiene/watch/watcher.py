@@ -23,7 +23,7 @@ from prometheus_client.registry import CollectorRegistry
 from accelhost.errors import AccelhostError, UsageError
 from accelhost.host.base import Host, InodeLister
 from accelhost.host.redact import redact_values
-from accelhost.hygiene.clean.actions import CleanFilters, RemoveSegment, StopProcesses
+from accelhost.hygiene.clean.actions import CleanFilters, RemoveSegment
 from accelhost.hygiene.clean.cleaner import execute, plan_clean
 from accelhost.hygiene.clean.journal import DEFAULT_JOURNAL, Journal, rfc3339_now
 from accelhost.hygiene.doctor.checks import run_checks
@@ -259,16 +259,13 @@ class Watcher:
             paths=scope.paths,
             shm_files=do_segments and bool(shm),
         )
+        # below the threshold only the segments of the orphans being stopped go (files are
+        # planned only above it)
+        planned = plan_clean(found.facts, self.options, filters, found)
         actions = [
             a
-            for a in plan_clean(found.facts, self.options, filters, found)
-            # below the threshold, only the segments of the orphans being stopped go
-            if (
-                do_segments
-                or isinstance(a, StopProcesses)
-                or (isinstance(a, RemoveSegment) and a.after_stop)
-            )
-            and (not isinstance(a, RemoveSegment) or may_go(a.seg))
+            for a in planned
+            if not isinstance(a, RemoveSegment) or (may_go(a.seg) and (do_segments or a.after_stop))
         ]
         if self._scope is not None and self._scope.chosen is not None:
             actions = scope_actions(actions, found.attribution, self._scope.chosen)
@@ -329,11 +326,10 @@ class Watcher:
             until = min(until, due)
 
     def run(self, stop: threading.Event, rounds: int | None = None) -> None:
-        """Rounds every --interval until `stop`; on a live host also at once when an
-        engine process or a holder of an engine file exits (`react.Reactor`), and when a
-        new unheld engine file reaches --shm-min-age. A failed round is counted and logged,
-        and the next one reads the whole host; it never ends the watch, but a first round
-        that finds the user's words wrong (`--container` naming none) does: UsageError."""
+        """Rounds every --interval until `stop`, and sooner on a live host (`react` says
+        when). A failed round is counted and logged, and the next one reads the whole host;
+        it never ends the watch, but a first round that finds the user's words wrong
+        (`--container` naming none) does: UsageError."""
         done = 0
         reactor: Reactor | None = None
         try:
