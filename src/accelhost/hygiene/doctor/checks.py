@@ -288,9 +288,8 @@ def check_hugepages(found: Findings, options: HygieneOptions) -> CheckResult:
     leaks = found.leaks
     if leaks and any((p.used_fraction or 0.0) >= 1.0 for p in over):
         summary = f"HugePages exhausted with {len(leaks)} leaked segment(s): {text}"
-        fix = clean_fix(
-            options, facts.live, "leaked segments pin HugePages until removed", "segments"
-        )
+        what = "leaked segments pin HugePages until removed"
+        fix = clean_fix(options, facts.live, what, "segments")
         return CheckResult(name, FAIL, summary, evidence, fix)
     fix = "check the pool size (vm.nr_hugepages) against the engines' needs"
     return CheckResult(name, WARN, f"HugePages above {limit:.0%}: {text}", evidence, fix)

@@ -189,12 +189,9 @@ class HygieneCollector(Collector):
         for (kind, result), n in sorted(cleaned.items()):
             actions.add_metric([kind, result], n)
         yield actions
-        for name, value in (
-            ("accelhost_watch_cpu_seconds", t.cpu_s),
-            ("accelhost_watch_round_seconds", t.wall_s),
-            ("accelhost_watch_full_scans", t.full_scans),
-        ):
-            yield _single(CounterMetricFamily, name, value)
+        yield _single(CounterMetricFamily, "accelhost_watch_cpu_seconds", t.cpu_s)
+        yield _single(CounterMetricFamily, "accelhost_watch_round_seconds", t.wall_s)
+        yield _single(CounterMetricFamily, "accelhost_watch_full_scans", t.full_scans)
         yield _single(GaugeMetricFamily, "accelhost_watch_last_round_cpu_seconds", t.last_cpu_s)
         yield _single(
             GaugeMetricFamily, "accelhost_watch_last_round_duration_seconds", t.last_wall_s

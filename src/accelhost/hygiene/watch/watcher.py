@@ -76,8 +76,7 @@ def json_logger(stream: Any = None) -> Callable[[dict[str, Any]], None]:
 
     def log(event: dict[str, Any]) -> None:
         out = stream or sys.stdout
-        record = {"ts": rfc3339_now(), **event}
-        out.write(json.dumps(record) + "\n")
+        out.write(json.dumps({"ts": rfc3339_now(), **event}) + "\n")
         out.flush()
 
     return log
