@@ -22,12 +22,10 @@ from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.report import FAIL, OK, SKIP, WARN, CheckResult
 from accelhost.parsers.devnodes import VENDOR_KIND, node_kind
 
-MIB_PER_GIB = 1024
-
 
 def _gib(mib: float) -> float:
     # vLLM prints round(bytes / GiB, 2): 64.0, 60.68, 36.75.
-    return round(mib / MIB_PER_GIB, 2)
+    return round(mib / 1024, 2)
 
 
 @dataclass(frozen=True)
