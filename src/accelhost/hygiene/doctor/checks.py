@@ -151,11 +151,10 @@ def check_device_holders(found: Findings, options: HygieneOptions) -> CheckResul
         )
         return CheckResult(name, WARN, text, ev, "run one engine per device (one vLLM per NPU)")
     count_devices = len({n for nodes in holders.values() for n in nodes})
-    seen = (
-        f"{len(holders)} process(es) hold {count_devices} device node(s)"
-        if holders
-        else "no process holds a device node"
-    ) + (privileged_note(facts.shm_held) if facts.shm_held is not None else "")
+    seen = f"{len(holders)} process(es) hold {count_devices} device node(s)"
+    if not holders:
+        seen = "no process holds a device node"
+    seen += privileged_note(facts.shm_held) if facts.shm_held is not None else ""
     if facts.processes is None:  # only the vendor tool's table: no open node, no state seen
         tool = f"by the device tool's table, {seen}"
         if not facts.live and "processes" in facts.not_recorded:

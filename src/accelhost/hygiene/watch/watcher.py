@@ -292,11 +292,6 @@ class Watcher:
             self.collector.count_clean(out.action, "ok" if out.ok else "failed")
         self.log({"event": "auto_clean_done", "outcomes": [o.to_dict() for o in result.outcomes]})
 
-    def _confirming(self) -> bool:
-        """Some orphan is not yet seen in --clean-orphan-rounds rounds (auto-clean)."""
-        rounds = self.config.clean_orphan_rounds
-        return self.config.auto_clean and any(n < rounds for n in self._orphan_rounds.values())
-
     @staticmethod
     def _live(host: Host) -> bool:
         return host.is_live and isinstance(host, InodeLister)
@@ -350,7 +345,8 @@ class Watcher:
                 if rounds is not None and done >= rounds:
                     return
                 until = started + self.config.interval_s
-                if self._confirming():
+                rounds = self.config.clean_orphan_rounds
+                if self.config.auto_clean and any(n < rounds for n in self._orphan_rounds.values()):
                     until = min(until, started + CONFIRM_S)
                 if self._incremental:
                     due = self._state.next_due(time.time() + self._clock_offset)
