@@ -232,7 +232,6 @@ def check_posix_shm(found: Findings, options: HygieneOptions) -> CheckResult:
     waits = [j.waiting_s for j in judged if j.waiting_s is not None]
     tail += waiting_note(waits, options.shm_min_age_s)
     if blocked:
-        # the processes whose open files could not be read
         pids = some_pids(scan.unreadable)
         tail += f"; {len(blocked)} file(s) cannot be judged (open files of pid(s) {pids} "
         tail += "unreadable: run as root)"

@@ -216,15 +216,14 @@ def check_preflight(facts: HostFacts, options: HygieneOptions) -> CheckResult:
     space = None if result.status == SKIP else _shm_space(facts, options)
     if space is None:
         return result
-    fix = (
-        f"remove leaked files ({clean_command(options, 'shm')}) or increase /dev/shm "
-        "(--shm-size, --ipc=host, or a larger emptyDir sizeLimit)"
-    )
+    fix = f"remove leaked files ({clean_command(options, 'shm')}) or increase /dev/shm "
+    fix += "(--shm-size, --ipc=host, or a larger emptyDir sizeLimit)"
     summary = space["message"]
     if result.status != OK:
         summary, fix = f"{result.summary}; /dev/shm too small", f"{result.fix}; {fix}"
-    evidence = (*result.evidence, space)
-    return replace(result, status=FAIL, summary=summary, evidence=evidence, fix=fix)
+    return replace(
+        result, status=FAIL, summary=summary, evidence=(*result.evidence, space), fix=fix
+    )
 
 
 def _device_preflight(facts: HostFacts, options: HygieneOptions) -> CheckResult:

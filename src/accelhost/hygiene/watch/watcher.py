@@ -10,6 +10,7 @@ never shown as an idle device.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
@@ -273,11 +274,8 @@ class Watcher:
         if self._clean_error is None:  # a retry after a failure is not said again
             self.log({"event": "auto_clean", "actions": [a.to_dict() for a in actions]})
         try:
-            journal = Journal(self.config.journal)
-            try:
+            with contextlib.closing(Journal(self.config.journal)) as journal:
                 result = execute(actions, self.options, journal, grace_s=self.config.grace_s)
-            finally:
-                journal.close()
         except AccelhostError as exc:
             # No record, no action (a full disk): the round's checks and metrics stand, the
             # actions count as failed each round, and the cause is said once, not per round.
