@@ -221,9 +221,8 @@ def check_preflight(facts: HostFacts, options: HygieneOptions) -> CheckResult:
     summary = space["message"]
     if result.status != OK:
         summary, fix = f"{result.summary}; /dev/shm too small", f"{result.fix}; {fix}"
-    return replace(
-        result, status=FAIL, summary=summary, evidence=(*result.evidence, space), fix=fix
-    )
+    evidence = (*result.evidence, space)
+    return replace(result, status=FAIL, summary=summary, evidence=evidence, fix=fix)
 
 
 def _device_preflight(facts: HostFacts, options: HygieneOptions) -> CheckResult:
