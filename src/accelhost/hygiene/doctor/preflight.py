@@ -24,8 +24,7 @@ from accelhost.parsers.devnodes import VENDOR_KIND, node_kind
 
 
 def _gib(mib: float) -> float:
-    # vLLM prints round(bytes / GiB, 2): 64.0, 60.68, 36.75.
-    return round(mib / 1024, 2)
+    return round(mib / 1024, 2)  # as vLLM prints it: 64.0, 60.68, 36.75
 
 
 @dataclass(frozen=True)
