@@ -94,14 +94,9 @@ def plan_clean(
             # the reason of the topmost orphan: its descendants share its story
             tops = [o for o in members if o.top is o.proc] or members
             reasons = "; ".join(dict.fromkeys(o.reason for o in tops))
-            actions.append(
-                StopProcesses(
-                    pgid=pgid,
-                    signal_group=whole,
-                    targets=tuple(_ref(procs[p]) for p in pids if p in procs),
-                    reason=f"{reasons} ({one_line(tops[0].proc.command)})",
-                )
-            )
+            reason = f"{reasons} ({one_line(tops[0].proc.command)})"
+            targets = tuple(_ref(procs[p]) for p in pids if p in procs)
+            actions.append(StopProcesses(pgid, signal_group=whole, targets=targets, reason=reason))
     if f.segments:
         for seg, verdict in found.segments or ():
             if not f.takes_segment(seg):

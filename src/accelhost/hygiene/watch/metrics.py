@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from socketserver import ThreadingMixIn
@@ -126,7 +127,7 @@ class HygieneCollector(Collector):
         self._round: Round | None = None
         self._failed = False
         self._totals = WatchTotals()
-        self._clean_actions: dict[tuple[str, str], int] = {}
+        self._clean_actions: Counter[tuple[str, str]] = Counter()
         self._degraded: dict[str, str] = {}
 
     def update(self, rnd: Round) -> None:
@@ -173,8 +174,7 @@ class HygieneCollector(Collector):
 
     def count_clean(self, kind: str, result: str) -> None:
         with self._lock:
-            key = (kind, result)
-            self._clean_actions[key] = self._clean_actions.get(key, 0) + 1
+            self._clean_actions[kind, result] += 1
 
     def collect(self) -> Iterator[Metric]:
         # the order of the families is what /metrics shows (docs/hygiene.md quotes it)
