@@ -134,10 +134,8 @@ def check_device_holders(found: Findings, options: HygieneOptions) -> CheckResul
         if proc.is_zombie or proc.is_uninterruptible:
             what = "a zombie" if proc.is_zombie else "in D state (stuck in the driver)"
             bad.append(f"pid {_in_containers(found, [pid])} is {what}")
-        if engine:
-            for node in nodes:
-                if not is_control_node(node):
-                    by_device.setdefault(node, {}).setdefault(proc.pgid, []).append(pid)
+        for node in [n for n in nodes if engine and not is_control_node(n)]:
+            by_device.setdefault(node, {}).setdefault(proc.pgid, []).append(pid)
     shared = {n: g for n, g in by_device.items() if len(g) > 1}
     if facts.shm_held is not None:
         evidence.extend(unreadable_evidence(facts.shm_held, "a device node"))

@@ -162,15 +162,12 @@ class Reactor:
         out = []
         for what, ints in self.events.read():
             if what == PROC_EVENT_EXEC and ints[0] == ints[1]:
-                self._exec(ints[1])
+                proc = read_process(live_host(), ints[1])
+                if proc is not None and proc.cmdline and self.engine(proc.command):
+                    self.watch(self.watched | {ints[1]})
             elif what == PROC_EVENT_EXIT and ints[0] == ints[1] and ints[1] in self.watched:
                 out.append(ints[1])
         return out
-
-    def _exec(self, pid: int) -> None:
-        proc = read_process(live_host(), pid)
-        if proc is not None and proc.cmdline and self.engine(proc.command):
-            self.watch(self.watched | {pid})
 
     def close(self) -> None:
         if self.events is not None:
