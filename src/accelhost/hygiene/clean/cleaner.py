@@ -204,8 +204,7 @@ def _remove(
                 return False, f"changed under {min_age_s:g} s ago"
             return True, act.reason
 
-        f = act.file
-        removal = unlink_shm_file(host, f.path, f.dev, f.inode, file_rule, intent)
+        removal = unlink_shm_file(host, act.path, act.file.dev, act.file.inode, file_rule, intent)
         ident = {"path": act.path}
     if removal.tried:
         journal.write("outcome", action=act.kind, **ident, result=removal.result)
@@ -269,9 +268,8 @@ def _stop_all(
             why = pin.denied
         else:
             why = D_STATE if left[pid].state == "D" else "still alive after SIGKILL"
-        outcome = Outcome("stop", f"pid {pid}", why, pid not in left)
-        journal.write("outcome", action="stop", pid=pid, result=outcome.result)
-        outcomes.append(outcome)
+        journal.write("outcome", action="stop", pid=pid, result=why)
+        outcomes.append(Outcome("stop", f"pid {pid}", why, pid not in left))
     return outcomes
 
 
