@@ -263,9 +263,8 @@ def check_unattributed_memory(facts: HostFacts, options: HygieneOptions) -> Chec
         # without npu-smi while engines hold /dev/davinciN): never "accounted for"
         held = sorted({n for ns in facts.device_fds.values() for n in ns if _tool_node(n)})
         if held:
-            return unknown(
-                name, f"{held[0]} is open but no npu-smi or nvidia-smi is installed to read it"
-            )
+            why = f"{held[0]} is open but no npu-smi or nvidia-smi is installed to read it"
+            return unknown(name, why)
         return CheckResult(name, SKIP, "no device memory source (no npu-smi, nvidia-smi)")
     evidence = []
     unaccounted: list[str] = []
