@@ -343,8 +343,8 @@ class Watcher:
                 if rounds is not None and done >= rounds:
                     return
                 until = started + self.config.interval_s
-                rounds = self.config.clean_orphan_rounds
-                if self.config.auto_clean and any(n < rounds for n in self._orphan_rounds.values()):
+                need = self.config.clean_orphan_rounds
+                if self.config.auto_clean and any(n < need for n in self._orphan_rounds.values()):
                     until = min(until, started + CONFIRM_S)
                 if self._incremental:
                     due = self._state.next_due(time.time() + self._clock_offset)
