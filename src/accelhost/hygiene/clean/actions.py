@@ -1,7 +1,6 @@
 """What the cleaner may do, as plain values: a dry run prints them, `--yes` does them.
 
-The JSON of each action uses the doctor's keys for the same facts (`pid`, `cmdline`,
-`shmid`, `key`, `bytes`, `creator_pid`, `last_pid`, `path`, `used_bytes`, ...).
+The JSON of each action uses the doctor's keys for the same facts (`doctor.evidence`).
 
 A target named on the command line (`--pid`, `--shmid`, `--path`) that matches nothing
 must never pass in silence: a person who typed a pid believes it is being cleaned.
@@ -123,7 +122,7 @@ class RemoveShmFile:
         used = human_bytes(self.file.used_bytes)
         return f"remove {self.path} ({used} used, {self.file.owner}): {self.reason}"
 
-    def intent(self, why: str) -> dict[str, Any]:
+    def intent(self, _fresh: ShmFile, why: str) -> dict[str, Any]:
         """The journal's intent line: the plan's facts of the file, and why it goes."""
         planned = self.to_dict()
         return {k: planned[k] for k in ("path", "used_bytes", "owner", "naming")} | {"reason": why}
@@ -212,12 +211,6 @@ class Unmatched:
 _Why = Callable[[Findings, HygieneOptions, CleanFilters, Any], str]
 
 
-def _left_out(kind: str, filters: CleanFilters) -> str | None:
-    """The --only that leaves a kind of target out, if one does."""
-    wanted = {"pid": filters.orphans, "shmid": filters.segments, "path": filters.shm_files}
-    return None if wanted[kind] else f"left out by --only (it cleans no {kind} target)"
-
-
 def _why_pid(found: Findings, options: HygieneOptions, filters: CleanFilters, pid: int) -> str:
     facts = found.facts
     if facts.processes is None:
@@ -270,13 +263,15 @@ def unmatched_targets(
     stopped = {t.pid for a in actions if isinstance(a, StopProcesses) for t in a.targets}
     segments = {a.shmid for a in actions if isinstance(a, RemoveSegment)}
     files = {a.path for a in actions if isinstance(a, RemoveShmFile)}
-    kinds: tuple[tuple[str, frozenset[Any], set[Any], _Why], ...] = (
-        ("pid", filters.pids, stopped, _why_pid),
-        ("shmid", filters.shmids, segments, _why_shmid),
-        ("path", filters.paths, files, _why_path),
+    # each kind: what was named, what the plan does, whether --only keeps the kind, why not
+    kinds: tuple[tuple[str, frozenset[Any], set[Any], bool, _Why], ...] = (
+        ("pid", filters.pids, stopped, filters.orphans, _why_pid),
+        ("shmid", filters.shmids, segments, filters.segments, _why_shmid),
+        ("path", filters.paths, files, filters.shm_files, _why_path),
     )
+    only = "left out by --only (it cleans no {} target)"
     return [
-        Unmatched(kind, t, _left_out(kind, filters) or why(found, options, filters, t))
-        for kind, named, planned, why in kinds
+        Unmatched(kind, t, why(found, options, filters, t) if wanted else only.format(kind))
+        for kind, named, planned, wanted, why in kinds
         for t in sorted(named - planned)
     ]

@@ -81,11 +81,8 @@ def plan_clean(
             if not f.pids or o.proc.pid in f.pids:
                 by_group.setdefault(o.proc.pgid, []).append(o)
         for pgid, members in sorted(by_group.items()):
-            pids: list[int] = []
-            for o in members:
-                for pid in [o.proc.pid, *descendants(procs, o.proc.pid)]:
-                    if pid not in pids and pid not in protected and pid not in stopping:
-                        pids.append(pid)
+            family = (p for o in members for p in [o.proc.pid, *descendants(procs, o.proc.pid)])
+            pids = [p for p in dict.fromkeys(family) if p not in protected and p not in stopping]
             if not pids:
                 continue
             stopping.update(pids)
@@ -97,28 +94,19 @@ def plan_clean(
             # the reason of the topmost orphan: its descendants share its story
             tops = [o for o in members if o.top is o.proc] or members
             reasons = "; ".join(dict.fromkeys(o.reason for o in tops))
-            first = tops[0].proc
-            actions.append(
-                StopProcesses(
-                    pgid=pgid,
-                    signal_group=whole,
-                    targets=tuple(_ref(procs[p]) for p in pids if p in procs),
-                    reason=f"{reasons} ({one_line(first.command)})",
-                )
-            )
+            reason = f"{reasons} ({one_line(tops[0].proc.command)})"
+            targets = tuple(_ref(procs[p]) for p in pids if p in procs)
+            actions.append(StopProcesses(pgid, signal_group=whole, targets=targets, reason=reason))
     if f.segments:
         for seg, verdict in found.segments or ():
             if not f.takes_segment(seg):
                 continue
-            after = False
-            if not verdict.leaked and (seg.cpid in stopping or seg.lpid in stopping):
-                after = not seg.marked_for_destruction
-                owner = seg.cpid if seg.cpid in stopping else seg.lpid
-                reason = f"created or last used by pid {owner}, which this plan stops"
-            else:
-                reason = verdict.reason
-            if verdict.leaked or after:
-                actions.append(RemoveSegment(seg, reason, after_stop=after))
+            owner = next((p for p in (seg.cpid, seg.lpid) if p in stopping), None)
+            if verdict.leaked:
+                actions.append(RemoveSegment(seg, verdict.reason))
+            elif owner is not None and not seg.marked_for_destruction:
+                why = f"created or last used by pid {owner}, which this plan stops"
+                actions.append(RemoveSegment(seg, why, after_stop=True))
     if f.shm_files:
         for j in found.shm or ():
             if j.leaked and f.takes_file(j.file):
@@ -190,6 +178,10 @@ def _remove(
 ) -> Removal:
     """One removal, re-checked by `accelhost.remove`; its intent journaled (and synced)
     just before the system call, its outcome right after."""
+
+    def intent(now: Any, why: str) -> None:
+        journal.write("intent", action=act.kind, **act.intent(now, why))
+
     if isinstance(act, RemoveSegment):
 
         def segment_rule(seg: ShmSegment) -> tuple[bool, str]:
@@ -200,10 +192,7 @@ def _remove(
             verdict = judge_segment(seg, _alive_now, now, min_age_s, exempt_age=act.after_stop)
             return verdict.leaked, verdict.reason
 
-        def segment_intent(seg: ShmSegment, why: str) -> None:
-            journal.write("intent", action=act.kind, **act.intent(seg, why))
-
-        removal = remove_segment(host, act.shmid, segment_rule, segment_intent)
+        removal = remove_segment(host, act.shmid, segment_rule, intent)
         ident: dict[str, Any] = {"shmid": act.shmid}
     else:
 
@@ -215,11 +204,7 @@ def _remove(
                 return False, f"changed under {min_age_s:g} s ago"
             return True, act.reason
 
-        def file_intent(_fresh: ShmFile, why: str) -> None:
-            journal.write("intent", action=act.kind, **act.intent(why))
-
-        f = act.file
-        removal = unlink_shm_file(host, f.path, f.dev, f.inode, file_rule, file_intent)
+        removal = unlink_shm_file(host, act.path, act.file.dev, act.file.inode, file_rule, intent)
         ident = {"path": act.path}
     if removal.tried:
         journal.write("outcome", action=act.kind, **ident, result=removal.result)
@@ -283,9 +268,8 @@ def _stop_all(
             why = pin.denied
         else:
             why = D_STATE if left[pid].state == "D" else "still alive after SIGKILL"
-        outcome = Outcome("stop", f"pid {pid}", why, pid not in left)
-        journal.write("outcome", action="stop", pid=pid, result=outcome.result)
-        outcomes.append(outcome)
+        journal.write("outcome", action="stop", pid=pid, result=why)
+        outcomes.append(Outcome("stop", f"pid {pid}", why, pid not in left))
     return outcomes
 
 

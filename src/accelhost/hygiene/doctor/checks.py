@@ -47,6 +47,12 @@ from accelhost.hygiene.report import (
 )
 from accelhost.parsers.devnodes import is_control_node
 
+REAP_FIX = (
+    "a zombie's parent must reap it; a D-state holder is stuck in the driver (no signal "
+    "stops it, clean never retries): wait for it, or reset that device "
+    "(npu-smi set -t reset -i N / nvidia-smi -r -i N)"
+)
+
 
 def _unreadable(facts: HostFacts) -> frozenset[int]:
     """Live processes whose open files this reader could not see (they may hold anything)."""
@@ -74,14 +80,10 @@ def check_orphan_engines(found: Findings, options: HygieneOptions) -> CheckResul
         fix += "no signal can stop them, clean will not retry): wait, or reset that device"
     held = [o for o in orphans if facts.device_fds.get(o.proc.pid)]
     unseen = [o for o in orphans if o.proc.pid in blind]
-    return CheckResult(
-        name,
-        FAIL,
-        f"{len(orphans)} orphan engine process(es), {len(held)} holding a device"
-        + (f", {len(unseen)} whose open files cannot be read (run as root)" if unseen else ""),
-        evidence,
-        fix,
-    )
+    summary = f"{len(orphans)} orphan engine process(es), {len(held)} holding a device"
+    if unseen:
+        summary += f", {len(unseen)} whose open files cannot be read (run as root)"
+    return CheckResult(name, FAIL, summary, evidence, fix)
 
 
 def _in_containers(found: Findings, pids: list[int]) -> str:
@@ -132,56 +134,40 @@ def check_device_holders(found: Findings, options: HygieneOptions) -> CheckResul
         if proc.is_zombie or proc.is_uninterruptible:
             what = "a zombie" if proc.is_zombie else "in D state (stuck in the driver)"
             bad.append(f"pid {_in_containers(found, [pid])} is {what}")
-        if engine:
-            for node in nodes:
-                if not is_control_node(node):
-                    by_device.setdefault(node, {}).setdefault(proc.pgid, []).append(pid)
+        for node in [n for n in nodes if engine and not is_control_node(n)]:
+            by_device.setdefault(node, {}).setdefault(proc.pgid, []).append(pid)
     shared = {n: g for n, g in by_device.items() if len(g) > 1}
     if facts.shm_held is not None:
         evidence.extend(unreadable_evidence(facts.shm_held, "a device node"))
+    ev = tuple(evidence)
     if bad:
-        return CheckResult(
-            name,
-            FAIL,
-            "; ".join(bad) + " while holding a device",
-            tuple(evidence),
-            "a zombie's parent must reap it; a D-state holder is stuck in the driver (no "
-            "signal stops it, clean never retries): wait for it, or reset that device "
-            "(npu-smi set -t reset -i N / nvidia-smi -r -i N)",
-        )
+        return CheckResult(name, FAIL, "; ".join(bad) + " while holding a device", ev, REAP_FIX)
     if shared:
         text = "; ".join(
             f"{node}: {len(groups)} engines (groups {', '.join(map(str, sorted(groups)))})"
             for node, groups in sorted(shared.items())
         )
-        return CheckResult(
-            name, WARN, text, tuple(evidence), "run one engine per device (one vLLM per NPU)"
-        )
+        return CheckResult(name, WARN, text, ev, "run one engine per device (one vLLM per NPU)")
     count_devices = len({n for nodes in holders.values() for n in nodes})
-    seen = (
-        f"{len(holders)} process(es) hold {count_devices} device node(s)"
-        if holders
-        else "no process holds a device node"
-    ) + (privileged_note(facts.shm_held) if facts.shm_held is not None else "")
+    seen = f"{len(holders)} process(es) hold {count_devices} device node(s)"
+    if not holders:
+        seen = "no process holds a device node"
+    seen += privileged_note(facts.shm_held) if facts.shm_held is not None else ""
     if facts.processes is None:  # only the vendor tool's table: no open node, no state seen
         tool = f"by the device tool's table, {seen}"
         if not facts.live and "processes" in facts.not_recorded:
             why = f"{NOT_RECORDED['processes']} not in this recording"
-            return CheckResult(name, SKIP, f"{why}; {tool}", tuple(evidence))
+            return CheckResult(name, SKIP, f"{why}; {tool}", ev)
         why = facts.errors.get("processes", "no process table")
-        return CheckResult(name, UNKNOWN, f"could not run: {why}; {tool}", tuple(evidence))
+        return CheckResult(name, UNKNOWN, f"could not run: {why}; {tool}", ev)
     blind = _unreadable(facts)
     if blind:
-        return CheckResult(
-            name,
-            UNKNOWN,
-            f"{seen} as far as this user can see; open files of {len(blind)} process(es) "
-            f"cannot be read (pid(s) {some_pids(sorted(blind))}): any may hold a device node",
-            tuple(evidence),
-            "run the doctor as root (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH) to see every "
-            "process's open files",
-        )
-    return CheckResult(name, OK, seen, tuple(evidence))
+        summary = f"{seen} as far as this user can see; open files of {len(blind)} process(es) "
+        summary += f"cannot be read (pid(s) {some_pids(sorted(blind))}): any may hold a device node"
+        fix = "run the doctor as root (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH) to see every "
+        fix += "process's open files"
+        return CheckResult(name, UNKNOWN, summary, ev, fix)
+    return CheckResult(name, OK, seen, ev)
 
 
 def check_shared_memory(found: Findings, options: HygieneOptions) -> CheckResult:
@@ -200,17 +186,11 @@ def check_shared_memory(found: Findings, options: HygieneOptions) -> CheckResult
     total = sum(s.size for s, _ in leaks)
     huge = sum(1 for s, _ in leaks if is_hugetlb(s))
     evidence = tuple(segment_evidence(s, facts, v.reason) for s, v in leaks)
-    return CheckResult(
-        name,
-        WARN,
-        f"{len(leaks)} leaked segment(s), {human_bytes(total)}"
-        + (f", {huge} HugePages-backed" if huge else "")
-        + hidden,
-        evidence,
-        clean_fix(
-            options, facts.live, "removes exactly these shmids, re-checked at removal", "segments"
-        ),
-    )
+    summary = f"{len(leaks)} leaked segment(s), {human_bytes(total)}"
+    summary += (f", {huge} HugePages-backed" if huge else "") + hidden
+    what = "removes exactly these shmids, re-checked at removal"
+    fix = clean_fix(options, facts.live, what, "segments")
+    return CheckResult(name, WARN, summary, evidence, fix)
 
 
 def _hidden_note(facts: HostFacts) -> str:
@@ -250,7 +230,6 @@ def check_posix_shm(found: Findings, options: HygieneOptions) -> CheckResult:
     waits = [j.waiting_s for j in judged if j.waiting_s is not None]
     tail += waiting_note(waits, options.shm_min_age_s)
     if blocked:
-        # the processes whose open files could not be read
         pids = some_pids(scan.unreadable)
         tail += f"; {len(blocked)} file(s) cannot be judged (open files of pid(s) {pids} "
         tail += "unreadable: run as root)"
@@ -259,26 +238,17 @@ def check_posix_shm(found: Findings, options: HygieneOptions) -> CheckResult:
     if leaked:
         used = sum(j.file.used_bytes for j in leaked)
         by = sorted({j.naming or "" for j in leaked})
-        return CheckResult(
-            name,
-            WARN,
-            f"{len(leaked)} leaked file(s) in {where}, {human_bytes(used)} used "
-            f"({', '.join(by)} naming){tail}",
-            evidence,
-            clean_fix(
-                options, facts.live, "removes exactly these files, re-checked one by one", "shm"
-            ),
-        )
+        summary = f"{len(leaked)} leaked file(s) in {where}, {human_bytes(used)} used "
+        summary += f"({', '.join(by)} naming){tail}"
+        what = "removes exactly these files, re-checked one by one"
+        fix = clean_fix(options, facts.live, what, "shm")
+        return CheckResult(name, WARN, summary, evidence, fix)
     if blocked or unread:
-        return CheckResult(
-            name,
-            UNKNOWN,
-            f"{len(blocked)} file(s) in {where} may be leaked{tail}",
-            evidence,
-            "run the doctor as root to see every process's open files"
-            if not scan.complete
-            else "cannot tell from these facts; never removed",
-        )
+        summary = f"{len(blocked)} file(s) in {where} may be leaked{tail}"
+        fix = "run the doctor as root to see every process's open files"
+        if scan.complete:
+            fix = "cannot tell from these facts; never removed"
+        return CheckResult(name, UNKNOWN, summary, evidence, fix)
     total = sum(len(f or ()) for f in facts.shm_files.values())
     total += sum(len(d.files or ()) for d in pods)
     return CheckResult(name, OK, f"{total} file(s) in {where}, none leaked{tail}", evidence)
@@ -314,9 +284,8 @@ def check_hugepages(found: Findings, options: HygieneOptions) -> CheckResult:
     leaks = found.leaks
     if leaks and any((p.used_fraction or 0.0) >= 1.0 for p in over):
         summary = f"HugePages exhausted with {len(leaks)} leaked segment(s): {text}"
-        fix = clean_fix(
-            options, facts.live, "leaked segments pin HugePages until removed", "segments"
-        )
+        what = "leaked segments pin HugePages until removed"
+        fix = clean_fix(options, facts.live, what, "segments")
         return CheckResult(name, FAIL, summary, evidence, fix)
     fix = "check the pool size (vm.nr_hugepages) against the engines' needs"
     return CheckResult(name, WARN, f"HugePages above {limit:.0%}: {text}", evidence, fix)

@@ -162,13 +162,7 @@ def check_container_init(found: Findings, options: HygieneOptions) -> CheckResul
         evidence.append(item)
     if risky:
         names = ", ".join(_who(c) for c in risky)
-        return CheckResult(
-            NAME,
-            WARN,
-            f"{len(risky)} engine container(s) whose stop leaks /dev/shm: {names}{note}",
-            tuple(evidence),
-            _fix(risky),
-        )
-    return CheckResult(
-        NAME, OK, f"{len(engines)} engine container(s), none leaks at stop{note}", tuple(evidence)
-    )
+        summary = f"{len(risky)} engine container(s) whose stop leaks /dev/shm: {names}{note}"
+        return CheckResult(NAME, WARN, summary, tuple(evidence), _fix(risky))
+    summary = f"{len(engines)} engine container(s), none leaks at stop{note}"
+    return CheckResult(NAME, OK, summary, tuple(evidence))

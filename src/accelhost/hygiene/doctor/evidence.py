@@ -2,10 +2,8 @@
 could not see (a source not read or not recorded, processes it may not look into), and
 the `accelhost clean` command its FIX names.
 
-One evidence function per kind of thing, so that the same fact has the same JSON key
-everywhere: `pid`, `cmdline`, `parent` for processes; `shmid`, `key`, `bytes`,
-`creator_pid`, `last_pid` for System V segments; `path`, `used_bytes`, `size_bytes`,
-`owner`, `uid`, `age_s`, `naming` for POSIX shared-memory files.
+One evidence function per kind of thing (process, System V segment, POSIX shared-memory
+file), so that the same fact has the same JSON key everywhere (and in `clean`'s actions).
 
 The clean command is built in one place from the options in force: a fix that drops the
 doctor's `--container` or `--shm-min-age` does something else than the doctor described
@@ -159,10 +157,7 @@ def shm_file_evidence(j: ShmVerdict, now_epoch: float | None) -> dict[str, Any]:
 
 
 def clean_command(
-    options: HygieneOptions,
-    only: str | None = None,
-    named: tuple[str, ...] = (),
-    yes: bool = True,
+    options: HygieneOptions, only: str | None = None, named: tuple[str, ...] = (), yes: bool = True
 ) -> str:
     """`accelhost clean --yes [NAMED] [--only KIND] [options in force]`, quoted for a shell.
     `named`: what the command names (`--shmid 7`); `only`: the one kind it cleans; `yes`

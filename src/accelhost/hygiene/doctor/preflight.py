@@ -22,12 +22,9 @@ from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.report import FAIL, OK, SKIP, WARN, CheckResult
 from accelhost.parsers.devnodes import VENDOR_KIND, node_kind
 
-MIB_PER_GIB = 1024
-
 
 def _gib(mib: float) -> float:
-    # vLLM prints round(bytes / GiB, 2): 64.0, 60.68, 36.75.
-    return round(mib / MIB_PER_GIB, 2)
+    return round(mib / 1024, 2)  # as vLLM prints it: 64.0, 60.68, 36.75
 
 
 @dataclass(frozen=True)
@@ -179,14 +176,9 @@ def preflight_from_facts(
         return PreflightReport("FAIL", util, tuple(results), f"{first.device}: {first.message}")
     if blind:
         return PreflightReport("UNKNOWN", util, tuple(results), unread)
-    return PreflightReport(
-        "OK",
-        util,
-        tuple(results),
-        results[0].message
-        if len(results) == 1
-        else f"{len(results)} devices have room for utilization {util}",
-    )
+    one = results[0].message if len(results) == 1 else None
+    why = one or f"{len(results)} devices have room for utilization {util}"
+    return PreflightReport("OK", util, tuple(results), why)
 
 
 def preflight(host: Host, util: float, device: int | None = None) -> PreflightReport:
@@ -223,10 +215,8 @@ def check_preflight(facts: HostFacts, options: HygieneOptions) -> CheckResult:
     space = None if result.status == SKIP else _shm_space(facts, options)
     if space is None:
         return result
-    fix = (
-        f"remove leaked files ({clean_command(options, 'shm')}) or increase /dev/shm "
-        "(--shm-size, --ipc=host, or a larger emptyDir sizeLimit)"
-    )
+    fix = f"remove leaked files ({clean_command(options, 'shm')}) or increase /dev/shm "
+    fix += "(--shm-size, --ipc=host, or a larger emptyDir sizeLimit)"
     summary = space["message"]
     if result.status != OK:
         summary, fix = f"{result.summary}; /dev/shm too small", f"{result.fix}; {fix}"
@@ -257,14 +247,9 @@ def _device_preflight(facts: HostFacts, options: HygieneOptions) -> CheckResult:
     )
     if len(worst) > 1:
         summary += f" (and {len(worst) - 1} more device(s))"
-    return CheckResult(
-        name,
-        FAIL,
-        summary,
-        tuple(d.to_dict() for d in worst),
-        f"free the device ({clean_command(options)} for orphans and leaks) or start with "
-        f"--gpu-memory-utilization {min(d.max_util for d in worst)} or lower",
-    )
+    fix = f"free the device ({clean_command(options)} for orphans and leaks) or start with "
+    fix += f"--gpu-memory-utilization {min(d.max_util for d in worst)} or lower"
+    return CheckResult(name, FAIL, summary, tuple(d.to_dict() for d in worst), fix)
 
 
 def check_unattributed_memory(facts: HostFacts, options: HygieneOptions) -> CheckResult:
@@ -278,9 +263,8 @@ def check_unattributed_memory(facts: HostFacts, options: HygieneOptions) -> Chec
         # without npu-smi while engines hold /dev/davinciN): never "accounted for"
         held = sorted({n for ns in facts.device_fds.values() for n in ns if _tool_node(n)})
         if held:
-            return unknown(
-                name, f"{held[0]} is open but no npu-smi or nvidia-smi is installed to read it"
-            )
+            why = f"{held[0]} is open but no npu-smi or nvidia-smi is installed to read it"
+            return unknown(name, why)
         return CheckResult(name, SKIP, "no device memory source (no npu-smi, nvidia-smi)")
     evidence = []
     unaccounted: list[str] = []
@@ -314,14 +298,10 @@ def check_unattributed_memory(facts: HostFacts, options: HygieneOptions) -> Chec
             return unknown(name, unread)
         return CheckResult(name, OK, f"{len(facts.devices)} device(s): memory accounted for")
     text = ", ".join(unaccounted)
-    return CheckResult(
-        name,
-        WARN,
-        f"memory in use by no listed process: {text}" + (f"; {unread}" if blind else ""),
-        tuple(evidence),
-        f"look for orphans and leaked segments ({clean_command(options, yes=False)}); if "
-        "none, the driver holds it: restart the driver or reset the device when it is idle",
-    )
+    summary = f"memory in use by no listed process: {text}" + (f"; {unread}" if blind else "")
+    fix = f"look for orphans and leaked segments ({clean_command(options, yes=False)}); if "
+    fix += "none, the driver holds it: restart the driver or reset the device when it is idle"
+    return CheckResult(name, WARN, summary, tuple(evidence), fix)
 
 
 def _tool_node(path: str) -> bool:

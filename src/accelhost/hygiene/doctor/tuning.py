@@ -61,13 +61,12 @@ def check_host_tuning(facts: HostFacts, options: HygieneOptions) -> CheckResult:
     name = "host_tuning"
     t = facts.tuning
     evidence: list[dict[str, Any]] = []
-    if t.irqbalance_pids:
-        pinned = [i.irq for i in t.device_irqs if t.online_cpus and i.affinity != t.online_cpus]
-        if pinned:
-            detail = "irqbalance runs while device IRQs are pinned: it will move them"
-            evidence.append(
-                _hint("irqbalance", detail, pids=list(t.irqbalance_pids), pinned_irqs=pinned)
-            )
+    pinned = [i.irq for i in t.device_irqs if t.online_cpus and i.affinity != t.online_cpus]
+    if t.irqbalance_pids and pinned:
+        detail = "irqbalance runs while device IRQs are pinned: it will move them"
+        evidence.append(
+            _hint("irqbalance", detail, pids=list(t.irqbalance_pids), pinned_irqs=pinned)
+        )
     if t.thp_enabled == t.thp_defrag == "always":
         detail = "defrag=always compacts memory on page faults: latency stalls"
         evidence.append(_hint("transparent_hugepage", detail, enabled="always", defrag="always"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from socketserver import ThreadingMixIn
@@ -126,7 +127,7 @@ class HygieneCollector(Collector):
         self._round: Round | None = None
         self._failed = False
         self._totals = WatchTotals()
-        self._clean_actions: dict[tuple[str, str], int] = {}
+        self._clean_actions: Counter[tuple[str, str]] = Counter()
         self._degraded: dict[str, str] = {}
 
     def update(self, rnd: Round) -> None:
@@ -173,8 +174,7 @@ class HygieneCollector(Collector):
 
     def count_clean(self, kind: str, result: str) -> None:
         with self._lock:
-            key = (kind, result)
-            self._clean_actions[key] = self._clean_actions.get(key, 0) + 1
+            self._clean_actions[kind, result] += 1
 
     def collect(self) -> Iterator[Metric]:
         # the order of the families is what /metrics shows (docs/hygiene.md quotes it)
@@ -189,12 +189,9 @@ class HygieneCollector(Collector):
         for (kind, result), n in sorted(cleaned.items()):
             actions.add_metric([kind, result], n)
         yield actions
-        for name, value in (
-            ("accelhost_watch_cpu_seconds", t.cpu_s),
-            ("accelhost_watch_round_seconds", t.wall_s),
-            ("accelhost_watch_full_scans", t.full_scans),
-        ):
-            yield _single(CounterMetricFamily, name, value)
+        yield _single(CounterMetricFamily, "accelhost_watch_cpu_seconds", t.cpu_s)
+        yield _single(CounterMetricFamily, "accelhost_watch_round_seconds", t.wall_s)
+        yield _single(CounterMetricFamily, "accelhost_watch_full_scans", t.full_scans)
         yield _single(GaugeMetricFamily, "accelhost_watch_last_round_cpu_seconds", t.last_cpu_s)
         yield _single(
             GaugeMetricFamily, "accelhost_watch_last_round_duration_seconds", t.last_wall_s
@@ -242,13 +239,8 @@ def _hugepages_family(facts: HostFacts) -> Iterator[Metric]:
         for p in facts.hugepage_pools:
             if p.node is None:
                 size = str(p.size_kb * 1024)
-                for state, n in (
-                    ("total", p.total),
-                    ("free", p.free),
-                    ("reserved", p.reserved),
-                    ("surplus", p.surplus),
-                ):
-                    pages.add_metric([size, state], n)
+                for state in ("total", "free", "reserved", "surplus"):
+                    pages.add_metric([size, state], getattr(p, state))
         yield pages
 
 

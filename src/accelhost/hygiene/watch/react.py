@@ -4,11 +4,11 @@ a new engine-named file in a shm dir (inotify) is judged when it reaches --shm-m
 
 The kernel's process events (`accelhost.kernel.procevents.ProcEvents`, the listener
 `run` uses too) are subscribed to execs and exits, and a classic BPF socket filter drops in
-the kernel every fork and every exit but those of the pids this round cares about: a
-fork-heavy neighbour costs the watch no wakeup. The filter is rebuilt when that set
-changes (after each round). An exec whose new command line is an engine's adds its pid to
-the set at once: an engine born and killed between two rounds (a crash during start-up,
-each crash of a crash loop) is seen when it dies, not at the next `--interval`.
+the kernel every fork and every exit but those of the pids this round cares about (set by
+`watch` after each round): a fork-heavy neighbour costs the watch no wakeup. An exec whose
+new command line is an engine's adds its pid to the set at once: an engine born and killed
+between two rounds (a crash during start-up, each crash of a crash loop) is seen when it
+dies, not at the next `--interval`.
 
 Where the kernel gives no events (not root, not the host's PID namespace) or inotify
 cannot be had (its limits), or a queue overflowed (events lost), the watch says so once in
@@ -110,7 +110,6 @@ class Reactor:
         return reactor
 
     def _fall_back(self, source: str, why: str) -> None:
-        """A source of changes is lost: said in the log and in the metrics."""
         self.log({"event": "fallback", "source": source, "reason": why})
         self.degraded(source, why)
 
@@ -163,15 +162,12 @@ class Reactor:
         out = []
         for what, ints in self.events.read():
             if what == PROC_EVENT_EXEC and ints[0] == ints[1]:
-                self._exec(ints[1])
+                proc = read_process(live_host(), ints[1])
+                if proc is not None and proc.cmdline and self.engine(proc.command):
+                    self.watch(self.watched | {ints[1]})
             elif what == PROC_EVENT_EXIT and ints[0] == ints[1] and ints[1] in self.watched:
                 out.append(ints[1])
         return out
-
-    def _exec(self, pid: int) -> None:
-        proc = read_process(live_host(), pid)
-        if proc is not None and proc.cmdline and self.engine(proc.command):
-            self.watch(self.watched | {pid})
 
     def close(self) -> None:
         if self.events is not None:

@@ -10,6 +10,7 @@ never shown as an idle device.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
@@ -23,7 +24,7 @@ from prometheus_client.registry import CollectorRegistry
 from accelhost.errors import AccelhostError, UsageError
 from accelhost.host.base import Host, InodeLister
 from accelhost.host.redact import redact_values
-from accelhost.hygiene.clean.actions import CleanFilters, RemoveSegment, StopProcesses
+from accelhost.hygiene.clean.actions import CleanFilters, RemoveSegment
 from accelhost.hygiene.clean.cleaner import execute, plan_clean
 from accelhost.hygiene.clean.journal import DEFAULT_JOURNAL, Journal, rfc3339_now
 from accelhost.hygiene.doctor.checks import run_checks
@@ -76,8 +77,7 @@ def json_logger(stream: Any = None) -> Callable[[dict[str, Any]], None]:
 
     def log(event: dict[str, Any]) -> None:
         out = stream or sys.stdout
-        record = {"ts": rfc3339_now(), **event}
-        out.write(json.dumps(record) + "\n")
+        out.write(json.dumps({"ts": rfc3339_now(), **event}) + "\n")
         out.flush()
 
     return log
@@ -217,15 +217,11 @@ class Watcher:
         leaks: list[tuple[ShmSegment, LeakVerdict]],
         shm: list[ShmVerdict],
     ) -> None:
-        seen: dict[tuple[int, int], int] = {}
-        for o in orphans:
-            if o.group_frontend is not None:
-                # Its engine's frontend lives in its process group: that server may still
-                # be stopping it, or be a neighbour started by the same script. Never
-                # automatically; `accelhost clean` shows it to a person.
-                continue
-            key = (o.proc.pid, o.proc.start_ticks)
-            seen[key] = self._orphan_rounds.get(key, 0) + 1
+        # An orphan whose engine's frontend lives in its process group is never stopped
+        # automatically: that server may still be stopping it, or be a neighbour started by
+        # the same script; `accelhost clean` shows it to a person.
+        keys = [(o.proc.pid, o.proc.start_ticks) for o in orphans if o.group_frontend is None]
+        seen = {key: self._orphan_rounds.get(key, 0) + 1 for key in keys}
         self._orphan_rounds = seen  # only current orphans are remembered
         scope = self.config.scope
         # A scope that names things (pids, shmids, paths) leaves out every kind it does
@@ -263,16 +259,13 @@ class Watcher:
             paths=scope.paths,
             shm_files=do_segments and bool(shm),
         )
+        # below the threshold only the segments of the orphans being stopped go (files are
+        # planned only above it)
+        planned = plan_clean(found.facts, self.options, filters, found)
         actions = [
             a
-            for a in plan_clean(found.facts, self.options, filters, found)
-            # below the threshold, only the segments of the orphans being stopped go
-            if (
-                do_segments
-                or isinstance(a, StopProcesses)
-                or (isinstance(a, RemoveSegment) and a.after_stop)
-            )
-            and (not isinstance(a, RemoveSegment) or may_go(a.seg))
+            for a in planned
+            if not isinstance(a, RemoveSegment) or (may_go(a.seg) and (do_segments or a.after_stop))
         ]
         if self._scope is not None and self._scope.chosen is not None:
             actions = scope_actions(actions, found.attribution, self._scope.chosen)
@@ -281,11 +274,8 @@ class Watcher:
         if self._clean_error is None:  # a retry after a failure is not said again
             self.log({"event": "auto_clean", "actions": [a.to_dict() for a in actions]})
         try:
-            journal = Journal(self.config.journal)
-            try:
+            with contextlib.closing(Journal(self.config.journal)) as journal:
                 result = execute(actions, self.options, journal, grace_s=self.config.grace_s)
-            finally:
-                journal.close()
         except AccelhostError as exc:
             # No record, no action (a full disk): the round's checks and metrics stand, the
             # actions count as failed each round, and the cause is said once, not per round.
@@ -299,11 +289,6 @@ class Watcher:
         for out in result.outcomes:
             self.collector.count_clean(out.action, "ok" if out.ok else "failed")
         self.log({"event": "auto_clean_done", "outcomes": [o.to_dict() for o in result.outcomes]})
-
-    def _confirming(self) -> bool:
-        """Some orphan is not yet seen in --clean-orphan-rounds rounds (auto-clean)."""
-        rounds = self.config.clean_orphan_rounds
-        return self.config.auto_clean and any(n < rounds for n in self._orphan_rounds.values())
 
     @staticmethod
     def _live(host: Host) -> bool:
@@ -333,11 +318,10 @@ class Watcher:
             until = min(until, due)
 
     def run(self, stop: threading.Event, rounds: int | None = None) -> None:
-        """Rounds every --interval until `stop`; on a live host also at once when an
-        engine process or a holder of an engine file exits (`react.Reactor`), and when a
-        new unheld engine file reaches --shm-min-age. A failed round is counted and logged,
-        and the next one reads the whole host; it never ends the watch, but a first round
-        that finds the user's words wrong (`--container` naming none) does: UsageError."""
+        """Rounds every --interval until `stop`, and sooner on a live host (`react` says
+        when). A failed round is counted and logged, and the next one reads the whole host;
+        it never ends the watch, but a first round that finds the user's words wrong
+        (`--container` naming none) does: UsageError."""
         done = 0
         reactor: Reactor | None = None
         try:
@@ -359,7 +343,8 @@ class Watcher:
                 if rounds is not None and done >= rounds:
                     return
                 until = started + self.config.interval_s
-                if self._confirming():
+                need = self.config.clean_orphan_rounds
+                if self.config.auto_clean and any(n < need for n in self._orphan_rounds.values()):
                     until = min(until, started + CONFIRM_S)
                 if self._incremental:
                     due = self._state.next_due(time.time() + self._clock_offset)
