@@ -18,19 +18,14 @@ from accelhost.errors import PlanError, PlanFileError
 if TYPE_CHECKING:
     from accelhost.host.base import Host
 
-HOSTNAME = "/proc/sys/kernel/hostname"
-
 
 def read_hostname(host: Host) -> str | None:
     """The host's name as a plan records it (None: it has none to read)."""
-    return (host.read_file(HOSTNAME) or "").strip() or None
+    return (host.read_file("/proc/sys/kernel/hostname") or "").strip() or None
 
 
 # A device plan's CPU lists, in the order its JSON gives them.
 _CPU_LISTS = ("pool", "irq", "main", "acl", "release")
-# The Ascend runtime threads that get their own CPU.
-ACL_THREAD = "acl_thread"
-RELEASE_THREAD = "release_thread"
 UVB_THREAD = "uvb_poll_window_thread"
 
 
@@ -59,9 +54,9 @@ class DevicePlan:
 
     def roles(self) -> list[ThreadRole]:
         """Every named thread role in the order the applier pins them (later wins)."""
-        ascend = (
-            ThreadRole("acl", ACL_THREAD, self.acl),
-            ThreadRole("release", RELEASE_THREAD, self.release),
+        ascend = (  # the Ascend runtime threads that get their own CPU
+            ThreadRole("acl", "acl_thread", self.acl),
+            ThreadRole("release", "release_thread", self.release),
         )
         return [role for role in ascend if role.cpus] + list(self.thread_roles)
 

@@ -32,9 +32,7 @@ if TYPE_CHECKING:
     from accelhost.host.base import Host
 
 SQ_MARK = "sq_send_trigger_irq"
-STATE_FILE = "irq-state.json"
 SERVICE = "irqbalance.service"
-CONFIG_PATHS = ("/etc/default/irqbalance", "/etc/sysconfig/irqbalance")
 _BANNED = re.compile(r'^\s*(?:export\s+)?IRQBALANCE_BANNED_CPULIST\s*=\s*"?([^"#]*)"?')
 _ARGS = re.compile(r'^\s*(?:export\s+)?IRQBALANCE_ARGS\s*=\s*"?([^"#]*)"?')
 
@@ -57,14 +55,6 @@ def parse_interrupts(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def msi_irqs(host: Host, root: str, pci: str) -> list[int] | None:
-    """The device's MSI IRQ numbers, ascending; None when sysfs has no such device."""
-    names = host.list_dir(rooted(root, f"/sys/bus/pci/devices/{pci}/msi_irqs"))
-    if names is None:
-        return None
-    return sorted(int(n) for n in names if n.isdigit())
-
-
 @dataclass(frozen=True)
 class DeviceIrq:
     irq: int
@@ -84,9 +74,11 @@ def find_irqs(
     `sq_send_trigger_irq` line of /proc/interrupts among its MSI IRQs, gets irq_cpus[0]
     (pool[0]); CQ = SQ + 1 irq_cpus[1] (pool[1]). Another: one CPU per MSI/MSI-X IRQ, round
     robin, so no reserved CPU takes every interrupt."""
-    msi = msi_irqs(host, root, pci)
-    if msi is None:
-        raise IrqLookupError(f"no {rooted(root, f'/sys/bus/pci/devices/{pci}/msi_irqs')}")
+    msi_dir = rooted(root, f"/sys/bus/pci/devices/{pci}/msi_irqs")
+    names = host.list_dir(msi_dir)
+    if names is None:
+        raise IrqLookupError(f"no {msi_dir}")
+    msi = sorted(int(n) for n in names if n.isdigit())
     text = host.read_file(rooted(root, "/proc/interrupts"))
     wanted = set(msi)
     lines = parse_interrupts(text or "")
@@ -139,7 +131,7 @@ def unrestorable(host: Host, root: str, irq: int) -> str | None:
 
 
 def state_path(state_dir: str) -> str:
-    return os.path.join(state_dir, STATE_FILE)
+    return os.path.join(state_dir, "irq-state.json")
 
 
 def state_key(root: str, irq: int) -> str:
@@ -306,7 +298,7 @@ def turned_off_since(record: dict[str, Any], now: str | None) -> bool:
 
 def config_path(root: str) -> str:
     """The distribution's irqbalance environment file (Debian, then Red Hat)."""
-    paths = [rooted(root, path) for path in CONFIG_PATHS]
+    paths = [rooted(root, p) for p in ("/etc/default/irqbalance", "/etc/sysconfig/irqbalance")]
     return next((path for path in paths if os.path.exists(path)), paths[0])
 
 

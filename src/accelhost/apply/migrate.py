@@ -202,14 +202,13 @@ class Outcome:
 
 
 Mover = Callable[[int, list[int], int], list[int]]
-Clock = Callable[[], float]
 
 
 def move_within_budget(
     step: MoveRegions,
     *,
     mover: Mover = memory.move_pages,
-    clock: Clock = time.monotonic,
+    clock: Callable[[], float] = time.monotonic,
     batch_pages: int = BATCH_PAGES,
 ) -> Outcome:
     """Move the step's regions, checking the budget before every batch."""
@@ -264,8 +263,7 @@ class MoveResult(StepResult):
 
 
 def run_move(step: MoveRegions, mover: Mover = memory.move_pages) -> MoveResult:
-    """Run the step; never raises: a process that exits or a kernel without the call fails
-    the step with a reason."""
+    """Run the step; never raises: a process that exits or a kernel without the call fails it."""
     if not step.regions:
         # a one-node host's step says why already (`describe`): not twice in one line
         one = len(step.nodes) == 1
