@@ -32,8 +32,7 @@ class Accelerator(NamedTuple):
 
 
 class DeviceProcess(NamedTuple):
-    """A row of a device's process table (`npu-smi info`); a NamedTuple because a busy
-    host has hundreds."""
+    """A row of a device's process table (`npu-smi info`); a NamedTuple: a host has hundreds."""
 
     npu_id: int
     chip_id: int | None

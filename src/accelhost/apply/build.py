@@ -322,6 +322,5 @@ def build_unbind_threads(pid: int) -> Prepared:
         # No sysfs either: what this process may use. The syscall, not Cpus_allowed_list:
         # it is the mask the kernel enforces for the calling thread, read in one call.
         cpus = tuple(sorted(os.sched_getaffinity(0)))
-    return Prepared(
-        tuple(ThreadAffinity(pid, tid, name, "unbind", cpus) for tid, name in list_threads(pid))
-    )
+    steps = tuple(ThreadAffinity(pid, tid, name, "unbind", cpus) for tid, name in list_threads(pid))
+    return Prepared(steps)

@@ -56,9 +56,8 @@ def differences(
                 f"(here: {format_cpulist(online)})"
             )
     if nodes is not None and made.numa_nodes and tuple(nodes) != tuple(made.numa_nodes):
-        out.append(
-            f"NUMA nodes {format_cpulist(made.numa_nodes)} there, {format_cpulist(nodes)} here"
-        )
+        there = format_cpulist(made.numa_nodes)
+        out.append(f"NUMA nodes {there} there, {format_cpulist(nodes)} here")
     if pci is not None:
         here_pci = {p.lower() for p in pci}
         out += [
@@ -87,8 +86,7 @@ def foreign(plan: Plan) -> ForeignPlanError | None:
 
 
 def refuse_foreign(plan: Plan, allow_foreign: bool) -> None:
-    """ForeignPlanError (an ApplyError, exit 1) for a plan made for another host, unless
-    `allow_foreign`."""
+    """ForeignPlanError (exit 1) for a plan made for another host, unless `allow_foreign`."""
     if not allow_foreign and (why := foreign(plan)) is not None:
         raise why
 

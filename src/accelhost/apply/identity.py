@@ -153,10 +153,8 @@ def device_of_rank(
                 f"{how}, but this namespace has only {len(ns)} devices "
                 f"(host ids {', '.join(map(str, ns))})"
             )
-        host = ns[visible]
-        return Identified(
-            host, f"{how}: ordinal {visible} of this namespace's devices is host {host}"
-        )
+        how += f": ordinal {visible} of this namespace's devices is host {ns[visible]}"
+        return Identified(ns[visible], how)
     return Identified(visible, how)
 
 
@@ -227,13 +225,10 @@ def keyed_by_ordinal(plan: Plan, nodes: Sequence[int]) -> bool:
     """Whether an Ascend plan keys this namespace's NPUs by their order, not by the N of
     /dev/davinciN: a plan made in a container that mounts only some NPUs (davinci4 and 5,
     numbered 0 and 1 by npu-smi there). A plan made on the host keys them 4 and 5."""
+    if plan.device_type not in ASCEND_FAMILIES or not nodes:
+        return False
     keys = {d.device for d in plan.devices}
-    return (
-        plan.device_type in ASCEND_FAMILIES
-        and bool(nodes)
-        and keys == set(range(len(nodes)))
-        and not keys >= set(nodes)
-    )
+    return keys == set(range(len(nodes))) and not keys >= set(nodes)
 
 
 def namespace_ids(family: str | None, host: Host) -> list[int]:

@@ -129,9 +129,8 @@ class IrqAffinity(Step):
 
     def describe(self) -> str:
         was = f" (was {self.previous})" if self.previous is not None else ""
-        return (
-            f"write mask {self.mask} (CPUs {_cpus(self.cpus)}) to {self.path}{was} [{self.purpose}]"
-        )
+        cpus = f"(CPUs {_cpus(self.cpus)})"
+        return f"write mask {self.mask} {cpus} to {self.path}{was} [{self.purpose}]"
 
 
 @dataclass(frozen=True)

@@ -94,10 +94,9 @@ def _names(dfd: int, skip: AbstractSet[int] = frozenset()) -> Iterator[tuple[int
 def thread_steps(
     pid: int, main: Sequence[int], roles: Sequence[ThreadRole], skip: AbstractSet[int] = frozenset()
 ) -> list[ThreadAffinity]:
-    """A ThreadAffinity step for every thread of `pid` but `skip` (the driver's retry
-    rounds), in one pass (the hot path of a bind): each gets `main`, or the CPUs of the last
-    role it matches (sorted, unique: they compare with read-back affinities); with no CPUs,
-    a thread is left alone."""
+    """A ThreadAffinity step for every thread of `pid` but `skip` (the driver's retry rounds),
+    in one pass (a bind's hot path): each gets `main`, or the CPUs of the last role it matches
+    (sorted, unique: they compare with read-back affinities); with no CPUs, it is left alone."""
     dfd = _task_dir(pid)  # first: a gone process is the error to give
     out = []
     make = ThreadAffinity

@@ -113,10 +113,8 @@ def thread_affinities(pid: int, host: Host | None = None) -> dict[int, frozenset
     names = (host or live_host()).list_dir(f"/proc/{pid}/task") or ()
     out = {}
     for tid in [int(t) for t in names if t.isdigit()]:
-        try:
+        with contextlib.suppress(OSError):  # exited meanwhile
             out[tid] = frozenset(os.sched_getaffinity(tid))
-        except OSError:
-            continue
     return out
 
 
@@ -131,9 +129,8 @@ def clobber_warnings(pid: int, planned: Sequence[int], host: Host) -> list[str]:
         return []
     if len(main) > 1 and not any(k in (env or {}) for k in OMP_PIN_VARS):
         return []
-    return classify_clobber(
-        pid, thread_affinities(pid, host), _cpuset(pid, host) or online_cpus(host), env, planned
-    )
+    cpuset = _cpuset(pid, host) or online_cpus(host)
+    return classify_clobber(pid, thread_affinities(pid, host), cpuset, env, planned)
 
 
 def classify_clobber(

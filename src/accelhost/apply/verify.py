@@ -35,9 +35,8 @@ class Drift:
     @property
     def line(self) -> str:
         what, plan = ("thread", "plan CPUs") if self.kind == "thread" else ("IRQ", "plan")
-        return (
-            f"{what} {self.id} ({self.name}) drifted: {plan} {self.expected}, actual {self.actual}"
-        )
+        values = f"{plan} {self.expected}, actual {self.actual}"
+        return f"{what} {self.id} ({self.name}) drifted: {values}"
 
 
 @dataclass(frozen=True)

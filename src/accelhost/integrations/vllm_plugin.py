@@ -142,9 +142,8 @@ def bind_worker(worker: Any, plan_path: str) -> None:
 
 def summary(report: ApplyReport, pid: int, how: str) -> tuple[int, str]:
     """(log level, one line): what the bind did. A worker none of whose threads moved is
-    "not bound", at WARNING: it must not read as a successful bind. So is an Ascend 950
-    worker whose plan was skipped, while the host's UVB poll threads are pinned all the
-    same, as vllm-ascend pins them."""
+    "not bound", at WARNING: it must not read as a successful bind. So is an Ascend 950 worker
+    whose plan was skipped, though the host's UVB poll threads are pinned, as vllm-ascend does."""
     from accelhost.cpulist import format_cpulist
 
     if report.skipped:
@@ -154,11 +153,9 @@ def summary(report: ApplyReport, pid: int, how: str) -> tuple[int, str]:
     cpus = format_cpulist(c for r in ok for c in getattr(r.step, "cpus", ()))
     not_bound = f"worker {pid} not bound to device {report.device} ({how})"
     if report.worker_skipped:
-        host = (
-            f"{len(ok)} of {len(threads)} host threads pinned to CPUs {cpus}"
-            if ok
-            else f"no host thread pinned ({len(threads)} found)"
-        )
+        host = f"no host thread pinned ({len(threads)} found)"
+        if ok:
+            host = f"{len(ok)} of {len(threads)} host threads pinned to CPUs {cpus}"
         why = f"worker CPU binding skipped: {report.worker_skipped}"
         return logging.WARNING, f"{not_bound}: {why}; {host}"
     if threads and not ok:

@@ -237,10 +237,8 @@ def plan_ascend(
         raise PlanError(no_family(topo))
     mode = strategy or STRATEGY_BY_FAMILY[family]
     if mode not in ASCEND_STRATEGIES:
-        raise PlanError(
-            f"strategy {mode!r} does not apply to Ascend "
-            f"(choose from {', '.join(ASCEND_STRATEGIES)})"
-        )
+        choices = ", ".join(ASCEND_STRATEGIES)
+        raise PlanError(f"strategy {mode!r} does not apply to Ascend (choose from {choices})")
     if devices is not None:
         running = sorted(set(devices))
         known = logical_ids(topo)
