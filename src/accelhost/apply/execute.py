@@ -194,8 +194,7 @@ def _irqbalance(step: IrqBalance, host: Host) -> tuple[str, str]:
     elif step.action == "ban":
         assert path is not None
         if step.state_path:
-            original = live_host().read_file(path)
-            record = {"action": "ban", "config_path": path, "original": original}
+            record = {"action": "ban", "config_path": path, "original": live_host().read_file(path)}
             irqmod.remember_irqbalance(step.state_path, {**record, "written": [text or ""]})
         irqmod.write_atomic(path, text or "")
     elif step.action == "restore":

@@ -36,9 +36,8 @@ class RoleMatcher:
         try:
             self._regex = None if is_literal else re.compile(role.pattern)
         except re.error as exc:  # a hand-written plan's thread_roles: the user's mistake
-            raise ApplyError(
-                f"thread role {role.name!r}: bad pattern {role.pattern!r}: {exc}"
-            ) from None
+            why = f"thread role {role.name!r}: bad pattern {role.pattern!r}: {exc}"
+            raise ApplyError(why) from None
         self.literal = role.pattern[:COMM_LEN] if is_literal else None
 
     def matches(self, name: str) -> bool:

@@ -125,12 +125,8 @@ def global_slice_pools(
 
 def _candidates(topo: Topology, running: Sequence[int], allowed: set[int]) -> list[int]:
     """Running NPUs plus hidden ones whose affinity meets our CPUs (so they take part)."""
-    run = set(running)
-    return [
-        n
-        for n in sorted(set(logical_ids(topo)) | run)
-        if n in run or not allowed.isdisjoint(topo.affinity.get(n, ()))
-    ]
+    touching = {n for n in logical_ids(topo) if not allowed.isdisjoint(topo.affinity.get(n, ()))}
+    return sorted(touching.union(running))
 
 
 def topo_affinity_pools(topo: Topology, running: Sequence[int]) -> Pools:

@@ -113,13 +113,11 @@ def add_roles(
         return plan
     if device is not None:
         plan.device(device)  # PlanError naming the planned devices
-    return replace(
-        plan,
-        devices=tuple(
-            _split(dev, reserve_irq, thread_roles) if device in (None, dev.device) else dev
-            for dev in plan.devices
-        ),
+    devices = tuple(
+        _split(dev, reserve_irq, thread_roles) if device in (None, dev.device) else dev
+        for dev in plan.devices
     )
+    return replace(plan, devices=devices)
 
 
 def _split(dev: DevicePlan, reserve_irq: int, specs: Sequence[RoleSpec]) -> DevicePlan:
