@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accelhost.containers.model import EXITED, GONE, RUNNING, Container, Pod
+from accelhost.host.redact import redact_argv
 
 LIST_PATH = "/containers/json?all=1"
 _FULL_ID = re.compile("[0-9a-f]{64}")
@@ -225,10 +226,10 @@ def _kube_labels(labels: Any) -> dict[str, str]:
     return {k: v for k, v in as_object(labels).items() if k.startswith("io.kubernetes.")}
 
 
-def trim_answer(path: str, body: str, redact: Any = None) -> str:
+def trim_answer(path: str, body: str) -> str:
     """What a snapshot keeps of a runtime's answer: the fields read above, nothing else
-    (an inspect answer holds the container's environment: tokens, keys). `redact` maps
-    an argv to the same argv with secret option values hidden."""
+    (an inspect answer holds the container's environment: tokens, keys), with secret
+    option values in the argv hidden."""
     if path.startswith("/events"):
         kept = []
         for ev in parse_events(body):
@@ -249,10 +250,9 @@ def trim_answer(path: str, body: str, redact: Any = None) -> str:
     elif isinstance(data, dict):
         state = as_object(data.get("State"))
         config = as_object(data.get("Config"))
-        args = _strings_in(data.get("Args"))
         data = {
             **{k: data.get(k) for k in ("Id", "Name", "Path")},
-            "Args": redact(args) if redact else args,
+            "Args": redact_argv(_strings_in(data.get("Args"))),
             "RestartCount": data.get("RestartCount"),
             "State": {
                 k: state.get(k) for k in ("Status", "Pid", "StartedAt", "FinishedAt", "ExitCode")
