@@ -231,15 +231,14 @@ def trim_answer(path: str, body: str) -> str:
     (an inspect answer holds the container's environment: tokens, keys), with secret
     option values in the argv hidden."""
     if path.startswith("/events"):
-        kept = []
+        lines = []
         for ev in parse_events(body):
             attrs = {k: v for k, v in (("name", ev.name), ("image", ev.image)) if v}
             actor = {"ID": ev.container_id, "Attributes": attrs}
             ev_time = {"time": int(ev.time), "timeNano": int(ev.time * 1e9)}
-            kept.append(
-                json.dumps({"Type": "container", "Action": ev.action, "Actor": actor, **ev_time})
-            )
-        return "".join(line + "\n" for line in kept)
+            event = {"Type": "container", "Action": ev.action, "Actor": actor, **ev_time}
+            lines.append(json.dumps(event) + "\n")
+        return "".join(lines)
     data = load_json(body)
     if isinstance(data, list):
         data = [
