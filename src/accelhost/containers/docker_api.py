@@ -44,9 +44,7 @@ def events_path(since: int, until: int | str, runtime: str = "docker") -> str:
 
 def parse_time(text: Any) -> float | None:
     """RFC 3339 (nanoseconds allowed) -> epoch seconds; Docker's zero time -> None."""
-    if not isinstance(text, str):
-        return None
-    m = _TIME.match(text)
+    m = _TIME.match(text) if isinstance(text, str) else None
     if not m:
         return None
     year, mon, day, hh, mm, ss = (int(g) for g in m.groups()[:6])
@@ -103,9 +101,7 @@ def _state(word: Any) -> str | None:
 
 def pod_of(labels: Any) -> Pod | None:
     """The Kubernetes pod a container's labels name, if any (Docker's and CRI's alike)."""
-    if not isinstance(labels, dict):
-        return None
-    name, ns, uid = (text_of(labels.get(k)) for k in _POD_LABELS)
+    name, ns, uid = (text_of(as_object(labels).get(k)) for k in _POD_LABELS)
     return Pod(ns, name, uid) if (name or uid) else None
 
 
