@@ -96,7 +96,7 @@ def test_nested_docker_names_the_innermost_container() -> None:
 def test_v1_host_with_v2_line_present_reads_the_hierarchy_lines() -> None:
     text = f"5:memory:/docker/{cid(9)}\n4:cpu:/docker/{cid(9)}\n0::/\n"
     found = parse_cgroup(text)
-    assert found is not None and found.runtime == "docker" and found.short_id == cid(9)[:12]
+    assert found is not None and found.runtime == "docker" and found.container_id == cid(9)
 
 
 @pytest.mark.parametrize("text", ["garbage\n", "x::/docker\n", "0:cpu\n", "0::relative\n"])

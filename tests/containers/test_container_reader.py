@@ -270,7 +270,7 @@ def test_kubernetes_pods_from_the_cgroup_and_the_cri() -> None:
 
 def test_a_recording_keeps_only_what_is_read_and_replays_the_same_view() -> None:
     from accelhost.containers.docker_api import trim_answer
-    from accelhost.host.redact import recorder, redact_argv
+    from accelhost.host.redact import recorder
     from accelhost.host.snapshot import SnapshotHost
 
     m, procs = two_containers()
@@ -287,7 +287,7 @@ def test_a_recording_keeps_only_what_is_read_and_replays_the_same_view() -> None
     raw["Config"]["Env"] = ["HF_TOKEN=hf_secret"]
     raw["Config"]["Labels"] = {"io.kubernetes.pod.name": "p", "team.secret": "x"}
     m.http[inspect_key] = json.dumps(raw)
-    rec = recorder(m.host(), http_filter=lambda p, b: trim_answer(p, b, redact_argv))
+    rec = recorder(m.host(), http_filter=trim_answer)
     live_view = read_containers(rec, procs, NOW)
     snap = json.loads(json.dumps(rec.to_snapshot()))
     text = json.dumps(snap["http"])

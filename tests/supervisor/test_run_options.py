@@ -143,7 +143,7 @@ class _ShmHost:
 def test_only_new_unattached_segments_of_the_tree_are_removed() -> None:
     host = _ShmHost([_seg(1, cpid=100)], alive=(600,))  # existed before the run
     ledger = SegmentLedger.start(host)  # type: ignore[arg-type]
-    ledger.note([100, 200, 300])
+    ledger.absorb([100, 200, 300])
     # what the process events saw: 400 (a grandchild that exited unseen by any scan), 500
     # (a member whose pid an outsider got later), 600 (a member whose pid is alive now)
     ledger.absorb([400, 500, 600], ambiguous=[500])

@@ -35,16 +35,12 @@ def record_snapshot(
     from accelhost.containers.pod_volumes import read_pod_mounts
     from accelhost.host.base import command_key
     from accelhost.host.once import read_once
-    from accelhost.host.redact import recorder, redact_argv
+    from accelhost.host.redact import recorder
     from accelhost.hygiene import HygieneOptions, read_facts
     from accelhost.parsers.ps import keep_thread_lines
     from accelhost.readers.topology import PS_THREADS, read_topology
 
-    rec = recorder(
-        inner,
-        {command_key(PS_THREADS): keep_thread_lines},
-        http_filter=lambda path, body: trim_answer(path, body, redact_argv),
-    )
+    rec = recorder(inner, {command_key(PS_THREADS): keep_thread_lines}, http_filter=trim_answer)
     once = read_once(rec)  # what the planner and the doctor both read is read once
     topo = read_topology(once, device_type=device_type, pci=pci)
     if doctor:

@@ -10,7 +10,3 @@ What lives where:
 - `reader`: `read_containers`, the one reader (cgroups, namespaces, runtimes), through the
   host door (a snapshot replays it).
 """
-
-from accelhost.containers.model import Container, ContainerView, Pod
-
-__all__ = ["Container", "ContainerView", "Pod"]

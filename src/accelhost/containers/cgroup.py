@@ -69,10 +69,6 @@ class CgroupContainer:
     qos: str | None = None  # guaranteed, burstable, besteffort (Kubernetes only)
     name: str | None = None  # LXC and nspawn: the cgroup names the container
 
-    @property
-    def short_id(self) -> str:
-        return self.container_id[:12]
-
 
 def parse_cgroup_path(path: str) -> CgroupContainer | None:
     """The container a cgroup path names (the innermost one, for nested runtimes)."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from accelhost.containers.model import EXITED, GONE, RUNNING, Container, Pod
+from accelhost.host.redact import redact_argv
 
 LIST_PATH = "/containers/json?all=1"
 _FULL_ID = re.compile("[0-9a-f]{64}")
@@ -43,9 +44,7 @@ def events_path(since: int, until: int | str, runtime: str = "docker") -> str:
 
 def parse_time(text: Any) -> float | None:
     """RFC 3339 (nanoseconds allowed) -> epoch seconds; Docker's zero time -> None."""
-    if not isinstance(text, str):
-        return None
-    m = _TIME.match(text)
+    m = _TIME.match(text) if isinstance(text, str) else None
     if not m:
         return None
     year, mon, day, hh, mm, ss = (int(g) for g in m.groups()[:6])
@@ -102,9 +101,7 @@ def _state(word: Any) -> str | None:
 
 def pod_of(labels: Any) -> Pod | None:
     """The Kubernetes pod a container's labels name, if any (Docker's and CRI's alike)."""
-    if not isinstance(labels, dict):
-        return None
-    name, ns, uid = (text_of(labels.get(k)) for k in _POD_LABELS)
+    name, ns, uid = (text_of(as_object(labels).get(k)) for k in _POD_LABELS)
     return Pod(ns, name, uid) if (name or uid) else None
 
 
@@ -225,20 +222,19 @@ def _kube_labels(labels: Any) -> dict[str, str]:
     return {k: v for k, v in as_object(labels).items() if k.startswith("io.kubernetes.")}
 
 
-def trim_answer(path: str, body: str, redact: Any = None) -> str:
+def trim_answer(path: str, body: str) -> str:
     """What a snapshot keeps of a runtime's answer: the fields read above, nothing else
-    (an inspect answer holds the container's environment: tokens, keys). `redact` maps
-    an argv to the same argv with secret option values hidden."""
+    (an inspect answer holds the container's environment: tokens, keys), with secret
+    option values in the argv hidden."""
     if path.startswith("/events"):
-        kept = []
+        lines = []
         for ev in parse_events(body):
             attrs = {k: v for k, v in (("name", ev.name), ("image", ev.image)) if v}
             actor = {"ID": ev.container_id, "Attributes": attrs}
             ev_time = {"time": int(ev.time), "timeNano": int(ev.time * 1e9)}
-            kept.append(
-                json.dumps({"Type": "container", "Action": ev.action, "Actor": actor, **ev_time})
-            )
-        return "".join(line + "\n" for line in kept)
+            event = {"Type": "container", "Action": ev.action, "Actor": actor, **ev_time}
+            lines.append(json.dumps(event) + "\n")
+        return "".join(lines)
     data = load_json(body)
     if isinstance(data, list):
         data = [
@@ -249,10 +245,9 @@ def trim_answer(path: str, body: str, redact: Any = None) -> str:
     elif isinstance(data, dict):
         state = as_object(data.get("State"))
         config = as_object(data.get("Config"))
-        args = _strings_in(data.get("Args"))
         data = {
             **{k: data.get(k) for k in ("Id", "Name", "Path")},
-            "Args": redact(args) if redact else args,
+            "Args": redact_argv(_strings_in(data.get("Args"))),
             "RestartCount": data.get("RestartCount"),
             "State": {
                 k: state.get(k) for k in ("Status", "Pid", "StartedAt", "FinishedAt", "ExitCode")

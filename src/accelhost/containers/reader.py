@@ -276,9 +276,7 @@ def _with_processes(
 
 def parse_ns_link(target: str | None) -> int | None:
     """`ipc:[4026531839]` -> 4026531839; None for anything else."""
-    if not target:
-        return None
-    m = _NS_LINK.match(target.strip())
+    m = _NS_LINK.match(target.strip()) if target else None
     return int(m.group(2)) if m else None
 
 

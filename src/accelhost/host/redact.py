@@ -112,13 +112,9 @@ def recorder(
     `http_filter`: what to keep of a container runtime's answer to a path)."""
     from accelhost.host.record import RecordingHost
 
-    return RecordingHost(
-        inner,
-        command_filters,
-        file_filters=[
-            ("/proc/*/environ", keep_alloc_vars),
-            ("/proc/*/cmdline", redact_cmdline),
-            ("/proc/*/maps", keep_shared_maps),
-        ],
-        http_filter=http_filter,
-    )
+    trims = [
+        ("/proc/*/environ", keep_alloc_vars),
+        ("/proc/*/cmdline", redact_cmdline),
+        ("/proc/*/maps", keep_shared_maps),
+    ]
+    return RecordingHost(inner, command_filters, trims, http_filter)

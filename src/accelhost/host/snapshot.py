@@ -116,6 +116,7 @@ class SnapshotHost:
 # by name, `birth` left out when the kernel kept none.
 _STAT_INTS = ("size", "blocks", "uid", "dev", "inode")
 _STAT_FLOATS = ("mtime", "ctime")
+_STAT_KEYS = ("name", "kind", *_STAT_INTS, *_STAT_FLOATS, "owner")  # in the order written
 _STAT_TYPES = (
     (("name", "kind", "owner"), str, "a string"),
     (_STAT_INTS, int, "an integer"),
@@ -124,12 +125,7 @@ _STAT_TYPES = (
 
 
 def stat_to_dict(st: FileStat) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "name": st.name,
-        "kind": st.kind,
-        **{k: getattr(st, k) for k in (*_STAT_INTS, *_STAT_FLOATS)},
-        "owner": st.owner,
-    }
+    out: dict[str, Any] = {k: getattr(st, k) for k in _STAT_KEYS}
     if st.birth is not None:
         out["birth"] = st.birth
     return out
@@ -178,8 +174,7 @@ def load_snapshot(path: str | Path) -> SnapshotHost:
     """Load a snapshot file, or a bundled example given as `example:NAME`."""
     text_path = str(path)
     if text_path.startswith(EXAMPLE_PREFIX):
-        name = text_path[len(EXAMPLE_PREFIX) :]
-        resource = _examples() / f"{name}.json"
+        resource = _examples() / f"{text_path.removeprefix(EXAMPLE_PREFIX)}.json"
         if not resource.is_file():
             raise SnapshotError(
                 f"snapshot {text_path}: no such bundled example "

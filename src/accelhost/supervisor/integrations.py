@@ -53,14 +53,13 @@ def bind_plan(
         raise UsageError(f"--bind takes one device, got {device_text!r}")
     device = ids[0]
     from accelhost.apply import driver
-    from accelhost.apply.driver import refuse_foreign
     from accelhost.planner.roles import parse_role_spec
     from accelhost.plans import load_plan
 
     roles = [parse_role_spec(text) for text in role_texts]
     if plan_file:
         the_plan = load_plan(plan_file)
-        refuse_foreign(the_plan, allow_foreign)  # a plan made now is of the host it reads
+        driver.refuse_foreign(the_plan, allow_foreign)  # a plan made now is of the host it reads
     else:
         from accelhost.api import plan_for_device
 

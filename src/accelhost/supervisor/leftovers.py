@@ -46,11 +46,9 @@ class SegmentLedger:
     def start(cls, host: Host) -> SegmentLedger:
         return cls(before=frozenset(s.shmid for s in read_segments(host) or []))
 
-    def note(self, pids: Iterable[int]) -> None:
-        self.creators.update(pids)
-
-    def absorb(self, members: Iterable[int], ambiguous: Iterable[int]) -> None:
-        """Take in what the process events saw: every member, and the reused pids."""
+    def absorb(self, members: Iterable[int], ambiguous: Iterable[int] = ()) -> None:
+        """Take in pids of the tree (seen, reaped, or every member the process events saw),
+        and the reused ones."""
         self.creators.update(members)
         self.ambiguous.update(ambiguous)
 
@@ -214,14 +212,10 @@ class Leftovers:
     def sources(self) -> list[tuple[int, Callable[[], None]]]:
         out: list[tuple[int, Callable[[], None]]] = []
         if self.tracker is not None:
-            out.append((self.tracker.fileno(), self.drain))
+            out.append((self.tracker.events.fileno(), self.tracker.drain))
         if self.creations is not None:
             out.append((self.creations.fileno(), self._created))
         return out
-
-    def drain(self) -> None:
-        if self.tracker is not None:
-            self.tracker.drain()
 
     def _created(self) -> None:
         """Files appeared in /dev/shm: see which of them the tree holds while it does."""
@@ -231,14 +225,14 @@ class Leftovers:
         if paths is not None and not self.files.unknown(paths):
             return  # gone already (a semaphore's name), or known
         if self.tracker is not None and not self.tracker.lost:
-            self.drain()
+            self.tracker.drain()
             self.observe(self.tracker.live - self.tracker.ambiguous)
         elif self.scan is not None:
             self.observe(self.scan())
 
     def note(self, pids: Iterable[int]) -> None:
         if self.segments is not None:
-            self.segments.note(pids)
+            self.segments.absorb(pids)
 
     def observe(self, pids: Iterable[int]) -> None:
         """The live tree as the teardown begins: which /dev/shm files it holds."""
@@ -247,8 +241,8 @@ class Leftovers:
 
     def finish(self, outcome: RunOutcome, log: Callable[[str], None]) -> None:
         """After the teardown: remove what is provably the tree's and nobody uses."""
-        self.drain()
         if self.segments is not None and self.tracker is not None:
+            self.tracker.drain()
             if self.tracker.lost:
                 # A lost exit and fork could hide a reused pid: trust only what was seen.
                 log(

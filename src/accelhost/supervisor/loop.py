@@ -5,8 +5,8 @@ supervisor costs nothing: no timer fires unless something is tracked (`--fail-on
 `--bind`), and then only a /proc rescan that backs off to `scan_interval_s`. Signals
 arrive through `signal.set_wakeup_fd`'s self-pipe and are handled in the loop (a handler,
 unlike SIG_DFL, is never discarded by the kernel for PID 1). An event source is muted for
-`BATCH_S` after each drain: a host that forks a lot costs a few wakeups a second, not
-one a fork.
+`BATCH_S` after each drain (its events queue meanwhile): a host that forks a lot costs a
+few wakeups a second, not one a fork.
 """
 
 from __future__ import annotations
@@ -43,15 +43,12 @@ _RESET_FOR_CHILD = (*FORWARDED, signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ)
 
 # /proc rescans while something is tracked start this fast and back off to scan_interval_s.
 FIRST_SCAN_S = 0.2
+BATCH_S = 0.05  # see the module docstring
 
 # Exit statuses of the supervisor itself (a shell's conventions where there is one).
 STATUS_CANNOT_EXECUTE = 126
 STATUS_NOT_FOUND = 127
 STATUS_ENGINE_DIED = 1
-
-
-# After draining a source, wait this long before looking at it again (events just queue).
-BATCH_S = 0.05
 
 
 def _noop(signum: int, frame: FrameType | None) -> None:
@@ -145,16 +142,14 @@ class Supervisor:
 
     def _reap(self) -> None:
         """Collect every exited child: the command, and every orphan re-parented to us."""
-        while True:
-            try:
+        with contextlib.suppress(ChildProcessError):  # no child left
+            while True:
                 pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            self.left.note([pid])
-            if pid == self.cmd_pid:
-                self.cmd_status = os.waitstatus_to_exitcode(status)
+                if pid == 0:  # none has exited (yet)
+                    return
+                self.left.note([pid])
+                if pid == self.cmd_pid:
+                    self.cmd_status = os.waitstatus_to_exitcode(status)
 
     def _forward(self, sig: int) -> None:
         """Pass `sig` on to the command's group (its leader is our unreaped child, so the
@@ -263,8 +258,7 @@ class Supervisor:
                 info = self.tracked.pop(fd, None)
                 self.waker.poller.unregister(fd)
                 os.close(fd)
-                if info is not None and self.died is None:
-                    self.died = info
+                self.died = self.died or info
             if (died := self.died) is not None:
                 self.opts.warn(
                     f"{redact_text(died.command)} (pid {died.pid}) exited while the command was "

@@ -41,7 +41,6 @@ class CgroupError(AccelhostError):
 def read_own_cgroups(text: str) -> dict[str, str]:
     """Controller (or "" for v2, "name=systemd" for named v1) -> our path in it."""
     rows = [line.split(":", 2) for line in text.splitlines()]
-    # v2's line lists no controller: its name is ""
     return {name: row[2] for row in rows if len(row) == 3 for name in row[1].split(",")}
 
 

@@ -73,12 +73,8 @@ def _members(
 def with_cmdlines(host: Host, tree: dict[int, ProcessInfo]) -> dict[int, ProcessInfo]:
     """The same members with their command lines (process titles such as
     `VLLM::EngineCore` live there, /proc/PID/comm truncates them to 15 characters)."""
-    out: dict[int, ProcessInfo] = {}
-    for pid, info in tree.items():
-        full = read_process(host, pid)
-        if full is not None and full.start_ticks == info.start_ticks:
-            out[pid] = full
-    return out
+    found = {pid: read_process(host, pid) for pid in tree}
+    return {p: f for p, f in found.items() if f and f.start_ticks == tree[p].start_ticks}
 
 
 def still_same(host: Host, info: ProcessInfo) -> bool:
@@ -172,9 +168,8 @@ class ForkTracker:
     def open(cls, root: int, alive: Iterable[int] = ()) -> ForkTracker | None:
         """A working tracker, or None where the kernel gives no events to this process.
         `alive`: the pids of the processes there before the tree (all outside it)."""
-        if not hears_process_events(live_host()):
-            return None
-        events = ProcEvents.open(PROC_EVENT_FORK | PROC_EVENT_EXIT)
+        kinds = PROC_EVENT_FORK | PROC_EVENT_EXIT
+        events = ProcEvents.open(kinds) if hears_process_events(live_host()) else None
         if events is None:
             return None
         tracker = cls(events, root, outside=set(alive) - {root})
@@ -187,9 +182,6 @@ class ForkTracker:
     @property
     def lost(self) -> bool:
         return self.events.lost or self.raced
-
-    def fileno(self) -> int:
-        return self.events.fileno()
 
     def drain(self) -> None:
         """Read every queued event, then follow the tree's new members; never blocks."""
