@@ -170,11 +170,9 @@ class Catalog:
         # The one place a catalog's patterns are checked, wherever they came from: the
         # built-in engines, --engine-catalog, --engine-frontend or --engine-child.
         for e in self.engines:
+            custom = e.name == CUSTOM  # the command line's engine is named by its option
             for kind, patterns in (("frontend", e.frontends), ("child", e.children)):
-                # the command line's custom engine is named by its option
-                where = (
-                    f"--engine-{kind}" if e.name == CUSTOM else f"engine {e.name} {kind} pattern"
-                )
+                where = f"--engine-{kind}" if custom else f"engine {e.name} {kind} pattern"
                 for p in patterns:
                     try:
                         rx = re.compile(p)
@@ -194,14 +192,9 @@ class Catalog:
         key = (kind, text)
         if key in self._memo:
             return self._memo[key]
-        found = next(
-            (
-                name
-                for name, test, need in self._tests.get(kind, ())
-                if (need is None or need in text) and test(text)
-            ),
-            None,
-        )
+        tests = self._tests.get(kind, ())
+        hits = (name for name, test, need in tests if (need is None or need in text) and test(text))
+        found = next(hits, None)
         if len(self._memo) >= _MEMO_MAX:
             self._memo.clear()
         self._memo[key] = found

@@ -12,7 +12,7 @@ from typing import Any
 
 from accelhost.formats import MIB, human_bytes
 from accelhost.hygiene.report import CheckResult, DoctorReport, one_line
-from accelhost.parsers.devnodes import is_control_node
+from accelhost.parsers.devnodes import CONTROL_NODES
 from accelhost.render import Paint, render_table
 
 
@@ -23,7 +23,7 @@ def _mib(v: Any) -> str:
 
 def _nodes(devices: Sequence[str]) -> list[str]:
     """Per-device nodes when there are any; driver control nodes only otherwise."""
-    own = [d for d in devices if not is_control_node(d)]
+    own = [d for d in devices if d not in CONTROL_NODES]
     return own or list(devices)
 
 
@@ -173,12 +173,9 @@ def render_report(
 
 
 def describe_figures(fig: dict[str, Any]) -> str:
-    pools = fig["hugepages_free"]
-    huge = (
-        "unknown"
-        if pools is None
-        else ", ".join(f"{s} {v['free']}/{v['total']}" for s, v in pools.items()) or "none"
-    )
+    huge = "unknown"
+    if (pools := fig["hugepages_free"]) is not None:
+        huge = ", ".join(f"{s} {v['free']}/{v['total']}" for s, v in pools.items()) or "none"
     free = fig["device_memory_free_bytes"]
     dev = "unknown" if free is None else ", ".join(f"{d} {_mib(v)}" for d, v in free.items())
     if fig["segments"] is None:

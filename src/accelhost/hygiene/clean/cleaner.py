@@ -108,9 +108,8 @@ def plan_clean(
                 why = f"created or last used by pid {owner}, which this plan stops"
                 actions.append(RemoveSegment(seg, why, after_stop=True))
     if f.shm_files:
-        for j in found.shm or ():
-            if j.leaked and f.takes_file(j.file):
-                actions.append(RemoveShmFile(j.file, j.naming, j.reason))
+        leaked = [j for j in found.shm or () if j.leaked and f.takes_file(j.file)]
+        actions += [RemoveShmFile(j.file, j.naming, j.reason) for j in leaked]
     return actions
 
 
@@ -140,14 +139,13 @@ class CleanPlan:
 
     def lines(self, grace_s: float) -> list[str]:
         out = []
+        stop = f"     SIGTERM, wait up to {grace_s:g} s, SIGKILL what is left, wait again"
         for n, (a, who) in enumerate(zip(self.actions, self.whose, strict=True), 1):
             out.append(f"  {n}. {a.describe()}")
             if who is not None:
                 out.append(f"     container: {who.why}")
             if a.kind == "stop":
-                out.append(
-                    f"     SIGTERM, wait up to {grace_s:g} s, SIGKILL what is left, wait again"
-                )
+                out.append(stop)
         return out
 
 
@@ -188,8 +186,7 @@ def _remove(
             """The plan's segment, judged again by the leak rule on the table read now."""
             if (seg.key, seg.cpid, seg.ctime) != (act.seg.key, act.seg.cpid, act.seg.ctime):
                 return False, "shmid now names another segment"
-            now = time.time()
-            verdict = judge_segment(seg, _alive_now, now, min_age_s, exempt_age=act.after_stop)
+            verdict = judge_segment(seg, _alive_now, time.time(), min_age_s, act.after_stop)
             return verdict.leaked, verdict.reason
 
         removal = remove_segment(host, act.shmid, segment_rule, intent)
@@ -251,10 +248,8 @@ def _stop_all(
             for p in live:
                 if p.denied:
                     say(f"  pid {p.pid}: {p.denied}")
-            say(
-                f"  {name} -> {'group ' + str(act.pgid) + ', ' if act.signal_group else ''}"
-                f"pids {' '.join(str(p.pid) for p in live)}"
-            )
+            group = f"group {act.pgid}, " if act.signal_group else ""
+            say(f"  {name} -> {group}pids {' '.join(str(p.pid) for p in live)}")
         return sent
 
     loop = StopLoop(host, targets, send)
@@ -301,14 +296,12 @@ def figures(found: Findings) -> dict[str, Any]:
     segs = facts.segments
     # never acted on: files whose holders could not all be checked
     unjudged = [j for j in found.shm or () if j.blocked] if found.shm_known else []
+    huge = None
+    if facts.hugepage_pools is not None:
+        pools = (p for p in facts.hugepage_pools if p.node is None)
+        huge = {p.size_label: {"free": p.free, "total": p.total} for p in pools}
     return {
-        "hugepages_free": None
-        if facts.hugepage_pools is None
-        else {
-            p.size_label: {"free": p.free, "total": p.total}
-            for p in facts.hugepage_pools
-            if p.node is None
-        },
+        "hugepages_free": huge,
         "segments": None if segs is None else len(segs),
         "segment_bytes": None if segs is None else sum(s.size for s in segs),
         "leaked_segments": None if leaks is None else len(leaks),

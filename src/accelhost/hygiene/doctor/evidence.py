@@ -51,14 +51,9 @@ def unreadable_evidence(scan: HeldScan, what: str) -> list[dict[str, Any]]:
     for `what` (the files or device nodes it judges)."""
     if not scan.unreadable:
         return []
-    return [
-        {
-            "kind": "unreadable_processes",
-            "pids": list(scan.unreadable),
-            "reason": f"their open files and mappings cannot be read by this user: any of "
-            f"them may hold {what}; run as root (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH)",
-        }
-    ]
+    why = "their open files and mappings cannot be read by this user: any of them may hold "
+    why += f"{what}; run as root (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH)"
+    return [{"kind": "unreadable_processes", "pids": list(scan.unreadable), "reason": why}]
 
 
 def privileged_note(scan: HeldScan) -> str:
@@ -82,18 +77,13 @@ def waiting_note(waits: list[float], min_age_s: float, state: str = "old") -> st
 
 
 def device_memory_of_pid(facts: HostFacts, pid: int) -> int | None:
-    values = [
-        row.memory_mib
-        for dev in facts.devices
-        for row in dev.processes
-        if row.pid == pid and row.memory_mib is not None
-    ]
+    rows = [row.memory_mib for dev in facts.devices for row in dev.processes if row.pid == pid]
+    values = [mib for mib in rows if mib is not None]
     return sum(values) if values else None
 
 
 def process_evidence(proc: ProcessInfo, facts: HostFacts, **extra: Any) -> dict[str, Any]:
     age = facts.process_age_s(proc)
-    mem = device_memory_of_pid(facts, proc.pid)
     return {
         "kind": "process",
         "pid": proc.pid,
@@ -104,7 +94,7 @@ def process_evidence(proc: ProcessInfo, facts: HostFacts, **extra: Any) -> dict[
         "cmdline": proc.command,
         "age_s": None if age is None else round(age, 1),
         "devices": list(facts.device_fds.get(proc.pid, ())),
-        "device_memory_bytes": mib_bytes(mem),
+        "device_memory_bytes": mib_bytes(device_memory_of_pid(facts, proc.pid)),
         **extra,
     }
 

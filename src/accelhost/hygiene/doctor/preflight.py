@@ -17,7 +17,7 @@ from accelhost.formats import MIB, mib_bytes
 from accelhost.host.base import Host
 from accelhost.hygiene.doctor.evidence import clean_command, unknown
 from accelhost.hygiene.facts.devices import DeviceMemory
-from accelhost.hygiene.facts.host import HostFacts, read_facts
+from accelhost.hygiene.facts.host import DEVICE_ERRORS, HostFacts, read_facts
 from accelhost.hygiene.options import HygieneOptions
 from accelhost.hygiene.report import FAIL, OK, SKIP, WARN, CheckResult
 from accelhost.parsers.devnodes import VENDOR_KIND, node_kind
@@ -158,18 +158,9 @@ def preflight_from_facts(
     for d in known:
         assert d.used_mib is not None and d.total_mib is not None
         holders = device_holders_of(d, facts)
-        attributed = sum(h.memory_mib or 0 for h in holders)
-        results.append(
-            DevicePreflight(
-                device=d.label,
-                index=d.index,
-                util=util,
-                free_mib=d.total_mib - d.used_mib,
-                total_mib=d.total_mib,
-                holders=holders,
-                unattributed_mib=max(0, d.used_mib - attributed),
-            )
-        )
+        unheld = max(0, d.used_mib - sum(h.memory_mib or 0 for h in holders))
+        free = d.total_mib - d.used_mib
+        results.append(DevicePreflight(d.label, d.index, util, free, d.total_mib, holders, unheld))
     failed = [r for r in results if not r.ok]
     if failed:
         first = failed[0]
@@ -255,7 +246,7 @@ def _device_preflight(facts: HostFacts, options: HygieneOptions) -> CheckResult:
 def check_unattributed_memory(facts: HostFacts, options: HygieneOptions) -> CheckResult:
     """Device memory in use beyond what the listed processes hold (and a baseline)."""
     name = "unattributed_memory"
-    for source in ("devices", "device_processes"):
+    for source in DEVICE_ERRORS:
         if source in facts.errors:
             return unknown(name, facts.errors[source])
     if not facts.device_sources:

@@ -108,15 +108,11 @@ def _read_logind(host: Host) -> tuple[bool | None, str | None]:
     confs = ((path, host.read_file(path)) for path in reversed(LOGIND_CONFS))
     main = next(((path, text) for path, text in confs if text is not None), None)
     texts = [main] if main else []
-    dropins: dict[str, str] = {}
-    for d in LOGIND_DROPINS:
-        for name in host.list_dir(d) or []:
-            if name.endswith(".conf") and name not in dropins:
-                dropins[name] = f"{d}/{name}"
-    for name in sorted(dropins):
-        text = host.read_file(dropins[name])
-        if text is not None:
-            texts.append((dropins[name], text))
+    # a drop-in's name in an earlier dir hides the same name in a later one
+    names = ((d, name) for d in reversed(LOGIND_DROPINS) for name in host.list_dir(d) or [])
+    dropins = {name: f"{d}/{name}" for d, name in names if name.endswith(".conf")}
+    read = ((dropins[name], host.read_file(dropins[name])) for name in sorted(dropins))
+    texts += [(path, text) for path, text in read if text is not None]
     return parse_remove_ipc(texts)
 
 

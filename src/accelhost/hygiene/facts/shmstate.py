@@ -123,10 +123,8 @@ class ShmState:
         """Remember the engine-named files held by nobody and old enough: only those can
         be removed."""
         min_age = self.options.shm_min_age_s
-        unheld = self._unheld_named(held)
-        self.confirmed = {
-            (f.path, f.inode) for f in unheld if (f.age_s(now_epoch) or 0.0) >= min_age
-        }
+        old = [f for f in self._unheld_named(held) if (f.age_s(now_epoch) or 0.0) >= min_age]
+        self.confirmed = {(f.path, f.inode) for f in old}
 
     def due(self, now_epoch: float, held: HeldScan) -> float | None:
         """Seconds until the next engine-named file, held by nobody we know of, reaches

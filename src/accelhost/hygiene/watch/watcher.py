@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prometheus_client.registry import CollectorRegistry
@@ -249,14 +249,11 @@ class Watcher:
         self._kept.say(orphans, unasked, kept_leaks, kept_files, leaked)
         if not ripe and not do_segments:
             return
-        filters = CleanFilters(
+        filters = replace(
+            scope,
             pids=ripe,
-            shmids=scope.shmids,
-            owners=scope.owners,
-            keys=scope.keys,
             orphans=bool(ripe),
             segments=do_segments or bool(ripe),
-            paths=scope.paths,
             shm_files=do_segments and bool(shm),
         )
         # below the threshold only the segments of the orphans being stopped go (files are
