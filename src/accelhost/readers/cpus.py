@@ -71,10 +71,7 @@ def read_sysfs_nodes(host: Host) -> dict[int, tuple[int, ...]]:
 
 
 def read_cpu_detail(
-    host: Host,
-    allowed: Sequence[int],
-    node_cpus: Mapping[int, Sequence[int]],
-    allowed_source: str,
+    host: Host, allowed: Sequence[int], node_cpus: Mapping[int, Sequence[int]], allowed_source: str
 ) -> CpuDetail:
     """SMT siblings, caches and sockets of the allowed CPUs, as torchrun's rules need them;
     read once per core / cache group, which keeps a 640-CPU snapshot small."""
