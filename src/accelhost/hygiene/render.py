@@ -12,7 +12,7 @@ from typing import Any
 
 from accelhost.formats import MIB, human_bytes
 from accelhost.hygiene.report import CheckResult, DoctorReport, one_line
-from accelhost.parsers.devnodes import is_control_node
+from accelhost.parsers.devnodes import CONTROL_NODES
 from accelhost.render import Paint, render_table
 
 
@@ -23,7 +23,7 @@ def _mib(v: Any) -> str:
 
 def _nodes(devices: Sequence[str]) -> list[str]:
     """Per-device nodes when there are any; driver control nodes only otherwise."""
-    own = [d for d in devices if not is_control_node(d)]
+    own = [d for d in devices if d not in CONTROL_NODES]
     return own or list(devices)
 
 

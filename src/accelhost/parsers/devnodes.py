@@ -56,10 +56,6 @@ def node_kind(path: str) -> tuple[str, int] | None:
     return _KIND_OF[m.group(1)], int(m.group(2))
 
 
-def is_control_node(path: str) -> bool:
-    return path in CONTROL_NODES
-
-
 def is_device_node(path: str) -> bool:
     """Whether holding `path` open is holding an accelerator (a doctor's device holder): a
     node of one device, or a driver's control node."""

@@ -45,7 +45,7 @@ from accelhost.hygiene.report import (
     CheckResult,
     DoctorReport,
 )
-from accelhost.parsers.devnodes import is_control_node
+from accelhost.parsers.devnodes import CONTROL_NODES
 
 REAP_FIX = (
     "a zombie's parent must reap it; a D-state holder is stuck in the driver (no signal "
@@ -134,7 +134,7 @@ def check_device_holders(found: Findings, options: HygieneOptions) -> CheckResul
         if proc.is_zombie or proc.is_uninterruptible:
             what = "a zombie" if proc.is_zombie else "in D state (stuck in the driver)"
             bad.append(f"pid {_in_containers(found, [pid])} is {what}")
-        for node in [n for n in nodes if engine and not is_control_node(n)]:
+        for node in [n for n in nodes if engine and n not in CONTROL_NODES]:
             by_device.setdefault(node, {}).setdefault(proc.pgid, []).append(pid)
     shared = {n: g for n, g in by_device.items() if len(g) > 1}
     if facts.shm_held is not None:
