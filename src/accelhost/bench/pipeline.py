@@ -97,10 +97,11 @@ class Progress:
 
     def step(self, n: int = 1) -> None:
         self.done += n
-        now = time.monotonic()
-        if self.enabled and (now - self._last >= 0.1 or self.done >= self.total):
-            self._last = now
-            self._draw()
+        if self.enabled:
+            now = time.monotonic()
+            if now - self._last >= 0.1 or self.done >= self.total:
+                self._last = now
+                self._draw()
 
     def _draw(self) -> None:
         if not self.enabled:
