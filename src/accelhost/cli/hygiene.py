@@ -20,16 +20,14 @@ from accelhost.hygiene.capabilities import help_epilog
 from accelhost.hygiene.report import CHECK_NAMES
 
 DOCTOR_DESCRIPTION = (
-    "Run the hygiene checks: orphan engines, device holders, device memory "
-    "held by nothing, leaked shared memory (SysV and /dev/shm), HugePages, preflight, "
-    "host tuning, engine containers whose stop would leak (container_init). Exit 0 "
-    "healthy (OK/WARN), 1 a problem (FAIL), 2 could not tell "
-    "(a check could not run, or a bad command line)."
+    "Run the hygiene checks: orphan engines, device holders, device memory held by nothing, leaked "
+    "shared memory (SysV and /dev/shm), HugePages, preflight, host tuning, engine containers whose "
+    "stop would leak (container_init). Exit 0 healthy (OK/WARN), 1 a problem (FAIL), 2 could not "
+    "tell (a check could not run, or a bad command line)."
 )
 WATCH_DESCRIPTION = (
-    "Keep watching: log check changes as JSON lines, serve metrics, and "
-    "with --auto-clean remove orphans and leaked shared memory past a threshold "
-    "(never a tree whose engine frontend lives)."
+    "Keep watching: log check changes as JSON lines, serve metrics, and with --auto-clean remove "
+    "orphans and leaked shared memory past a threshold (never a tree whose engine frontend lives)."
 )
 CLEAN_DESCRIPTION = "Show what would be removed and why; with --yes, do it, journaled."
 
