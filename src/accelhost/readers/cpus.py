@@ -29,9 +29,7 @@ def read_allowed_cpus(host: Host, pid: int | str = "self") -> tuple[int, ...] | 
     is absent (each family has its own rule for that case)."""
     path = f"/proc/{pid}/status"
     text = host.read_file(path)
-    if text is None:
-        return None
-    cpus = find_allowed_cpus(text, path)
+    cpus = None if text is None else find_allowed_cpus(text, path)
     return None if cpus is None else tuple(cpus)
 
 
