@@ -11,6 +11,7 @@ import pwd
 import signal
 import sys
 import threading
+from contextlib import closing
 
 from accelhost.cli import options
 from accelhost.cli.common import colour_wanted, command, fit, print_json, terminal_columns
@@ -247,10 +248,8 @@ def clean_main(args: argparse.Namespace) -> int:
         if not args.json:  # redacted before it is cut to fit: a secret is never half shown
             print("\n".join(fit(redact_text(line), columns)), flush=True)
 
-    say(
-        ("accelhost clean: " + ("doing" if args.yes else "dry run, nothing changes (--yes to act)"))
-        + f": {len(plan.actions)} action(s)"
-    )
+    mode = "doing" if args.yes else "dry run, nothing changes (--yes to act)"
+    say(f"accelhost clean: {mode}: {len(plan.actions)} action(s)")
     for line in plan.lines(args.grace):
         say(line)
     say(f"before: {describe_figures(plan.before)}")
@@ -265,11 +264,8 @@ def clean_main(args: argparse.Namespace) -> int:
         )
     status = 1 if plan.unmatched else 0
     if args.yes and plan.actions:
-        journal = Journal(args.journal)
-        try:
+        with closing(Journal(args.journal)) as journal:
             result = execute(plan.actions, options, journal, grace_s=args.grace, say=say)
-        finally:
-            journal.close()
         after = figures(find(read_facts(hygiene_host(args), options), options))
         out["outcomes"] = [o.to_dict() for o in result.outcomes]
         out["after"] = after
