@@ -52,9 +52,8 @@ class Workload:
     items: list[Any]
     slowest_s: float | None  # None: every stage is free, the bound is infinite
     label: str
-    # real stages: the bound is the slowest stage's mean time in the serial run
-    measure_bound: bool = False
-    # the simulated stages' nominal costs (pre, device, post) in seconds; None when real
+    # the simulated stages' nominal costs (pre, device, post) in seconds; None when real,
+    # and then the bound is the slowest stage's mean time in the serial run
     stage_s: tuple[float, float, float] | None = None
 
 
@@ -128,13 +127,12 @@ class Result:
 
     def as_dict(self, slowest_s: float | None, serial_items_per_s: float | None) -> dict[str, Any]:
         ips = self.items / self.seconds if self.seconds > 0 else float("inf")
-        eff = None if slowest_s is None else ips * slowest_s
         return {
             "items": self.items,
             "seconds": round(self.seconds, 4),
             "items_per_s": round(ips, 2),
             "device_busy": round(self.device_busy_s / self.seconds, 4) if self.seconds else 0.0,
-            "efficiency": None if eff is None else round(eff, 4),
+            "efficiency": None if slowest_s is None else round(ips * slowest_s, 4),
             "bound_items_per_s": None if slowest_s is None else round(1 / slowest_s, 2),
             "vs_serial": round(ips / serial_items_per_s, 3) if serial_items_per_s else None,
         }
@@ -178,7 +176,7 @@ def run_serial(wl: Workload, progress: Progress) -> Result:
         return out
 
     res = _measure(wl, progress, "serial", body)
-    if wl.measure_bound:
+    if wl.stage_s is None:
         wl.slowest_s = max(stage_s) / len(wl.items)
     return res
 
@@ -297,7 +295,7 @@ def efficiency_notes(wl: Workload, report: dict[str, Any]) -> list[str]:
     ]
     if not above:
         return []
-    if wl.measure_bound:
+    if wl.stage_s is None:
         why = (
             "the bound is each stage's mean time measured in the serial run, where the "
             "stages ran one after another; measured that way it came out high, so this "

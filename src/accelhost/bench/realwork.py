@@ -97,4 +97,4 @@ def real_workload(n: int, batch: int = 16, seq_len: int = 64) -> Workload:
     label = f"real: tokenizers + torch model, {batch} sentences per item"
     for item in items[:8]:
         detokenize(forward(tokenize(item)))
-    return Workload(tokenize, forward, detokenize, items, None, label, measure_bound=True)
+    return Workload(tokenize, forward, detokenize, items, None, label)

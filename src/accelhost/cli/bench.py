@@ -243,14 +243,9 @@ def cmd_bench_bind(args: argparse.Namespace) -> int:
         higher_is_better=args.higher_is_better,
         seed=args.seed,
     )
+    affinity = tuple(sorted(os.sched_getaffinity(0)))
     setup = report.Setup(
-        tuple(argv),
-        bound,
-        figure,
-        args.repeats,
-        args.warmup,
-        socket.gethostname(),
-        tuple(sorted(os.sched_getaffinity(0))),
+        tuple(argv), bound, figure, args.repeats, args.warmup, socket.gethostname(), affinity
     )
     if args.json:
         print_json(report.to_dict(setup, outcome, comparison))

@@ -34,10 +34,9 @@ EXEC_DESCRIPTION = (
     "accelhost.bind_current_process() or with `accelhost bind`."
 )
 VERIFY_DESCRIPTION = (
-    "Compare every thread's affinity and the device's IRQ masks with the "
-    "plan, and show where the process's memory lives. Exit 0 when all match, 1 with one "
-    "line per thread or IRQ that drifted, 2 when nothing could be checked (cannot tell) "
-    "or on a usage error."
+    "Compare every thread's affinity and the device's IRQ masks with the plan, and show where the "
+    "process's memory lives. Exit 0 when all match, 1 with one line per thread or IRQ that "
+    "drifted, 2 when nothing could be checked (cannot tell) or on a usage error."
 )
 UNBIND_DESCRIPTION = (
     "--irq puts back the IRQ masks (and irqbalance) as they were before "

@@ -11,6 +11,7 @@ import pwd
 import signal
 import sys
 import threading
+from contextlib import closing
 
 from accelhost.cli import options
 from accelhost.cli.common import colour_wanted, command, fit, print_json, terminal_columns
@@ -20,16 +21,14 @@ from accelhost.hygiene.capabilities import help_epilog
 from accelhost.hygiene.report import CHECK_NAMES
 
 DOCTOR_DESCRIPTION = (
-    "Run the hygiene checks: orphan engines, device holders, device memory "
-    "held by nothing, leaked shared memory (SysV and /dev/shm), HugePages, preflight, "
-    "host tuning, engine containers whose stop would leak (container_init). Exit 0 "
-    "healthy (OK/WARN), 1 a problem (FAIL), 2 could not tell "
-    "(a check could not run, or a bad command line)."
+    "Run the hygiene checks: orphan engines, device holders, device memory held by nothing, leaked "
+    "shared memory (SysV and /dev/shm), HugePages, preflight, host tuning, engine containers whose "
+    "stop would leak (container_init). Exit 0 healthy (OK/WARN), 1 a problem (FAIL), 2 could not "
+    "tell (a check could not run, or a bad command line)."
 )
 WATCH_DESCRIPTION = (
-    "Keep watching: log check changes as JSON lines, serve metrics, and "
-    "with --auto-clean remove orphans and leaked shared memory past a threshold "
-    "(never a tree whose engine frontend lives)."
+    "Keep watching: log check changes as JSON lines, serve metrics, and with --auto-clean remove "
+    "orphans and leaked shared memory past a threshold (never a tree whose engine frontend lives)."
 )
 CLEAN_DESCRIPTION = "Show what would be removed and why; with --yes, do it, journaled."
 
@@ -249,10 +248,8 @@ def clean_main(args: argparse.Namespace) -> int:
         if not args.json:  # redacted before it is cut to fit: a secret is never half shown
             print("\n".join(fit(redact_text(line), columns)), flush=True)
 
-    say(
-        ("accelhost clean: " + ("doing" if args.yes else "dry run, nothing changes (--yes to act)"))
-        + f": {len(plan.actions)} action(s)"
-    )
+    mode = "doing" if args.yes else "dry run, nothing changes (--yes to act)"
+    say(f"accelhost clean: {mode}: {len(plan.actions)} action(s)")
     for line in plan.lines(args.grace):
         say(line)
     say(f"before: {describe_figures(plan.before)}")
@@ -267,11 +264,8 @@ def clean_main(args: argparse.Namespace) -> int:
         )
     status = 1 if plan.unmatched else 0
     if args.yes and plan.actions:
-        journal = Journal(args.journal)
-        try:
+        with closing(Journal(args.journal)) as journal:
             result = execute(plan.actions, options, journal, grace_s=args.grace, say=say)
-        finally:
-            journal.close()
         after = figures(find(read_facts(hygiene_host(args), options), options))
         out["outcomes"] = [o.to_dict() for o in result.outcomes]
         out["after"] = after

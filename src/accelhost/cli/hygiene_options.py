@@ -98,9 +98,8 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--container",
         metavar="NAME|ID",
-        help="only what this container runs or left behind (a name, a pod "
-        "`namespace/name`, or an id prefix); naming none, or several of no one pod, is "
-        "exit 2 with those it could mean "
+        help="only what this container runs or left behind (a name, a pod `namespace/name`, or an "
+        "id prefix); naming none, or several of no one pod, is exit 2 with those it could mean "
         "(watch: in its first round; a container that goes later stays its scope)",
     )
 

@@ -198,10 +198,9 @@ def device_glob(p: Parser) -> None:
         action="append",
         default=[],
         metavar="GLOB",
-        help="also treat open files matching GLOB as device nodes, the number their name "
-        "ends with being the device id (repeatable; adds to the built-in ones: /dev/davinciN, "
-        "/dev/nvidiaN, /dev/accel/accelN, /dev/dri/renderD*, the drivers' control nodes "
-        "such as /dev/nvidiactl)",
+        help="also treat open files matching GLOB as device nodes, the number their name ends with "
+        "being the device id (repeatable; adds to the built-in ones: /dev/davinciN, /dev/nvidiaN, "
+        "/dev/accel/accelN, /dev/dri/renderD*, the drivers' control nodes such as /dev/nvidiactl)",
     )
 
 
@@ -285,9 +284,8 @@ def cri_socket(p: Parser) -> None:
         default=[],
         metavar="ENDPOINT",
         help="ask the CRI runtime (Kubernetes' gRPC API) on this unix socket for pods and "
-        "containers, PATH or unix://PATH (repeatable; after CONTAINER_RUNTIME_ENDPOINT, "
-        "before containerd's, CRI-O's and cri-dockerd's usual sockets; one second each at "
-        "most)",
+        "containers, PATH or unix://PATH (repeatable; after CONTAINER_RUNTIME_ENDPOINT, before "
+        "containerd's, CRI-O's and cri-dockerd's usual sockets; one second each at most)",
     )
 
 
@@ -295,7 +293,6 @@ def kubelet_root(p: Parser) -> None:
     p.add_argument(
         "--kubelet-root",
         metavar="DIR",
-        help="the kubelet's --root-dir, under which pods' emptyDir volumes are mounted "
-        "(default /var/lib/kubelet, unsaid where absent; in a DaemonSet, where its "
-        "hostPath is mounted)",
+        help="the kubelet's --root-dir, under which pods' emptyDir volumes are mounted (default "
+        "/var/lib/kubelet, unsaid where absent; in a DaemonSet, where its hostPath is mounted)",
     )

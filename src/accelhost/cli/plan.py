@@ -19,9 +19,8 @@ from accelhost.plans import Plan
 from accelhost.render import render_table
 
 DESCRIPTION = (
-    "Compute the CPU pool of each visible accelerator and split it into roles "
-    "(IRQ, main, ACL, release). On Ascend it equals vllm-ascend's CPU binding (v0.23.0 "
-    "to v0.26.0rc)."
+    "Compute the CPU pool of each visible accelerator and split it into roles (IRQ, main, ACL, "
+    "release). On Ascend it equals vllm-ascend's CPU binding (v0.23.0 to v0.26.0rc)."
 )
 
 

@@ -46,9 +46,8 @@ def build_run(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="PATTERN",
-        help="regular expression searched in descendants' command lines (e.g. "
-        "'VLLM::EngineCore'); when such a process dies while CMD runs, stop everything "
-        "and exit 1 (repeatable)",
+        help="regular expression searched in descendants' command lines (e.g. 'VLLM::EngineCore'); "
+        "when such a process dies while CMD runs, stop everything and exit 1 (repeatable)",
     )
     p.add_argument(
         "--cgroup",

@@ -20,9 +20,8 @@ from accelhost.render import render_table
 from accelhost.topology import Topology
 
 DESCRIPTION = (
-    "Show what this host looks like: CPUs, NUMA nodes with their CPU ranges, "
-    "the allowed CPUs (and the cgroup cpuset when it differs), accelerators and their "
-    "CPU affinity."
+    "Show what this host looks like: CPUs, NUMA nodes with their CPU ranges, the allowed CPUs (and "
+    "the cgroup cpuset when it differs), accelerators and their CPU affinity."
 )
 # what `topo --json` shows of an Accelerator (its provenance fields are the planner's)
 ACCELERATOR_KEYS = ("index", "name", "npu_id", "chip_id", "pci", "numa_node", "uuid")

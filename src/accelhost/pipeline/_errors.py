@@ -40,8 +40,7 @@ def annotate(
         index: Any = seqs[0]
         what = f"item #{index}: {short(item)}"
     else:
-        item = list(items)
-        index = list(seqs)
+        item, index = list(items), list(seqs)
         what = f"a batch of {len(item)} items (#{index[0]}..#{index[-1]})"
     # an exception type with __slots__ takes no attributes: the note still tells
     with contextlib.suppress(AttributeError):

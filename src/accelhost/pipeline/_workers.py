@@ -128,8 +128,7 @@ async def _async_worker(r: Run, w: Worker) -> None:
     fn: Callable[[Any], Awaitable[Any]] = st.fn
     inq, outq = r.channels[si], r.channels[si + 1]
     batched = st.batch is not None
-    size = st.batch.max_size if st.batch is not None else 1
-    wait_s = st.batch.max_wait_ms / 1000 if st.batch is not None else 0.0
+    size, wait_s = (st.batch.max_size, st.batch.max_wait_ms / 1000) if st.batch else (1, 0.0)
     with ending(r, outq):
         while (envs := await inq.aget_batch(size, wait_s)) is not None:
             good = [e for e in envs if e.error is None]
@@ -171,8 +170,7 @@ def process_driver(r: Run, w: Worker) -> None:
     st = r.settings.stages[si]
     inq, outq = r.channels[si], r.channels[si + 1]
     batched = st.batch is not None
-    size = st.batch.max_size if st.batch is not None else 1
-    wait_s = st.batch.max_wait_ms / 1000 if st.batch is not None else 0.0
+    size, wait_s = (st.batch.max_size, st.batch.max_wait_ms / 1000) if st.batch else (1, 0.0)
     with ending(r, outq, quiet=(Aborted,)):  # a CancelledError here is no task's: it fails the run
         try:
             while (envs := inq.get_batch(size, wait_s)) is not None:

@@ -29,9 +29,7 @@ def read_allowed_cpus(host: Host, pid: int | str = "self") -> tuple[int, ...] | 
     is absent (each family has its own rule for that case)."""
     path = f"/proc/{pid}/status"
     text = host.read_file(path)
-    if text is None:
-        return None
-    cpus = find_allowed_cpus(text, path)
+    cpus = None if text is None else find_allowed_cpus(text, path)
     return None if cpus is None else tuple(cpus)
 
 
@@ -71,10 +69,7 @@ def read_sysfs_nodes(host: Host) -> dict[int, tuple[int, ...]]:
 
 
 def read_cpu_detail(
-    host: Host,
-    allowed: Sequence[int],
-    node_cpus: Mapping[int, Sequence[int]],
-    allowed_source: str,
+    host: Host, allowed: Sequence[int], node_cpus: Mapping[int, Sequence[int]], allowed_source: str
 ) -> CpuDetail:
     """SMT siblings, caches and sockets of the allowed CPUs, as torchrun's rules need them;
     read once per core / cache group, which keeps a 640-CPU snapshot small."""

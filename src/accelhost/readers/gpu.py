@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from accelhost.cpulist import parse_cpulist
+from accelhost.cpulist import MAX_CPUS, parse_cpulist
 from accelhost.errors import ParseError
 from accelhost.host.base import CommandResult, Host
 from accelhost.parsers.nvidia_smi import (
@@ -202,7 +202,6 @@ def _threads_per_core(cpu: CpuDetail) -> int | None:
 # nvml.h: NVML_AFFINITY_SCOPE_NODE; the CPU set is returned as an array of 64-bit words
 _SCOPE_NODE = 0
 _WORD_BITS = 64
-_MAX_CPUS = 8192
 
 
 def nvml_affinity(indices: Sequence[int]) -> dict[int, tuple[int | None, tuple[int, ...] | None]]:
@@ -237,7 +236,7 @@ def _node(nvml: Any, handle: Any) -> int | None:
 def _cpus(nvml: Any, handle: Any) -> tuple[int, ...] | None:
     try:
         words = nvml.nvmlDeviceGetCpuAffinityWithinScope(
-            handle, _MAX_CPUS // _WORD_BITS, _SCOPE_NODE
+            handle, MAX_CPUS // _WORD_BITS, _SCOPE_NODE
         )
     except Exception:
         return None

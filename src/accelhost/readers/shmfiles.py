@@ -65,11 +65,8 @@ def list_shm_files(host: Host, dirs: Sequence[str]) -> dict[str, list[ShmFile] |
     for directory in dirs:
         entries = host.stat_dir(directory)
         base = directory.rstrip("/")
-        out[directory] = (
-            None
-            if entries is None
-            else [f for st in entries if (f := _shm_file(f"{base}/{st.name}", st)) is not None]
-        )
+        found = (_shm_file(f"{base}/{st.name}", st) for st in entries or ())
+        out[directory] = None if entries is None else [f for f in found if f is not None]
     return out
 
 

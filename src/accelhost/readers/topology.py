@@ -135,9 +135,8 @@ def read_ascend_topology(host: Host, family: str | None) -> Topology:
             raise
         entries = []  # a failed tool's words (`dcmi module initialize failed`): in `unread`
     info = parse_npu_smi_info(info_res.stdout if info_res else None)
-    unread = _failed(NPU_MAP, map_res, bool(entries)) + _failed(
-        NPU_INFO, info_res, bool(info.chips)
-    )
+    unread = _failed(NPU_MAP, map_res, bool(entries))
+    unread += _failed(NPU_INFO, info_res, bool(info.chips))
     notes: list[str] = []
     if family is None:
         family = family_from_chip_names([e.name for e in entries] + list(info.names))
