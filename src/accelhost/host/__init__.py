@@ -7,7 +7,8 @@ What lives where:
 - `base`: the `Host` protocol, `CommandResult`, `FileStat` and the `HostWrapper` base;
 - `live`: `LiveHost`, this machine, and `live_host()`, the one place a live host is made;
 - `snapshot`: `SnapshotHost` / `load_snapshot`, a recorded JSON file (bounded in size);
-- `record`, `redact`: `RecordingHost`, and `recorder(host)`, one that keeps no secrets;
+- `record`, `redact`: `RecordingHost`, and `recorder(host)`, one that keeps no secrets of
+  /proc (of a runtime's answers, its caller's `http_filter`: `snapshot` trims them);
 - `once`: `read_once(host)`, each answer read at most once however many readers ask (for
   one look at a host; a watcher that loops must not keep one, or it never sees a change);
 - `unixhttp`: the GET over a unix socket behind `LiveHost.http_get` (hard 1 s limit);
